@@ -1,0 +1,368 @@
+"""The runner <-> server protocol: one module, shared by gh_runner and gh_server.
+
+JSON text frames over one websocket that the runner opens to `/v1/runners/connect` with
+`Authorization: Bearer gh_rn_...`. Every frame is one of the pydantic models below, told apart
+by `type`. `docs/protocol.md` explains who sends what, when, and the guarantees.
+
+Parsing never raises anything but `ProtocolError`, so a peer can always answer a bad frame with
+an `error` message and carry on.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from providers.base import InputEvent
+
+PROTOCOL_VERSION = 1
+MAX_FRAME_BYTES = 16 * 1024 * 1024  # a replay frame (PNG, base64) fits well under this
+
+# Websocket close codes (4000-4999 are ours, RFC 6455 section 7.4.2).
+CLOSE_TOKEN_REVOKED = 4001  # token unknown or revoked: do not retry hot
+CLOSE_PROTOCOL_UNSUPPORTED = 4002  # no common protocol version
+CLOSE_REPLACED = 4003  # another connection with the same token took over
+CLOSE_SERVER_SHUTDOWN = 4004  # server going away: reconnect with backoff
+CLOSE_HEARTBEAT_TIMEOUT = 4008  # the peer was silent past the dead-peer bound
+
+ATTEMPT_STATUSES = ("preparing", "running", "checking", "done")
+Outcome = Literal["passed", "failed", "error"]
+
+
+class ProtocolError(Exception):
+    """A frame that is not valid JSON, not an object, or not a known, well-formed message."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class _Msg(BaseModel):
+    # Unknown fields are ignored so a newer peer can add optional fields without breaking us.
+    model_config = ConfigDict(extra="ignore")
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared pieces
+# ---------------------------------------------------------------------------------------------
+
+
+class ImageAd(_Msg):
+    name: str
+    os: str
+    version: str
+    checksum: str
+
+
+class HeldVersion(_Msg):
+    start_state_id: str
+    version: int
+
+
+class Limits(_Msg):
+    minutes: int = Field(default=10, ge=1, le=60)
+    steps: int | None = Field(default=None, ge=1, le=500)
+
+
+class StartStateRef(_Msg):
+    """The frozen start state of a lease: an image, or a saved version of a start state."""
+
+    kind: Literal["image", "state"]
+    image: str  # the base image (for a state: the image it was made from)
+    start_state_id: str | None = None
+    version: int | None = None
+
+
+class FrozenCase(_Msg):
+    """What the runner needs of a test case: the copy frozen when the run started.
+
+    Never the customer's secrets: the simulated customer runs on the server side and only what it
+    types reaches the machine, as input events.
+    """
+
+    test_case_id: str
+    key: str | None = None
+    name: str
+    prompt: str
+    setup_script: str | None = None
+    check_script: str | None = None
+    limits: Limits = Field(default_factory=Limits)
+    runs_on: str = "vm"
+
+
+class CheckOutput(_Msg):
+    exit_code: int | None = None
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    verdict: Literal["True", "False"] | None = None
+    timed_out: bool = False
+    truncated: bool = False
+
+
+class AttemptMetrics(_Msg):
+    active_seconds: float = 0.0
+    steps: int = 0
+    questions: int = 0
+    approvals: int = 0
+    phase_seconds: dict[str, float] = Field(default_factory=dict)
+
+
+class AttemptResult(_Msg):
+    attempt_id: str
+    outcome: Outcome
+    error: str | None = None  # plain reason an operator can act on (phase, what the guest said)
+    error_phase: str | None = None
+    check_before: CheckOutput | None = None
+    check_after: CheckOutput | None = None
+    answer: str | None = None
+    metrics: AttemptMetrics = Field(default_factory=AttemptMetrics)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Runner -> server
+# ---------------------------------------------------------------------------------------------
+
+
+class Hello(_Msg):
+    type: Literal["hello"] = "hello"
+    protocol: int = PROTOCOL_VERSION
+    version: str
+    name: str
+    labels: list[str] = Field(default_factory=list)
+    slots: int = Field(ge=1, le=256)
+    images: list[ImageAd] = Field(default_factory=list)
+    start_states: list[HeldVersion] = Field(default_factory=list)
+    in_flight: list[str] = Field(default_factory=list, description="attempt ids still running here")
+
+
+class LeaseAccept(_Msg):
+    type: Literal["lease_accept"] = "lease_accept"
+    attempt_id: str
+
+
+class LeaseRefuse(_Msg):
+    type: Literal["lease_refuse"] = "lease_refuse"
+    attempt_id: str
+    reason: str
+
+
+class AttemptStatus(_Msg):
+    type: Literal["attempt_status"] = "attempt_status"
+    attempt_id: str
+    status: Literal["preparing", "running", "checking", "done"]
+    phase: str
+    at: datetime
+
+
+class AttemptFinished(_Msg):
+    """Sent after the result is journaled; re-sent until the server answers `result_ack`."""
+
+    type: Literal["attempt_result"] = "attempt_result"
+    result: AttemptResult
+
+
+class ReplayFrame(_Msg):
+    type: Literal["replay_frame"] = "replay_frame"
+    attempt_id: str
+    seq: int = Field(ge=0)
+    at: datetime
+    label: str  # "first", "last", "input", "change", a phase name
+    png_b64: str
+    event: dict[str, Any] | None = None  # the input event that preceded this frame, redacted
+
+
+class MachineResponse(_Msg):
+    type: Literal["machine_response"] = "machine_response"
+    request_id: str
+    ok: bool
+    error: str | None = None
+    png_b64: str | None = None  # for screen
+    exit_code: int | None = None  # for exec
+    stdout: str | None = None
+    stderr: str | None = None
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    timed_out: bool = False
+
+
+class JobResult(_Msg):
+    """The end of a start-state job (build, save, delete)."""
+
+    type: Literal["job_result"] = "job_result"
+    job_id: str
+    ok: bool
+    error: str | None = None
+    start_state_id: str | None = None
+    version: int | None = None
+    size_bytes: int | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Server -> runner
+# ---------------------------------------------------------------------------------------------
+
+
+class Welcome(_Msg):
+    type: Literal["welcome"] = "welcome"
+    protocol: int = PROTOCOL_VERSION
+    runner_id: str
+    heartbeat_interval: float = Field(default=10.0, gt=0)
+    dead_after: float = Field(default=45.0, gt=0)
+    resume: list[str] = Field(
+        default_factory=list, description="in-flight attempt ids the server still wants finished"
+    )
+
+
+class Lease(_Msg):
+    type: Literal["lease"] = "lease"
+    attempt_id: str
+    test_run_id: str | None = None
+    agent_id: str
+    try_number: int = 1
+    case: FrozenCase
+    start_state: StartStateRef
+    script_timeout: float = Field(default=600.0, gt=0)
+
+
+class Cancel(_Msg):
+    type: Literal["cancel"] = "cancel"
+    attempt_id: str
+    reason: str = "cancelled"
+
+
+class ResultAck(_Msg):
+    type: Literal["result_ack"] = "result_ack"
+    attempt_id: str
+
+
+class MachineRequest(_Msg):
+    """A request on the machine of an attempt (task phase) or of an open start state."""
+
+    type: Literal["machine_request"] = "machine_request"
+    request_id: str
+    attempt_id: str | None = None
+    job_id: str | None = None
+    op: Literal["screen", "input", "exec"]
+    events: list[InputEvent] = Field(default_factory=list)
+    script: str | None = Field(default=None, max_length=100_000)
+    env: dict[str, str] = Field(default_factory=dict)
+    timeout: float = Field(default=120.0, gt=0, le=3600)
+    redact: list[str] = Field(default_factory=list, description="values never to echo into a replay")
+
+
+class TaskEnd(_Msg):
+    """The agent is done (or gave up): the runner moves on to the check after."""
+
+    type: Literal["task_end"] = "task_end"
+    attempt_id: str
+    answer: str = ""
+    steps: int = 0
+    questions: int = 0
+    approvals: int = 0
+    error: str | None = None  # an agent infrastructure failure: the attempt becomes `error`
+
+
+class Job(_Msg):
+    """A start-state job: build from a script, open for hand work, save, close, delete."""
+
+    type: Literal["job"] = "job"
+    job_id: str
+    op: Literal["build", "open", "save", "close", "delete"]
+    start_state_id: str
+    source: StartStateRef | None = None
+    version: int | None = None
+    script: str | None = None
+    script_timeout: float = Field(default=1800.0, gt=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Both ways
+# ---------------------------------------------------------------------------------------------
+
+
+class Heartbeat(_Msg):
+    type: Literal["heartbeat"] = "heartbeat"
+    at: datetime
+    busy: int | None = None  # runner -> server
+    slots: int | None = None
+
+
+class ErrorMsg(_Msg):
+    """The answer to a frame that could not be understood; the session stays up."""
+
+    type: Literal["error"] = "error"
+    code: str  # bad_json | bad_message | unknown_type | unsupported | refused | internal
+    message: str
+    ref_type: str | None = None
+
+
+RunnerMessage = Annotated[
+    Hello
+    | Heartbeat
+    | LeaseAccept
+    | LeaseRefuse
+    | AttemptStatus
+    | AttemptFinished
+    | ReplayFrame
+    | MachineResponse
+    | JobResult
+    | ErrorMsg,
+    Field(discriminator="type"),
+]
+ServerMessage = Annotated[
+    Welcome | Heartbeat | Lease | Cancel | ResultAck | MachineRequest | TaskEnd | Job | ErrorMsg,
+    Field(discriminator="type"),
+]
+
+_runner_adapter: TypeAdapter[Any] = TypeAdapter(RunnerMessage)
+_server_adapter: TypeAdapter[Any] = TypeAdapter(ServerMessage)
+_RUNNER_TYPES = {"hello", "heartbeat", "lease_accept", "lease_refuse", "attempt_status", "attempt_result",
+                 "replay_frame", "machine_response", "job_result", "error"}
+_SERVER_TYPES = {"welcome", "heartbeat", "lease", "cancel", "result_ack", "machine_request", "task_end",
+                 "job", "error"}
+
+
+def _parse(raw: str | bytes, adapter: TypeAdapter[Any], known: set[str]) -> Any:
+    if isinstance(raw, bytes):
+        raise ProtocolError("bad_message", "binary frames are not part of the protocol; send JSON text")
+    if len(raw) > MAX_FRAME_BYTES:
+        raise ProtocolError("bad_message", f"frame of {len(raw)} bytes is over the {MAX_FRAME_BYTES} limit")
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise ProtocolError("bad_json", f"frame is not valid JSON: {str(e)[:200]}") from None
+    if not isinstance(data, dict):
+        raise ProtocolError("bad_message", "a frame must be a JSON object with a 'type'")
+    mtype = data.get("type")
+    if not isinstance(mtype, str):
+        raise ProtocolError("bad_message", "a frame must have a string 'type'")
+    if mtype not in known:
+        raise ProtocolError("unknown_type", f"unknown message type {mtype[:64]!r}")
+    try:
+        return adapter.validate_python(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise ProtocolError("bad_message", f"{mtype}: {where}: {first.get('msg', 'invalid')}"[:500]) from None
+    except RecursionError:
+        raise ProtocolError("bad_message", "frame nests too deeply") from None
+
+
+def parse_runner_message(raw: str | bytes) -> Any:
+    """Parse a frame the runner sent (used by the server)."""
+    return _parse(raw, _runner_adapter, _RUNNER_TYPES)
+
+
+def parse_server_message(raw: str | bytes) -> Any:
+    """Parse a frame the server sent (used by the runner)."""
+    return _parse(raw, _server_adapter, _SERVER_TYPES)
+
+
+def encode(msg: BaseModel) -> str:
+    return msg.model_dump_json(exclude_none=False)

@@ -1,0 +1,1 @@
+"""Image builds: linux-tiny (offline, from Debian packages) and windows-10 (unattended, from an ISO)."""

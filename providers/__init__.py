@@ -1,0 +1,1 @@
+"""Machine providers behind one small, hypervisor-neutral interface (see providers/base.py)."""

@@ -1,0 +1,1 @@
+"""The QEMU/KVM provider on libvirt."""

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Sets up this host for gh-runner development, tests and the demo. Idempotent; safe to run often.
+# On a fresh Debian 12 machine it installs the apt packages, makes the venv, starts virtlogd and
+# libvirtd when they are not running (no systemd as PID 1 here), and builds the linux-tiny image.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+export GH_IMAGES_DIR=${GH_IMAGES_DIR:-/var/tmp/gh-runner/images}
+
+log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
+
+APT_PACKAGES=(
+  qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients libvirt-dev pkg-config
+  e2fsprogs cpio zstd xz-utils genisoimage chromium postgresql systemd
+)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing apt packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# libvirt: start the daemons ourselves when nothing else (systemd) does.
+if ! pgrep -x virtlogd >/dev/null; then log "starting virtlogd"; $SUDO virtlogd -d; fi
+if ! pgrep -x libvirtd >/dev/null; then log "starting libvirtd"; $SUDO libvirtd -d; fi
+for _ in $(seq 1 100); do
+  timeout 5 virsh -c qemu:///system version >/dev/null 2>&1 && break
+  sleep 0.1
+done
+timeout 10 virsh -c qemu:///system version >/dev/null || { log "libvirtd does not answer on qemu:///system"; exit 1; }
+
+# Python: one venv in the repository, reinstalled when pyproject.toml changes.
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then log "creating .venv"; "$PY" -m venv .venv; fi
+stamp=.venv/.gh-installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  log "installing Python packages into .venv"
+  .venv/bin/pip install -q --upgrade pip >/dev/null
+  .venv/bin/pip install -q -e ".[dev]"
+  echo "$want" > "$stamp"
+fi
+
+# The linux-tiny image (cached: a second build is instant).
+log "linux-tiny image in $GH_IMAGES_DIR"
+.venv/bin/python image-builder/build linux-tiny --out "$GH_IMAGES_DIR"
