@@ -248,6 +248,7 @@ class MachineRequest(_Msg):
     request_id: str
     attempt_id: str | None = None
     job_id: str | None = None
+    start_state_id: str | None = None  # the open machine of a start state (after an `open` job)
     op: Literal["screen", "input", "exec"]
     events: list[InputEvent] = Field(default_factory=list)
     script: str | None = Field(default=None, max_length=100_000)
