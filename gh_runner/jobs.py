@@ -1,0 +1,201 @@
+"""Start-state jobs on the runner: build, open, save, close, delete (seed: Start states).
+
+A start state is a machine saved from an image or from another start state. The server sends a
+`job`; this module does it with the provider and answers one `job_result`:
+
+- build:  boot `source`, run the script (elevated), save as `version`, destroy the machine.
+- open:   boot `source` and keep the machine for hand work; screen/input/exec reach it through
+          `machine_request`s carrying its `start_state_id`.
+- save:   keep the open machine's disk (and memory, for warm starts) as `version`, then close it.
+- close:  discard the open machine.
+- delete: remove a version's files (`version`), or every version held when `version` is None.
+
+Each job holds one of the daemon's slots while it runs (an open machine holds it until closed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import structlog
+
+from gh_runner import protocol
+from providers.base import Machine, MachineSource, Provider, ProviderError
+
+log = structlog.get_logger("gh_runner.jobs")
+
+
+@dataclass(frozen=True)
+class JobTimeouts:
+    machine: float = 180.0
+    ready: float = 180.0
+    save: float = 600.0
+    destroy: float = 60.0
+    screen: float = 30.0
+
+
+def _source(ref: protocol.StartStateRef | None) -> MachineSource:
+    if ref is None:
+        raise ValueError("this job needs a source (an image or a start-state version)")
+    if ref.kind == "state":
+        return MachineSource(image=ref.image, start_state_id=ref.start_state_id, version=ref.version)
+    return MachineSource(image=ref.image)
+
+
+def _tail(text: str, lines: int = 20, limit: int = 2000) -> str:
+    kept = "\n".join(text.rstrip().splitlines()[-lines:])
+    return kept[-limit:]
+
+
+class StartStateJobs:
+    """Runs start-state jobs and keeps the machines of open start states."""
+
+    def __init__(self, provider: Provider, timeouts: JobTimeouts | None = None) -> None:
+        self._provider = provider
+        self._t = timeouts or JobTimeouts()
+        self._open: dict[str, Machine] = {}  # start_state_id -> its open machine
+        self._lock = asyncio.Lock()
+
+    @property
+    def open_machine_ids(self) -> set[str]:
+        return {m.machine_id for m in self._open.values()}
+
+    def holds_slot(self, job: protocol.Job) -> bool:
+        """Whether this job occupies a slot while it runs (open keeps it until save/close)."""
+        return job.op in ("build", "open")
+
+    def is_open(self, start_state_id: str) -> bool:
+        return start_state_id in self._open
+
+    async def run(self, job: protocol.Job) -> protocol.JobResult:
+        """Do one job. Never raises (except CancelledError): failures are a result with a reason."""
+        bound = log.bind(job_id=job.job_id, start_state_id=job.start_state_id, op=job.op)
+        started = time.monotonic()
+        try:
+            handler: Callable[[protocol.Job], Awaitable[protocol.JobResult]] = {
+                "build": self._build,
+                "open": self._open_machine,
+                "save": self._save,
+                "close": self._close,
+                "delete": self._delete,
+            }[job.op]
+            result = await handler(job)
+        except (ProviderError, ValueError, TimeoutError) as e:
+            reason = str(e) or type(e).__name__
+            bound.warning("start-state job failed", reason=reason)
+            return protocol.JobResult(job_id=job.job_id, ok=False, error=f"{job.op}: {reason}",
+                                      start_state_id=job.start_state_id)
+        bound.info("start-state job done", ok=result.ok, seconds=round(time.monotonic() - started, 2))
+        return result
+
+    async def _boot(self, machine_id: str, source: MachineSource) -> Machine:
+        machine = await self._provider.create_machine(machine_id, source, timeout=self._t.machine)
+        try:
+            await machine.wait_ready(self._t.ready)
+        except BaseException:
+            await self._destroy(machine)
+            raise
+        return machine
+
+    async def _destroy(self, machine: Machine) -> None:
+        try:
+            await asyncio.wait_for(machine.destroy(), self._t.destroy)
+        except (ProviderError, TimeoutError) as e:  # the reaper gets it later; say so
+            log.warning("machine not destroyed; the reaper will retry", machine_id=machine.machine_id, reason=str(e))
+
+    async def _build(self, job: protocol.Job) -> protocol.JobResult:
+        if not job.script or job.version is None:
+            raise ValueError("a build job needs a script and the version to save")
+        machine = await self._boot(job.job_id, _source(job.source))
+        try:
+            res = await machine.run_script(job.script, timeout=job.script_timeout)
+            if res.timed_out:
+                return protocol.JobResult(
+                    job_id=job.job_id, ok=False, start_state_id=job.start_state_id,
+                    error=f"script did not finish within {job.script_timeout:.0f} s; last output: "
+                          f"{_tail(res.stdout + res.stderr)!r}")
+            if res.exit_code != 0:
+                return protocol.JobResult(
+                    job_id=job.job_id, ok=False, start_state_id=job.start_state_id,
+                    error=f"script exited with {res.exit_code}; stderr: {_tail(res.stderr)!r}; "
+                          f"stdout: {_tail(res.stdout)!r}")
+            saved = await asyncio.wait_for(machine.save(job.start_state_id, job.version), self._t.save)
+        finally:
+            await self._destroy(machine)
+        return protocol.JobResult(job_id=job.job_id, ok=True, start_state_id=job.start_state_id,
+                                  version=saved.version, size_bytes=saved.size_bytes)
+
+    async def _open_machine(self, job: protocol.Job) -> protocol.JobResult:
+        async with self._lock:
+            if job.start_state_id in self._open:
+                return protocol.JobResult(job_id=job.job_id, ok=True, start_state_id=job.start_state_id)
+        machine = await self._boot(job.job_id, _source(job.source))
+        async with self._lock:
+            self._open[job.start_state_id] = machine
+        return protocol.JobResult(job_id=job.job_id, ok=True, start_state_id=job.start_state_id)
+
+    async def _save(self, job: protocol.Job) -> protocol.JobResult:
+        if job.version is None:
+            raise ValueError("a save job needs the version to save")
+        async with self._lock:
+            machine = self._open.pop(job.start_state_id, None)
+        if machine is None:
+            raise ValueError(f"start state {job.start_state_id} has no open machine on this runner")
+        try:
+            saved = await asyncio.wait_for(machine.save(job.start_state_id, job.version), self._t.save)
+        finally:
+            await self._destroy(machine)
+        return protocol.JobResult(job_id=job.job_id, ok=True, start_state_id=job.start_state_id,
+                                  version=saved.version, size_bytes=saved.size_bytes)
+
+    async def _close(self, job: protocol.Job) -> protocol.JobResult:
+        async with self._lock:
+            machine = self._open.pop(job.start_state_id, None)
+        if machine is not None:
+            await self._destroy(machine)
+        return protocol.JobResult(job_id=job.job_id, ok=True, start_state_id=job.start_state_id)
+
+    async def _delete(self, job: protocol.Job) -> protocol.JobResult:
+        await self._close(job)
+        held = await self._provider.held_versions()
+        versions = [v for (ss, v) in held if ss == job.start_state_id and (job.version is None or v == job.version)]
+        for v in versions:
+            await self._provider.delete_version(job.start_state_id, v)
+        return protocol.JobResult(job_id=job.job_id, ok=True, start_state_id=job.start_state_id)
+
+    async def handle_request(self, req: protocol.MachineRequest) -> protocol.MachineResponse:
+        """Screen, input or exec on an open start state's machine."""
+        machine = self._open.get(req.start_state_id or "")
+        if machine is None:
+            return protocol.MachineResponse(request_id=req.request_id, ok=False,
+                                            error=f"start state {req.start_state_id} is not open on this runner")
+        try:
+            if req.op == "screen":
+                png = await asyncio.wait_for(machine.screenshot(), self._t.screen)
+                return protocol.MachineResponse(request_id=req.request_id, ok=True,
+                                                png_b64=base64.b64encode(png).decode())
+            if req.op == "input":
+                await asyncio.wait_for(machine.send_input(req.events), req.timeout)
+                return protocol.MachineResponse(request_id=req.request_id, ok=True)
+            if not req.script:
+                return protocol.MachineResponse(request_id=req.request_id, ok=False, error="exec needs a script")
+            res = await machine.run_script(req.script, env=req.env, timeout=req.timeout)
+            return protocol.MachineResponse(
+                request_id=req.request_id, ok=True, exit_code=res.exit_code, stdout=res.stdout,
+                stderr=res.stderr, stdout_truncated=res.stdout_truncated,
+                stderr_truncated=res.stderr_truncated, timed_out=res.timed_out)
+        except (ProviderError, TimeoutError) as e:
+            return protocol.MachineResponse(request_id=req.request_id, ok=False,
+                                            error=f"{req.op} failed: {e or type(e).__name__}")
+
+    async def close_all(self) -> None:
+        """Discard every open machine (drain, shutdown)."""
+        async with self._lock:
+            machines = list(self._open.values())
+            self._open.clear()
+        for m in machines:
+            await self._destroy(m)
