@@ -1,0 +1,95 @@
+"""gh-server's configuration: one pydantic model, filled from CLI flags > GH_SERVER_* env > defaults."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class AgentConfig(BaseModel):
+    """An external agent: a command (stdin/stdout JSON) or an HTTP endpoint. See docs/agents.md."""
+
+    id: str
+    kind: str = "builtin"  # builtin | command | http
+    builtin: str | None = None  # for kind=builtin: noop | reference
+    command: list[str] | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout: float = 3600.0
+
+
+class ModelEndpoint(BaseModel):
+    """An OpenAI-compatible chat endpoint (judge, simulated customer)."""
+
+    base_url: str
+    model: str
+    api_key: str | None = Field(default=None, repr=False)
+    timeout: float = 120.0
+
+
+class Settings(BaseModel):
+    data_dir: Path
+    database_url: str | None = None  # None: sqlite in data_dir
+    host: str = "127.0.0.1"
+    port: int = 8700
+    # The admin key's plain value when it came from GH_SERVER_API_KEY (never logged).
+    admin_api_key: str | None = Field(default=None, repr=False)
+    # Public base URL for links (replay_url); defaults to http://host:port.
+    public_url: str | None = None
+    runner_grace_seconds: float = 120.0
+    heartbeat_interval: float = 10.0
+    dead_after: float = 45.0
+    # A runner is shown online when connected and seen within this many seconds.
+    online_window_seconds: float = 60.0
+    agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    judge: ModelEndpoint | None = None
+    customer_model: ModelEndpoint | None = None
+    webhook_timeout: float = 10.0
+    webhook_max_attempts: int = 8
+    # Seconds between webhook delivery retries start here and double (capped).
+    webhook_backoff_base: float = 2.0
+    webhook_backoff_cap: float = 600.0
+    # Requests per second per API key (token bucket); 0 disables.
+    rate_limit_per_second: float = 0.0
+    rate_limit_burst: int = 100
+    start_background_tasks: bool = True
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        if self.database_url is None:
+            return f"sqlite:///{self.data_dir / 'gh-server.db'}"
+        url = self.database_url
+        # psycopg 3 is the driver we ship; accept the plain libpq-style scheme operators type.
+        if url.startswith("postgresql://") or url.startswith("postgres://"):
+            url = "postgresql+psycopg://" + url.split("://", 1)[1]
+        return url
+
+    @property
+    def base_url(self) -> str:
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        return f"http://{self.host}:{self.port}"
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Settings:
+        """GH_SERVER_DATA_DIR, GH_SERVER_DATABASE_URL, GH_SERVER_HOST, GH_SERVER_PORT, GH_SERVER_API_KEY, ..."""
+        env: dict[str, Any] = {}
+        mapping = {
+            "data_dir": "GH_SERVER_DATA_DIR",
+            "database_url": "GH_SERVER_DATABASE_URL",
+            "host": "GH_SERVER_HOST",
+            "port": "GH_SERVER_PORT",
+            "admin_api_key": "GH_SERVER_API_KEY",
+            "public_url": "GH_SERVER_PUBLIC_URL",
+            "runner_grace_seconds": "GH_SERVER_RUNNER_GRACE_SECONDS",
+        }
+        for field, var in mapping.items():
+            if os.environ.get(var):
+                env[field] = os.environ[var]
+        env.update({k: v for k, v in overrides.items() if v is not None})
+        if "data_dir" not in env:
+            env["data_dir"] = Path("/var/lib/gh-server")
+        return cls(**env)
