@@ -122,6 +122,10 @@ class AttemptResult(_Msg):
     metrics: AttemptMetrics = Field(default_factory=AttemptMetrics)
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    # The case has no check_script (rubric only): the runner ran no check, so outcome "passed" is
+    # provisional and the server decides it with the rubric judge.
+    check_absent: bool = False
+    task_limit_reached: bool = False  # the task was stopped at limits.minutes (and then checked)
 
 
 # ---------------------------------------------------------------------------------------------
