@@ -1,0 +1,223 @@
+"""What `gh-runner local` prints and writes at the end of a run: the results table, each agent's
+pass rate with a 95% confidence interval, and the JSON report.
+
+Pure functions over the API's objects (`test_run`, `test_run_results`, `attempt`), so the same
+code reads a run from the embedded control plane or from any gh-server.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+Z_95 = 1.959963984540054  # two-sided 95% normal quantile
+
+
+@dataclass(frozen=True)
+class Interval:
+    low: float
+    high: float
+
+
+def wilson_interval(successes: int, n: int, z: float = Z_95) -> Interval | None:
+    """Wilson score interval for a binomial proportion; None when there is no trial.
+
+    Chosen over the normal approximation because runs are small (a few tries per case) and pass
+    rates sit near 0 or 1, where the normal interval collapses to a point or leaves [0, 1].
+    """
+    if n < 0 or successes < 0 or successes > n:
+        raise ValueError(f"need 0 <= successes <= n, got successes={successes}, n={n}")
+    if n == 0:
+        return None
+    p = successes / n
+    z2 = z * z
+    denom = 1 + z2 / n
+    centre = (p + z2 / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denom
+    # At 0 or n successes the bound is exactly 0 or 1; rounding would otherwise print 99.99...%.
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return Interval(low, high)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One case with one agent."""
+
+    key: str
+    agent_id: str
+    tries: int
+    passed: int
+    failed: int
+    error: int
+    median_seconds: float | None
+
+
+@dataclass(frozen=True)
+class AgentSummary:
+    agent_id: str
+    tries: int
+    passed: int
+    failed: int
+    error: int
+    pass_rate: float | None  # passed / (passed + failed): errors are ours, never the agent's
+    ci95: Interval | None
+
+
+def _median(values: Iterable[float]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return float(statistics.median(vals)) if vals else None
+
+
+def rows_from_attempts(attempts: Sequence[Mapping[str, Any]], case_order: Sequence[str] = ()) -> list[Row]:
+    """Rows per (case, agent) from the last attempt of each try (the ones `is_last` lists).
+
+    Computed here rather than copied from `results` so the table and the JSON report come from one
+    list of attempts; the e2e tests check that both agree with the server's `results`.
+    """
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for a in attempts:
+        key = str(a.get("key") or a.get("test_case_id"))
+        groups.setdefault((key, str(a["agent_id"])), []).append(a)
+    order = {k: i for i, k in enumerate(case_order)}
+    rows = []
+    for (key, agent), items in groups.items():
+        outcomes = [a.get("outcome") for a in items]
+        rows.append(Row(
+            key=key, agent_id=agent, tries=len(items),
+            passed=outcomes.count("passed"), failed=outcomes.count("failed"), error=outcomes.count("error"),
+            median_seconds=_median(s for a in items if (s := attempt_seconds(a)) is not None),
+        ))
+    rows.sort(key=lambda r: (order.get(r.key, len(order)), r.key, r.agent_id))
+    return rows
+
+
+def attempt_seconds(a: Mapping[str, Any]) -> float | None:
+    """Wall seconds of an attempt: from its start to its end, when both are known."""
+    from datetime import datetime
+
+    start, end = a.get("started_at"), a.get("finished_at")
+    if not start or not end:
+        return None
+    try:
+        t0 = datetime.fromisoformat(str(start).replace("Z", "+00:00"))
+        t1 = datetime.fromisoformat(str(end).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return max(0.0, (t1 - t0).total_seconds())
+
+
+def summarize_agents(rows: Sequence[Row], agents: Sequence[str] = ()) -> list[AgentSummary]:
+    totals: dict[str, list[int]] = {a: [0, 0, 0, 0] for a in agents}
+    for r in rows:
+        t = totals.setdefault(r.agent_id, [0, 0, 0, 0])
+        t[0] += r.tries
+        t[1] += r.passed
+        t[2] += r.failed
+        t[3] += r.error
+    out = []
+    for agent, (tries, passed, failed, error) in totals.items():
+        scored = passed + failed
+        out.append(AgentSummary(
+            agent_id=agent, tries=tries, passed=passed, failed=failed, error=error,
+            pass_rate=(passed / scored) if scored else None, ci95=wilson_interval(passed, scored),
+        ))
+    return out
+
+
+def _fmt_seconds(s: float | None) -> str:
+    return "-" if s is None else f"{s:.1f}"
+
+
+def _fmt_rate(s: AgentSummary) -> str:
+    if s.pass_rate is None or s.ci95 is None:
+        return "n/a (no scored tries)"
+    ci = f"95% CI {s.ci95.low * 100:.0f}%-{s.ci95.high * 100:.0f}%"
+    return f"{s.pass_rate * 100:.0f}%  ({ci}, n={s.passed + s.failed})"
+
+
+def render_table(rows: Sequence[Row], summaries: Sequence[AgentSummary]) -> str:
+    """The plain-text table printed at the end of `gh-runner local`."""
+    header = ("case", "agent", "tries", "passed", "failed", "error", "median s")
+    body = [(r.key, r.agent_id, str(r.tries), str(r.passed), str(r.failed), str(r.error),
+             _fmt_seconds(r.median_seconds)) for r in rows]
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
+
+    def line(cells: Sequence[str]) -> str:
+        cols = enumerate(zip(cells, widths, strict=True))
+        return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in cols)
+
+    out = [line(header), line(["-" * w for w in widths])]
+    out += [line(b) for b in body]
+    out.append("")
+    out.append("pass rate per agent (errors are not counted against the agent):")
+    name_w = max((len(s.agent_id) for s in summaries), default=5)
+    for s in summaries:
+        extra = f"  [{s.error} error{'s' if s.error != 1 else ''}]" if s.error else ""
+        out.append(f"  {s.agent_id.ljust(name_w)}  {_fmt_rate(s)}{extra}")
+    return "\n".join(out)
+
+
+def _attempt_entry(a: Mapping[str, Any]) -> dict[str, Any]:
+    keep = ("attempt_id", "test_case_id", "key", "agent_id", "try", "retry_of", "status", "outcome", "error",
+            "check", "metrics", "replay_url", "runner_id", "started_at", "finished_at")
+    entry = {k: a.get(k) for k in keep}
+    entry["seconds"] = attempt_seconds(a)
+    return entry
+
+
+def build_report(
+    run: Mapping[str, Any],
+    results: Mapping[str, Any] | None,
+    attempts: Sequence[Mapping[str, Any]],
+    all_attempts: Sequence[Mapping[str, Any]] = (),
+    *,
+    case_order: Sequence[str] = (),
+    replays: str | None = None,
+) -> dict[str, Any]:
+    """The JSON report: the run, one row per case and agent, agents' pass rates with their 95% CI,
+    every counted attempt (with its replay) and the retried ones."""
+    rows = rows_from_attempts(attempts, case_order)
+    summaries = summarize_agents(rows, run.get("agents") or ())
+    counted = {a.get("attempt_id") for a in attempts}
+    return {
+        "object": "gh_runner_local_report",
+        "test_run_id": run.get("test_run_id"),
+        "status": run.get("status"),
+        "created_at": run.get("created_at"),
+        "finished_at": run.get("finished_at"),
+        "rows": [r.__dict__ for r in rows],
+        "agents": {
+            s.agent_id: {
+                "tries": s.tries, "passed": s.passed, "failed": s.failed, "error": s.error,
+                "pass_rate": s.pass_rate,
+                "ci95": None if s.ci95 is None else [round(s.ci95.low, 4), round(s.ci95.high, 4)],
+            }
+            for s in summaries
+        },
+        "results": dict(results) if results is not None else None,
+        "attempts": [_attempt_entry(a) for a in attempts],
+        "retried_attempts": [_attempt_entry(a) for a in all_attempts if a.get("attempt_id") not in counted],
+        "replays": replays,
+    }
+
+
+def write_report(path: Path, report: Mapping[str, Any]) -> None:
+    """Write atomically, so an interrupted run never leaves half a report behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".report-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2, default=str)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
