@@ -1,0 +1,107 @@
+// The replay page: plays an attempt's frames on a timeline with the input event before each frame,
+// its phases, the check outputs and the outcome. All data is embedded in the page (redacted by the
+// server), so the same page works served by gh-server and exported to disk by `gh-runner local`.
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("replay-data").textContent);
+  var frames = data.frames || [];
+  var $ = function (id) { return document.getElementById(id); };
+  var text = function (el, s) { el.textContent = s == null ? "" : String(s); };
+
+  function describe(ev) {
+    if (!ev) return "";
+    switch (ev.type) {
+      case "click": case "double_click": return ev.type + " " + (ev.button || "left") + " at " + ev.x + "," + ev.y;
+      case "move": return "move to " + ev.x + "," + ev.y;
+      case "scroll": return "scroll " + ev.dy + " at " + ev.x + "," + ev.y;
+      case "type": return "type " + JSON.stringify(ev.text);
+      case "key": return "key " + (ev.keys || []).join("+");
+      default: return ev.type || JSON.stringify(ev);
+    }
+  }
+
+  text($("title"), (data.key ? data.key + " · " : "") + (data.name || data.attempt_id));
+  var badge = $("outcome");
+  text(badge, data.outcome || data.status || "unknown");
+  badge.className = "badge " + (data.outcome || "");
+  text($("meta"), "attempt " + data.attempt_id + " · agent " + data.agent_id + " · try " + data["try"] +
+       (data.retry_of ? " · retry of " + data.retry_of : "") + " · run " + data.test_run_id +
+       (data.started_at ? " · started " + data.started_at : "") + (data.finished_at ? " · finished " + data.finished_at : ""));
+  text($("prompt"), data.prompt);
+  text($("answer"), data.answer || "(none)");
+  if (data.error) { $("error-box").hidden = false; text($("error"), data.error); }
+
+  var check = data.check || {};
+  var dl = $("check");
+  ["before", "after", "passed"].forEach(function (k) {
+    var dt = document.createElement("dt"); text(dt, k);
+    var dd = document.createElement("dd");
+    var v = check[k];
+    var pre = document.createElement("pre");
+    text(pre, v == null ? "—" : (typeof v === "object" ? JSON.stringify(v, null, 1) : v));
+    dd.appendChild(pre); dl.appendChild(dt); dl.appendChild(dd);
+  });
+
+  var phases = data.phases || [];
+  var total = phases.reduce(function (s, p) { return Math.max(s, p.start + p.seconds); }, 0);
+  frames.forEach(function (f) { total = Math.max(total, f.t || 0); });
+  total = total || 1;
+  var tbody = $("phases").querySelector("tbody");
+  phases.forEach(function (p) {
+    var tr = document.createElement("tr");
+    [p.name, p.start.toFixed(1), p.seconds.toFixed(1)].forEach(function (c) {
+      var td = document.createElement("td"); text(td, c); tr.appendChild(td);
+    });
+    tbody.appendChild(tr);
+    var seg = document.createElement("div");
+    seg.className = "ph-" + p.name;
+    seg.style.width = (100 * p.seconds / total) + "%";
+    seg.title = p.name + " " + p.seconds.toFixed(1) + " s";
+    text(seg, p.name);
+    $("phase-bar").appendChild(seg);
+  });
+
+  var marks = [], items = [];
+  frames.forEach(function (f, i) {
+    var m = document.createElement("span");
+    m.className = f.event ? "input" : "";
+    m.style.left = (100 * (f.t || 0) / total) + "%";
+    m.title = (f.t || 0).toFixed(1) + " s " + f.label + (f.event ? ": " + describe(f.event) : "");
+    m.addEventListener("click", function () { show(i); stop(); });
+    $("marks").appendChild(m); marks.push(m);
+    var li = document.createElement("li");
+    text(li, (f.t || 0).toFixed(1) + " s — " + f.label + (f.event ? ": " + describe(f.event) : ""));
+    li.addEventListener("click", function () { show(i); stop(); });
+    $("events").appendChild(li); items.push(li);
+  });
+
+  var current = -1, timer = null;
+  var scrub = $("scrub");
+  scrub.max = String(Math.max(0, frames.length - 1));
+  function show(i) {
+    if (!frames.length) return;
+    i = Math.max(0, Math.min(frames.length - 1, i));
+    if (current >= 0) { marks[current].classList.remove("current"); items[current].classList.remove("current"); }
+    current = i;
+    var f = frames[i];
+    $("screen").src = f.src;
+    marks[i].classList.add("current"); items[i].classList.add("current");
+    scrub.value = String(i);
+    text($("clock"), (f.t || 0).toFixed(1) + " s");
+    text($("frame-info"), "frame " + (i + 1) + "/" + frames.length + " · " + f.label + (f.event ? " · after " + describe(f.event) : ""));
+  }
+  function stop() { if (timer) { clearTimeout(timer); timer = null; } text($("play"), "Play"); }
+  function step() {
+    if (current >= frames.length - 1) { stop(); return; }
+    var dt = (frames[current + 1].t || 0) - (frames[current].t || 0);
+    timer = setTimeout(function () { show(current + 1); step(); }, Math.min(2000, Math.max(300, dt * 1000)));
+  }
+  $("play").addEventListener("click", function () {
+    if (timer) { stop(); return; }
+    if (current >= frames.length - 1) show(0);
+    text($("play"), "Pause"); step();
+  });
+  scrub.addEventListener("input", function () { stop(); show(parseInt(scrub.value, 10)); });
+  if (frames.length) { show(0); } else { $("screen").hidden = true; $("no-frames").hidden = false; }
+  document.body.setAttribute("data-ready", "1");
+})();
