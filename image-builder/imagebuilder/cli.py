@@ -1,0 +1,45 @@
+"""`image-builder/build NAME --out DIR`: the one entry point for every image."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .debs import DEFAULT_CACHE, DebCache
+from .errors import BuildError
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="image-builder/build", description="Build a gh-runner image into DIR/NAME/.")
+    p.add_argument("name", choices=["linux-tiny", "windows-10"], help="which image to build")
+    p.add_argument("--out", required=True, type=Path, help="images directory (the runner's --images-dir)")
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help=f"download cache (default {DEFAULT_CACHE})")
+    p.add_argument("--force", action="store_true", help="rebuild even when the inputs are unchanged")
+    p.add_argument("--kernel", choices=["generic", "cloud"], default="generic",
+                   help="linux-tiny: Debian kernel flavour (the cloud kernel has no USB, so no USB tablet)")
+    p.add_argument("--iso", type=Path, help="windows-10: the Windows 10 22H2 installer ISO")
+    p.add_argument("--virtio-iso", type=Path, help="windows-10: the virtio-win driver ISO")
+    p.add_argument("--dry-run", action="store_true",
+                   help="windows-10: print the VM definition and the steps, build nothing")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.name == "linux-tiny":
+            from . import linux_tiny
+
+            linux_tiny.build(args.out.absolute(), DebCache(args.cache), kernel_flavour=args.kernel, force=args.force)
+        else:
+            from . import windows10
+
+            return windows10.main(args)
+    except BuildError as e:
+        print(f"image-builder: {args.name}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("image-builder: interrupted", file=sys.stderr)
+        return 130
+    return 0

@@ -1,0 +1,155 @@
+"""The steps every image build shares: boot the build VM, wait for its guest channel, provision,
+seal, shut down cleanly, convert to a compressed qcow2, and publish the image directory with its
+manifest atomically (a runner reading the images dir never sees a half-written image)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from providers.manifest import MANIFEST_NAME, ImageManifest, ManifestError, dump_manifest, load_manifest
+
+from . import proc
+from .errors import BuildError
+from .qga import ExecResult
+from .vm import BuildVM
+
+INPUTS_FILE = "build-inputs.json"
+
+
+def log(msg: str) -> None:
+    print(f"[image-builder] {msg}", file=sys.stderr, flush=True)
+
+
+class GuestChannel(Protocol):
+    """How provisioning reaches the guest: the QEMU guest agent, or WinRM for a Windows build."""
+
+    def wait_ready(self, timeout: float) -> float: ...
+    def run_script(self, shell: str, script: str, timeout: float = 120.0) -> ExecResult: ...
+    def shutdown(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Script:
+    name: str
+    body: str
+    timeout: float = 300.0
+
+
+@dataclass
+class BootPlan:
+    """What to do with the guest once it is up. `check` runs on the host while the VM is alive
+    (e.g. the linux-tiny screen test)."""
+
+    shell: str
+    provision: list[Script]
+    seal: list[Script]
+    ready_timeout: float
+    shutdown_timeout: float
+    check: Callable[[BuildVM], None] | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def describe(plan: BootPlan, channel_name: str) -> list[str]:
+    lines = [f"boot the build VM and wait for {channel_name} (up to {plan.ready_timeout:.0f} s)"]
+    lines += [f"provision: {s.name} (timeout {s.timeout:.0f} s)" for s in plan.provision]
+    lines += [f"seal: {s.name} (timeout {s.timeout:.0f} s)" for s in plan.seal]
+    lines.append(f"shut the guest down and wait for QEMU to exit (up to {plan.shutdown_timeout:.0f} s)")
+    return lines
+
+
+def boot_provision_seal(vm: BuildVM, channel: GuestChannel, plan: BootPlan) -> None:
+    """Run the guest through the plan; on any failure the VM is killed and the error carries the
+    tail of its serial console, which is where a guest that did not boot says why."""
+    t0 = time.monotonic()
+    try:
+        with vm:
+            log(f"booting ({vm.accel}): {vm.command_line()}")
+            plan.timings["ready_s"] = channel.wait_ready(plan.ready_timeout)
+            log(f"guest channel answered after {plan.timings['ready_s']:.1f} s")
+            for script in [*plan.provision, *plan.seal]:
+                t = time.monotonic()
+                res = channel.run_script(plan.shell, script.body, timeout=script.timeout)
+                if res.exit_code != 0:
+                    raise BuildError(
+                        f"step {script.name!r} failed with exit code {res.exit_code}: "
+                        f"{(res.stderr or res.stdout).strip()[-800:]}"
+                    )
+                log(f"{script.name}: ok ({time.monotonic() - t:.1f} s)")
+            if plan.check is not None:
+                plan.check(vm)
+            channel.shutdown()
+            if not vm.wait_exit(plan.shutdown_timeout):
+                raise BuildError(f"the guest did not power off within {plan.shutdown_timeout:.0f} s")
+    except BuildError as e:
+        tail = vm.serial_tail()
+        qemu = vm.qemu_output()
+        extra = f"\n--- serial console (tail) ---\n{tail}" if tail else ""
+        extra += f"\n--- qemu ---\n{qemu}" if qemu else ""
+        raise BuildError(f"{e}{extra}") from None
+    plan.timings["vm_total_s"] = time.monotonic() - t0
+
+
+def convert_compressed(src: Path, src_format: str, dest: Path) -> None:
+    tmp = dest.with_name(dest.name + ".part")
+    proc.run(["qemu-img", "convert", "-c", "-f", src_format, "-O", "qcow2", src, tmp], timeout=7200)
+    os.replace(tmp, dest)
+
+
+def inputs_digest(inputs: dict[str, object]) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def up_to_date(image_dir: Path, digest: str) -> ImageManifest | None:
+    """The existing image when it was built from exactly these inputs and its files verify."""
+    try:
+        recorded = json.loads((image_dir / INPUTS_FILE).read_text())
+        if recorded.get("digest") != digest:
+            return None
+        return load_manifest(image_dir, verify_checksum=True)
+    except (OSError, ValueError, ManifestError):
+        return None
+
+
+def staging_dir(out: Path, name: str) -> Path:
+    """A fresh `<out>/.building-*/<name>` directory: on the same filesystem as the final one, so
+    publishing is a rename, and under the final name, so the manifest validates before that."""
+    out.mkdir(parents=True, exist_ok=True)
+    os.chmod(out, os.stat(out).st_mode | 0o755)
+    parent = Path(tempfile.mkdtemp(prefix=f".building-{name}-", dir=out))
+    os.chmod(parent, 0o755)
+    d = parent / name
+    d.mkdir(mode=0o755)
+    return d
+
+
+def discard(staging: Path) -> None:
+    shutil.rmtree(staging.parent, ignore_errors=True)
+
+
+def publish(staging: Path, manifest: ImageManifest, inputs: dict[str, object], digest: str) -> Path:
+    """Write the manifest and the inputs record, check the image validates, then swap it in."""
+    (staging / INPUTS_FILE).write_text(json.dumps({"digest": digest, "inputs": inputs}, indent=2, sort_keys=True))
+    (staging / MANIFEST_NAME).write_text(dump_manifest(manifest))
+    for p in staging.iterdir():
+        os.chmod(p, 0o644)
+    try:
+        load_manifest(staging, verify_checksum=True)
+    except ManifestError as e:
+        raise BuildError(f"the image just built does not validate: {e}") from None
+    final = staging.parent.parent / manifest.name
+    if final.exists():
+        os.replace(final, staging.parent / f"{manifest.name}.old")
+    os.replace(staging, final)
+    shutil.rmtree(staging.parent, ignore_errors=True)
+    return final
