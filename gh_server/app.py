@@ -24,6 +24,9 @@ def create_app(settings: Settings, state: ServerState | None = None) -> FastAPI:
     """Build the app. The schema is upgraded here (not lazily) so a broken database fails at start."""
     st = state or create_state(settings)
     db.upgrade(st.engine)
+    from gh_server.auth import ensure_admin_key
+
+    ensure_admin_key(st)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -51,7 +54,8 @@ def create_app(settings: Settings, state: ServerState | None = None) -> FastAPI:
 
 def _install_optional(app: FastAPI, st: ServerState) -> None:
     """Parts built by other modules plug in through `install(app, state)` when present."""
-    for name in ("gh_server.api", "gh_server.webhooks", "gh_server.gateway"):
+    names = ["gh_server.api", "gh_server.webhooks"] + (["gh_server.gateway"] if st.settings.gateway else [])
+    for name in names:
         try:
             mod = importlib.import_module(name)
         except ModuleNotFoundError as e:

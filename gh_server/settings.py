@@ -56,6 +56,8 @@ class Settings(BaseModel):
     rate_limit_per_second: float = 0.0
     rate_limit_burst: int = 100
     start_background_tasks: bool = True
+    # The runner gateway and scheduler (gh_server.gateway); off only for API-only tests and tools.
+    gateway: bool = True
 
     @property
     def sqlalchemy_url(self) -> str:

@@ -1,0 +1,262 @@
+"""Request bodies, with every limit of the seed; a violation is a 400 that names the field."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+KEY_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+SCRIPT_MAX = 100_000
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def decode_script(value: Any) -> str | None:
+    """A script as a string, or {"base64": ...} (UTF-8) for firewalls that refuse script-looking bodies."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        if set(value) != {"base64"} or not isinstance(value["base64"], str):
+            raise ValueError('must be a string or {"base64": "..."}')
+        try:
+            text = base64.b64decode(value["base64"], validate=True).decode("utf-8")
+        except (binascii.Error, ValueError):
+            raise ValueError("base64 is not valid base64 of UTF-8 text") from None
+        value = text
+    if not isinstance(value, str):
+        raise ValueError('must be a string or {"base64": "..."}')
+    if len(value) > SCRIPT_MAX:
+        raise ValueError(f"is {len(value):,} characters; the limit is {SCRIPT_MAX:,}")
+    return value
+
+
+Metadata = dict[str, str]
+
+
+def check_metadata(v: dict[str, str] | None) -> dict[str, str] | None:
+    if v is None:
+        return v
+    if len(v) > 50:
+        raise ValueError("has more than 50 keys")
+    for k, val in v.items():
+        if len(k) > 64:
+            raise ValueError(f"key {k[:20]!r}... is longer than 64 characters")
+        if len(val) > 500:
+            raise ValueError(f"value of {k!r} is longer than 500 characters")
+    return v
+
+
+class SecretFact(_Body):
+    secret: str = Field(max_length=2000)
+
+
+class Customer(_Body):
+    persona: str | None = Field(default=None, max_length=4000)
+    facts: dict[str, str | SecretFact] | None = None
+    clicks_admin_prompts: bool | None = None
+    does_steps: bool | None = None
+
+    @field_validator("facts")
+    @classmethod
+    def _facts(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None and len(v) > 50:
+            raise ValueError(f"has {len(v)} facts; the limit is 50")
+        return v
+
+
+class Success(_Body):
+    check_script: Any = None
+    rubric: str | None = Field(default=None, max_length=8000)
+
+    @field_validator("check_script", mode="before")
+    @classmethod
+    def _script(cls, v: Any) -> str | None:
+        return decode_script(v)
+
+    @model_validator(mode="after")
+    def _one(self) -> Success:
+        if not (self.check_script or "").strip() and not (self.rubric or "").strip():
+            raise ValueError("needs a check_script or a rubric (or both)")
+        return self
+
+
+class Operator(_Body):
+    approvals: Literal["approve", "deny"] = "approve"
+
+
+class Limits(_Body):
+    minutes: int = Field(default=10, ge=1, le=60)
+    steps: int | None = Field(default=None, ge=1, le=500)
+
+
+def check_key(v: str | None) -> str | None:
+    if v is None:
+        return v
+    if not KEY_RE.match(v):
+        raise ValueError("must be 1 to 64 of A-Za-z0-9._-")
+    if v.startswith("tc_"):
+        raise ValueError('must not start with "tc_" (that is how ids start)')
+    return v
+
+
+def check_tags(v: list[str] | None) -> list[str] | None:
+    if v is None:
+        return v
+    if len(v) > 50:
+        raise ValueError(f"has {len(v)} tags; the limit is 50")
+    for t in v:
+        if not t or len(t) > 64:
+            raise ValueError(f"tag {t[:70]!r} must be 1 to 64 characters")
+    return list(dict.fromkeys(v))
+
+
+class TestCaseFields(_Body):
+    """Every field of a test case, all optional: PATCH uses it as is; create checks the required ones."""
+
+    __test__ = False
+    key: str | None = None
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    prompt: str | None = Field(default=None, min_length=1, max_length=8000)
+    start_state: str | None = Field(default=None, min_length=1, max_length=200)
+    setup_script: Any = None
+    success: Success | None = None
+    customer: Customer | None = None
+    operator: Operator | None = None
+    limits: Limits | None = None
+    runs_on: str | None = Field(default=None, min_length=1, max_length=64)
+    category: str | None = Field(default=None, max_length=200)
+    tags: list[str] | None = None
+    metadata: Metadata | None = None
+
+    _key = field_validator("key")(classmethod(lambda cls, v: check_key(v)))
+    _tags = field_validator("tags")(classmethod(lambda cls, v: check_tags(v)))
+    _meta = field_validator("metadata")(classmethod(lambda cls, v: check_metadata(v)))
+
+    @field_validator("setup_script", mode="before")
+    @classmethod
+    def _setup(cls, v: Any) -> str | None:
+        return decode_script(v)
+
+
+class TestCaseCreate(TestCaseFields):
+    __test__ = False
+    name: str = Field(min_length=1, max_length=200)  # type: ignore[assignment]
+    prompt: str = Field(min_length=1, max_length=8000)  # type: ignore[assignment]
+    start_state: str = Field(min_length=1, max_length=200)  # type: ignore[assignment]
+    success: Success  # type: ignore[assignment]
+
+
+class TestCaseBatchBody(_Body):
+    __test__ = False
+    cases: list[TestCaseCreate] = Field(min_length=1, max_length=500)
+    test_set_id: str | None = None
+
+
+class TestSetCaseInput(_Body):
+    __test__ = False
+    test_case_id: str
+    repeat: int | None = Field(default=None, ge=1, le=20)
+
+
+class TestSetFields(_Body):
+    __test__ = False
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    description: str | None = Field(default=None, max_length=4000)
+    repeat: int | None = Field(default=None, ge=1, le=20)
+    customer: Customer | None = None
+    cases: list[TestSetCaseInput] | None = Field(default=None, max_length=5000)
+    metadata: Metadata | None = None
+    _meta = field_validator("metadata")(classmethod(lambda cls, v: check_metadata(v)))
+
+
+class TestSetCreate(TestSetFields):
+    __test__ = False
+    name: str = Field(min_length=1, max_length=200)  # type: ignore[assignment]
+
+
+class AddCases(_Body):
+    test_case_ids: list[str] = Field(min_length=1, max_length=5000)
+    repeat: int | None = Field(default=None, ge=1, le=20)
+
+
+class TestRunCreate(_Body):
+    __test__ = False
+    test_set_id: str | None = None
+    test_case_ids: list[str] | None = Field(default=None, min_length=1, max_length=5000)
+    agents: list[str] | None = Field(default=None, min_length=1, max_length=20)
+    repeat: int | None = Field(default=None, ge=1, le=20)
+    repeat_by_case: dict[str, int] | None = None
+    name: str | None = Field(default=None, max_length=200)
+    metadata: Metadata | None = None
+    # Accepted for SDK compatibility; a self-hosted control plane has no app or agent versions.
+    app_version: str | None = None
+    agent_version: str | None = None
+    cold: bool | None = None
+    _meta = field_validator("metadata")(classmethod(lambda cls, v: check_metadata(v)))
+
+    @field_validator("repeat_by_case")
+    @classmethod
+    def _rbc(cls, v: dict[str, int] | None) -> dict[str, int] | None:
+        for k, n in (v or {}).items():
+            if not isinstance(n, int) or not 1 <= n <= 20:
+                raise ValueError(f"{k}: tries must be 1 to 20")
+        return v
+
+    @model_validator(mode="after")
+    def _source(self) -> TestRunCreate:
+        if (self.test_set_id is None) == (self.test_case_ids is None):
+            raise ValueError("send test_set_id or test_case_ids (one of them)")
+        return self
+
+
+class Rerun(_Body):
+    only: Literal["failed", "error", "all"] | None = None
+    agent_version: str | None = None
+
+
+class RunnerCreate(_Body):
+    name: str = Field(min_length=1, max_length=200)
+
+
+class StartStateCreate(_Body):
+    name: str = Field(min_length=1, max_length=200)
+    from_: str = Field(alias="from", min_length=1, max_length=200)
+    script: Any = None
+    instruction: str | None = Field(default=None, max_length=8000)
+    agent_id: str | None = Field(default=None, max_length=200)
+    description: str | None = Field(default=None, max_length=4000)
+    metadata: Metadata | None = None
+    _meta = field_validator("metadata")(classmethod(lambda cls, v: check_metadata(v)))
+
+    @field_validator("script", mode="before")
+    @classmethod
+    def _script(cls, v: Any) -> str | None:
+        return decode_script(v)
+
+
+class StartStateUpdate(_Body):
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    description: str | None = Field(default=None, max_length=4000)
+    metadata: Metadata | None = None
+    _meta = field_validator("metadata")(classmethod(lambda cls, v: check_metadata(v)))
+
+
+class InputBody(_Body):
+    events: list[dict[str, Any]] = Field(min_length=1, max_length=500)
+
+
+class WebhookUpdate(_Body):
+    url: str | None = Field(default=None, max_length=2000)
+    events: list[str] | None = None
+    rotate_secret: bool | None = None
+
+
+class KeyCreate(_Body):
+    name: str = Field(min_length=1, max_length=200)
+    role: Literal["admin", "member"] = "member"

@@ -1,0 +1,120 @@
+"""The API's error envelope: {"error": {"type", "message", ...extra}} with the SDK's types and statuses.
+
+FastAPI's own errors (validation, 404 for unknown routes, 405) are mapped into the same envelope, so a
+client never sees `{"detail": ...}`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("gh_server.api")
+
+TYPE_BY_STATUS = {
+    400: "invalid_request",
+    401: "authentication",
+    402: "payment_required",
+    403: "permission",
+    404: "not_found",
+    405: "invalid_request",
+    409: "conflict",
+    413: "invalid_request",
+    415: "invalid_request",
+    422: "invalid_request",
+    429: "rate_limit",
+}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, *, type: str | None = None, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type or TYPE_BY_STATUS.get(status, "server_error" if status >= 500 else "invalid_request")
+        self.extra = extra
+        self.headers: dict[str, str] = {}
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"type": self.type, "message": self.message, **self.extra}}
+
+
+def invalid(param: str, message: str, **extra: Any) -> ApiError:
+    """A 400 that names the field (`param`), also in the message so it reads on its own."""
+    text = message if message.startswith(param) else f"{param}: {message}"
+    return ApiError(400, text, param=param, **extra)
+
+
+def not_found(what: str, ident: str) -> ApiError:
+    return ApiError(404, f"No {what} {ident!r}.")
+
+
+def conflict(message: str, **extra: Any) -> ApiError:
+    return ApiError(409, message, **extra)
+
+
+def _loc_to_param(loc: tuple[Any, ...] | list[Any]) -> str:
+    parts: list[str] = []
+    items = list(loc)
+    if items and items[0] in ("body", "query", "path", "header"):
+        items = items[1:]
+    for p in items:
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        elif isinstance(p, str) and (p.isidentifier() or p.replace("-", "_").isidentifier()):
+            # Pydantic adds union-member tags (e.g. "function-after[...]") to locs: drop those.
+            if "[" in p or p in ("str", "int", "dict", "list", "float", "bool", "none"):
+                continue
+            parts.append(("." if parts else "") + p)
+    return "".join(parts) or "body"
+
+
+def _validation_error(exc: RequestValidationError) -> ApiError:
+    errors = exc.errors()
+    if not errors:
+        return ApiError(400, "The request is invalid.")
+    first = errors[0]
+    param = _loc_to_param(first.get("loc", ()))
+    msg = str(first.get("msg", "invalid"))
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    if first.get("type") == "missing":
+        msg = "is required"
+    elif first.get("type") == "extra_forbidden":
+        msg = "is not a known field"
+    elif first.get("type") == "json_invalid":
+        return ApiError(400, "The request body is not valid JSON.", param="body")
+    more = len(errors) - 1
+    text = f"{param}: {msg}" + (f" (and {more} more problem{'s' if more > 1 else ''})" if more else "")
+    return ApiError(400, text, param=param)
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(_req: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers or None)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_req: Request, exc: RequestValidationError) -> JSONResponse:
+        err = _validation_error(exc)
+        return JSONResponse(err.body(), status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_req: Request, exc: StarletteHTTPException) -> JSONResponse:
+        status = exc.status_code
+        message = str(exc.detail) if exc.detail else "error"
+        if status == 404 and message == "Not Found":
+            message = "No such endpoint."
+        err = ApiError(status, message)
+        return JSONResponse(err.body(), status_code=status, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_req: Request, exc: Exception) -> JSONResponse:
+        # The message is generic on purpose: an exception's text may carry a secret from the request.
+        log.exception("unhandled error in API request")
+        return JSONResponse(ApiError(500, "Internal server error.").body(), status_code=500)

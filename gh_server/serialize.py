@@ -1,0 +1,219 @@
+"""Rows -> the API's objects (the shapes of the seed and the SDK's _types.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from gh_server.models import ApiKey, Attempt, Runner, StartState, TestCase, TestRun, TestSet
+
+
+def ts(value: datetime | None) -> str | None:
+    """ISO 8601 in UTC with milliseconds and a Z, as the seed's examples."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def test_case(row: TestCase) -> dict[str, Any]:
+    success = dict(row.success or {})
+    limits = dict(row.limits or {})
+    return {
+        "object": "test_case",
+        "test_case_id": row.id,
+        "key": row.key,
+        "name": row.name,
+        "prompt": row.prompt,
+        "start_state": row.start_state,
+        "setup_script": row.setup_script,
+        "success": {"check_script": success.get("check_script"), "rubric": success.get("rubric")},
+        "customer": row.customer,
+        "operator": row.operator or {"approvals": "approve"},
+        "limits": {"minutes": limits.get("minutes", 10), "steps": limits.get("steps")},
+        "runs_on": row.runs_on,
+        "category": row.category,
+        "tags": list(row.tags or []),
+        "metadata": dict(row.metadata_ or {}),
+        "created_at": ts(row.created_at),
+        "updated_at": ts(row.updated_at),
+    }
+
+
+def test_set(row: TestSet, cases: list[tuple[str, str | None, int | None]]) -> dict[str, Any]:
+    return {
+        "object": "test_set",
+        "test_set_id": row.id,
+        "name": row.name,
+        "description": row.description or "",
+        "repeat": row.repeat,
+        "customer": row.customer,
+        "cases": [{"test_case_id": cid, "key": key, "repeat": rep} for cid, key, rep in cases],
+        "case_count": len(cases),
+        "metadata": dict(row.metadata_ or {}),
+        "created_at": ts(row.created_at),
+        "updated_at": ts(row.updated_at),
+    }
+
+
+def test_run(row: TestRun, progress: dict[str, int], pass_rate: dict[str, float | None]) -> dict[str, Any]:
+    return {
+        "object": "test_run",
+        "test_run_id": row.id,
+        "name": row.name or "",
+        "test_set_id": row.test_set_id,
+        "agents": list(row.agents or []),
+        "status": row.status,
+        "app_version": None,
+        "progress": progress,
+        "pass_rate": pass_rate,
+        "agent_versions": {a: None for a in row.agents or []},
+        "rerun_of": row.rerun_of,
+        "metadata": dict(row.metadata_ or {}),
+        "created_at": ts(row.created_at),
+        "started_at": ts(row.started_at),
+        "finished_at": ts(row.finished_at),
+    }
+
+
+# Internal attempt statuses -> the API's (a lease not yet accepted is already being prepared for).
+_ATTEMPT_STATUS = {"leased": "preparing"}
+
+
+def attempt(row: Attempt, key: str | None, base_url: str) -> dict[str, Any]:
+    check = row.check or None
+    if check is not None:
+        check = {"before": check.get("before"), "after": check.get("after"), "passed": check.get("passed")}
+    metrics = row.metrics
+    if metrics is not None:
+        m = dict(metrics)
+        metrics = {
+            **m,
+            "active_seconds": round(float(m.get("active_seconds") or 0)),
+            "steps": int(m.get("steps") or 0),
+            "questions": int(m.get("questions") or 0),
+            "approvals": int(m.get("approvals") or 0),
+            "cost_cents": m.get("cost_cents"),
+        }
+    return {
+        "object": "attempt",
+        "attempt_id": row.id,
+        "test_run_id": row.test_run_id,
+        "test_case_id": row.test_case_id,
+        "key": key,
+        "agent_id": row.agent_id,
+        "try": row.try_number,
+        "retry_of": row.retry_of,
+        "is_last": row.is_last,
+        "status": _ATTEMPT_STATUS.get(row.status, row.status),
+        "outcome": row.outcome,
+        "task_id": None,
+        "app_version": None,
+        "replay_url": f"{base_url}/v1/attempts/{row.id}/replay",
+        "check": check,
+        "judge": row.judge,
+        "explanation": None,
+        "customer": list(row.customer_turns or []),
+        "answer": row.answer,
+        "error": row.error,
+        "metrics": metrics,
+        "runner_id": row.runner_id,
+        "created_at": ts(row.created_at),
+        "started_at": ts(row.started_at),
+        "finished_at": ts(row.finished_at),
+    }
+
+
+def runner(row: Runner, online: bool) -> dict[str, Any]:
+    return {
+        "object": "runner",
+        "runner_id": row.id,
+        "name": row.name,
+        "scope": "org",
+        "status": "online" if online else "offline",
+        "provider": "qemu" if row.images else None,
+        "labels": list(row.labels or []),
+        "slots": row.slots,
+        "busy": row.busy,
+        "images": [i.get("name") if isinstance(i, dict) else str(i) for i in row.images or []],
+        "version": row.version,
+        "last_seen_at": ts(row.last_seen_at),
+        "created_at": ts(row.created_at),
+    }
+
+
+# Internal start-state statuses the SDK does not know are shown as the nearest it does.
+_SS_STATUS = {"closing": "open", "deleting": "ready"}
+
+
+def start_state(row: StartState, labels: list[str] | None = None) -> dict[str, Any]:
+    meta = dict(row.metadata_ or {})
+    description = meta.pop("_description", "") if isinstance(meta.get("_description"), str) else ""
+    view = None
+    if row.status == "open":
+        view = {
+            "screen_url": f"/v1/start_states/{row.id}/screen",
+            "input_url": f"/v1/start_states/{row.id}/input",
+            "expires_at": ts(row.last_input_at or row.opened_at),
+        }
+    return {
+        "object": "start_state",
+        "start_state_id": row.id,
+        "kind": "state",
+        "name": row.name,
+        "description": description,
+        "from": row.from_,
+        "image": row.image,
+        "method": row.method,
+        "script": row.script,
+        "instruction": row.instruction,
+        "agent_id": row.agent_id,
+        "task_id": row.task_id,
+        "status": _SS_STATUS.get(row.status, row.status),
+        "version": row.version,
+        "os": "",
+        "labels": list(labels if labels is not None else row.runner_labels or []),
+        "runner_id": row.runner_id,
+        "error": row.error,
+        "view": view,
+        "metadata": meta,
+        "created_at": ts(row.created_at),
+        "updated_at": ts(row.updated_at),
+    }
+
+
+def image(name: str, os_name: str, labels: list[str], version: str | None) -> dict[str, Any]:
+    return {
+        "object": "start_state",
+        "start_state_id": name,
+        "kind": "image",
+        "name": name,
+        "description": "",
+        "from": None,
+        "method": None,
+        "script": None,
+        "instruction": None,
+        "agent_id": None,
+        "status": "ready",
+        "version": 0,
+        "image_version": version,
+        "os": os_name,
+        "labels": labels,
+        "runner_id": None,
+        "error": None,
+        "view": None,
+        "metadata": {},
+        "created_at": None,
+        "updated_at": None,
+    }
+
+
+def api_key(row: ApiKey) -> dict[str, Any]:
+    return {
+        "object": "api_key",
+        "id": row.id,
+        "name": row.name,
+        "role": row.role,
+        "prefix": row.prefix,
+        "created_at": ts(row.created_at),
+        "revoked_at": ts(row.revoked_at),
+    }
