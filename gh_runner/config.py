@@ -1,0 +1,293 @@
+"""The runner's configuration: one pydantic model, filled from defaults, a YAML file, env and flags.
+
+Precedence is flags > env (`GH_RUNNER_<FLAG>`) > file (`--config`) > defaults, key by key. Unknown
+keys and bad values are refused with the key's path and what is allowed, before anything starts.
+
+The token is a `SecretStr`: `repr`/`str` of the config never show it. It comes from, in order:
+`--token`, `GH_RUNNER_TOKEN`, `--token-file` (or `GH_RUNNER_TOKEN_FILE`, or `token_file:` in the
+file), `token:` in the file, then `$CREDENTIALS_DIRECTORY/gh-runner-token` (systemd
+`LoadCredential=gh-runner-token:/etc/gh-runner/token`).
+
+Default directories (documented in `gh-runner --help`):
+- root, or any user when `/var/lib/gh-runner` exists and is writable (the packaged service user):
+  `/var/lib/gh-runner/images` and `/var/lib/gh-runner/state`. libvirt's `qemu:///system` runs QEMU as
+  `libvirt-qemu`, which can traverse `/var/lib` but not `/root`, so a root daemon never defaults
+  under its home.
+- otherwise `$XDG_DATA_HOME/gh-runner/images` (`~/.local/share/gh-runner/images`) and
+  `$XDG_STATE_HOME/gh-runner` (`~/.local/state/gh-runner`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+SERVICE_DIR = Path("/var/lib/gh-runner")
+CREDENTIAL_NAME = "gh-runner-token"
+CONNECT_PATH = "/v1/runners/connect"
+ENV_PREFIX = "GH_RUNNER_"
+
+
+class ConfigError(Exception):
+    """A configuration the runner refuses to start with; the message names the key and what is allowed."""
+
+
+class Timeouts(BaseModel):
+    """Per-phase attempt timeouts in seconds (mirrors `gh_runner.attempt.PhaseTimeouts`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    machine: float = Field(default=180.0, gt=0, le=3600)
+    ready: float = Field(default=180.0, gt=0, le=3600)
+    setup: float = Field(default=600.0, gt=0, le=7200)
+    check: float = Field(default=300.0, gt=0, le=7200)
+    task_grace: float = Field(default=30.0, gt=0, le=3600)
+    screen: float = Field(default=30.0, gt=0, le=600)
+    teardown: float = Field(default=60.0, gt=0, le=3600)
+
+
+class RunnerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    server: str | None = Field(default=None, description="control plane URL (wss://host or https://host)")
+    token: SecretStr | None = None
+    token_file: Path | None = None
+    name: str = Field(default_factory=socket.gethostname, min_length=1, max_length=128)
+    labels: list[str] = Field(default_factory=list)
+    slots: int = Field(default=1, ge=1, le=256)
+    images_dir: Path = Field(default_factory=lambda: default_dirs()[0])
+    state_dir: Path = Field(default_factory=lambda: default_dirs()[1])
+    libvirt_uri: str = "qemu:///system"
+    metrics_listen: str | None = Field(default=None, description="host:port for Prometheus /metrics")
+    log_format: Literal["json", "console"] = "console"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    drain_grace: float = Field(default=600.0, ge=0, le=86400, description="seconds to let attempts finish")
+    insecure: bool = False
+    # Reconnect policy: capped exponential backoff with jitter.
+    reconnect_min: float = Field(default=1.0, gt=0, le=60)
+    reconnect_max: float = Field(default=60.0, gt=0, le=3600)
+    revoked_retry: float = Field(default=600.0, gt=0, le=86400, description="retry pace after a revoked token")
+    connect_timeout: float = Field(default=15.0, gt=0, le=300)
+    reap_interval: float = Field(default=300.0, gt=0, le=86400)
+    result_resend: float = Field(default=30.0, gt=0, le=3600, description="resend unacked results this often")
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _split_labels(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = [p for p in (s.strip() for s in v.split(",")) if p]
+        return v
+
+    @field_validator("labels")
+    @classmethod
+    def _check_labels(cls, v: list[str]) -> list[str]:
+        for label in v:
+            if not label or len(label) > 64 or not all(c.isalnum() or c in "-_.:" for c in label):
+                raise ValueError(f"label {label!r} must be 1-64 characters of letters, digits, '-', '_', '.', ':'")
+        return v
+
+    @field_validator("server")
+    @classmethod
+    def _check_server(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        return normalize_server_url(v)
+
+    @field_validator("metrics_listen")
+    @classmethod
+    def _check_listen(cls, v: str | None) -> str | None:
+        if v is None or v == "":
+            return None
+        _host, _sep, port = v.rpartition(":")
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("must be HOST:PORT or PORT (a bare port binds loopback), e.g. 127.0.0.1:9464")
+        return v
+
+    def connect_url(self) -> str:
+        if self.server is None:
+            raise ConfigError("server: required to run the daemon (--server wss://HOST or GH_RUNNER_SERVER)")
+        return self.server
+
+    def check_transport(self) -> None:
+        """Refuse a cleartext websocket to a remote host unless `insecure` says so."""
+        url = urlsplit(self.connect_url())
+        if url.scheme == "ws" and not self.insecure and not is_loopback(url.hostname or ""):
+            raise ConfigError(
+                f"server: {self.server} is not encrypted; use wss:// (or https://), or pass --insecure "
+                "to send the runner token in clear text to a non-loopback host"
+            )
+
+    def token_value(self) -> str:
+        if self.token is None:
+            raise ConfigError(
+                "token: required to run the daemon; pass --token, set GH_RUNNER_TOKEN, use --token-file, "
+                f"or a systemd credential named {CREDENTIAL_NAME}"
+            )
+        return self.token.get_secret_value()
+
+
+def default_dirs(env: Mapping[str, str] | None = None) -> tuple[Path, Path]:
+    env = os.environ if env is None else env
+    if os.geteuid() == 0 or (SERVICE_DIR.is_dir() and os.access(SERVICE_DIR, os.W_OK | os.X_OK)):
+        return SERVICE_DIR / "images", SERVICE_DIR / "state"
+    home = Path(env.get("HOME") or Path.home())
+    data = Path(env.get("XDG_DATA_HOME") or home / ".local" / "share")
+    state = Path(env.get("XDG_STATE_HOME") or home / ".local" / "state")
+    return data / "gh-runner" / "images", state / "gh-runner"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def normalize_server_url(v: str) -> str:
+    """Accept wss/ws/https/http; give back the websocket URL of the runner endpoint."""
+    url = urlsplit(v.strip())
+    schemes = {"wss": "wss", "https": "wss", "ws": "ws", "http": "ws"}
+    if url.scheme not in schemes:
+        raise ValueError(f"{v!r} must start with wss://, https://, ws:// or http://")
+    if not url.hostname:
+        raise ValueError(f"{v!r} has no host")
+    path = url.path if url.path not in ("", "/") else CONNECT_PATH
+    return urlunsplit((schemes[url.scheme], url.netloc, path, url.query, ""))
+
+
+# Flags that are not config keys in their own right, and flags whose env twin is a boolean.
+_BOOL_KEYS = {"insecure"}
+_ENV_KEYS = (
+    "server", "token", "token_file", "name", "labels", "slots", "images_dir", "state_dir", "libvirt_uri",
+    "metrics_listen", "log_format", "log_level", "drain_grace", "insecure",
+)
+
+
+def _env_values(env: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in _ENV_KEYS:
+        raw = env.get(ENV_PREFIX + key.upper())
+        if raw is None or raw == "":
+            continue
+        if key in _BOOL_KEYS:
+            low = raw.strip().lower()
+            if low not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+                raise ConfigError(f"{ENV_PREFIX}{key.upper()}: {raw!r} is not a boolean; use true or false")
+            out[key] = low in ("1", "true", "yes", "on")
+        else:
+            out[key] = raw
+    return out
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"config file {path}: cannot read it: {e.strerror or e}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {path}: not valid YAML: {str(e).splitlines()[0]}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: must be a mapping of keys to values, not {type(data).__name__}")
+    # YAML files naturally use either dashes or underscores; accept both spellings.
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def _read_token_file(path: Path, where: str) -> SecretStr:
+    try:
+        value = path.read_text(encoding="utf-8").strip()
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot read token file {path}: {e.strerror or e}") from None
+    if not value:
+        raise ConfigError(f"{where}: token file {path} is empty")
+    return SecretStr(value)
+
+
+def _format_validation(e: ValidationError, source: str, env_names: bool = False) -> str:
+    lines = []
+    for err in e.errors():
+        where = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
+        if env_names:
+            where = ENV_PREFIX + where.upper()
+        if err.get("type") == "extra_forbidden":
+            allowed = ", ".join(sorted(RunnerConfig.model_fields))
+            if len(err.get("loc", ())) > 1 and err["loc"][0] == "timeouts":
+                allowed = ", ".join(sorted(Timeouts.model_fields))
+            lines.append(f"{where}: unknown key; allowed keys: {allowed}")
+        else:
+            msg = err.get("msg", "invalid")
+            given = err.get("input")
+            shown = "" if where.startswith("token") else f" (got {given!r})"
+            lines.append(f"{where}: {msg}{shown}")
+    return f"invalid configuration ({source}):\n  " + "\n  ".join(lines)
+
+
+def load_config(
+    flags: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    config_file: Path | None = None,
+) -> RunnerConfig:
+    """Build the config: defaults < file < env < flags. `flags` holds only options given on the command line."""
+    env = os.environ if env is None else env
+    flags = {k: v for k, v in (flags or {}).items() if v is not None}
+    file_values: dict[str, Any] = {}
+    if config_file is None and env.get(ENV_PREFIX + "CONFIG"):
+        config_file = Path(env[ENV_PREFIX + "CONFIG"])
+    if config_file is not None:
+        file_values = _read_file(config_file)
+        try:  # validate the file alone first so its errors name the file
+            RunnerConfig.model_validate(file_values)
+        except ValidationError as e:
+            raise ConfigError(_format_validation(e, f"config file {config_file}")) from None
+    env_values = _env_values(env)
+    try:  # validate the environment alone too, so its errors name the variable
+        RunnerConfig.model_validate(env_values)
+    except ValidationError as e:
+        raise ConfigError(_format_validation(e, "environment", env_names=True)) from None
+    merged: dict[str, Any] = {**file_values, **env_values, **flags}
+
+    # The token: explicit value beats a file, an explicit file beats one in the config file,
+    # and the systemd credential is the last resort.
+    token_sources: list[tuple[str, Any]] = [
+        ("--token", flags.get("token")),
+        (ENV_PREFIX + "TOKEN", env_values.get("token")),
+    ]
+    token: SecretStr | None = None
+    for _, v in token_sources:
+        if v:
+            token = v if isinstance(v, SecretStr) else SecretStr(str(v))
+            break
+    if token is None:
+        tf_where, tf = next(
+            ((w, v) for w, v in (("--token-file", flags.get("token_file")),
+                                 (ENV_PREFIX + "TOKEN_FILE", env_values.get("token_file")),
+                                 ("token_file", file_values.get("token_file"))) if v),
+            ("", None),
+        )
+        if tf is not None:
+            token = _read_token_file(Path(tf), tf_where)
+        elif file_values.get("token"):
+            token = SecretStr(str(file_values["token"]))
+        elif env.get("CREDENTIALS_DIRECTORY"):
+            cred = Path(env["CREDENTIALS_DIRECTORY"]) / CREDENTIAL_NAME
+            if cred.is_file():
+                token = _read_token_file(cred, "systemd credential")
+    merged["token"] = token
+    try:
+        return RunnerConfig.model_validate(merged)
+    except ValidationError as e:
+        raise ConfigError(_format_validation(e, "flags, environment and config file")) from None

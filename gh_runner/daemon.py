@@ -1,0 +1,703 @@
+"""The runner daemon: slots, leases, routing to attempts, the journal, the reaper, drain.
+
+One `Daemon` owns one `Session` (the websocket), one `Journal` (state dir) and one provider. It
+takes at most `slots` attempts (and slot-holding start-state jobs) at once; a lease beyond that,
+for an image or start-state version it does not have, or while draining, is refused with a reason.
+
+Life of a lease: check a slot -> journal the in-flight record (fsync) -> `lease_accept` -> run
+`Attempt.run()` in its own task (attempt id bound in the log context) -> journal the result
+(fsync) and drop the in-flight record -> `attempt_result`, re-sent after every reconnect and every
+`result_resend` seconds until `result_ack`.
+
+Shutdown: the first SIGTERM/SIGINT drains (no new leases; running attempts get `drain_grace`
+seconds, then are cancelled with a reason and report `error`; results get a short while to be
+acknowledged), then the process exits 0. A second signal forces: everything is cancelled at once
+and the exit code is 1. Results not yet acknowledged stay in the journal for the next start.
+
+Hooks (`observers`): any object with some of the methods of `DaemonObserver`; each is called on
+the event loop, must return quickly and never raise (exceptions are logged and ignored). This is
+where sd_notify and Prometheus plug in without the daemon knowing about them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import importlib
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import structlog
+
+from gh_runner import __version__
+from gh_runner.config import RunnerConfig, Timeouts
+from gh_runner.journal import InflightRecord, Journal, is_safe_id
+from gh_runner.log import bind_attempt, get_logger, redactor
+from gh_runner.protocol import (
+    AttemptFinished,
+    AttemptResult,
+    AttemptStatus,
+    Cancel,
+    ErrorMsg,
+    Heartbeat,
+    HeldVersion,
+    Hello,
+    ImageAd,
+    Job,
+    JobResult,
+    Lease,
+    LeaseAccept,
+    LeaseRefuse,
+    MachineRequest,
+    MachineResponse,
+    ReplayFrame,
+    ResultAck,
+    TaskEnd,
+    Welcome,
+)
+from gh_runner.session import Backoff, Session
+from providers.base import ImageInfo, Provider
+
+PROVIDER_CALL_TIMEOUT = 300.0  # list_images/reap/held_versions on a loaded host
+TEST_PROVIDER_ENV = "GH_RUNNER_TEST_PROVIDER"  # test-only: module:factory(config) -> Provider
+
+
+class DaemonObserver:
+    """The daemon's hook points. Subclass and override what you need, or pass any object with some
+    of these methods (missing ones are skipped). Called on the event loop; keep them quick.
+
+    - `connected(runner_id)` / `disconnected(reason)`: the session got a welcome / lost it.
+    - `welcome(welcome)`: the full welcome (heartbeat interval, dead-peer bound).
+    - `reconnect_scheduled(failures, delay)`: the next dial is in `delay` seconds.
+    - `revoked()`: not emitted separately; a revoked token shows as `disconnected` with the reason.
+    - `busy_changed(busy, slots)`: slots in use changed (attempts plus slot-holding jobs).
+    - `attempt_started(attempt_id)`, `attempt_finished(result)`: outcome, error and
+      `result.metrics.phase_seconds` (phase durations) are in the result.
+    - `lease_refused(attempt_id, reason)`.
+    - `journal_backlog(pending)`: results journaled but not yet acknowledged.
+    - `reaped(machine_ids)`: leftovers the reaper destroyed (start-up and timer).
+    - `draining(in_flight)`: the first stop signal arrived; `stopped(exit_code)`: about to exit.
+    - `tick()`: every `tick_interval` seconds while the event loop is healthy (watchdog ping).
+    """
+
+    def connected(self, runner_id: str) -> None: ...
+    def disconnected(self, reason: str) -> None: ...
+    def welcome(self, welcome: Welcome) -> None: ...
+    def reconnect_scheduled(self, failures: int, delay: float) -> None: ...
+    def busy_changed(self, busy: int, slots: int) -> None: ...
+    def attempt_started(self, attempt_id: str) -> None: ...
+    def attempt_finished(self, result: AttemptResult) -> None: ...
+    def lease_refused(self, attempt_id: str, reason: str) -> None: ...
+    def journal_backlog(self, pending: int) -> None: ...
+    def reaped(self, machine_ids: list[str]) -> None: ...
+    def draining(self, in_flight: int) -> None: ...
+    def stopped(self, exit_code: int) -> None: ...
+    def tick(self) -> None: ...
+
+
+class AttemptLike(Protocol):
+    """What the daemon needs of `gh_runner.attempt.Attempt` (see prompts' attempt interface)."""
+
+    machine_id: str
+
+    async def run(self) -> AttemptResult: ...
+    async def handle_request(self, req: MachineRequest) -> MachineResponse: ...
+    def task_end(self, msg: TaskEnd) -> None: ...
+    def cancel(self, reason: str) -> None: ...
+
+
+class JobsLike(Protocol):
+    """What the daemon needs of `gh_runner.jobs.StartStateJobs`."""
+
+    @property
+    def open_machine_ids(self) -> set[str]: ...
+    def holds_slot(self, job: Job) -> bool: ...
+    def is_open(self, start_state_id: str) -> bool: ...
+    async def run(self, job: Job) -> JobResult: ...
+    async def handle_request(self, req: MachineRequest) -> MachineResponse: ...
+    async def close_all(self) -> None: ...
+
+
+AttemptFactory = Callable[[Lease, Provider, Any, Timeouts], AttemptLike]
+
+
+def default_attempt_factory(lease: Lease, provider: Provider, link: Any, timeouts: Timeouts) -> AttemptLike:
+    from gh_runner.attempt import Attempt, PhaseTimeouts
+
+    return Attempt(lease, provider, link, PhaseTimeouts(**timeouts.model_dump()))
+
+
+def make_provider(config: RunnerConfig) -> Provider:
+    """The QEMU provider, or (tests only) the factory named by GH_RUNNER_TEST_PROVIDER."""
+    hook = os.environ.get(TEST_PROVIDER_ENV)
+    if hook:
+        module, _, attr = hook.partition(":")
+        factory = getattr(importlib.import_module(module), attr or "make_provider")
+        get_logger().warning("using a test provider: not for production", hook=hook)
+        provider: Provider = factory(config)
+        return provider
+    from providers.qemu import QemuProvider  # type: ignore[attr-defined]
+
+    qemu: Provider = QemuProvider(config.images_dir, config.state_dir, config.name, config.libvirt_uri)
+    return qemu
+
+
+@dataclass
+class _Running:
+    lease: Lease
+    attempt: AttemptLike
+    record: InflightRecord
+    task: asyncio.Task[None] | None = None
+    redact: set[str] = field(default_factory=set)
+
+
+class _Link:
+    """The AttemptLink the daemon gives each attempt: status and replay frames, best effort."""
+
+    def __init__(self, daemon: Daemon, attempt_id: str) -> None:
+        self._d = daemon
+        self.attempt_id = attempt_id
+        self._seq = 0
+
+    async def status(self, status: str, phase: str) -> None:
+        d = self._d
+        run = d._attempts.get(self.attempt_id)
+        if run is not None:
+            try:
+                await asyncio.to_thread(d.journal.update_phase, run.record, status, phase)
+            except OSError as e:
+                d.log.warning("could not note the phase in the journal", attempt_id=self.attempt_id, error=str(e))
+        try:
+            msg = AttemptStatus(attempt_id=self.attempt_id, status=status,  # type: ignore[arg-type]
+                                phase=phase, at=datetime.now(UTC))
+        except ValueError:
+            d.log.warning("attempt reported an unknown status", attempt_id=self.attempt_id, status=status)
+            return
+        await d.session_send(msg)
+
+    async def frame(self, label: str, png: bytes, event: dict[str, Any] | None) -> None:
+        seq = self._seq
+        self._seq += 1
+        await self._d.session_send(ReplayFrame(
+            attempt_id=self.attempt_id, seq=seq, at=datetime.now(UTC), label=label,
+            png_b64=base64.b64encode(png).decode(), event=event))
+
+
+class Daemon:
+    def __init__(
+        self,
+        config: RunnerConfig,
+        provider: Provider,
+        *,
+        attempt_factory: AttemptFactory | None = None,
+        jobs: JobsLike | None = None,
+        observers: Sequence[Any] = (),
+        journal: Journal | None = None,
+        backoff: Backoff | None = None,
+        session_sleep: Callable[[float], Any] | None = None,
+        tick_interval: float = 1.0,
+    ) -> None:
+        self.config = config
+        self.provider = provider
+        self.attempt_factory = attempt_factory or default_attempt_factory
+        self.jobs = jobs if jobs is not None else self._default_jobs(provider)
+        self.observers = list(observers)
+        self.journal = journal or Journal(config.state_dir)
+        self.tick_interval = tick_interval
+        self.log = get_logger("gh_runner.daemon", runner=config.name)
+        self._attempts: dict[str, _Running] = {}
+        self._job_slots: set[str] = set()  # job ids holding a slot (build running, start state open)
+        self._job_tasks: set[asyncio.Task[None]] = set()
+        self._request_tasks: set[asyncio.Task[None]] = set()
+        self._unacked: dict[str, AttemptResult] = {}
+        self._last_sent: dict[str, float] = {}
+        self._images: list[ImageInfo] = []
+        self._held: list[tuple[str, int]] = []
+        self.draining = False
+        self._stop = asyncio.Event()
+        self._force = asyncio.Event()
+        self._changed = asyncio.Event()  # set on any change a drain waits for
+        self._signals = 0
+        self.exit_code = 0
+        self.session = Session(
+            config.connect_url(), config.token_value(), self,
+            backoff=backoff or Backoff(base=config.reconnect_min, cap=config.reconnect_max),
+            revoked_retry=config.revoked_retry, connect_timeout=config.connect_timeout,
+            sleep=session_sleep,
+        )
+
+    @staticmethod
+    def _default_jobs(provider: Provider) -> JobsLike | None:
+        try:
+            from gh_runner.jobs import StartStateJobs
+        except ImportError:
+            return None
+        jobs: JobsLike = StartStateJobs(provider)
+        return jobs
+
+    # -- observers -----------------------------------------------------------------------------
+
+    def _emit(self, event: str, *args: Any) -> None:
+        for obs in self.observers:
+            fn = getattr(obs, event, None)
+            if fn is None:
+                continue
+            try:
+                fn(*args)
+            except Exception:
+                self.log.exception("observer failed", observer=type(obs).__name__, hook=event)
+
+    @property
+    def busy(self) -> int:
+        return len(self._attempts) + len(self._job_slots)
+
+    def _busy_changed(self) -> None:
+        self._changed.set()
+        self._emit("busy_changed", self.busy, self.config.slots)
+
+    async def session_send(self, msg: Any) -> bool:
+        return await self.session.send(msg)
+
+    # -- life cycle ----------------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+
+    def _on_signal(self, sig: int) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            self.log.info("stop requested: draining", signal=signal.Signals(sig).name,
+                          in_flight=len(self._attempts), grace_s=self.config.drain_grace)
+            self.request_stop()
+        else:
+            self.log.warning("second stop signal: forcing shutdown", signal=signal.Signals(sig).name,
+                             in_flight=len(self._attempts))
+            self.force_stop()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def force_stop(self) -> None:
+        self._stop.set()
+        self._force.set()
+        self._changed.set()
+
+    async def run(self) -> int:
+        """Run until stopped and drained; returns the process exit code."""
+        await asyncio.to_thread(self.journal.open)
+        recovered = await asyncio.to_thread(self.journal.recover)
+        for problem in self.journal.problems:
+            self.log.error(problem)
+        for r in recovered:
+            self.log.error("attempt was interrupted by a runner restart; reporting it as an error",
+                           attempt_id=r.attempt_id, reason=r.error)
+        for r in await asyncio.to_thread(self.journal.pending_results):
+            self._unacked[r.attempt_id] = r
+        self._emit("journal_backlog", len(self._unacked))
+        # Nothing runs yet, so everything this runner's provider still has is a leftover.
+        await self._reap(keep=set())
+        await self._refresh_inventory()
+        self.log.info("runner starting", version=__version__, server=self.session.url, slots=self.config.slots,
+                      labels=self.config.labels, images=[i.name for i in self._images],
+                      unacked_results=len(self._unacked))
+        session_task = asyncio.create_task(self.session.run(), name="session")
+        timers = [
+            asyncio.create_task(self._every(self.config.reap_interval, self._reap_live), name="reaper"),
+            asyncio.create_task(self._every(min(self.config.result_resend, 5.0), self._resend_due), name="resend"),
+            asyncio.create_task(self._every(self.tick_interval, self._tick), name="tick"),
+        ]
+        try:
+            await self._stop.wait()
+            self._emit("draining", len(self._attempts))
+            await self._drain()
+        finally:
+            self.session.stop()
+            for t in timers:
+                t.cancel()
+            try:
+                await asyncio.wait_for(session_task, timeout=10)
+            except (TimeoutError, asyncio.CancelledError):
+                session_task.cancel()
+            await asyncio.gather(*timers, return_exceptions=True)
+            try:
+                await asyncio.wait_for(self.provider.close(), timeout=30)
+            except Exception as e:
+                self.log.warning("closing the provider failed", error=str(e))
+        self.log.info("runner stopped", exit_code=self.exit_code, unacked_results=len(self._unacked))
+        self._emit("stopped", self.exit_code)
+        return self.exit_code
+
+    async def _drain(self) -> None:
+        self.draining = True
+        grace = self.config.drain_grace
+        if self._attempts:
+            self.log.info("draining: waiting for attempts to finish", in_flight=sorted(self._attempts), grace_s=grace)
+        await self._wait_idle(grace, stop_on_force=True)
+        if self._attempts or self._job_tasks:
+            forced = self._force.is_set()
+            reason = ("the runner was forced to stop (second stop signal)" if forced else
+                      f"the runner shut down and the drain grace period ({grace:.0f} s) ran out")
+            for run in list(self._attempts.values()):
+                run.attempt.cancel(reason)
+            # Cancelled attempts still destroy their machines; give them the teardown time to do it.
+            await self._wait_idle(self.config.timeouts.teardown + 15, stop_on_force=not forced)
+            for run in list(self._attempts.values()):
+                if run.task is not None:
+                    run.task.cancel()
+            for t in list(self._job_tasks):
+                t.cancel()
+            await asyncio.gather(*[r.task for r in self._attempts.values() if r.task], *self._job_tasks,
+                                 return_exceptions=True)
+            if forced:
+                self.exit_code = 1
+        if self.jobs is not None:
+            try:
+                await asyncio.wait_for(self.jobs.close_all(), timeout=self.config.timeouts.teardown)
+            except Exception as e:
+                self.log.warning("closing open start states failed", error=str(e))
+        # Give the server a moment to acknowledge what just finished; the journal keeps the rest.
+        await self._wait_until(lambda: not self._unacked or not self.session.connected,
+                               2.0 if self._force.is_set() else 10.0, stop_on_force=False)
+
+    async def _wait_idle(self, timeout: float, stop_on_force: bool) -> None:
+        await self._wait_until(lambda: not self._attempts and not self._job_tasks, timeout, stop_on_force)
+
+    async def _wait_until(self, done: Callable[[], bool], timeout: float, stop_on_force: bool) -> None:
+        """Wait for `done()` (re-checked on every state change, and at least once a second), the
+        timeout, or a forced stop."""
+        deadline = time.monotonic() + timeout
+        while not done():
+            left = deadline - time.monotonic()
+            if left <= 0 or (stop_on_force and self._force.is_set()):
+                return
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout=min(left, 1.0))
+            except TimeoutError:
+                pass
+
+    async def _every(self, interval: float, fn: Callable[[], Any]) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await fn()
+            except Exception:
+                self.log.exception("periodic task failed", task=getattr(fn, "__name__", "?"))
+
+    async def _tick(self) -> None:
+        self._emit("tick")
+
+    # -- provider ------------------------------------------------------------------------------
+
+    async def _refresh_inventory(self) -> None:
+        try:
+            self._images = await asyncio.wait_for(self.provider.list_images(), PROVIDER_CALL_TIMEOUT)
+        except Exception as e:
+            self.log.error("listing images failed; advertising none", error=str(e))
+            self._images = []
+        try:
+            self._held = await asyncio.wait_for(self.provider.held_versions(), PROVIDER_CALL_TIMEOUT)
+        except Exception as e:
+            self.log.error("listing start-state versions failed; advertising none", error=str(e))
+            self._held = []
+
+    def _live_machine_ids(self) -> set[str]:
+        keep = {run.attempt.machine_id for run in self._attempts.values()} | set(self._attempts)
+        if self.jobs is not None:
+            keep |= self.jobs.open_machine_ids
+        return keep | self._job_slots
+
+    async def _reap_live(self) -> None:
+        await self._reap(self._live_machine_ids())
+
+    async def _reap(self, keep: set[str]) -> None:
+        try:
+            reaped = await asyncio.wait_for(self.provider.reap(keep=keep), PROVIDER_CALL_TIMEOUT)
+        except Exception as e:
+            self.log.error("reaping leftover machines failed", error=str(e))
+            return
+        if reaped:
+            self.log.warning("reaped leftover machines", machines=reaped)
+        self._emit("reaped", list(reaped))
+
+    # -- session handler -----------------------------------------------------------------------
+
+    async def make_hello(self) -> Hello:
+        await self._refresh_inventory()
+        return Hello(
+            version=__version__, name=self.config.name, labels=self.config.labels, slots=self.config.slots,
+            images=[ImageAd(name=i.name, os=i.os, version=i.version, checksum=i.checksum) for i in self._images],
+            start_states=[HeldVersion(start_state_id=s, version=v) for s, v in self._held],
+            in_flight=sorted(self._attempts),
+        )
+
+    async def on_welcome(self, welcome: Welcome) -> None:
+        self._emit("welcome", welcome)
+        self._emit("connected", welcome.runner_id)
+        # Attempts that ran on through a disconnect are only worth finishing if the server still
+        # wants them; the others it has already turned into errors (and maybe retried elsewhere).
+        wanted = set(welcome.resume)
+        for aid, run in list(self._attempts.items()):
+            if aid not in wanted:
+                self.log.warning("server gave this attempt up while disconnected; cancelling it", attempt_id=aid)
+                run.attempt.cancel("the server gave this attempt up while the runner was disconnected")
+        for result in list(self._unacked.values()):
+            await self._send_result(result)
+
+    def heartbeat(self) -> Heartbeat:
+        return Heartbeat(at=datetime.now(UTC), busy=self.busy, slots=self.config.slots)
+
+    def on_disconnected(self, reason: str) -> None:
+        self._changed.set()
+        self._emit("disconnected", reason)
+
+    def on_reconnect_scheduled(self, failures: int, delay: float) -> None:
+        self._emit("reconnect_scheduled", failures, delay)
+
+    async def on_message(self, msg: Any) -> None:
+        if isinstance(msg, Lease):
+            await self._on_lease(msg)
+        elif isinstance(msg, MachineRequest):
+            self._spawn_request(msg)
+        elif isinstance(msg, TaskEnd):
+            await self._on_task_end(msg)
+        elif isinstance(msg, Cancel):
+            await self._on_cancel(msg)
+        elif isinstance(msg, ResultAck):
+            await self._on_ack(msg)
+        elif isinstance(msg, Job):
+            await self._on_job(msg)
+        else:
+            await self.session.send(ErrorMsg(code="unsupported", message=f"runner does not handle {msg.type}",
+                                             ref_type=msg.type))
+
+    # -- leases --------------------------------------------------------------------------------
+
+    def _refusal(self, lease: Lease) -> str | None:
+        if self.draining:
+            return "draining: the runner is shutting down and takes no new leases"
+        if not is_safe_id(lease.attempt_id):
+            return "attempt id must be 1-128 letters, digits, '_', '.', '-' (it names files and machines)"
+        if self.busy >= self.config.slots:
+            return f"no free slot: {self.busy} of {self.config.slots} busy"
+        if lease.case.runs_on != "vm":
+            return f"runs_on {lease.case.runs_on!r} is not supported by this runner (only 'vm')"
+        ref = lease.start_state
+        if ref.kind == "image":
+            if ref.image not in {i.name for i in self._images}:
+                have = ", ".join(sorted(i.name for i in self._images)) or "none"
+                return f"image {ref.image!r} is not on this runner (it has: {have})"
+        elif (ref.start_state_id, ref.version) not in set(self._held):
+            return f"start state {ref.start_state_id} version {ref.version} is not held by this runner"
+        return None
+
+    async def _refuse(self, attempt_id: str, reason: str) -> None:
+        self.log.info("lease refused", attempt_id=attempt_id[:128], reason=reason)
+        self._emit("lease_refused", attempt_id, reason)
+        await self.session.send(LeaseRefuse(attempt_id=attempt_id, reason=reason))
+
+    async def _on_lease(self, lease: Lease) -> None:
+        aid = lease.attempt_id
+        if aid in self._attempts:  # our accept was lost on the way: say it again
+            await self.session.send(LeaseAccept(attempt_id=aid))
+            return
+        if aid in self._unacked:
+            await self._refuse(aid, "already finished on this runner; its result is being re-sent")
+            await self._send_result(self._unacked[aid])
+            return
+        reason = self._refusal(lease)
+        if reason is not None and reason.startswith("image "):
+            await self._refresh_inventory()  # an image may have been installed since the hello
+            reason = self._refusal(lease)
+        if reason is not None:
+            await self._refuse(aid, reason)
+            return
+        try:
+            record = await asyncio.to_thread(self.journal.record_inflight, aid, aid, lease.test_run_id)
+        except OSError as e:
+            await self._refuse(aid, f"runner cannot write its journal: {e.strerror or e}")
+            return
+        if aid in self._attempts or self.busy >= self.config.slots:  # another lease won the race
+            await asyncio.to_thread(self._drop_inflight, aid)
+            await self._refuse(aid, f"no free slot: {self.busy} of {self.config.slots} busy")
+            return
+        try:
+            attempt = self.attempt_factory(lease, self.provider, _Link(self, aid), self.config.timeouts)
+        except Exception as e:
+            self.log.exception("could not create the attempt", attempt_id=aid)
+            await asyncio.to_thread(self._drop_inflight, aid)
+            await self._refuse(aid, f"runner could not start the attempt: {type(e).__name__}: {e}")
+            return
+        run = _Running(lease=lease, attempt=attempt, record=record)
+        self._attempts[aid] = run
+        await self.session.send(LeaseAccept(attempt_id=aid))
+        run.task = asyncio.create_task(self._run_attempt(run), name=f"attempt-{aid}")
+        self.log.info("lease accepted", attempt_id=aid, case=lease.case.name, busy=self.busy)
+        self._emit("attempt_started", aid)
+        self._busy_changed()
+        await self.session.send(self.heartbeat())
+
+    def _drop_inflight(self, attempt_id: str) -> None:
+        (self.journal.inflight_dir / f"{attempt_id}.json").unlink(missing_ok=True)
+
+    async def _run_attempt(self, run: _Running) -> None:
+        aid = run.lease.attempt_id
+        bind_attempt(aid)
+        log = structlog.get_logger("gh_runner.daemon")
+        started = datetime.now(UTC)
+        try:
+            result = await run.attempt.run()
+            if result.attempt_id != aid:
+                log.error("attempt returned a result for another id; fixing it", got=result.attempt_id)
+                result = result.model_copy(update={"attempt_id": aid})
+        except asyncio.CancelledError:
+            result = AttemptResult(attempt_id=aid, outcome="error", error_phase="shutdown", started_at=started,
+                                   finished_at=datetime.now(UTC),
+                                   error="the runner was forced to stop before the attempt could clean up")
+        except Exception as e:
+            log.exception("attempt crashed")
+            result = AttemptResult(attempt_id=aid, outcome="error", error_phase="runner", started_at=started,
+                                   finished_at=datetime.now(UTC),
+                                   error=f"internal runner error: {type(e).__name__}: {redactor.scrub(str(e))[:300]}")
+        try:
+            await asyncio.to_thread(self.journal.finish, result)
+        except OSError as e:
+            # Still send it: the server may well ack before anything else goes wrong.
+            log.error("could not journal the result; sending it anyway", error=str(e))
+        self._attempts.pop(aid, None)
+        redactor.discard(run.redact)
+        self._unacked[aid] = result
+        log.info("attempt finished", outcome=result.outcome, error=result.error,
+                 phases=result.metrics.phase_seconds)
+        self._emit("attempt_finished", result)
+        self._emit("journal_backlog", len(self._unacked))
+        self._busy_changed()
+        await self._send_result(result)
+        await self.session.send(self.heartbeat())
+
+    async def _send_result(self, result: AttemptResult) -> None:
+        self._last_sent[result.attempt_id] = time.monotonic()
+        await self.session.send(AttemptFinished(result=result))
+
+    async def _resend_due(self) -> None:
+        if not self.session.connected:
+            return
+        now = time.monotonic()
+        for aid, result in list(self._unacked.items()):
+            if now - self._last_sent.get(aid, 0.0) >= self.config.result_resend:
+                await self._send_result(result)
+
+    async def _on_ack(self, msg: ResultAck) -> None:
+        aid = msg.attempt_id
+        if self._unacked.pop(aid, None) is None and not self.journal.has_result(aid):
+            return  # a repeated ack: nothing to do (acks are idempotent)
+        self._last_sent.pop(aid, None)
+        try:
+            await asyncio.to_thread(self.journal.ack, aid)
+        except OSError as e:
+            self.log.error("could not drop an acknowledged result from the journal", attempt_id=aid, error=str(e))
+        self._changed.set()
+        self._emit("journal_backlog", len(self._unacked))
+
+    # -- during an attempt ---------------------------------------------------------------------
+
+    def _spawn_request(self, req: MachineRequest) -> None:
+        task = asyncio.create_task(self._on_request(req), name=f"request-{req.request_id[:64]}")
+        self._request_tasks.add(task)
+        task.add_done_callback(self._request_tasks.discard)
+
+    async def _on_request(self, req: MachineRequest) -> None:
+        run = self._attempts.get(req.attempt_id or "") if req.attempt_id else None
+        try:
+            if run is not None:
+                bind_attempt(run.lease.attempt_id)
+                values = [v for v in req.redact if v]
+                run.redact.update(values)
+                redactor.add(*values)
+                resp = await run.attempt.handle_request(req)
+            elif req.start_state_id and self.jobs is not None and not req.attempt_id:
+                resp = await self.jobs.handle_request(req)
+            else:
+                target = (f"attempt {req.attempt_id}" if req.attempt_id else
+                          f"start state {req.start_state_id}" if req.start_state_id else "no attempt or start state")
+                resp = MachineResponse(request_id=req.request_id, ok=False,
+                                       error=f"{target} is not running on this runner"[:300])
+        except Exception as e:
+            self.log.exception("machine request failed", attempt_id=req.attempt_id, op=req.op)
+            resp = MachineResponse(request_id=req.request_id, ok=False,
+                                   error=f"{req.op} failed in the runner: {type(e).__name__}")
+        await self.session.send(resp)
+
+    async def _on_task_end(self, msg: TaskEnd) -> None:
+        run = self._attempts.get(msg.attempt_id)
+        if run is None:
+            await self.session.send(ErrorMsg(code="refused", ref_type="task_end",
+                                             message=f"attempt {msg.attempt_id[:128]} is not running on this runner"))
+            return
+        run.attempt.task_end(msg)
+
+    async def _on_cancel(self, msg: Cancel) -> None:
+        run = self._attempts.get(msg.attempt_id)
+        if run is not None:
+            self.log.info("cancel from the server", attempt_id=msg.attempt_id, reason=msg.reason)
+            run.attempt.cancel(msg.reason)
+        elif msg.attempt_id in self._unacked:
+            await self._send_result(self._unacked[msg.attempt_id])  # already over: the result says how
+        else:
+            await self.session.send(ErrorMsg(code="refused", ref_type="cancel",
+                                             message=f"attempt {msg.attempt_id[:128]} is not running on this runner"))
+
+    # -- start-state jobs ----------------------------------------------------------------------
+
+    async def _on_job(self, job: Job) -> None:
+        if self.jobs is None:
+            await self.session.send(JobResult(job_id=job.job_id, ok=False, start_state_id=job.start_state_id,
+                                              error="start-state jobs are not available on this runner"))
+            return
+        holds = self.jobs.holds_slot(job)
+        refusal = None
+        if self.draining:
+            refusal = "draining: the runner is shutting down"
+        elif holds and self.busy >= self.config.slots:
+            refusal = f"no free slot: {self.busy} of {self.config.slots} busy"
+        if refusal is not None:
+            await self.session.send(JobResult(job_id=job.job_id, ok=False, error=refusal,
+                                              start_state_id=job.start_state_id))
+            return
+        slot_key = f"job:{job.start_state_id}" if job.op == "open" else f"job:{job.job_id}"
+        if holds:
+            self._job_slots.add(slot_key)
+            self._busy_changed()
+        task = asyncio.create_task(self._run_job(job, slot_key if holds else None), name=f"job-{job.job_id[:64]}")
+        self._job_tasks.add(task)
+        task.add_done_callback(self._job_done)
+
+    def _job_done(self, task: asyncio.Task[None]) -> None:
+        self._job_tasks.discard(task)
+        self._changed.set()
+
+    async def _run_job(self, job: Job, slot_key: str | None) -> None:
+        assert self.jobs is not None
+        try:
+            result = await self.jobs.run(job)
+        except Exception as e:
+            self.log.exception("start-state job crashed", job_id=job.job_id)
+            result = JobResult(job_id=job.job_id, ok=False, start_state_id=job.start_state_id,
+                               error=f"internal runner error: {type(e).__name__}")
+        finally:
+            # An open start state keeps its slot until a save/close job releases it.
+            if slot_key is not None and not (job.op == "open" and self.jobs.is_open(job.start_state_id)):
+                self._job_slots.discard(slot_key)
+            if job.op in ("save", "close") and not self.jobs.is_open(job.start_state_id):
+                self._job_slots.discard(f"job:{job.start_state_id}")
+            self._busy_changed()
+        if result.ok and job.op in ("build", "save", "delete"):
+            await self._refresh_inventory()
+        await self.session.send(result)

@@ -1,0 +1,185 @@
+"""The runner's journal: what must survive a crash, on disk under `<state-dir>/journal/`.
+
+- `inflight/<attempt_id>.json`: written (fsync'd) when a lease is accepted, before `lease_accept`
+  is sent; removed when the attempt's result is journaled. A runner that restarts and finds one
+  knows the attempt was interrupted: it turns it into an `error` result with a reason and reaps the
+  machine (the machine id is the attempt id).
+- `results/<attempt_id>.json`: every finished attempt's result, written and fsync'd before it is
+  sent; removed only when the server acknowledges it (`result_ack`). Sent again after every
+  reconnect and on a timer until then, so delivery is at-least-once; the server applies a result
+  once per attempt id.
+
+Every write is atomic (temp file, fsync, rename, fsync of the directory). A file that cannot be
+parsed is moved to `corrupt/` and reported, never silently dropped or fatal.
+
+The calls block on the disk; the daemon runs them in a worker thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from gh_runner.protocol import AttemptResult
+
+SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+
+
+class JournalError(Exception):
+    pass
+
+
+def is_safe_id(attempt_id: str) -> bool:
+    """Attempt ids name files and libvirt domains: letters, digits and `_.-`, at most 128."""
+    return bool(SAFE_ID.match(attempt_id)) and ".." not in attempt_id
+
+
+@dataclass
+class InflightRecord:
+    attempt_id: str
+    machine_id: str
+    accepted_at: str
+    test_run_id: str | None = None
+    status: str = "preparing"
+    phase: str = "accepted"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(path: Path, data: bytes, durable: bool = True) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if durable:
+        _fsync_dir(path.parent)
+
+
+class Journal:
+    def __init__(self, state_dir: Path) -> None:
+        self.root = Path(state_dir) / "journal"
+        self.inflight_dir = self.root / "inflight"
+        self.results_dir = self.root / "results"
+        self.corrupt_dir = self.root / "corrupt"
+        # Files that could not be read (moved aside), for the daemon to log: the journal does not log.
+        self.problems: list[str] = []
+
+    def open(self) -> None:
+        for d in (self.root.parent, self.root, self.inflight_dir, self.results_dir):
+            d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Temp files from a write interrupted by a crash never became a record.
+        for d in (self.inflight_dir, self.results_dir):
+            for tmp in d.glob(".*.tmp"):
+                tmp.unlink(missing_ok=True)
+
+    def _path(self, directory: Path, attempt_id: str) -> Path:
+        if not is_safe_id(attempt_id):
+            raise JournalError(f"attempt id {attempt_id[:80]!r} is not a safe file name")
+        return directory / f"{attempt_id}.json"
+
+    # -- in-flight ---------------------------------------------------------------------------
+
+    def record_inflight(self, attempt_id: str, machine_id: str, test_run_id: str | None = None) -> InflightRecord:
+        rec = InflightRecord(attempt_id=attempt_id, machine_id=machine_id, test_run_id=test_run_id,
+                             accepted_at=datetime.now(UTC).isoformat())
+        _write_atomic(self._path(self.inflight_dir, attempt_id), json.dumps(asdict(rec)).encode())
+        return rec
+
+    def update_phase(self, rec: InflightRecord, status: str, phase: str) -> None:
+        """Best effort, not fsync'd: the phase only makes a crash report more precise."""
+        rec.status, rec.phase = status, phase
+        path = self._path(self.inflight_dir, rec.attempt_id)
+        if path.exists():
+            _write_atomic(path, json.dumps(asdict(rec)).encode(), durable=False)
+
+    def inflight(self) -> list[InflightRecord]:
+        out = []
+        for path in sorted(self.inflight_dir.glob("*.json")):
+            try:
+                data = json.loads(path.read_bytes())
+                out.append(InflightRecord(**data))
+            except (ValueError, TypeError):
+                self._quarantine(path)
+        return out
+
+    # -- results -----------------------------------------------------------------------------
+
+    def finish(self, result: AttemptResult) -> None:
+        """Journal the result durably, then drop the in-flight record (a crash between leaves both:
+        `recover` keeps the result and drops the record)."""
+        _write_atomic(self._path(self.results_dir, result.attempt_id), result.model_dump_json().encode())
+        self._path(self.inflight_dir, result.attempt_id).unlink(missing_ok=True)
+
+    def ack(self, attempt_id: str) -> bool:
+        """Forget an acknowledged result. Idempotent; returns whether there was one."""
+        if not is_safe_id(attempt_id):
+            return False
+        path = self._path(self.results_dir, attempt_id)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        _fsync_dir(self.results_dir)
+        return True
+
+    def has_result(self, attempt_id: str) -> bool:
+        return is_safe_id(attempt_id) and self._path(self.results_dir, attempt_id).exists()
+
+    def pending_results(self) -> list[AttemptResult]:
+        out = []
+        for path in sorted(self.results_dir.glob("*.json"), key=lambda p: p.stat().st_mtime):
+            try:
+                out.append(AttemptResult.model_validate_json(path.read_bytes()))
+            except (ValidationError, ValueError):
+                self._quarantine(path)
+        return out
+
+    # -- restart -----------------------------------------------------------------------------
+
+    def recover(self) -> list[AttemptResult]:
+        """Turn attempts a previous process left in flight into error results (journaled).
+
+        Returns the new results; their machines are the caller's to reap.
+        """
+        made = []
+        for rec in self.inflight():
+            if self.has_result(rec.attempt_id):
+                self._path(self.inflight_dir, rec.attempt_id).unlink(missing_ok=True)
+                continue
+            now = datetime.now(UTC)
+            result = AttemptResult(
+                attempt_id=rec.attempt_id,
+                outcome="error",
+                error=(f"interrupted: the runner stopped (crash or restart) while the attempt was "
+                       f"{rec.status} (phase {rec.phase}); its machine was destroyed"),
+                error_phase=rec.phase,
+                started_at=datetime.fromisoformat(rec.accepted_at) if rec.accepted_at else None,
+                finished_at=now,
+            )
+            self.finish(result)
+            made.append(result)
+        return made
+
+    def _quarantine(self, path: Path) -> None:
+        self.corrupt_dir.mkdir(mode=0o700, exist_ok=True)
+        dest = self.corrupt_dir / f"{path.name}.{int(datetime.now(UTC).timestamp())}"
+        os.replace(path, dest)
+        self.problems.append(f"journal file {path.name} could not be read; moved to {dest}")

@@ -1,0 +1,225 @@
+"""The daemon against a real websocket peer: slots, routing, results exactly once, restart, drain."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+from gh_runner.journal import Journal
+from gh_runner.protocol import Cancel, MachineRequest, ResultAck, TaskEnd
+
+from .doubles import FakeProvider
+from .peer import Peer, make_lease
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, tuple[Any, ...]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda *a: self.events.append((name, a))
+
+    def names(self) -> list[str]:
+        return [n for n, _ in self.events]
+
+
+async def test_lease_beyond_slots_is_refused_with_a_reason(peer: Peer, start_daemon: Any) -> None:
+    await start_daemon(peer.url, slots=2)
+    await peer.wait_type("hello")
+    for i in range(3):
+        await peer.send(make_lease(f"at_s{i}"))
+    await peer.wait_type("lease_accept", where=lambda m: m.attempt_id == "at_s0")
+    await peer.wait_type("lease_accept", where=lambda m: m.attempt_id == "at_s1")
+    refuse = await peer.wait_type("lease_refuse")
+    assert refuse.attempt_id == "at_s2"
+    assert refuse.reason == "no free slot: 2 of 2 busy"
+    assert (await peer.wait_type("heartbeat", where=lambda m: m.busy == 2)).slots == 2
+    # A slot frees when an attempt ends, and the next lease is accepted.
+    await peer.send(TaskEnd(attempt_id="at_s0", answer="done"))
+    await peer.wait_type("attempt_result")
+    await peer.send(make_lease("at_s3"))
+    await peer.wait_type("lease_accept", where=lambda m: m.attempt_id == "at_s3")
+
+
+async def test_leases_for_missing_images_or_unsafe_ids_are_refused(peer: Peer, start_daemon: Any) -> None:
+    await start_daemon(peer.url)
+    await peer.wait_type("hello")
+    await peer.send(make_lease("at_img", image="win10-22h2"))
+    r = await peer.wait_type("lease_refuse", where=lambda m: m.attempt_id == "at_img")
+    assert r.reason == "image 'win10-22h2' is not on this runner (it has: linux-tiny)"
+    await peer.send(make_lease("../../etc/passwd"))
+    r = await peer.wait_type("lease_refuse", where=lambda m: m.attempt_id == "../../etc/passwd")
+    assert "attempt id must be" in r.reason
+
+
+async def test_same_lease_twice_is_accepted_once(peer: Peer, start_daemon: Any) -> None:
+    r = await start_daemon(peer.url)
+    await peer.wait_type("hello")
+    await peer.send(make_lease("at_dup"))
+    await peer.send(make_lease("at_dup"))
+    await peer.wait_until(lambda: len(peer.of_type("lease_accept")) == 2)
+    assert r.daemon.busy == 1
+    assert r.provider.state["created"] == ["at_dup"]
+
+
+async def test_requests_task_end_and_cancel_are_routed_to_the_attempt(peer: Peer, start_daemon: Any) -> None:
+    rec = Recorder()
+    r = await start_daemon(peer.url, observers=[rec])
+    await peer.wait_type("hello")
+    await peer.send(make_lease("at_r1"))
+    await peer.send(make_lease("at_r2"))
+    await peer.wait_type("attempt_status", where=lambda m: m.attempt_id == "at_r1" and m.phase == "task")
+    await peer.send(MachineRequest(request_id="rq1", attempt_id="at_r1", op="screen"))
+    resp = await peer.wait_type("machine_response", where=lambda m: m.request_id == "rq1")
+    assert resp.ok and base64.b64decode(resp.png_b64) == r.provider.png
+    frame = await peer.wait_type("replay_frame")
+    assert frame.attempt_id == "at_r1" and frame.seq == 0
+    await peer.send(MachineRequest(request_id="rq2", attempt_id="at_nope", op="screen"))
+    resp = await peer.wait_type("machine_response", where=lambda m: m.request_id == "rq2")
+    assert not resp.ok and resp.error == "attempt at_nope is not running on this runner"
+
+    await peer.send(TaskEnd(attempt_id="at_r1", answer="fixed it"))
+    await peer.send(Cancel(attempt_id="at_r2", reason="run cancelled by user"))
+    res1 = (await peer.wait_type("attempt_result", where=lambda m: m.result.attempt_id == "at_r1")).result
+    res2 = (await peer.wait_type("attempt_result", where=lambda m: m.result.attempt_id == "at_r2")).result
+    assert (res1.outcome, res1.answer) == ("passed", "fixed it")
+    assert (res2.outcome, res2.error) == ("error", "cancelled: run cancelled by user")
+    assert sorted(r.provider.state["destroyed"]) == ["at_r1", "at_r2"]
+
+    await peer.send(TaskEnd(attempt_id="at_gone"))
+    err = await peer.wait_type("error", where=lambda m: m.ref_type == "task_end")
+    assert err.code == "refused"
+    await peer.wait_until(lambda: r.daemon.journal.pending_results() == [])
+    names = rec.names()
+    for hook in ("welcome", "connected", "attempt_started", "busy_changed", "attempt_finished", "journal_backlog"):
+        assert hook in names, hook
+    finished = [a[0] for n, a in rec.events if n == "attempt_finished"]
+    assert {f.attempt_id for f in finished} == {"at_r1", "at_r2"}
+
+
+async def test_results_reach_the_server_exactly_once_across_disconnects(
+        peer: Peer, start_daemon: Any, tmp_path: Path) -> None:
+    peer.auto_ack = False
+    r = await start_daemon(peer.url)
+    await peer.wait_type("hello")
+    await peer.send(make_lease("at_x1"))
+    await peer.wait_type("lease_accept")
+    await peer.send(TaskEnd(attempt_id="at_x1", answer="a"))
+    first = await peer.wait_type("attempt_result")
+    # The result is on disk before it goes out, and stays there until acked.
+    journal = Journal(tmp_path / "state")
+    assert [p.attempt_id for p in journal.pending_results()] == ["at_x1"]
+    assert journal.inflight() == []
+    # The server goes away before acking; the runner resends after reconnecting.
+    await peer.close_current(1012, "restart")
+    again = await peer.wait_for(lambda rr: rr.conn == 2 and rr.msg.type == "attempt_result")
+    assert again.msg.result == first.result
+    # And on its timer while still unacked (result_resend=0.5 s in these tests).
+    await peer.wait_until(lambda: peer.result_copies["at_x1"] >= 3)
+    await peer.send(ResultAck(attempt_id="at_x1"))
+    await peer.send(ResultAck(attempt_id="at_x1"))  # a repeated ack is harmless
+    await peer.wait_until(lambda: journal.pending_results() == [] and not r.daemon._unacked)
+    copies = peer.result_copies["at_x1"]
+    assert list(peer.applied) == ["at_x1"]  # applied once, whatever the copies
+    # Nothing is resent after the ack, even across another reconnect.
+    await peer.close_current(1012, "restart")
+    await peer.wait_for(lambda rr: rr.conn == 3 and rr.msg.type == "heartbeat")
+    assert peer.result_copies["at_x1"] == copies
+
+
+async def test_restart_reports_interrupted_attempts_and_reaps_their_machines(
+        peer: Peer, start_daemon: Any, tmp_path: Path) -> None:
+    # What a runner killed with -9 during the task phase leaves: an in-flight record and a machine.
+    # (The real kill -9 of the CLI process is in test_cli.py.)
+    state = tmp_path / "state"
+    provider_state = tmp_path / "provider.json"
+    j = Journal(state)
+    j.open()
+    j.update_phase(j.record_inflight("at_k1", "at_k1"), "running", "task")
+    provider_state.write_text(json.dumps({"existing": ["at_k1"], "created": ["at_k1"], "destroyed": [],
+                                          "reap_calls": []}))
+
+    start = len(peer.received)
+    await start_daemon(peer.url, provider=FakeProvider(state_file=provider_state), state_dir=state)
+    hello = await peer.wait_type("hello", start=start)
+    assert hello.in_flight == []
+    res = (await peer.wait_type("attempt_result", start=start)).result
+    assert res.attempt_id == "at_k1" and res.outcome == "error"
+    assert "interrupted" in (res.error or "") and "phase task" in (res.error or "")
+    st = json.loads(provider_state.read_text())
+    assert st["existing"] == []
+    assert st["reap_calls"][-1] == {"keep": [], "reaped": ["at_k1"]}
+    await peer.wait_until(lambda: Journal(state).pending_results() == [])
+
+
+async def test_attempts_the_server_gave_up_during_a_disconnect_are_cancelled(peer: Peer, start_daemon: Any) -> None:
+    await start_daemon(peer.url)
+    await peer.wait_type("hello")
+    await peer.send(make_lease("at_keep"))
+    await peer.send(make_lease("at_drop"))
+    await peer.wait_until(lambda: len(peer.of_type("lease_accept")) == 2)
+    peer.resume = lambda hello: ["at_keep"]
+    await peer.close_current(1012)
+    res = (await peer.wait_type("attempt_result")).result
+    assert res.attempt_id == "at_drop" and res.outcome == "error"
+    assert "gave this attempt up" in (res.error or "")
+    await peer.send(TaskEnd(attempt_id="at_keep", answer="ok"))
+    res = (await peer.wait_type("attempt_result", where=lambda m: m.result.attempt_id == "at_keep")).result
+    assert res.outcome == "passed"
+
+
+async def test_drain_lets_attempts_finish_and_refuses_new_leases(peer: Peer, start_daemon: Any) -> None:
+    r = await start_daemon(peer.url, drain_grace=60)
+    await peer.wait_type("hello")
+    await peer.send(make_lease("at_d1"))
+    await peer.wait_type("attempt_status", where=lambda m: m.phase == "task")
+    r.daemon.request_stop()
+    await peer.send(make_lease("at_d2"))
+    refuse = await peer.wait_type("lease_refuse")
+    assert refuse.reason.startswith("draining")
+    assert not r.task.done()
+    await peer.send(TaskEnd(attempt_id="at_d1", answer="done"))
+    assert await r.stop() == 0
+    assert peer.applied["at_d1"].outcome == "passed"
+
+
+async def test_drain_grace_running_out_cancels_with_a_reason(peer: Peer, start_daemon: Any) -> None:
+    r = await start_daemon(peer.url, drain_grace=0.5)
+    await peer.wait_type("hello")
+    await peer.send(make_lease("at_g1"))
+    await peer.wait_type("attempt_status", where=lambda m: m.phase == "task")
+    assert await r.stop() == 0
+    res = peer.applied["at_g1"]
+    assert res.outcome == "error" and "drain grace period" in (res.error or "")
+    assert r.provider.state["destroyed"] == ["at_g1"]
+
+
+async def test_forced_stop_exits_non_zero_and_keeps_results(peer: Peer, start_daemon: Any, tmp_path: Path) -> None:
+    peer.auto_ack = False
+    r = await start_daemon(peer.url, drain_grace=60)
+    await peer.wait_type("hello")
+    await peer.send(make_lease("at_f1"))
+    await peer.wait_type("attempt_status", where=lambda m: m.phase == "task")
+    assert await r.stop(force=True) == 1
+    pending = Journal(tmp_path / "state").pending_results()
+    assert [p.attempt_id for p in pending] == ["at_f1"]
+    assert "forced to stop" in (pending[0].error or "")
+
+
+async def test_reaper_keeps_live_machines(peer: Peer, start_daemon: Any) -> None:
+    provider = FakeProvider()
+    provider.state["existing"] = ["at_old_leftover"]
+    r = await start_daemon(peer.url, provider=provider, reap_interval=0.2)
+    await peer.wait_type("hello")
+    assert provider.state["reap_calls"][0] == {"keep": [], "reaped": ["at_old_leftover"]}
+    await peer.send(make_lease("at_live"))
+    await peer.wait_type("attempt_status", where=lambda m: m.phase == "task")
+    n = len(provider.state["reap_calls"])
+    await peer.wait_until(lambda: len(provider.state["reap_calls"]) > n + 1)
+    assert provider.state["reap_calls"][-1]["keep"] == ["at_live"]
+    assert provider.state["existing"] == ["at_live"]
+    assert r.daemon.busy == 1

@@ -1,0 +1,207 @@
+"""The session against a real websocket peer: hello, heartbeats, dead peer, reconnect, revocation."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from gh_runner import __version__
+from gh_runner.protocol import CLOSE_REPLACED, CLOSE_TOKEN_REVOKED, PROTOCOL_VERSION
+from gh_runner.session import Backoff
+
+from .doubles import FakeProvider
+from .peer import Peer, make_lease
+
+
+async def test_hello_says_who_the_runner_is(peer: Peer, start_daemon: Any) -> None:
+    provider = FakeProvider(images=("linux-tiny", "win10-22h2"))
+    provider.held = [("ss_abc", 3)]
+    await start_daemon(peer.url, provider=provider, slots=3)
+    hello = await peer.wait_type("hello")
+    assert hello.protocol == PROTOCOL_VERSION
+    assert hello.version == __version__
+    assert hello.name == "test-runner"
+    assert hello.labels == ["lab", "lenovo"]
+    assert hello.slots == 3
+    assert [(i.name, i.os, i.version) for i in hello.images] == [
+        ("linux-tiny", "linux", "2026.11.1"), ("win10-22h2", "linux", "2026.11.1")]
+    assert all(i.checksum.startswith("sha256:") for i in hello.images)
+    assert [(s.start_state_id, s.version) for s in hello.start_states] == [("ss_abc", 3)]
+    assert hello.in_flight == []
+    assert peer.auth_headers[0] == f"Bearer {peer.token}"
+
+
+async def test_hello_after_reconnect_lists_attempts_in_flight(peer: Peer, start_daemon: Any) -> None:
+    await start_daemon(peer.url)
+    await peer.wait_type("hello")
+    await peer.send(make_lease("at_inflight1"))
+    await peer.wait_type("lease_accept")
+    await peer.close_current(1001, "restarting")
+    hello2 = await peer.wait_for(lambda r: r.conn == 2 and r.msg.type == "hello")
+    assert hello2.msg.in_flight == ["at_inflight1"]
+
+
+async def test_heartbeats_both_ways_carry_busy(peer: Peer, start_daemon: Any) -> None:
+    await start_daemon(peer.url)
+    await peer.wait_type("hello")
+    start = len(peer.received)
+    await peer.wait_type("heartbeat", start=start)
+    await peer.send(make_lease("at_hb1"))
+    await peer.wait_type("lease_accept")
+    hb = await peer.wait_type("heartbeat", where=lambda m: m.busy == 1)
+    assert hb.slots == 2
+    # Several in a row at about the interval the welcome asked for (0.2 s): not one-off.
+    n0 = len(peer.of_type("heartbeat"))
+    await peer.wait_until(lambda: len(peer.of_type("heartbeat")) >= n0 + 3, timeout=30)
+    times = [r.at for r in peer.received if r.msg.type == "heartbeat"][-3:]
+    assert times[-1] - times[0] >= 0.2  # paced, not a burst
+    # The runner is still up after many server heartbeats (it reads them without answering errors).
+    assert peer.connections == 1
+
+
+async def test_silent_server_is_declared_dead_and_runner_reconnects(peer: Peer, start_daemon: Any) -> None:
+    peer.dead_after = 1.0
+    r = await start_daemon(peer.url)
+    await peer.wait_type("hello")
+    peer.silent = True
+    t0 = time.monotonic()
+    await peer.wait_for(lambda r: r.conn == 2 and r.msg.type == "hello", timeout=30)
+    elapsed = time.monotonic() - t0
+    assert elapsed >= 1.0, "declared dead before the bound"
+    assert elapsed < 20, "took far longer than the bound to notice"
+    assert r.daemon.session.connections == 2
+
+
+async def test_reconnects_after_server_closes(peer: Peer, start_daemon: Any) -> None:
+    await start_daemon(peer.url)
+    await peer.wait_type("hello")
+    await peer.close_current(4004, "server shutting down")
+    await peer.wait_for(lambda r: r.conn == 2 and r.msg.type == "hello")
+
+
+async def test_reconnects_after_server_dies_and_comes_back(peer: Peer, start_daemon: Any) -> None:
+    await start_daemon(peer.url)
+    await peer.wait_type("hello")
+    port = peer.port
+    peer.kill()  # no close frame, no listener
+    await asyncio.sleep(0)  # let the abort reach the runner before the new listener exists
+    await peer.start(port)
+    await peer.wait_for(lambda r: r.conn == 2 and r.msg.type == "hello", timeout=60)
+
+
+def test_backoff_grows_is_capped_and_jittered() -> None:
+    seq = iter([0.0, 1.0] * 50)
+    b = Backoff(base=1.0, cap=30.0, rng=lambda: next(seq))
+    delays = [b.next_delay() for _ in range(12)]
+    # Ceilings 1, 2, 4, 8, 16, 30, 30...; jitter 0 gives half the ceiling, 1 the whole.
+    assert delays[:6] == [0.5, 2.0, 2.0, 8.0, 8.0, 30.0]
+    assert max(delays) == 30.0 and min(delays[5:]) == 15.0
+    b.reset()
+    assert b.next_delay() == 0.5
+
+
+async def test_reconnect_delays_grow_and_cap_against_a_dead_address(start_daemon: Any) -> None:
+    # Nothing listens on this port: every dial fails at once; record the waits instead of sleeping.
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    delays: list[float] = []
+    enough = asyncio.Event()
+
+    async def fake_sleep(d: float) -> None:
+        delays.append(d)
+        if len(delays) >= 10:
+            enough.set()
+        await asyncio.sleep(0)
+
+    r = await start_daemon(f"ws://127.0.0.1:{port}/v1/runners/connect", session_sleep=fake_sleep,
+                           reconnect_min=1.0, reconnect_max=16.0)
+    await asyncio.wait_for(enough.wait(), 30)
+    ceilings = [1, 2, 4, 8, 16, 16, 16, 16, 16, 16]
+    for d, c in zip(delays, ceilings, strict=False):
+        assert c / 2 <= d <= c
+    assert len(set(delays)) > 5, "no jitter"
+    assert max(delays) <= 16.0
+    assert r.daemon.session.connections == 0
+
+
+async def test_revoked_token_stops_hot_retrying_and_says_so_once(peer: Peer, start_daemon: Any) -> None:
+    peer.close_on_connect = CLOSE_TOKEN_REVOKED
+    delays: list[float] = []
+    third = asyncio.Event()
+
+    async def fake_sleep(d: float) -> None:
+        delays.append(d)
+        if len(delays) >= 3:
+            third.set()
+        await asyncio.sleep(0)
+
+    with capture_logs() as logs:
+        await start_daemon(peer.url, session_sleep=fake_sleep, revoked_retry=900.0)
+        await asyncio.wait_for(third.wait(), 30)
+    assert delays[:3] == [900.0, 900.0, 900.0]
+    lines = [e for e in logs if "revoked" in e["event"]]
+    assert len(lines) == 1, lines
+    assert lines[0]["log_level"] == "error"
+    assert "issue a new runner token" in lines[0]["event"]
+    assert peer.token not in str(logs)
+
+
+async def test_http_401_at_handshake_counts_as_revoked(peer: Peer, start_daemon: Any) -> None:
+    peer.http_status = 401
+    delays: list[float] = []
+    got = asyncio.Event()
+
+    async def fake_sleep(d: float) -> None:
+        delays.append(d)
+        got.set()
+        await asyncio.sleep(3600)
+
+    with capture_logs() as logs:
+        await start_daemon(peer.url, session_sleep=fake_sleep, revoked_retry=777.0)
+        await asyncio.wait_for(got.wait(), 30)
+    assert delays == [777.0]
+    assert any("HTTP 401" in e["event"] for e in logs)
+
+
+async def test_replaced_session_is_retried_with_backoff_not_slowly(peer: Peer, start_daemon: Any) -> None:
+    peer.close_on_connect = CLOSE_REPLACED
+    delays: list[float] = []
+    got = asyncio.Event()
+
+    async def fake_sleep(d: float) -> None:
+        delays.append(d)
+        if len(delays) >= 2:
+            got.set()
+        await asyncio.sleep(0)
+
+    await start_daemon(peer.url, session_sleep=fake_sleep, reconnect_min=0.1, reconnect_max=1.0)
+    await asyncio.wait_for(got.wait(), 30)
+    assert all(d <= 1.0 for d in delays)
+
+
+@pytest.mark.parametrize("scheme_url,insecure,ok", [
+    ("ws://127.0.0.1:1/x", False, True),
+    ("ws://localhost:1/x", False, True),
+    ("ws://10.0.0.5:1/x", False, False),
+    ("ws://10.0.0.5:1/x", True, True),
+    ("wss://gh.example.com", False, True),
+])
+def test_cleartext_only_to_loopback_unless_insecure(tmp_path: Any, scheme_url: str, insecure: bool, ok: bool) -> None:
+    from gh_runner.config import ConfigError
+
+    from .conftest import runner_config
+
+    cfg = runner_config(scheme_url, tmp_path, insecure=insecure)
+    if ok:
+        cfg.check_transport()
+    else:
+        with pytest.raises(ConfigError, match="--insecure"):
+            cfg.check_transport()
