@@ -1,0 +1,569 @@
+"""One attempt on this runner, from a lease to a result: the lifecycle of design.md / issue 6.
+
+The phases run in the order `_lifecycle` reads, each bounded by its own timeout:
+
+    machine -> ready -> setup -> check_before -> first_screen -> task -> check_after -> last_screen
+    (teardown, always, in `run`'s finally)
+
+A phase that goes wrong raises `AttemptError(phase, reason)` with a reason an operator can act on;
+`run` turns it into an `error` result. The verdict rules themselves live in `gh_runner.outcome`,
+replay capture and redaction in `gh_runner.replay`.
+
+The daemon drives an `Attempt` from outside: `run()` in a task, `handle_request` for the agent's
+machine requests (answered only during the task), `task_end` when the agent is done, and
+`cancel` to stop at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol, TypeVar
+
+import structlog
+
+from gh_runner import outcome as rules
+from gh_runner.protocol import (
+    AttemptMetrics,
+    AttemptResult,
+    CheckOutput,
+    Lease,
+    MachineRequest,
+    MachineResponse,
+    Outcome,
+    TaskEnd,
+)
+from gh_runner.replay import ReplayRecorder, is_secret_event, redact_event, redact_text
+from providers.base import Machine, MachineSource, Provider, ProviderError, ScriptResult
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+# asyncio.wait_for is avoided on purpose: in 3.11 it can swallow a cancellation that lands as its inner
+# awaitable completes, and `cancel` must always stop the attempt. asyncio.timeout does not.
+
+# Phase names: the keys of metrics.phase_seconds and the `phase` of status reports and errors.
+MACHINE = "machine"
+READY = "ready"
+SETUP = "setup"
+CHECK_BEFORE = "check_before"
+FIRST_SCREEN = "first_screen"
+TASK = "task"
+CHECK_AFTER = "check_after"
+LAST_SCREEN = "last_screen"
+TEARDOWN = "teardown"
+
+# The provider stops a script at its own timeout; this extra margin only catches a guest channel
+# that stopped answering altogether, so that a phase can never hang past its bound.
+SCRIPT_SLACK = 15.0
+CHECK_OUTPUT_CAP = 1024 * 1024
+EXEC_OUTPUT_CAP = 256 * 1024  # per stream; keeps a machine_response well under the frame limit
+LINK_TIMEOUT = 10.0  # a status report that takes longer than this is dropped (best effort)
+WATCH_INTERVAL = 1.0  # at most one "change" frame per second
+
+_background: set[asyncio.Task[Any]] = set()  # shielded destroys outliving a cancelled teardown
+
+
+@dataclass(frozen=True)
+class PhaseTimeouts:
+    """Seconds per phase; the defaults suit TCG guests. Configurable from the daemon's config."""
+
+    machine: float = 180.0  # create + boot/restore
+    ready: float = 180.0  # guest channel answers
+    setup: float = 600.0
+    check: float = 300.0
+    task_grace: float = 30.0  # after limits.minutes, waiting for the agent's task_end
+    screen: float = 30.0
+    teardown: float = 60.0
+
+
+class AttemptLink(Protocol):
+    """Implemented by the daemon, one per attempt. Both calls are best effort from our side."""
+
+    async def status(self, status: str, phase: str) -> None: ...
+
+    async def frame(self, label: str, png: bytes, event: dict[str, Any] | None) -> None: ...
+
+
+class AttemptError(Exception):
+    """A phase went wrong; `reason` is for an operator (what failed, what the guest said)."""
+
+    def __init__(self, phase: str, reason: str) -> None:
+        super().__init__(f"{phase}: {reason}")
+        self.phase = phase
+        self.reason = reason
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+# How a phase's failure reads, by phase: the timeout and a provider error.
+_TIMEOUT_WHAT = {
+    MACHINE: "the machine was not made (disk, domain, boot or restore) within {t:g} s",
+    READY: "the guest channel did not answer within {t:g} s: the machine did not boot, or its guest agent "
+    "(or WinRM) is not running",
+    SETUP: "the guest stopped answering while the setup script ran (no result {t:g} s after it started)",
+    CHECK_BEFORE: "the guest stopped answering while the check script ran (no result {t:g} s after it started)",
+    CHECK_AFTER: "the guest stopped answering while the check script ran (no result {t:g} s after it started)",
+}
+_PROVIDER_WHAT = {
+    MACHINE: "could not make the machine",
+    READY: "the guest channel never came up",
+    SETUP: "could not run the setup script",
+    CHECK_BEFORE: "could not run the check script",
+    CHECK_AFTER: "could not run the check script",
+}
+
+
+class Attempt:
+    def __init__(
+        self,
+        lease: Lease,
+        provider: Provider,
+        link: AttemptLink,
+        timeouts: PhaseTimeouts = PhaseTimeouts(),
+        *,
+        seconds_per_minute: float = 60.0,  # test hook: scales limits.minutes
+    ) -> None:
+        self.lease = lease
+        self.provider = provider
+        self.link = link
+        self.timeouts = timeouts
+        self.machine_id: str = lease.attempt_id
+        self.machine: Machine | None = None
+        self.phase = "pending"
+        self._seconds_per_minute = seconds_per_minute
+        self._log = log.bind(attempt_id=lease.attempt_id)
+        self._replay = ReplayRecorder(link, attempt_id=lease.attempt_id)
+        self._metrics = AttemptMetrics()
+        self._check_before: CheckOutput | None = None
+        self._check_after: CheckOutput | None = None
+        self._outcome: Outcome | None = None
+        self._error: AttemptError | None = None
+        self._check_absent = False
+        self._limit_reached = False
+        self._task_end: TaskEnd | None = None
+        self._task_end_seen = asyncio.Event()
+        self._task_over = False
+        self._accepting = False  # machine requests are served only while this is set (task phase)
+        self._closed_reason: str | None = None
+        self._inflight: set[asyncio.Task[MachineResponse]] = set()
+        self._screen_lock = asyncio.Lock()
+        self._create: asyncio.Future[Machine] | None = None
+        self._body: asyncio.Task[None] | None = None
+        self._cancel_reason: str | None = None
+        self._cancel_phase: str | None = None
+        self._returned = False
+
+    # -----------------------------------------------------------------------------------------
+    # The lifecycle, top to bottom
+    # -----------------------------------------------------------------------------------------
+
+    async def _lifecycle(self) -> None:
+        case = self.lease.case
+        t = self.timeouts
+        script_t = min(self.lease.script_timeout, t.setup)
+        check_t = min(self.lease.script_timeout, t.check)
+
+        await self._status("preparing", MACHINE)
+        self.machine = await self._phase(MACHINE, t.machine, self._make_machine)
+
+        await self._status("preparing", READY)
+        await self._phase(READY, t.ready, lambda: self._machine().wait_ready(t.ready))
+
+        if case.setup_script:
+            await self._status("preparing", SETUP)
+            res = await self._phase(SETUP, script_t,
+                                    lambda: self._script(case.setup_script or "", {}, script_t))
+            why = rules.judge_setup(res, script_t)
+            if why:
+                raise AttemptError(SETUP, why)
+
+        if case.check_script:
+            await self._status("checking", CHECK_BEFORE)
+            env = {"GH_CHECK_PHASE": "before", "GH_AGENT_ANSWER": ""}
+            res = await self._phase(CHECK_BEFORE, check_t,
+                                    lambda: self._script(case.check_script or "", env, check_t))
+            self._check_before = rules.check_output(res)
+            before = rules.judge_before(res, check_t)
+            if before.outcome == "error":
+                raise AttemptError(CHECK_BEFORE, before.reason or "the check did not print False")
+
+        await self._phase(FIRST_SCREEN, None, lambda: self._capture("first"))
+
+        await self._status("running", TASK)
+        end = await self._phase(TASK, None, self._task)
+        if end is not None and end.error:
+            raise AttemptError(TASK, f"the agent could not carry on: {end.error}")
+        answer = end.answer if end is not None else ""
+
+        if case.check_script:
+            await self._status("checking", CHECK_AFTER)
+            env = {"GH_CHECK_PHASE": "after", "GH_AGENT_ANSWER": answer}
+            res = await self._phase(CHECK_AFTER, check_t,
+                                    lambda: self._script(case.check_script or "", env, check_t))
+            self._check_after = rules.check_output(res)
+            after = rules.judge_after(res, check_t)
+            if after.outcome == "error":
+                raise AttemptError(CHECK_AFTER, after.reason or "the check did not print True or False")
+            self._outcome = after.outcome
+        else:
+            # Rubric only: nothing for the runner to judge. `check_absent` tells the server that
+            # "passed" here is provisional and the rubric decides.
+            self._check_absent = True
+            self._outcome = "passed"
+
+        await self._phase(LAST_SCREEN, None, lambda: self._capture("last"))
+
+    # -----------------------------------------------------------------------------------------
+    # What the daemon calls
+    # -----------------------------------------------------------------------------------------
+
+    async def run(self) -> AttemptResult:
+        """Run the attempt to its result. Never raises except CancelledError (when the caller's task is
+        cancelled); destroys its machine in every case."""
+        started = _now()
+        self._log.info("attempt started", case=self.lease.case.test_case_id, image=self.lease.start_state.image)
+        try:
+            if self._cancel_reason is None:
+                self._body = asyncio.create_task(self._guarded_lifecycle(), name=f"attempt-{self.machine_id}")
+                try:
+                    await self._body
+                except asyncio.CancelledError:
+                    if self._outer_cancelled() or self._cancel_reason is None:
+                        raise
+        finally:
+            await self._teardown()
+        result = self._result(started)
+        self._log.info("attempt finished", outcome=result.outcome, error_phase=result.error_phase,
+                       error=result.error, phase_seconds=result.metrics.phase_seconds)
+        self._returned = True
+        await self._status("done", "done")
+        return result
+
+    async def handle_request(self, req: MachineRequest) -> MachineResponse:
+        """Answer the agent's screen/input/exec request, or refuse it with a reason."""
+        if not self._accepting or self.machine is None:
+            return _refuse(req, self._why_not_now())
+        op = asyncio.create_task(self._serve(req), name=f"request-{req.request_id}")
+        self._inflight.add(op)
+        op.add_done_callback(self._inflight.discard)
+        try:
+            return await op
+        except asyncio.CancelledError:
+            if self._outer_cancelled():
+                raise
+            return _refuse(req, f"stopped before it finished: {self._closed_reason or 'the task ended'}")
+
+    def task_end(self, msg: TaskEnd) -> None:
+        """The agent is done: the task phase ends and the check after runs with its answer."""
+        if self._task_over or self._task_end is not None:
+            self._log.info("task_end ignored", reason="task already over" if self._task_over else "duplicate")
+            return
+        self._task_end = msg
+        self._task_end_seen.set()
+
+    def cancel(self, reason: str) -> None:
+        """End the attempt at once: the running phase is cancelled, the machine destroyed, and the
+        result is `error` "cancelled: <reason>". No effect once `run` has returned."""
+        if self._cancel_reason is not None or self._returned:
+            return
+        self._cancel_reason = reason or "cancelled"
+        self._cancel_phase = self.phase
+        self._log.info("attempt cancelled", phase=self.phase, reason=self._cancel_reason)
+        self._close_requests(f"the attempt was cancelled: {self._cancel_reason}")
+        if self._body is not None and not self._body.done():
+            self._body.cancel()
+
+    # -----------------------------------------------------------------------------------------
+    # Phases
+    # -----------------------------------------------------------------------------------------
+
+    async def _guarded_lifecycle(self) -> None:
+        try:
+            await self._lifecycle()
+        except AttemptError as e:
+            self._error = e
+        except Exception as e:  # a bug of ours must still end as a result, with the machine destroyed
+            self._log.exception("attempt crashed", phase=self.phase)
+            self._error = AttemptError(self.phase, f"internal runner error: {type(e).__name__}: {str(e)[:300]}")
+        if self._error is not None and self.machine is not None:
+            # The screen at the moment of failure is often the fastest way to see what went wrong.
+            await self._phase(LAST_SCREEN, None, lambda: self._capture("last"))
+
+    async def _phase(self, name: str, timeout: float | None, work: Callable[[], Awaitable[T]]) -> T:
+        """Run one phase, timed into metrics. `timeout` is what the provider is given too; the phase's
+        own bound adds SCRIPT_SLACK so the provider's clean timeout wins when it works."""
+        self.phase = name
+        self._log.info("phase", phase=name)
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(None if timeout is None else timeout + SCRIPT_SLACK):
+                return await work()
+        except TimeoutError:
+            what = _TIMEOUT_WHAT.get(name, name + " did not finish within {t:g} s")
+            raise AttemptError(name, what.format(t=timeout or 0)) from None
+        except ProviderError as e:
+            raise AttemptError(name, f"{_PROVIDER_WHAT.get(name, name + ' failed')}: {e}") from None
+        finally:
+            self._metrics.phase_seconds[name] = round(time.monotonic() - started, 3)
+
+    def _machine(self) -> Machine:
+        if self.machine is None:
+            raise AttemptError(self.phase, "internal runner error: no machine")
+        return self.machine
+
+    async def _make_machine(self) -> Machine:
+        ss = self.lease.start_state
+        if ss.kind == "state":
+            source = MachineSource(image=ss.image, start_state_id=ss.start_state_id, version=ss.version)
+        else:
+            source = MachineSource(image=ss.image)
+        # Shielded: if this phase is cancelled or times out, creation runs on so that teardown can
+        # wait for the machine and destroy it instead of leaving a half-made one behind.
+        self._create = asyncio.ensure_future(
+            self.provider.create_machine(self.machine_id, source, timeout=self.timeouts.machine)
+        )
+        return await asyncio.shield(self._create)
+
+    async def _script(self, script: str, env: dict[str, str], timeout: float) -> ScriptResult:
+        return await self._machine().run_script(script, env=env, timeout=timeout, output_cap=CHECK_OUTPUT_CAP)
+
+    async def _capture(self, label: str) -> None:
+        """A replay frame of the whole screen, best effort."""
+        try:
+            png = await self._screenshot()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self._log.warning("screenshot for replay failed", label=label, error=f"{type(e).__name__}: {str(e)[:200]}")
+            return
+        await self._replay.send(label, png)
+
+    async def _screenshot(self) -> bytes:
+        async with self._screen_lock:
+            async with asyncio.timeout(self.timeouts.screen):
+                return await self._machine().screenshot()
+
+    async def _task(self) -> TaskEnd | None:
+        """The agent's turn: requests are served until task_end, or until limits.minutes. A task that
+        hits its limit still goes on to the check: the machine may be fixed anyway."""
+        limit = self.lease.case.limits.minutes * self._seconds_per_minute
+        started = time.monotonic()
+        self._accepting = True
+        watcher = asyncio.create_task(self._replay.watch(self._screenshot, WATCH_INTERVAL))
+        try:
+            try:
+                async with asyncio.timeout(limit):
+                    await self._task_end_seen.wait()
+            except TimeoutError:
+                self._limit_reached = True
+                self._metrics.active_seconds = round(time.monotonic() - started, 3)
+                minutes = self.lease.case.limits.minutes
+                self._close_requests(f"the task reached its limit of {minutes} minute{'s' if minutes != 1 else ''}")
+                self._log.info("task limit reached", minutes=minutes)
+                try:  # the agent's answer and counts are still worth waiting a little for
+                    async with asyncio.timeout(self.timeouts.task_grace):
+                        await self._task_end_seen.wait()
+                except TimeoutError:
+                    self._log.info("no task_end after the limit", grace=self.timeouts.task_grace)
+        finally:
+            if not self._limit_reached:
+                self._metrics.active_seconds = round(time.monotonic() - started, 3)
+            self._task_over = True
+            self._close_requests("the task is over")
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+        end = self._task_end
+        if end is not None:
+            self._metrics.steps, self._metrics.questions, self._metrics.approvals = (
+                end.steps, end.questions, end.approvals)
+        return end
+
+    async def _teardown(self) -> None:
+        """Destroy the machine, bounded by the teardown timeout. Never raises but CancelledError."""
+        self.phase = TEARDOWN
+        self._close_requests("the attempt is ending")
+        started = time.monotonic()
+        try:
+            machine = self.machine or await self._machine_being_made()
+            if machine is None:
+                return
+            destroy = asyncio.ensure_future(machine.destroy())
+            _background.add(destroy)
+            destroy.add_done_callback(_background.discard)
+            try:
+                async with asyncio.timeout(self.timeouts.teardown):
+                    await asyncio.shield(destroy)
+            except TimeoutError:
+                self._log.error("machine not destroyed in time; the provider's reaper will remove it",
+                                machine_id=self.machine_id, timeout=self.timeouts.teardown)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                self._log.error("machine destroy failed; the provider's reaper will remove it",
+                                machine_id=self.machine_id, error=f"{type(e).__name__}: {str(e)[:300]}")
+            else:
+                self.machine = None
+        finally:
+            self._metrics.phase_seconds[TEARDOWN] = round(time.monotonic() - started, 3)
+
+    async def _machine_being_made(self) -> Machine | None:
+        """A machine whose creation was interrupted: wait for it (bounded) so it can be destroyed."""
+        create = self._create
+        if create is None:
+            return None
+        if not create.done():
+            await asyncio.wait({create}, timeout=self.timeouts.teardown)
+        if not create.done():
+            create.cancel()
+            self._log.error("machine creation did not end; the provider's reaper will remove it",
+                            machine_id=self.machine_id)
+            return None
+        if create.cancelled() or create.exception() is not None:
+            return None
+        return create.result()
+
+    # -----------------------------------------------------------------------------------------
+    # Machine requests
+    # -----------------------------------------------------------------------------------------
+
+    async def _serve(self, req: MachineRequest) -> MachineResponse:
+        self._log.info("machine request", request_id=req.request_id, op=req.op)
+        try:
+            if req.op == "screen":
+                png = await self._screenshot()
+                return MachineResponse(request_id=req.request_id, ok=True, png_b64=base64.b64encode(png).decode())
+            if req.op == "input":
+                return await self._input(req)
+            if req.op == "exec":
+                return await self._exec(req)
+            return _refuse(req, f"unknown op {req.op!r}")
+        except TimeoutError:
+            return _refuse(req, f"{req.op} got no answer from the machine in time")
+        except ProviderError as e:
+            return _refuse(req, redact_text(str(e), req.redact))
+        except Exception as e:
+            self._log.exception("machine request failed", request_id=req.request_id, op=req.op)
+            return _refuse(req, f"internal runner error: {type(e).__name__}")
+
+    async def _input(self, req: MachineRequest) -> MachineResponse:
+        if not req.events:
+            return _refuse(req, "an input request needs at least one event")
+        machine = self._machine()
+        for i, event in enumerate(req.events):
+            shown = redact_event(event, req.redact)
+            try:
+                async with asyncio.timeout(self.timeouts.screen):
+                    await machine.send_input([event])
+            except (ProviderError, TimeoutError) as e:
+                where = f"input event {i + 1} of {len(req.events)} ({event.type})"
+                done = f"; events 1-{i} were delivered" if i else ""
+                if is_secret_event(event, req.redact):
+                    # The provider's message may quote the text (a character it cannot type): not for a secret.
+                    detail = "could not be delivered"
+                elif isinstance(e, TimeoutError):
+                    detail = "got no answer from the machine in time"
+                else:
+                    detail = f"could not be delivered: {redact_text(str(e), req.redact)}"
+                return _refuse(req, f"{where} {detail}{done}")
+            try:
+                png = await self._screenshot()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                self._log.warning("screenshot after input failed", error=f"{type(e).__name__}: {str(e)[:200]}")
+            else:
+                await self._replay.send("input", png, shown)
+        return MachineResponse(request_id=req.request_id, ok=True)
+
+    async def _exec(self, req: MachineRequest) -> MachineResponse:
+        if not req.script:
+            return _refuse(req, "an exec request needs a script")
+        async with asyncio.timeout(req.timeout + SCRIPT_SLACK):
+            res = await self._machine().run_script(req.script, env=req.env, timeout=req.timeout,
+                                                   output_cap=EXEC_OUTPUT_CAP)
+        return MachineResponse(
+            request_id=req.request_id,
+            ok=True,
+            exit_code=res.exit_code,
+            stdout=res.stdout,
+            stderr=res.stderr,
+            stdout_truncated=res.stdout_truncated,
+            stderr_truncated=res.stderr_truncated,
+            timed_out=res.timed_out,
+        )
+
+    def _why_not_now(self) -> str:
+        if self._cancel_reason is not None:
+            return f"the attempt was cancelled: {self._cancel_reason}"
+        if self.phase == TASK and self._closed_reason:
+            return self._closed_reason
+        if self._task_over:
+            return f"the task is over (attempt is in phase {self.phase})"
+        return f"attempt is in phase {self.phase}, not task"
+
+    def _close_requests(self, reason: str) -> None:
+        """Stop serving requests and stop those still running, so no agent action overlaps the check."""
+        self._accepting = False
+        if self._closed_reason is None:
+            self._closed_reason = reason
+        for op in list(self._inflight):
+            op.cancel()
+
+    # -----------------------------------------------------------------------------------------
+    # Helpers
+    # -----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _outer_cancelled() -> bool:
+        """Whether the task running us was cancelled (as opposed to our own `cancel`)."""
+        task = asyncio.current_task()
+        return task is not None and task.cancelling() > 0
+
+    async def _status(self, status: str, phase: str) -> None:
+        try:
+            async with asyncio.timeout(LINK_TIMEOUT):
+                await self.link.status(status, phase)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self._log.warning("status not sent", status=status, phase=phase, error=f"{type(e).__name__}: {e}"[:300])
+
+    def _result(self, started: datetime) -> AttemptResult:
+        outcome: Outcome
+        error: str | None = None
+        error_phase: str | None = None
+        if self._cancel_reason is not None:
+            outcome, error, error_phase = "error", f"cancelled: {self._cancel_reason}", self._cancel_phase
+        elif self._error is not None:
+            outcome, error, error_phase = "error", str(self._error), self._error.phase
+        elif self._outcome is not None:
+            outcome = self._outcome
+        else:  # unreachable unless the lifecycle returned without a verdict
+            outcome, error, error_phase = "error", "internal runner error: no verdict", self.phase
+        end = self._task_end
+        return AttemptResult(
+            attempt_id=self.lease.attempt_id,
+            outcome=outcome,
+            error=error,
+            error_phase=error_phase,
+            check_before=self._check_before,
+            check_after=self._check_after,
+            check_absent=self._check_absent and outcome != "error",
+            task_limit_reached=self._limit_reached,
+            answer=end.answer if end is not None else None,
+            metrics=self._metrics,
+            started_at=started,
+            finished_at=_now(),
+        )
+
+
+def _refuse(req: MachineRequest, reason: str) -> MachineResponse:
+    return MachineResponse(request_id=req.request_id, ok=False, error=reason)

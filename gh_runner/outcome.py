@@ -1,0 +1,154 @@
+"""The outcome rules of design.md section 2, as pure functions over what a script gave back.
+
+Kept apart from the lifecycle so the rules can be read, and tested row by row, without a machine.
+
+Decisions where the rules are silent (documented here because operators will ask):
+- The verdict is the last non-empty line of stdout with surrounding whitespace removed (so CRLF
+  line ends, trailing blank lines and PowerShell's padding do not matter), compared exactly:
+  `True`/`False` only; `true`, `TRUE`, `1`, `yes` are garbage.
+- A check must also exit 0. A script that printed `True` and then exited non-zero crashed after
+  deciding; we cannot tell which of the two to believe, and guessing in the agent's favour (or
+  against it) would make results depend on the shell's error handling, so it is `error`.
+- Truncated stdout is `error`: the line we see last is not the line the script printed last.
+- A timeout is `error` whatever was printed before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from gh_runner.protocol import CheckOutput, Outcome
+from providers.base import ScriptResult
+
+TAIL_LINES = 20
+TAIL_BYTES = 2048
+
+Verdict = Literal["True", "False"]
+
+
+def tail(text: str, lines: int = TAIL_LINES, max_bytes: int = TAIL_BYTES) -> str:
+    """The last `lines` lines of `text`, at most `max_bytes` bytes of UTF-8: what an operator needs
+    to see why a script failed, bounded so a chatty script cannot flood a result or a log."""
+    kept = text.replace("\r\n", "\n").rstrip("\n").split("\n")[-lines:]
+    out = "\n".join(kept)
+    raw = out.encode("utf-8", errors="replace")
+    if len(raw) > max_bytes:
+        # Cut on the byte budget, then drop a partial character at the cut.
+        out = raw[-max_bytes:].decode("utf-8", errors="ignore")
+    return out
+
+
+def last_line(stdout: str) -> str | None:
+    """The last non-empty line of stdout, stripped; None when stdout has no visible text."""
+    for line in reversed(stdout.splitlines()):
+        s = line.strip().lstrip("\ufeff").strip()
+        if s:
+            return s
+    return None
+
+
+def parse_verdict(stdout: str) -> Verdict | None:
+    line = last_line(stdout)
+    if line == "True":
+        return "True"
+    if line == "False":
+        return "False"
+    return None
+
+
+def check_output(res: ScriptResult) -> CheckOutput:
+    """The bounded record of one check run that travels in the result."""
+    verdict = parse_verdict(res.stdout) if _clean_exit(res) else None
+    return CheckOutput(
+        exit_code=res.exit_code,
+        stdout_tail=tail(res.stdout),
+        stderr_tail=tail(res.stderr),
+        verdict=verdict,
+        timed_out=res.timed_out,
+        truncated=res.stdout_truncated or res.stderr_truncated,
+    )
+
+
+def _clean_exit(res: ScriptResult) -> bool:
+    return not res.timed_out and res.exit_code == 0 and not res.stdout_truncated
+
+
+def _printed(stdout: str) -> str:
+    line = last_line(stdout)
+    if line is None:
+        return "printed nothing on stdout"
+    shown = line if len(line) <= 120 else line[:117] + "..."
+    return f"printed {shown!r} as its last line"
+
+
+def _output_excerpt(res: ScriptResult) -> str:
+    parts = []
+    out, err = tail(res.stdout), tail(res.stderr)
+    if err:
+        parts.append(f"last stderr lines:\n{err}")
+    if out:
+        parts.append(f"last stdout lines:\n{out}")
+    return ("\n" + "\n".join(parts)) if parts else " (no output)"
+
+
+def script_failure(what: str, res: ScriptResult, timeout: float) -> str | None:
+    """Why a script run counts as crashed (timeout, non-zero exit, unreadable output), or None."""
+    if res.timed_out:
+        return f"the {what} did not finish within {timeout:g} s{_output_excerpt(res)}"
+    if res.exit_code is None:
+        return f"the {what} ended without an exit code (killed in the guest?){_output_excerpt(res)}"
+    if res.exit_code != 0:
+        return f"the {what} exited with code {res.exit_code}{_output_excerpt(res)}"
+    return None
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What one run of the check decides: an outcome, and for `error` the plain reason."""
+
+    outcome: Outcome
+    reason: str | None = None
+
+
+def judge_setup(res: ScriptResult, timeout: float) -> str | None:
+    """The setup must exit 0 in time; returns the reason it did not, or None."""
+    return script_failure("setup script", res, timeout)
+
+
+def judge_before(res: ScriptResult, timeout: float) -> Judgement:
+    """Before the task the check must print False. `passed` here means "the setup broke the machine"."""
+    crash = script_failure("check script", res, timeout)
+    if crash:
+        return Judgement("error", crash)
+    if res.stdout_truncated:
+        return Judgement("error", "the check script's stdout was over the output cap, so its last line is unknown")
+    verdict = parse_verdict(res.stdout)
+    if verdict == "False":
+        return Judgement("passed")
+    if verdict == "True":
+        return Judgement(
+            "error",
+            "the check printed True before the task: the setup did not break the machine "
+            "(before the task the check must print False)",
+        )
+    return Judgement(
+        "error", f"the check script {_printed(res.stdout)}; it must print exactly True or False{_output_excerpt(res)}"
+    )
+
+
+def judge_after(res: ScriptResult, timeout: float) -> Judgement:
+    """After the task: True -> passed, False -> failed, anything else -> error."""
+    crash = script_failure("check script", res, timeout)
+    if crash:
+        return Judgement("error", crash)
+    if res.stdout_truncated:
+        return Judgement("error", "the check script's stdout was over the output cap, so its last line is unknown")
+    verdict = parse_verdict(res.stdout)
+    if verdict == "True":
+        return Judgement("passed")
+    if verdict == "False":
+        return Judgement("failed")
+    return Judgement(
+        "error", f"the check script {_printed(res.stdout)}; it must print exactly True or False{_output_excerpt(res)}"
+    )

@@ -1,0 +1,153 @@
+"""Runner-side replay capture: which screens become frames, and what of an input event may be shown.
+
+Frames are best effort: a failed screenshot or a slow link is logged and dropped, never allowed to
+fail an attempt. Secrets the server names in a request's `redact` list never leave this module in
+a frame's event, a log line or an error message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import structlog
+from PIL import Image, ImageChops
+
+from providers.base import InputEvent
+
+log = structlog.get_logger(__name__)
+
+REDACTED = "•••"
+
+# A change smaller than this (bounding box of changed pixels, in px²) is a blinking cursor or caret,
+# not something worth a frame: an underline cursor is 8x2, a Windows caret about 2x18. Anything the
+# agent typed gets its own "input" frame anyway.
+MIN_CHANGE_AREA = 256
+# Greyscale difference below this is compression noise or a colour fade, not a change.
+PIXEL_THRESHOLD = 24
+
+
+class FrameSink(Protocol):
+    async def frame(self, label: str, png: bytes, event: dict[str, Any] | None) -> None: ...
+
+
+def _secrets(redact: Sequence[str]) -> list[str]:
+    # Longest first so a secret that contains another is replaced whole.
+    return sorted({s for s in redact if s}, key=len, reverse=True)
+
+
+def redact_text(text: str, redact: Sequence[str]) -> str:
+    """`text` with every occurrence of a secret replaced by •••."""
+    for s in _secrets(redact):
+        text = text.replace(s, REDACTED)
+    return text
+
+
+def is_secret_event(event: InputEvent, redact: Sequence[str]) -> bool:
+    """A `type` event whose text is, or contains, a secret: its text must never be shown."""
+    text = getattr(event, "text", None)
+    return event.type == "type" and isinstance(text, str) and any(s in text for s in _secrets(redact))
+
+
+def redact_event(event: InputEvent, redact: Sequence[str]) -> dict[str, Any]:
+    """The event as it may appear in a replay frame or a log."""
+    shown = event.model_dump()
+    if is_secret_event(event, redact):
+        shown["text"] = REDACTED
+    return shown
+
+
+@dataclass(frozen=True)
+class _Screen:
+    digest: bytes
+    grey: Image.Image
+
+
+def _decode(png: bytes) -> _Screen:
+    with Image.open(io.BytesIO(png)) as im:
+        grey = im.convert("L")
+    return _Screen(hashlib.sha256(png).digest(), grey)
+
+
+def changed(before: _Screen | None, after: _Screen) -> bool:
+    """Whether `after` differs enough from `before` to deserve a frame (pure, for tests)."""
+    if before is None:
+        return True
+    if before.digest == after.digest:
+        return False
+    if before.grey.size != after.grey.size:
+        return True
+    diff = ImageChops.difference(before.grey, after.grey).point(lambda v: 255 if v >= PIXEL_THRESHOLD else 0)
+    box = diff.getbbox()
+    if box is None:
+        return False
+    left, top, right, bottom = box
+    w, h = right - left, bottom - top
+    return w * h >= MIN_CHANGE_AREA and min(w, h) > 2
+
+
+class ReplayRecorder:
+    """Sends an attempt's frames through its link, in order, remembering the last screen sent."""
+
+    def __init__(self, sink: FrameSink, *, attempt_id: str, send_timeout: float = 15.0) -> None:
+        self._sink = sink
+        self._attempt_id = attempt_id
+        self._send_timeout = send_timeout
+        self._last: _Screen | None = None
+        self._lock = asyncio.Lock()  # frames leave in the order they were taken
+        self.sent = 0
+
+    async def send(self, label: str, png: bytes, event: dict[str, Any] | None = None) -> bool:
+        """Send one frame; False (and a log line) if it could not be sent. Callers pass a redacted event."""
+        try:
+            screen: _Screen | None = await asyncio.to_thread(_decode, png)
+        except Exception as e:  # a PNG we cannot read is still worth sending; just not a change reference
+            log.warning("replay frame not decodable", attempt_id=self._attempt_id, label=label, error=str(e)[:200])
+            screen = None
+        return await self._emit(label, png, event, screen)
+
+    async def send_if_changed(self, png: bytes, label: str = "change") -> bool:
+        """Send the screen only if it differs visibly from the last frame sent."""
+        try:
+            screen = await asyncio.to_thread(_decode, png)
+        except Exception:
+            return False
+        if not changed(self._last, screen):
+            return False
+        return await self._emit(label, png, None, screen)
+
+    async def _emit(self, label: str, png: bytes, event: dict[str, Any] | None, screen: _Screen | None) -> bool:
+        async with self._lock:
+            try:
+                async with asyncio.timeout(self._send_timeout):
+                    await self._sink.frame(label, png, event)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("replay frame not sent", attempt_id=self._attempt_id, label=label,
+                            error=f"{type(e).__name__}: {str(e)[:200]}")
+                return False
+            if screen is not None:
+                self._last = screen
+            self.sent += 1
+            return True
+
+    async def watch(self, shoot: Callable[[], Awaitable[bytes]], interval: float = 1.0) -> None:
+        """Until cancelled: look at the screen every `interval` seconds and send it when it changed.
+        At most one frame per interval, so a busy screen cannot flood the link."""
+        while True:
+            started = time.monotonic()
+            try:
+                png = await shoot()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.debug("replay watch screenshot failed", attempt_id=self._attempt_id, error=str(e)[:200])
+            else:
+                await self.send_if_changed(png)
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))

@@ -1,0 +1,188 @@
+"""A provider double for the attempt lifecycle: a fake Machine at the Provider boundary.
+
+The fake guest is a dict of "files" that scripts act on through handlers the tests register, so a
+test reads like the real scenario (setup breaks, the agent fixes, the check looks) without QEMU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from PIL import Image, ImageDraw
+
+from gh_runner.protocol import FrozenCase, Lease, Limits, StartStateRef
+from providers.base import (
+    ImageInfo,
+    InputEvent,
+    InputNotSupported,
+    Machine,
+    MachineNotReady,
+    MachineSource,
+    Provider,
+    ProviderError,
+    SavedVersion,
+    ScriptResult,
+)
+
+WAIT = 10.0  # generous deadline for a test to see an expected state
+
+
+def png(color: tuple[int, int, int] = (0, 0, 0), box: tuple[int, int, int, int] | None = None) -> bytes:
+    im = Image.new("RGB", (320, 200), color)
+    if box is not None:
+        ImageDraw.Draw(im).rectangle(box, fill=(255, 255, 255))
+    buf = io.BytesIO()
+    im.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+ScriptHandler = Callable[["FakeMachine", Mapping[str, str], float], Awaitable[ScriptResult] | ScriptResult]
+
+
+def ok(stdout: str = "", stderr: str = "", code: int | None = 0, **kw: Any) -> ScriptResult:
+    return ScriptResult(exit_code=code, stdout=stdout, stderr=stderr, **kw)
+
+
+class FakeMachine(Machine):
+    def __init__(self, machine_id: str, provider: FakeProvider) -> None:
+        self.machine_id = machine_id
+        self.provider = provider
+        self.files: dict[str, str] = {}
+        self.screen = png()
+        self.inputs: list[InputEvent] = []
+        self.scripts_run: list[tuple[str, dict[str, str]]] = []
+        self.destroyed = 0
+
+    async def wait_ready(self, timeout: float) -> None:
+        if self.provider.never_ready:
+            # The real provider polls its guest channel up to the deadline, then gives up.
+            await asyncio.sleep(timeout)
+            raise MachineNotReady(f"guest agent of {self.machine_id} did not answer within {timeout:g} s")
+
+    async def run_script(self, script: str, *, env: Mapping[str, str] | None = None, timeout: float,
+                         output_cap: int = 1 << 20) -> ScriptResult:
+        self.scripts_run.append((script, dict(env or {})))
+        handler = self.provider.scripts.get(script)
+        if handler is None:
+            return ok(stderr=f"sh: unknown script {script!r}", code=127)
+        res = handler(self, dict(env or {}), timeout)
+        if asyncio.iscoroutine(res) or isinstance(res, asyncio.Future):
+            return await res
+        assert isinstance(res, ScriptResult)
+        return res
+
+    async def screenshot(self) -> bytes:
+        if self.provider.screen_error:
+            raise ProviderError("screendump failed")
+        return self.screen
+
+    async def send_input(self, events: Sequence[InputEvent]) -> None:
+        for e in events:
+            if e.type == "type" and "\u2603" in e.text:
+                raise InputNotSupported(f"cannot type {e.text!r}: character not in keymap")
+            self.inputs.append(e)
+            self.screen = png((0, 0, 40 * len(self.inputs) % 255), box=(10, 10, 200, 100))
+
+    async def save(self, start_state_id: str, version: int, *, with_memory: bool = True) -> SavedVersion:
+        raise ProviderError("not in the fake")
+
+    async def destroy(self) -> None:
+        self.destroyed += 1
+        if self.provider.destroy_error:
+            raise ProviderError("virsh destroy failed")
+
+
+class FakeProvider(Provider):
+    def __init__(self) -> None:
+        self.machines: list[FakeMachine] = []
+        self.sources: list[MachineSource] = []
+        self.scripts: dict[str, ScriptHandler] = {}
+        self.never_ready = False
+        self.create_error: str | None = None
+        self.create_gate: asyncio.Event | None = None  # creation waits for this when set
+        self.creating = asyncio.Event()
+        self.screen_error = False
+        self.destroy_error = False
+
+    async def list_images(self) -> list[ImageInfo]:
+        return []
+
+    async def create_machine(self, machine_id: str, source: MachineSource, *, timeout: float) -> Machine:
+        self.sources.append(source)
+        self.creating.set()
+        if self.create_gate is not None:
+            await self.create_gate.wait()
+        if self.create_error:
+            raise ProviderError(self.create_error)
+        m = FakeMachine(machine_id, self)
+        self.machines.append(m)
+        return m
+
+    async def reap(self, keep: set[str]) -> list[str]:
+        return []
+
+    async def delete_version(self, start_state_id: str, version: int) -> None:
+        return None
+
+
+class FakeLink:
+    def __init__(self) -> None:
+        self.statuses: list[tuple[str, str]] = []
+        self.frames: list[tuple[str, bytes, dict[str, Any] | None]] = []
+        self.frame_error = False
+        self._seen: dict[str, asyncio.Event] = {}
+
+    def _event(self, phase: str) -> asyncio.Event:
+        return self._seen.setdefault(phase, asyncio.Event())
+
+    async def status(self, status: str, phase: str) -> None:
+        self.statuses.append((status, phase))
+        self._event(phase).set()
+
+    async def frame(self, label: str, png: bytes, event: dict[str, Any] | None) -> None:
+        if self.frame_error:
+            raise ConnectionError("websocket closed")
+        self.frames.append((label, png, event))
+        self._event("frame:" + label).set()
+
+    async def reached(self, phase: str) -> None:
+        await asyncio.wait_for(self._event(phase).wait(), WAIT)
+
+    def labels(self) -> list[str]:
+        return [f[0] for f in self.frames]
+
+
+def make_lease(*, setup: str | None = "break", check: str | None = "check", minutes: int = 10,
+               script_timeout: float = 600.0, kind: str = "image") -> Lease:
+    start = (StartStateRef(kind="image", image="linux-tiny") if kind == "image"
+             else StartStateRef(kind="state", image="linux-tiny", start_state_id="ss_x", version=3))
+    return Lease(
+        attempt_id="at_test1",
+        agent_id="ag_x",
+        case=FrozenCase(test_case_id="tc_x", name="case", prompt="fix it", setup_script=setup,
+                        check_script=check, limits=Limits(minutes=minutes)),
+        start_state=start,
+        script_timeout=script_timeout,
+    )
+
+
+def guest_scripts(provider: FakeProvider) -> None:
+    """The standard scenario: `break` breaks, `fix` fixes, `check` prints True once fixed (or once the
+    answer is 42 for a question case)."""
+
+    def brk(m: FakeMachine, env: Mapping[str, str], t: float) -> ScriptResult:
+        m.files["/root/x"] = "broken"
+        return ok()
+
+    def fix(m: FakeMachine, env: Mapping[str, str], t: float) -> ScriptResult:
+        m.files["/root/fixed"] = "1"
+        return ok(stdout="fixed\n")
+
+    def check(m: FakeMachine, env: Mapping[str, str], t: float) -> ScriptResult:
+        good = "/root/fixed" in m.files or env.get("GH_AGENT_ANSWER") == "42"
+        return ok(stdout="checking...\n" + ("True" if good else "False") + "\n")
+
+    provider.scripts.update({"break": brk, "fix": fix, "check": check})

@@ -1,0 +1,105 @@
+"""The outcome rules (design.md section 2), row by row."""
+
+from __future__ import annotations
+
+import pytest
+
+from gh_runner import outcome as rules
+from providers.base import ScriptResult
+
+T = 300.0
+
+
+def res(stdout: str, code: int | None = 0, *, timed_out: bool = False, truncated: bool = False,
+        stderr: str = "") -> ScriptResult:
+    return ScriptResult(exit_code=code, stdout=stdout, stderr=stderr, timed_out=timed_out,
+                        stdout_truncated=truncated)
+
+
+# (name, script result, outcome before the task, outcome after the task)
+# Before: "passed" means the check printed False as required; "error" means the attempt errors.
+ROWS = [
+    ("False", res("False\n"), "passed", "failed"),
+    ("True", res("True\n"), "error", "passed"),
+    ("no newline", res("True"), "error", "passed"),
+    ("CRLF", res("True\r\n"), "error", "passed"),
+    ("CRLF False", res("False\r\n\r\n"), "passed", "failed"),
+    ("trailing blank lines", res("True\n\n \n\t\n"), "error", "passed"),
+    ("padded", res("   False   \n"), "passed", "failed"),
+    ("log lines before", res("checking registry\nvalue=1\nTrue\n"), "error", "passed"),
+    ("PowerShell BOM", res("\ufeffTrue\r\n"), "error", "passed"),
+    ("verdict not last", res("True\ndone\n"), "error", "error"),
+    ("lowercase true is garbage", res("true\n"), "error", "error"),
+    ("lowercase false is garbage", res("false\n"), "error", "error"),
+    ("upper case", res("TRUE\n"), "error", "error"),
+    ("1", res("1\n"), "error", "error"),
+    ("two words", res("True False\n"), "error", "error"),
+    ("True. with a dot", res("True.\n"), "error", "error"),
+    ("empty", res(""), "error", "error"),
+    ("only whitespace", res("\n  \r\n"), "error", "error"),
+    ("verdict on stderr only", res("", stderr="True\n"), "error", "error"),
+    # A check that printed a verdict and then exited non-zero crashed: error, whichever verdict.
+    ("True then exit 1", res("True\n", 1), "error", "error"),
+    ("False then exit 2", res("False\n", 2), "error", "error"),
+    ("crash", res("", 1, stderr="Traceback...\nNameError\n"), "error", "error"),
+    ("timeout after printing True", res("True\n", None, timed_out=True), "error", "error"),
+    ("timeout", res("", None, timed_out=True), "error", "error"),
+    ("killed without exit code", res("True\n", None), "error", "error"),
+    ("stdout truncated", res("x\n" * 10 + "True\n", truncated=True), "error", "error"),
+]
+
+
+@pytest.mark.parametrize(("result", "before", "after"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
+def test_outcome_rules(result: ScriptResult, before: str, after: str) -> None:
+    b = rules.judge_before(result, T)
+    a = rules.judge_after(result, T)
+    assert b.outcome == before
+    assert a.outcome == after
+    # Every error comes with a reason; no reason without an error.
+    assert (b.reason is not None) == (b.outcome == "error")
+    assert (a.reason is not None) == (a.outcome == "error")
+
+
+def test_recorded_verdict_only_for_a_clean_run() -> None:
+    assert rules.check_output(res("x\nTrue\r\n")).verdict == "True"
+    assert rules.check_output(res("False")).verdict == "False"
+    assert rules.check_output(res("true")).verdict is None
+    assert rules.check_output(res("True", 1)).verdict is None
+    out = rules.check_output(res("True", None, timed_out=True))
+    assert out.verdict is None and out.timed_out and out.exit_code is None
+
+
+def test_reasons_say_what_the_guest_said() -> None:
+    r = rules.judge_before(res("True\n"), T).reason or ""
+    assert "printed True before the task" in r and "setup did not break" in r
+    r = rules.judge_after(res("log\nmaybe\n"), T).reason or ""
+    assert "'maybe'" in r and "True or False" in r and "log" in r
+    r = rules.judge_after(res(""), T).reason or ""
+    assert "printed nothing" in r
+    r = rules.judge_after(res("", 3, stderr="Get-Item: access denied\n"), T).reason or ""
+    assert "exited with code 3" in r and "access denied" in r
+    r = rules.judge_after(res("", None, timed_out=True), T).reason or ""
+    assert "did not finish within 300 s" in r
+
+
+def test_setup_rules() -> None:
+    assert rules.judge_setup(res("anything"), T) is None
+    assert "exited with code 2" in (rules.judge_setup(res("", 2, stderr="no such file\n"), T) or "")
+    assert "did not finish within 600 s" in (rules.judge_setup(res("", None, timed_out=True), 600) or "")
+    # A setup's stdout has no verdict to keep: only the exit code matters.
+    assert rules.judge_setup(res("", 0, truncated=True), T) is None
+
+
+def test_tail_is_bounded() -> None:
+    text = "".join(f"line {i}\r\n" for i in range(1000))
+    t = rules.tail(text)
+    assert t.splitlines() == [f"line {i}" for i in range(980, 1000)]
+    huge = "é" * 5000  # 2 bytes each: the cut must not split a character
+    t = rules.tail(huge)
+    assert len(t.encode()) <= rules.TAIL_BYTES and set(t) == {"é"}
+    assert rules.tail("") == ""
+
+
+def test_long_garbage_line_is_shortened_in_the_reason() -> None:
+    r = rules.judge_after(res("x" * 10_000), T).reason or ""
+    assert len(r) < 2 * rules.TAIL_BYTES + 500
