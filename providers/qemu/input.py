@@ -1,0 +1,142 @@
+"""Input through the hypervisor: QMP input-send-event for the USB tablet, sendKey for keys.
+
+Keys go through QEMU's paced key queue (sendKey returns before the keys are delivered), while
+pointer events are delivered at once; to keep a mixed sequence in order, pointer events wait until
+the queued keys have been played.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import libvirt
+import libvirt_qemu
+
+from providers.base import (
+    ClickEvent,
+    DoubleClickEvent,
+    InputEvent,
+    InputNotSupported,
+    KeyEvent,
+    MoveEvent,
+    ScrollEvent,
+    TypeEvent,
+)
+from providers.qemu.connection import Connection
+from providers.qemu.errors import in_thread
+from providers.qemu.keymap import combo_keys, text_keys
+
+ABS_MAX = 32767
+HOLD_MS = 15  # long enough for PS/2 and Windows to register, short enough to type ~60 chars/s
+# QEMU drops queued key events past a limit; keep what is queued to a few seconds' worth.
+MAX_QUEUED_S = 2.0
+
+
+def abs_value(pos: int, size: int) -> int:
+    """Screen pixel to the tablet's 0..32767 axis."""
+    if size <= 1:
+        return 0
+    pos = max(0, min(pos, size - 1))
+    return round(pos * ABS_MAX / (size - 1))
+
+
+def move_events(x: int, y: int, size: tuple[int, int]) -> list[dict[str, Any]]:
+    return [
+        {"type": "abs", "data": {"axis": "x", "value": abs_value(x, size[0])}},
+        {"type": "abs", "data": {"axis": "y", "value": abs_value(y, size[1])}},
+    ]
+
+
+def button_event(button: str, down: bool) -> list[dict[str, Any]]:
+    return [{"type": "btn", "data": {"down": down, "button": button}}]
+
+
+def pointer_batches(ev: InputEvent, size: tuple[int, int]) -> list[list[dict[str, Any]]]:
+    """Each batch is one input-send-event (one HID report): a press and its release must not share
+    a report, or the tablet reports only the final state and the click is lost."""
+    if isinstance(ev, MoveEvent):
+        return [move_events(ev.x, ev.y, size)]
+    if isinstance(ev, ClickEvent | DoubleClickEvent):
+        clicks = 2 if isinstance(ev, DoubleClickEvent) else 1
+        out = [move_events(ev.x, ev.y, size)]
+        for _ in range(clicks):
+            out += [button_event(ev.button, True), button_event(ev.button, False)]
+        return out
+    if isinstance(ev, ScrollEvent):
+        out = [move_events(ev.x, ev.y, size)]
+        wheel = "wheel-down" if ev.dy > 0 else "wheel-up"
+        for _ in range(abs(ev.dy)):
+            out += [button_event(wheel, True), button_event(wheel, False)]
+        return out
+    raise InputNotSupported(f"not a pointer event: {ev.type}")
+
+
+class InputDriver:
+    def __init__(self, conn: Connection, domain_name: str, screen_size: Callable[[], Awaitable[tuple[int, int]]],
+                 *, call_timeout: float = 10.0) -> None:
+        self.conn = conn
+        self.domain_name = domain_name
+        self.screen_size = screen_size
+        self.call_timeout = call_timeout
+        self._keys_done_at = 0.0
+
+    def _monitor_blocking(self, cmd: str) -> str:
+        def go(c: libvirt.virConnect) -> str:
+            dom = c.lookupByName(self.domain_name)
+            return str(libvirt_qemu.qemuMonitorCommand(dom, cmd, 0))
+
+        return self.conn.call(go)
+
+    def _send_key_blocking(self, codes: list[int]) -> None:
+        def go(c: libvirt.virConnect) -> None:
+            dom = c.lookupByName(self.domain_name)
+            dom.sendKey(libvirt.VIR_KEYCODE_SET_LINUX, HOLD_MS, codes, len(codes), 0)
+
+        self.conn.call(go)
+
+    async def _send_pointer(self, events: list[dict[str, Any]]) -> None:
+        cmd = json.dumps({"execute": "input-send-event", "arguments": {"events": events}})
+        reply = await in_thread("sending pointer input", self._monitor_blocking, cmd, timeout=self.call_timeout)
+        parsed = json.loads(reply)
+        if "error" in parsed:
+            raise InputNotSupported(f"the hypervisor refused pointer input: {parsed['error'].get('desc')}")
+
+    async def _send_chord(self, codes: list[int]) -> None:
+        queued = self._keys_done_at - time.monotonic()
+        if queued > MAX_QUEUED_S:
+            await asyncio.sleep(queued - MAX_QUEUED_S)
+        await in_thread("sending keys", self._send_key_blocking, codes, timeout=self.call_timeout)
+        # QEMU plays each chord as: press, hold, release, then its inter-key delay.
+        self._keys_done_at = max(self._keys_done_at, time.monotonic()) + (HOLD_MS + 10) / 1000
+
+    async def _drain_keys(self) -> None:
+        left = self._keys_done_at - time.monotonic()
+        if left > 0:
+            await asyncio.sleep(left)
+
+    async def send(self, events: Sequence[InputEvent]) -> None:
+        # Validate everything first so that a bad event sends nothing rather than half a sequence.
+        plans: list[tuple[str, Any]] = []
+        for ev in events:
+            if isinstance(ev, TypeEvent):
+                plans.append(("keys", text_keys(ev.text)))
+            elif isinstance(ev, KeyEvent):
+                plans.append(("keys", [combo_keys(ev.keys)]))
+            else:
+                plans.append(("pointer", ev))
+        size: tuple[int, int] | None = None
+        for kind, plan in plans:
+            if kind == "keys":
+                for chord in plan:
+                    await self._send_chord(chord)
+            else:
+                await self._drain_keys()
+                if size is None:
+                    size = await self.screen_size()
+                for batch in pointer_batches(plan, size):
+                    await self._send_pointer(batch)
+        await self._drain_keys()

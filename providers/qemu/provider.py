@@ -1,0 +1,491 @@
+"""The QEMU/KVM provider on libvirt: machines as qcow2 overlays plus transient domains.
+
+Layout under `state_dir` (every directory 0755 so QEMU, running as libvirt-qemu, can reach disks):
+  machines/<domain name>/  overlay `disk.qcow2`, `owner.json`, serial `console.log`, transient restore file
+  states/<start_state_id>/v<N>/  immutable `disk.qcow2`, optional `memory.img`, `meta.json`
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import libvirt
+import structlog
+
+from providers.base import (
+    DEFAULT_OUTPUT_CAP,
+    ImageInfo,
+    InputEvent,
+    Machine,
+    MachineNotReady,
+    MachineSource,
+    Provider,
+    ProviderError,
+    SavedVersion,
+    ScriptResult,
+)
+from providers.manifest import DirectKernelBoot
+from providers.qemu import overlays
+from providers.qemu.accel import choose_accelerator
+from providers.qemu.connection import Connection
+from providers.qemu.domain import (
+    ISOLATED_NETWORK,
+    DomainSpec,
+    Ownership,
+    build_domain_xml,
+    domain_name,
+    domain_prefix,
+    isolated_network_xml,
+    ownership_from_domain_xml,
+    rewrite_saved_xml,
+)
+from providers.qemu.errors import in_thread, plain_reason
+from providers.qemu.guest_agent import GuestAgent
+from providers.qemu.images import Image, ImageCatalog
+from providers.qemu.input import InputDriver
+from providers.qemu.saveimage import SaveImageError, read_save_image, write_machine_copy
+from providers.qemu.screen import png_channels_swapped, screenshot_blocking, to_png
+from providers.qemu.states import StateStore, VersionFiles
+
+log = structlog.get_logger("providers.qemu")
+
+CALL_TIMEOUT = 60.0  # one libvirt call; generous because a loaded 2-core host is slow to start QEMU
+OWNER_FILE = "owner.json"
+QEMU_UID = 64055
+
+
+def _mkdir_traversable(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o755)
+
+
+class QemuProvider(Provider):
+    def __init__(self, images_dir: Path, state_dir: Path, runner_name: str, libvirt_uri: str = "qemu:///system",
+                 *, accelerator: str | None = None, flatten_versions: bool = False) -> None:
+        self.images_dir = Path(images_dir)
+        self.state_dir = Path(state_dir)
+        self.runner_name = runner_name
+        self.libvirt_uri = libvirt_uri
+        self.conn = Connection(libvirt_uri)
+        self.catalog = ImageCatalog(self.images_dir)
+        self.states = StateStore(self.state_dir)
+        self.machines_dir = self.state_dir / "machines"
+        self.flatten_versions = flatten_versions
+        self._force_accel = accelerator
+        self.accelerator: str | None = None  # "kvm" | "tcg" once started
+        self.accelerator_reason = ""
+        self.hypervisor_version = 0
+        self._start_lock = asyncio.Lock()
+        self._machines: dict[str, QemuMachine] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect to libvirt and pick the accelerator (probing KVM once). Safe to call again."""
+        async with self._start_lock:
+            if self.accelerator is not None:
+                return
+            _mkdir_traversable(self.state_dir)
+            _mkdir_traversable(self.machines_dir)
+            _mkdir_traversable(self.states.root)
+            self.hypervisor_version = await in_thread(
+                "connecting to libvirt", lambda: self.conn.call(lambda c: c.getVersion()), timeout=CALL_TIMEOUT)
+            kernel = None
+            for img in await self.catalog.scan():
+                if isinstance(img.manifest.boot, DirectKernelBoot):
+                    kernel = img.dir / img.manifest.boot.kernel
+                    break
+            self.accelerator, self.accelerator_reason = await choose_accelerator(
+                self.state_dir / "accelerator.json", kernel=kernel, force=self._force_accel)
+            log.info("qemu provider ready", uri=self.libvirt_uri, accelerator=self.accelerator,
+                     reason=self.accelerator_reason)
+
+    async def probe(self) -> dict[str, Any]:
+        """Host checks for `gh-runner doctor`: each entry is {ok, detail, fix?}."""
+        checks: dict[str, Any] = {}
+        try:
+            await self.start()
+            checks["libvirt"] = {"ok": True, "detail": f"connected to {self.libvirt_uri}"}
+            checks["accelerator"] = {
+                "ok": True, "detail": f"{self.accelerator}: {self.accelerator_reason}",
+                **({"fix": "enable hardware virtualisation (or nested KVM) for fast guests"}
+                   if self.accelerator == "tcg" else {}),
+            }
+        except ProviderError as e:
+            checks["libvirt"] = {"ok": False, "detail": str(e),
+                                 "fix": "start libvirtd (and virtlogd), or pass --libvirt-uri"}
+        checks["state_dir"] = _traversal_check(self.state_dir)
+        checks["images_dir"] = _traversal_check(self.images_dir)
+        return checks
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.conn.close)
+
+    # -- images and versions -----------------------------------------------------------------
+
+    async def list_images(self) -> list[ImageInfo]:
+        return [img.info for img in await self.catalog.scan()]
+
+    async def held_versions(self) -> list[tuple[str, int]]:
+        return await asyncio.to_thread(self.states.held)
+
+    async def delete_version(self, start_state_id: str, version: int) -> None:
+        await asyncio.to_thread(self.states.delete, start_state_id, version)
+
+    # -- machines ----------------------------------------------------------------------------
+
+    def _lookup_blocking(self, name: str) -> libvirt.virDomain | None:
+        def go(c: libvirt.virConnect) -> libvirt.virDomain | None:
+            try:
+                return c.lookupByName(name)
+            except libvirt.libvirtError as e:
+                if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                    return None
+                raise
+
+        return self.conn.call(go)
+
+    async def create_machine(self, machine_id: str, source: MachineSource, *, timeout: float) -> Machine:
+        deadline = time.monotonic() + timeout
+        await self.start()
+        image = await self.catalog.get(source.image)
+        name = domain_name(self.runner_name, machine_id)
+        if await in_thread("looking up machine", self._lookup_blocking, name, timeout=CALL_TIMEOUT) is not None:
+            raise ProviderError(f"machine {machine_id} already exists (domain {name})")
+        version: VersionFiles | None = None
+        if source.start_state_id is not None:
+            if source.version is None:
+                raise ProviderError("a start state source needs a version")
+            version = self.states.existing(source.start_state_id, source.version)
+            meta = version.read_meta()
+            if meta.get("image") != image.manifest.name or meta.get("image_checksum") != image.info.checksum:
+                raise ProviderError(
+                    f"start state {source.start_state_id} v{source.version} was saved from image "
+                    f"{meta.get('image')} {str(meta.get('image_checksum'))[:19]}, which is not the image here "
+                    f"({image.manifest.name} {image.info.checksum[:19]})")
+        mdir = self.machines_dir / name
+        if mdir.exists():
+            await asyncio.to_thread(shutil.rmtree, mdir, True)
+        _mkdir_traversable(mdir)
+        own = Ownership(runner=self.runner_name, machine_id=machine_id, machine_dir=str(mdir))
+        (mdir / OWNER_FILE).write_text(json.dumps({"runner": own.runner, "machine_id": own.machine_id,
+                                                    "domain": name}))
+        overlay = mdir / "disk.qcow2"
+        console = mdir / "console.log"
+        machine = QemuMachine(self, machine_id, name, image, mdir)
+        try:
+            base = version.disk if version is not None else image.disk
+            await overlays.create_overlay(base, overlay, timeout=max(5.0, deadline - time.monotonic()))
+            if image.manifest.network == "isolated":
+                await self._ensure_isolated_network()
+            if version is not None and version.memory.is_file():
+                await self._restore(version, name, overlay, console, own, mdir, deadline)
+                machine.restored = True
+            else:
+                assert self.accelerator is not None
+                xml = build_domain_xml(DomainSpec(name=name, manifest=image.manifest, image_dir=image.dir,
+                                                  overlay=overlay, console_log=console, ownership=own,
+                                                  accelerator=self.accelerator))
+                await in_thread("starting machine", lambda: self.conn.call(lambda c: c.createXML(xml, 0)),
+                                timeout=max(5.0, deadline - time.monotonic()))
+        except BaseException:
+            await machine.destroy()
+            raise
+        self._machines[machine_id] = machine
+        log.info("machine created", machine_id=machine_id, domain=name, image=image.manifest.name,
+                 start_state=source.start_state_id, version=source.version, warm=machine.restored)
+        return machine
+
+    async def _restore(self, version: VersionFiles, name: str, overlay: Path, console: Path, own: Ownership,
+                       mdir: Path, deadline: float) -> None:
+        restore_file = mdir / "restore.img"
+        try:
+            saved = await asyncio.to_thread(read_save_image, version.memory)
+            xml = rewrite_saved_xml(saved.xml, name=name, overlay=overlay, console_log=console, ownership=own)
+            await asyncio.to_thread(write_machine_copy, version.memory, restore_file, xml)
+        except (SaveImageError, ValueError, OSError) as e:
+            raise ProviderError(f"cannot use the memory image of this start state: {e}") from None
+        try:
+            await in_thread(
+                "restoring machine from memory image",
+                lambda: self.conn.call(lambda c: c.restoreFlags(str(restore_file), None,
+                                                                libvirt.VIR_DOMAIN_SAVE_RUNNING)),
+                timeout=max(5.0, deadline - time.monotonic()))
+        finally:
+            restore_file.unlink(missing_ok=True)
+
+    async def _ensure_isolated_network(self) -> None:
+        def go(c: libvirt.virConnect) -> None:
+            try:
+                net = c.networkLookupByName(ISOLATED_NETWORK)
+            except libvirt.libvirtError:
+                net = c.networkDefineXML(isolated_network_xml())
+            if not net.isActive():
+                net.create()
+            net.setAutostart(True)
+
+        await in_thread("preparing the isolated network", lambda: self.conn.call(go), timeout=CALL_TIMEOUT)
+
+    async def reap(self, keep: set[str]) -> list[str]:
+        """Destroy this runner's domains and machine directories whose machine id is not in `keep`."""
+        await self.start()
+        prefix = domain_prefix(self.runner_name)
+
+        def list_ours(c: libvirt.virConnect) -> list[tuple[str, Ownership | None, bool]]:
+            out = []
+            for dom in c.listAllDomains(0):
+                n = dom.name()
+                if not n.startswith(prefix):
+                    continue
+                try:
+                    own = ownership_from_domain_xml(dom.XMLDesc(0))
+                except libvirt.libvirtError:
+                    continue
+                out.append((n, own, bool(dom.isPersistent())))
+            return out
+
+        removed: list[str] = []
+        found = await in_thread("listing machines", lambda: self.conn.call(list_ours), timeout=CALL_TIMEOUT)
+        for name, own, persistent in found:
+            if own is None or own.runner != self.runner_name or own.machine_id in keep:
+                continue
+            await self._destroy_domain(name, persistent)
+            mdir = self.machines_dir / name
+            await asyncio.to_thread(shutil.rmtree, mdir, True)
+            self._machines.pop(own.machine_id, None)
+            removed.append(own.machine_id)
+            log.warning("reaped leftover machine", machine_id=own.machine_id, domain=name)
+        live = {n for n, _, _ in found}
+        if self.machines_dir.is_dir():
+            for mdir in sorted(self.machines_dir.iterdir()):
+                if not mdir.name.startswith(prefix) or mdir.name in live:
+                    continue
+                try:
+                    info = json.loads((mdir / OWNER_FILE).read_text())
+                    mid = str(info.get("machine_id"))
+                    if info.get("runner") != self.runner_name:
+                        continue
+                except (OSError, ValueError):
+                    mid = mdir.name
+                if mid in keep:
+                    continue
+                await asyncio.to_thread(shutil.rmtree, mdir, True)
+                if mid not in removed:
+                    removed.append(mid)
+                log.warning("reaped leftover machine files", machine_id=mid, dir=str(mdir))
+        return removed
+
+    async def _destroy_domain(self, name: str, persistent: bool = False) -> None:
+        def go(c: libvirt.virConnect) -> None:
+            try:
+                dom = c.lookupByName(name)
+            except libvirt.libvirtError as e:
+                if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                    return
+                raise
+            try:
+                dom.destroy()
+            except libvirt.libvirtError as e:
+                if e.get_error_code() not in (libvirt.VIR_ERR_NO_DOMAIN, libvirt.VIR_ERR_OPERATION_INVALID):
+                    raise
+            if persistent:
+                try:
+                    dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
+                except libvirt.libvirtError as e:
+                    if e.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
+                        raise
+
+        await in_thread(f"destroying machine {name}", lambda: self.conn.call(go), timeout=CALL_TIMEOUT)
+
+
+def _traversal_check(path: Path) -> dict[str, Any]:
+    """QEMU runs as libvirt-qemu under qemu:///system: every parent must be world-executable."""
+    p = path.resolve()
+    for parent in [p, *p.parents]:
+        try:
+            mode = parent.stat().st_mode
+        except OSError:
+            continue
+        if not mode & 0o001:
+            return {"ok": False, "detail": f"{parent} is not traversable by libvirt-qemu (mode {mode & 0o777:o})",
+                    "fix": f"chmod o+x {parent}, or keep {path.name} under /var/lib/gh-runner"}
+    return {"ok": True, "detail": f"{path} is reachable by libvirt-qemu"}
+
+
+class QemuMachine(Machine):
+    def __init__(self, provider: QemuProvider, machine_id: str, name: str, image: Image, mdir: Path) -> None:
+        self.provider = provider
+        self.machine_id = machine_id
+        self.domain_name = name
+        self.image = image
+        self.dir = mdir
+        self.overlay = mdir / "disk.qcow2"
+        self.restored = False
+        self._destroyed = False
+        self._screen_size: tuple[int, int] | None = None
+        self.agent = GuestAgent(provider.conn, name)
+        self.input = InputDriver(provider.conn, name, self._current_screen_size)
+        self._winrm: Any = None
+
+    @property
+    def _uses_winrm(self) -> bool:
+        m = self.image.manifest
+        return "winrm" in m.guest_channels and "qemu-ga" not in m.guest_channels
+
+    async def _state(self) -> int | None:
+        def go(c: libvirt.virConnect) -> int | None:
+            try:
+                return int(c.lookupByName(self.domain_name).state()[0])
+            except libvirt.libvirtError as e:
+                if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                    return None
+                raise
+
+        return await in_thread("reading machine state", lambda: self.provider.conn.call(go), timeout=CALL_TIMEOUT)
+
+    async def _require_running(self) -> None:
+        st = await self._state()
+        if st in (libvirt.VIR_DOMAIN_RUNNING, libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_BLOCKED):
+            return
+        tail = self.console_tail()
+        what = "no longer exists" if st is None else "stopped"
+        raise MachineNotReady(f"the machine {what} before its guest answered" + (f"; console: {tail}" if tail else ""))
+
+    def console_tail(self, limit: int = 300) -> str:
+        try:
+            data = (self.dir / "console.log").read_bytes()[-limit:]
+        except OSError:
+            return ""
+        return data.decode(errors="replace").strip().replace("\r", "")
+
+    async def wait_ready(self, timeout: float) -> None:
+        if self._destroyed:
+            raise MachineNotReady("the machine was destroyed")
+        started = time.monotonic()
+        if self._uses_winrm:
+            await self._winrm_channel().wait_ready(timeout, alive=self._require_running)
+        else:
+            await self.agent.wait_ready(timeout, alive=self._require_running)
+            if self.restored:
+                try:
+                    await self.agent.set_time()
+                except ProviderError as e:
+                    log.warning("could not set the guest clock after restore", machine_id=self.machine_id,
+                                reason=str(e))
+        log.info("machine ready", machine_id=self.machine_id, seconds=round(time.monotonic() - started, 2))
+
+    def _winrm_channel(self) -> Any:
+        if self._winrm is None:
+            from providers.qemu.winrm import WinRMChannel
+
+            self._winrm = WinRMChannel.for_machine(self)
+        return self._winrm
+
+    async def run_script(self, script: str, *, env: Mapping[str, str] | None = None, timeout: float,
+                         output_cap: int = DEFAULT_OUTPUT_CAP) -> ScriptResult:
+        if self._destroyed:
+            raise ProviderError("the machine was destroyed")
+        if self._uses_winrm:
+            result: ScriptResult = await self._winrm_channel().run_script(script, env=env, timeout=timeout,
+                                                                         output_cap=output_cap)
+            return result
+        if self.image.manifest.shell != "sh":
+            raise ProviderError("PowerShell scripts need the image's WinRM channel; this image has only qemu-ga")
+        return await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap)
+
+    async def screenshot(self) -> bytes:
+        raw, mime = await in_thread("taking a screenshot", screenshot_blocking, self.provider.conn, self.domain_name,
+                                    timeout=CALL_TIMEOUT)
+        swap = mime == "image/png" and png_channels_swapped(self.provider.hypervisor_version)
+        png, size = await asyncio.to_thread(to_png, raw, mime, swap_png=swap)
+        self._screen_size = size
+        return png
+
+    async def _current_screen_size(self) -> tuple[int, int]:
+        if self._screen_size is None:
+            await self.screenshot()
+        assert self._screen_size is not None
+        return self._screen_size
+
+    async def send_input(self, events: Sequence[InputEvent]) -> None:
+        await self.input.send(events)
+
+    async def save(self, start_state_id: str, version: int, *, with_memory: bool = True) -> SavedVersion:
+        """Keep disk (and memory) as an immutable version; this machine keeps running afterwards.
+
+        With memory: the domain is saved to a memory image (it stops), the disk is copied while it is
+        stopped, then the domain is restored from that same image, so memory and disk agree and the
+        machine carries on. Without memory: the guest's buffers are synced, the domain is paused
+        while the disk is copied, then resumed.
+        """
+        p = self.provider
+        vf = p.states.version(start_state_id, version)
+        if vf.dir.exists():
+            raise ProviderError(
+                f"start state {start_state_id} version {version} already exists (versions are immutable)")
+        partial = vf.dir.with_name(vf.dir.name + ".partial")
+        await asyncio.to_thread(shutil.rmtree, partial, True)
+        _mkdir_traversable(partial.parent)
+        _mkdir_traversable(partial)
+        started = time.monotonic()
+        mem = partial / "memory.img"
+        try:
+            if with_memory:
+                await in_thread("saving machine memory",
+                                lambda: p.conn.call(lambda c: c.lookupByName(self.domain_name).save(str(mem))),
+                                timeout=600)
+                try:
+                    await overlays.write_version_disk(self.overlay, self.image.disk, partial / "disk.qcow2",
+                                                      flatten=p.flatten_versions)
+                finally:
+                    await in_thread("resuming machine after save",
+                                    lambda: p.conn.call(lambda c: c.restoreFlags(str(mem), None,
+                                                                                 libvirt.VIR_DOMAIN_SAVE_RUNNING)),
+                                    timeout=600)
+                mem.chmod(0o444)
+            else:
+                if not self._uses_winrm:
+                    await self.agent.run_sh("sync", env=None, timeout=60)
+                await in_thread("pausing machine", lambda: p.conn.call(
+                    lambda c: c.lookupByName(self.domain_name).suspend()), timeout=CALL_TIMEOUT)
+                try:
+                    await overlays.write_version_disk(self.overlay, self.image.disk, partial / "disk.qcow2",
+                                                      flatten=p.flatten_versions)
+                finally:
+                    await in_thread("resuming machine", lambda: p.conn.call(
+                        lambda c: c.lookupByName(self.domain_name).resume()), timeout=CALL_TIMEOUT)
+            meta = {"image": self.image.manifest.name, "image_checksum": self.image.info.checksum,
+                    "start_state_id": start_state_id, "version": version, "with_memory": with_memory,
+                    "flattened": p.flatten_versions, "created_at": time.time()}
+            (partial / "meta.json").write_text(json.dumps(meta))
+            partial.rename(vf.dir)
+        except BaseException:
+            await asyncio.to_thread(shutil.rmtree, partial, True)
+            raise
+        size = sum(f.stat().st_size for f in vf.dir.iterdir() if f.is_file())
+        log.info("start state saved", start_state_id=start_state_id, version=version, with_memory=with_memory,
+                 seconds=round(time.monotonic() - started, 2), bytes=size)
+        return SavedVersion(start_state_id=start_state_id, version=version, disk_path=vf.disk, size_bytes=size,
+                            memory_image=vf.memory if with_memory else None)
+
+    async def destroy(self) -> None:
+        """Remove the domain and every file of this machine; idempotent, and quiet for a gone machine."""
+        p = self.provider
+        try:
+            await p._destroy_domain(self.domain_name)
+        except ProviderError as e:
+            log.warning("destroying machine failed, will retry on reap", machine_id=self.machine_id, reason=str(e))
+            raise
+        finally:
+            await asyncio.to_thread(shutil.rmtree, self.dir, True)
+            self._destroyed = True
+            p._machines.pop(self.machine_id, None)
+
+
+__all__ = ["QemuMachine", "QemuProvider", "plain_reason"]

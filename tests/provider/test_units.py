@@ -1,0 +1,212 @@
+"""Unit tests of the QEMU provider's pure parts (no libvirt, no guest)."""
+
+from __future__ import annotations
+
+import io
+import struct
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import libvirt
+import pytest
+from PIL import Image
+
+from providers.base import ClickEvent, DoubleClickEvent, InputNotSupported, MoveEvent, ProviderError, ScrollEvent
+from providers.manifest import parse_manifest
+from providers.qemu.domain import (
+    METADATA_NS,
+    DomainSpec,
+    Ownership,
+    build_domain_xml,
+    domain_name,
+    ownership_from_domain_xml,
+    rewrite_saved_xml,
+    safe_part,
+)
+from providers.qemu.errors import plain_reason
+from providers.qemu.input import ABS_MAX, abs_value, pointer_batches
+from providers.qemu.keymap import SHIFT, char_keys, combo_keys, key_name, text_keys
+from providers.qemu.saveimage import HEADER, MAGIC, read_save_image, write_machine_copy
+from providers.qemu.screen import png_channels_swapped, to_png
+
+MANIFEST = """
+name: linux-tiny
+os: linux
+version: "1"
+shell: sh
+guest_channels: [qemu-ga]
+boot: {kind: direct-kernel, kernel: vmlinuz, initrd: initrd.img, cmdline: "console=ttyS0 root=/dev/vda"}
+memory_mib: 256
+vcpus: 1
+disk: {file: disk.qcow2, sha256: "%s"}
+""" % ("0" * 64)
+
+
+def spec(**kw: object) -> DomainSpec:
+    m = parse_manifest(MANIFEST)
+    if kw.get("network"):
+        m = m.model_copy(update={"network": kw["network"]})
+    return DomainSpec(name="gh-r1-at_1", manifest=m, image_dir=Path("/img/linux-tiny"), overlay=Path("/st/o.qcow2"),
+                      console_log=Path("/st/console.log"), ownership=Ownership("r1", "at_1", "/st"),
+                      accelerator=str(kw.get("accel", "tcg")))
+
+
+# -- names and XML ----------------------------------------------------------------------------
+
+def test_domain_names_are_libvirt_safe_and_distinct() -> None:
+    assert domain_name("lab-1", "at_abc123") == "gh-lab-1-at_abc123"
+    a, b = safe_part("job/1 x"), safe_part("job:1 x")
+    assert a != b and all(c.isalnum() or c in "-_." for c in a + b)
+    assert len(safe_part("x" * 300)) <= 40
+
+
+def test_domain_xml_has_owner_tablet_agent_and_no_network_or_vnc() -> None:
+    xml = build_domain_xml(spec())
+    root = ET.fromstring(xml)
+    assert root.get("type") == "qemu"
+    assert root.findtext("name") == "gh-r1-at_1"
+    assert ownership_from_domain_xml(xml) == Ownership("r1", "at_1", "/st")
+    inputs = [(i.get("type"), i.get("bus")) for i in root.iter("input")]
+    assert ("tablet", "usb") in inputs
+    chans = [c.find("target").get("name") for c in root.iter("channel")]  # type: ignore[union-attr]
+    assert chans == ["org.qemu.guest_agent.0"]
+    assert root.find("devices/interface") is None
+    assert root.find("devices/graphics") is None
+    assert root.find("devices/disk/source").get("file") == "/st/o.qcow2"  # type: ignore[union-attr]
+    assert root.findtext("os/cmdline") == "console=ttyS0 root=/dev/vda"
+
+
+def test_kvm_and_isolated_network_xml() -> None:
+    root = ET.fromstring(build_domain_xml(spec(accel="kvm", network="isolated")))
+    assert root.get("type") == "kvm"
+    iface = root.find("devices/interface")
+    assert iface is not None and iface.find("filterref").get("filter") == "clean-traffic"  # type: ignore[union-attr]
+
+
+def test_rewrite_saved_xml_changes_only_identity_disk_and_owner() -> None:
+    original = build_domain_xml(spec())
+    new = rewrite_saved_xml(original, name="gh-r1-at_2", overlay=Path("/st2/o.qcow2"),
+                            console_log=Path("/st2/c.log"), ownership=Ownership("r1", "at_2", "/st2"))
+    a, b = ET.fromstring(original), ET.fromstring(new)
+    assert b.findtext("name") == "gh-r1-at_2" and b.findtext("uuid") != a.findtext("uuid")
+    assert b.find("devices/disk/source").get("file") == "/st2/o.qcow2"  # type: ignore[union-attr]
+    assert ownership_from_domain_xml(new) == Ownership("r1", "at_2", "/st2")
+    assert len(b.find("metadata")) == 1  # type: ignore[arg-type]
+    assert b.findtext("memory") == a.findtext("memory") and b.findtext("os/kernel") == a.findtext("os/kernel")
+    assert METADATA_NS in new
+
+
+def test_ownership_of_foreign_domain_is_none() -> None:
+    assert ownership_from_domain_xml("<domain><name>gh-x</name></domain>") is None
+    assert ownership_from_domain_xml("not xml") is None
+
+
+# -- keys and pointer ---------------------------------------------------------------------------
+
+def test_typing_covers_printable_ascii_with_shift() -> None:
+    for code in range(32, 127):
+        keys = char_keys(chr(code))
+        assert 1 <= len(keys) <= 2
+    assert char_keys("a") == [30] and char_keys("A") == [SHIFT, 30]
+    assert char_keys("!") == [SHIFT, 2] and char_keys("1") == [2]
+    assert text_keys("a\r\nb") == [[30], [28], [48]]
+
+
+def test_untypable_text_is_refused_before_anything_is_sent() -> None:
+    with pytest.raises(InputNotSupported, match="U\\+00E9"):
+        text_keys("caf\u00e9")
+
+
+def test_key_names_as_agents_write_them() -> None:
+    assert combo_keys(["CTRL", "ALT", "DELETE"]) == [29, 56, 111]
+    assert combo_keys(["ctrl+c"]) == [29, 46]
+    for n, code in [("Return", 28), ("ENTER", 28), ("esc", 1), ("Page_Up", 104), ("ArrowLeft", 105), ("F12", 88),
+                    ("super", 125), ("WIN", 125), ("meta", 125), ("Tab", 15), ("BackSpace", 14), ("space", 57)]:
+        assert key_name(n) == [code], n
+    assert combo_keys(["shift", "A"]) == [SHIFT, 30]
+    with pytest.raises(InputNotSupported, match="unknown key"):
+        key_name("HYPERDRIVE")
+
+
+def test_pointer_batches_separate_press_and_release() -> None:
+    size = (640, 480)
+    assert abs_value(639, 640) == ABS_MAX and abs_value(0, 640) == 0 and abs_value(10_000, 640) == ABS_MAX
+    click = pointer_batches(ClickEvent(x=320, y=240, button="right"), size)
+    assert len(click) == 3 and click[1][0]["data"] == {"down": True, "button": "right"}
+    assert len(pointer_batches(DoubleClickEvent(x=1, y=1), size)) == 5
+    scroll = pointer_batches(ScrollEvent(x=1, y=1, dy=-3), size)
+    assert len(scroll) == 7 and scroll[1][0]["data"]["button"] == "wheel-up"
+    mv = pointer_batches(MoveEvent(x=320, y=0), size)[0]
+    assert mv[0]["data"]["value"] == round(320 * ABS_MAX / 639) and mv[1]["data"]["value"] == 0
+
+
+# -- screen colours --------------------------------------------------------------------------------
+
+def _png(colour: tuple[int, int, int], size: tuple[int, int] = (8, 4)) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", size, colour).save(out, format="PNG")
+    return out.getvalue()
+
+
+def test_swapped_png_from_qemu_72_is_fixed() -> None:
+    # What QEMU 7.2 writes for a pure red screen: a PNG whose bytes say blue.
+    png, size = to_png(_png((0, 0, 200)), "image/png", swap_png=png_channels_swapped(7_002_000))
+    assert size == (8, 4)
+    assert Image.open(io.BytesIO(png)).convert("RGB").getpixel((0, 0)) == (200, 0, 0)
+
+
+def test_ppm_and_fixed_qemu_pngs_are_left_alone() -> None:
+    ppm = io.BytesIO()
+    Image.new("RGB", (3, 2), (200, 10, 0)).save(ppm, format="PPM")
+    png, size = to_png(ppm.getvalue(), "image/x-portable-pixmap", swap_png=True)
+    assert Image.open(io.BytesIO(png)).getpixel((0, 0)) == (200, 10, 0) and size == (3, 2)
+    assert not png_channels_swapped(8_002_000) and not png_channels_swapped(7_000_000)
+    png, _ = to_png(_png((200, 10, 0)), "image/png", swap_png=False)
+    assert Image.open(io.BytesIO(png)).convert("RGB").getpixel((0, 0)) == (200, 10, 0)
+
+
+def test_unreadable_screenshot_is_a_plain_error() -> None:
+    with pytest.raises(ProviderError, match="unreadable screenshot"):
+        to_png(b"garbage", "image/png", swap_png=False)
+
+
+# -- memory image rewrite -----------------------------------------------------------------------
+
+def _fake_save_image(path: Path, xml: str, cookie: bytes, stream: bytes) -> None:
+    data = xml.encode() + b"\0" + cookie + b"\0" + b"\0" * 777
+    header = HEADER.pack(MAGIC, 2, len(data), 1, 0, len(xml) + 1, *([0] * 14))
+    path.write_bytes(header + data + stream)
+
+
+def test_memory_image_copy_gets_new_xml_and_same_stream(tmp_path: Path) -> None:
+    src, dst = tmp_path / "m.img", tmp_path / "c.img"
+    stream = bytes(range(256)) * 5000
+    _fake_save_image(src, "<domain><name>a</name></domain>", b"<cookie/>", stream)
+    img = read_save_image(src)
+    assert img.xml == "<domain><name>a</name></domain>" and img.cookie == b"<cookie/>"
+    write_machine_copy(src, dst, "<domain><name>a-much-longer-name</name></domain>")
+    copy = read_save_image(dst)
+    assert copy.xml == "<domain><name>a-much-longer-name</name></domain>" and copy.cookie == b"<cookie/>"
+    assert dst.read_bytes()[copy.stream_offset:] == stream
+    assert copy.stream_offset % 4096 == 0
+
+
+def test_corrupt_memory_image_is_refused(tmp_path: Path) -> None:
+    from providers.qemu.saveimage import SaveImageError
+
+    bad = tmp_path / "bad.img"
+    bad.write_bytes(b"LibvirtQemudPart" + struct.pack("<19I", 2, 10, *([0] * 17)) + b"x" * 10)
+    with pytest.raises(SaveImageError, match="not a complete"):
+        read_save_image(bad)
+
+
+# -- errors -------------------------------------------------------------------------------------------
+
+def test_libvirt_errors_become_plain_reasons() -> None:
+    from providers.qemu.errors import install_error_handler
+
+    install_error_handler()
+    with pytest.raises(libvirt.libvirtError) as ei:
+        libvirt.open("qemu+unix:///system?socket=/nonexistent/sock")
+    reason = plain_reason(ei.value)
+    assert "cannot reach libvirt" in reason and "libvirtd" in reason
