@@ -1,0 +1,121 @@
+"""What an agent is given (the attempt's prompt and its machine) and what it gives back."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gh_runner import protocol
+from providers.base import InputEvent
+
+
+class AgentError(Exception):
+    """The agent could not do its job for a reason on our side (becomes the attempt's `error`)."""
+
+
+class MachineError(AgentError):
+    """A screen, input or exec request on the attempt's machine was refused or failed."""
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    timed_out: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr,
+            "stdout_truncated": self.stdout_truncated, "stderr_truncated": self.stderr_truncated,
+            "timed_out": self.timed_out,
+        }
+
+
+Relay = Callable[[str, protocol.MachineRequest, float], Awaitable[protocol.MachineResponse]]
+SLACK_S = 15.0  # on top of a request's own timeout: the runner's round trip
+
+
+class Machine:
+    """The attempt's machine, through the runner that holds it (screen, input, exec)."""
+
+    def __init__(self, relay: Relay, runner_id: str, attempt_id: str, redact: Sequence[str] = ()) -> None:
+        self._relay = relay
+        self.runner_id = runner_id
+        self.attempt_id = attempt_id
+        self._redact = list(redact)
+        self.requests = 0
+
+    async def _ask(self, req: protocol.MachineRequest, timeout: float) -> protocol.MachineResponse:
+        self.requests += 1
+        resp = await self._relay(self.runner_id, req, timeout + SLACK_S)
+        if not resp.ok:
+            raise MachineError(f"{req.op} on the machine failed: {resp.error or 'no reason given'}")
+        return resp
+
+    def _req(self, op: str, **kw: Any) -> protocol.MachineRequest:
+        return protocol.MachineRequest(request_id=uuid.uuid4().hex, attempt_id=self.attempt_id, op=op,  # type: ignore[arg-type]
+                                       redact=self._redact, **kw)
+
+    async def screen(self, timeout: float = 30.0) -> bytes:
+        import base64
+
+        resp = await self._ask(self._req("screen", timeout=timeout), timeout)
+        if not resp.png_b64:
+            raise MachineError("screen: the runner sent no image")
+        return base64.b64decode(resp.png_b64)
+
+    async def input(self, events: Sequence[InputEvent], timeout: float = 60.0) -> None:
+        await self._ask(self._req("input", events=list(events), timeout=timeout), timeout)
+
+    async def exec(self, script: str, env: dict[str, str] | None = None, timeout: float = 120.0) -> ExecResult:
+        resp = await self._ask(self._req("exec", script=script, env=dict(env or {}), timeout=timeout), timeout)
+        return ExecResult(resp.exit_code, resp.stdout or "", resp.stderr or "", resp.stdout_truncated,
+                          resp.stderr_truncated, resp.timed_out)
+
+
+@dataclass
+class AgentContext:
+    attempt_id: str
+    runner_id: str
+    agent_id: str
+    test_run_id: str
+    case: dict[str, Any]  # the frozen test case (built-ins only: it holds the expected fix)
+    machine: Machine
+    machine_api_url: str  # for external agents: the HTTP machine API and its per-attempt token
+    machine_api_token: str
+    ask_customer: Callable[[str], Awaitable[str]] | None = None
+
+    @property
+    def prompt(self) -> str:
+        return str(self.case.get("prompt", ""))
+
+    @property
+    def minutes(self) -> int:
+        return int((self.case.get("limits") or {}).get("minutes") or 10)
+
+    @property
+    def max_steps(self) -> int | None:
+        steps = (self.case.get("limits") or {}).get("steps")
+        return int(steps) if steps else None
+
+    def public_case(self) -> dict[str, Any]:
+        """What an external agent may know of the case: never the fix, the check or the customer's facts."""
+        return {k: self.case.get(k) for k in ("test_case_id", "key", "name", "category", "tags")}
+
+
+@dataclass
+class AgentOutcome:
+    answer: str = ""
+    steps: int = 0
+    questions: int = 0
+    approvals: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Agent(Protocol):
+    async def run(self, ctx: AgentContext) -> AgentOutcome: ...

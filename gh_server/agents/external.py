@@ -1,0 +1,125 @@
+"""External agents: a command (JSON on stdin, final answer on stdout) or an HTTP endpoint.
+
+Both get the same request document (docs/agents.md): the attempt's prompt, its limits, and the
+machine API (URL and a per-attempt token) through which they see the screen, send input and run
+scripts. Neither gets the case's expected fix, check or the customer's facts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from gh_server.agents.base import AgentContext, AgentError, AgentOutcome
+
+MAX_ANSWER = 100_000
+MAX_STDERR_IN_ERROR = 500
+
+
+def request_document(ctx: AgentContext) -> dict[str, Any]:
+    return {
+        "attempt_id": ctx.attempt_id,
+        "test_run_id": ctx.test_run_id,
+        "agent_id": ctx.agent_id,
+        "prompt": ctx.prompt,
+        "limits": {"minutes": ctx.minutes, "steps": ctx.max_steps},
+        "case": ctx.public_case(),
+        "machine": {"url": ctx.machine_api_url, "token": ctx.machine_api_token},
+    }
+
+
+def _outcome_from(answer: Any, extra: Any = None) -> AgentOutcome:
+    meta = extra if isinstance(extra, dict) else {}
+    out = AgentOutcome(answer=str(answer if answer is not None else "")[:MAX_ANSWER])
+    for k in ("steps", "questions", "approvals"):
+        v = meta.get(k)
+        if isinstance(v, int) and v >= 0:
+            setattr(out, k, v)
+    return out
+
+
+class CommandAgent:
+    """Runs `command` once per attempt. Exit 0: stdout (stripped) is the final answer."""
+
+    def __init__(self, agent_id: str, command: Sequence[str], timeout: float, env: dict[str, str] | None = None):
+        if not command:
+            raise ValueError(f"agent {agent_id}: command is empty")
+        self.agent_id = agent_id
+        self.command = list(command)
+        self.timeout = timeout
+        self.env = env
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        doc = json.dumps(request_document(ctx)).encode()
+        env = {**os.environ, **(self.env or {}), "GH_MACHINE_API_URL": ctx.machine_api_url,
+               "GH_MACHINE_API_TOKEN": ctx.machine_api_token, "GH_ATTEMPT_ID": ctx.attempt_id}
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True,
+            )
+        except OSError as e:
+            raise AgentError(f"agent {self.agent_id}: could not start {self.command[0]!r}: {e.strerror or e}") from None
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(doc), min(self.timeout, ctx.minutes * 60.0 + 60.0))
+        except TimeoutError:
+            _kill(proc)
+            await proc.wait()
+            # Out of time is the agent's failure, not ours: the check after still decides.
+            return AgentOutcome(answer="")
+        except asyncio.CancelledError:
+            _kill(proc)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(proc.wait(), 5.0)
+            raise
+        if proc.returncode != 0:
+            tail = err.decode(errors="replace").strip()[-MAX_STDERR_IN_ERROR:]
+            why = f"agent {self.agent_id} exited with code {proc.returncode}"
+            raise AgentError(why + (f": {tail}" if tail else ""))
+        return _outcome_from(out.decode(errors="replace").strip())
+
+
+def _kill(proc: asyncio.subprocess.Process) -> None:
+    # The whole process group: an agent script's children must not outlive the attempt.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+class HttpAgent:
+    """POSTs the request document to `url`; the reply is `{"answer": ..., "steps"?: n}` (or plain text)."""
+
+    def __init__(self, agent_id: str, url: str, timeout: float, headers: dict[str, str] | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.agent_id = agent_id
+        self.url = url
+        self.timeout = timeout
+        self.headers = dict(headers or {})
+        self._transport = transport
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        timeout = min(self.timeout, ctx.minutes * 60.0 + 60.0)
+        try:
+            async with httpx.AsyncClient(timeout=timeout, transport=self._transport) as client:
+                resp = await client.post(self.url, json=request_document(ctx), headers=self.headers)
+        except httpx.TimeoutException:
+            return AgentOutcome(answer="")
+        except httpx.HTTPError as e:
+            raise AgentError(f"agent {self.agent_id}: {self.url} could not be reached: {type(e).__name__}") from None
+        if resp.status_code >= 400:
+            raise AgentError(f"agent {self.agent_id}: {self.url} answered HTTP {resp.status_code}: {resp.text[:300]}")
+        if resp.headers.get("content-type", "").startswith("application/json"):
+            try:
+                body = resp.json()
+            except ValueError:
+                raise AgentError(f"agent {self.agent_id}: {self.url} sent invalid JSON") from None
+            if isinstance(body, dict):
+                return _outcome_from(body.get("answer"), body)
+            return _outcome_from(body)
+        return _outcome_from(resp.text.strip())

@@ -1,0 +1,126 @@
+"""The HTTP machine API external agents use on their attempt's machine (docs/agents.md).
+
+`Authorization: Bearer <token>`: the per-attempt token from the agent's request document. It works
+only while the attempt's task runs (the supervisor drops it when the agent ends or is stopped).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field, ValidationError
+
+from gh_server.agents.base import MachineError
+from gh_server.agents.supervisor import MACHINE_API_PATH, Grant
+from providers.base import InputEvent
+
+if TYPE_CHECKING:
+    from gh_server.agents.supervisor import AgentSupervisor
+
+
+class InputBody(BaseModel):
+    events: list[InputEvent] = Field(min_length=1, max_length=100)
+
+
+class ExecBody(BaseModel):
+    script: str = Field(min_length=1, max_length=100_000)
+    env: dict[str, str] = Field(default_factory=dict)
+    timeout: float = Field(default=120.0, gt=0, le=3600)
+
+
+class AskBody(BaseModel):
+    question: str = Field(min_length=1, max_length=8_000)
+
+
+def _error(status: int, etype: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"type": etype, "message": message}}, status_code=status)
+
+
+def router(sup: AgentSupervisor) -> APIRouter:
+    r = APIRouter(prefix=MACHINE_API_PATH, include_in_schema=True, tags=["agent machine API"])
+
+    def grant_of(request: Request) -> Grant | JSONResponse:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        grant = sup.grant_for(token.strip()) if scheme.lower() == "bearer" and token.strip() else None
+        if grant is None:
+            return _error(401, "authentication", "no such machine token, or the attempt's task is over")
+        return grant
+
+    def step(grant: Grant) -> JSONResponse | None:
+        if grant.max_steps is not None and grant.steps >= grant.max_steps:
+            return _error(409, "conflict", f"the case's step limit ({grant.max_steps}) is reached")
+        grant.steps += 1
+        return None
+
+    async def body(request: Request, model: type[BaseModel]) -> Any:
+        try:
+            return model.model_validate(await request.json())
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ()))
+            return _error(400, "invalid_request", f"{where}: {first.get('msg')}")
+        except ValueError:
+            return _error(400, "invalid_request", "the body must be JSON")
+
+    @r.get("/screen", response_class=Response, responses={200: {"content": {"image/png": {}}}})
+    async def screen(request: Request) -> Response:
+        grant = grant_of(request)
+        if isinstance(grant, JSONResponse):
+            return grant
+        try:
+            png = await grant.machine.screen()
+        except MachineError as e:
+            return _error(502, "server_error", str(e))
+        return Response(png, media_type="image/png")
+
+    @r.post("/input")
+    async def send_input(request: Request) -> Response:
+        grant = grant_of(request)
+        if isinstance(grant, JSONResponse):
+            return grant
+        b = await body(request, InputBody)
+        if isinstance(b, JSONResponse):
+            return b
+        if (limited := step(grant)) is not None:
+            return limited
+        try:
+            await grant.machine.input(b.events)
+        except MachineError as e:
+            return _error(502, "server_error", str(e))
+        return JSONResponse({"ok": True})
+
+    @r.post("/exec")
+    async def run_exec(request: Request) -> Response:
+        grant = grant_of(request)
+        if isinstance(grant, JSONResponse):
+            return grant
+        b = await body(request, ExecBody)
+        if isinstance(b, JSONResponse):
+            return b
+        if (limited := step(grant)) is not None:
+            return limited
+        try:
+            res = await grant.machine.exec(b.script, b.env, b.timeout)
+        except MachineError as e:
+            return _error(502, "server_error", str(e))
+        return JSONResponse(res.as_dict())
+
+    @r.post("/ask")
+    async def ask(request: Request) -> Response:
+        grant = grant_of(request)
+        if isinstance(grant, JSONResponse):
+            return grant
+        b = await body(request, AskBody)
+        if isinstance(b, JSONResponse):
+            return b
+        from gh_server.agents.base import AgentError
+
+        try:
+            answer = await sup.ask(grant, b.question)
+        except AgentError as e:
+            return _error(503, "server_error", str(e))
+        return JSONResponse({"answer": answer, "simulated": True})
+
+    return r

@@ -1,0 +1,109 @@
+"""The rubric judge and the simulated customer, through an OpenAI-compatible chat endpoint.
+
+Both are optional in the settings. The judge sees the rubric, the customer's prompt, the agent's
+final answer, the check's output and the first and last screens of the replay; the customer sees its
+persona, the names (never the secret values) of its facts and the agent's question, and never the
+expected fix or the check.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gh_runner import protocol
+from gh_server.agents.base import AgentError
+from gh_server.models import ReplayFrame
+from gh_server.settings import ModelEndpoint
+
+if TYPE_CHECKING:
+    from gh_server.dbqueue import DbQueue
+
+JUDGE_SYSTEM = (
+    "You judge whether a support agent fixed a customer's computer problem. You get the rubric (what a fix "
+    "looks like), what the customer asked, the agent's final answer, the check script's output if any, and the "
+    "first and last screens. Reply with only a JSON object: {\"passed\": true|false, \"reason\": \"one or two "
+    "plain sentences\"}."
+)
+CUSTOMER_SYSTEM = (
+    "You play a customer who asked a support agent for help with their computer. Answer the agent's question "
+    "the way this person would, briefly. You do not know how to fix the problem. Persona: {persona}\n"
+    "Facts you know (by name): {facts}. If a fact is marked secret you do not know its value: say you will type it."
+)
+
+# Tests and callers may swap the transport (e.g. httpx.MockTransport) at this boundary.
+transport: httpx.AsyncBaseTransport | None = None
+
+
+async def chat(endpoint: ModelEndpoint, messages: list[dict[str, Any]], *, json_mode: bool = False) -> str:
+    body: dict[str, Any] = {"model": endpoint.model, "messages": messages, "temperature": 0}
+    if json_mode:
+        body["response_format"] = {"type": "json_object"}
+    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    url = endpoint.base_url.rstrip("/") + "/chat/completions"
+    try:
+        async with httpx.AsyncClient(timeout=endpoint.timeout, transport=transport) as client:
+            resp = await client.post(url, json=body, headers=headers)
+    except httpx.HTTPError as e:
+        raise AgentError(f"the model endpoint {endpoint.base_url} failed: {type(e).__name__}") from None
+    if resp.status_code >= 400:
+        raise AgentError(f"the model endpoint {endpoint.base_url} answered HTTP {resp.status_code}")
+    try:
+        return str(resp.json()["choices"][0]["message"]["content"] or "")
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise AgentError(f"the model endpoint {endpoint.base_url} sent no chat completion") from None
+
+
+def parse_verdict(text: str) -> dict[str, Any]:
+    m = re.search(r"\{.*\}", text, re.S)
+    try:
+        data = json.loads(m.group(0) if m else text)
+    except ValueError:
+        raise AgentError("the judge's reply was not the JSON verdict asked for") from None
+    if not isinstance(data, dict) or not isinstance(data.get("passed"), bool):
+        raise AgentError("the judge's reply has no boolean 'passed'")
+    return {"passed": data["passed"], "reason": str(data.get("reason", ""))[:2000]}
+
+
+def _first_last_frames(session: Session, attempt_id: str) -> list[bytes]:
+    first = session.scalar(select(ReplayFrame.png).where(ReplayFrame.attempt_id == attempt_id)
+                           .order_by(ReplayFrame.seq).limit(1))
+    last = session.scalar(select(ReplayFrame.png).where(ReplayFrame.attempt_id == attempt_id)
+                          .order_by(ReplayFrame.seq.desc()).limit(1))
+    return [p for p in dict.fromkeys([first, last]) if p]
+
+
+async def judge_attempt(endpoint: ModelEndpoint, dbq: DbQueue, attempt_id: str, case: dict[str, Any],
+                        result: protocol.AttemptResult) -> dict[str, Any]:
+    """{"passed", "reason"}, or {"error"} when the judge could not be asked (the attempt becomes an error)."""
+    frames = await dbq.run(lambda s: _first_last_frames(s, attempt_id))
+    rubric = (case.get("success") or {}).get("rubric")
+    after = result.check_after.stdout_tail.strip()[-2000:] if result.check_after else "(no check script)"
+    text = (f"Rubric: {rubric}\n\nCustomer's request: {case.get('prompt', '')}\n\n"
+            f"Agent's final answer: {result.answer or '(none)'}\n\nCheck output after the task: {after}")
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    for png in frames:
+        content.append({"type": "image_url",
+                        "image_url": {"url": "data:image/png;base64," + base64.b64encode(png).decode()}})
+    try:
+        reply = await chat(endpoint, [{"role": "system", "content": JUDGE_SYSTEM},
+                                      {"role": "user", "content": content}], json_mode=True)
+        return parse_verdict(reply)
+    except AgentError as e:
+        return {"error": f"rubric judge: {e}"}
+
+
+async def ask_customer(endpoint: ModelEndpoint, case: dict[str, Any], question: str) -> str:
+    customer = case.get("customer") or {}
+    facts = customer.get("facts") or {}
+    names = ", ".join(f"{k} (secret)" if isinstance(v, dict) else f"{k}: {v}" for k, v in facts.items()) or "none"
+    system = CUSTOMER_SYSTEM.format(persona=customer.get("persona") or "An ordinary computer user.", facts=names)
+    return await chat(endpoint, [{"role": "system", "content": system},
+                                 {"role": "user", "content": f"Your request was: {case.get('prompt', '')}\n\n"
+                                  f"The agent asks: {question}"}])

@@ -1,0 +1,55 @@
+"""Agent ids -> agents: the built-ins, and external ones from the server settings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gh_server.agents.base import Agent, AgentError
+from gh_server.agents.builtin import NoopAgent, ReferenceAgent
+from gh_server.agents.external import CommandAgent, HttpAgent
+from gh_server.settings import AgentConfig
+
+BUILTINS: dict[str, type] = {"noop": NoopAgent, "reference": ReferenceAgent}
+
+
+class AgentRegistry:
+    def __init__(self, configs: Mapping[str, AgentConfig] | None = None) -> None:
+        self._configs = dict(configs or {})
+
+    def names(self) -> list[str]:
+        return sorted({*BUILTINS, "default", *self._configs})
+
+    def known(self, agent_id: str) -> bool:
+        return agent_id in BUILTINS or agent_id == "default" or agent_id in self._configs
+
+    def get(self, agent_id: str) -> Agent:
+        cfg = self._configs.get(agent_id)
+        if cfg is None:
+            if agent_id == "default":
+                return NoopAgent()  # `default` means noop unless configured
+            cls = BUILTINS.get(agent_id)
+            if cls is None:
+                raise AgentError(f"unknown agent {agent_id!r}: configure it in the server's agents "
+                                 f"(known: {', '.join(self.names())})")
+            agent: Agent = cls()
+            return agent
+        return build(agent_id, cfg)
+
+
+def build(agent_id: str, cfg: AgentConfig) -> Agent:
+    kind = cfg.kind
+    if kind == "builtin":
+        cls = BUILTINS.get(cfg.builtin or agent_id)
+        if cls is None:
+            raise AgentError(f"agent {agent_id}: unknown builtin {cfg.builtin!r} (noop or reference)")
+        built: Agent = cls()
+        return built
+    if kind == "command":
+        if not cfg.command:
+            raise AgentError(f"agent {agent_id}: kind command needs a command")
+        return CommandAgent(agent_id, cfg.command, cfg.timeout)
+    if kind == "http":
+        if not cfg.url:
+            raise AgentError(f"agent {agent_id}: kind http needs a url")
+        return HttpAgent(agent_id, cfg.url, cfg.timeout, cfg.headers)
+    raise AgentError(f"agent {agent_id}: unknown kind {kind!r} (builtin, command or http)")

@@ -1,0 +1,177 @@
+"""Runs one agent per attempt during its task phase and ends the phase with a `task_end`.
+
+The runner says when the task phase starts (`attempt_status` running); the agent runs as an
+asyncio task in the process that holds the runner's socket, and its `task_end` goes back on that
+socket. A `checking`/`done` status, a result or a cancel stops it. An agent that crashes ends the
+task with `error` (the attempt becomes an error and is retried); one that runs out of time just
+ends (the check after decides). External agents reach the machine through `machine_api` with a
+token that is valid only while their attempt's task runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import secrets
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gh_runner import protocol
+from gh_server.agents.base import AgentContext, AgentError, AgentOutcome, Machine
+from gh_server.agents.registry import AgentRegistry
+from gh_server.models import Attempt, RunCase
+
+if TYPE_CHECKING:
+    from gh_server.gateway import Gateway
+
+log = logging.getLogger(__name__)
+
+MACHINE_API_PATH = "/v1/agent/machine"
+TIME_SLACK_S = 60.0  # past limits.minutes the runner has stopped the task; this is a backstop
+
+
+@dataclass
+class Grant:
+    """What a machine-API token allows: this attempt's machine, while its task runs."""
+
+    attempt_id: str
+    runner_id: str
+    machine: Machine
+    ctx: AgentContext
+    max_steps: int | None
+    steps: int = 0
+    questions: int = 0
+    customer_error: str | None = None
+
+
+def _token_key(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _load(session: Session, attempt_id: str) -> dict[str, Any] | None:
+    row = session.execute(
+        select(Attempt.status, Attempt.runner_id, Attempt.agent_id, Attempt.test_run_id, RunCase.case)
+        .join(RunCase, RunCase.id == Attempt.run_case_id)
+        .where(Attempt.id == attempt_id)
+    ).first()
+    if row is None:
+        return None
+    return {"status": row.status, "runner_id": row.runner_id, "agent_id": row.agent_id,
+            "test_run_id": row.test_run_id, "case": dict(row.case or {})}
+
+
+def _secret_values(case: dict[str, Any]) -> list[str]:
+    facts = (case.get("customer") or {}).get("facts") or {}
+    return [str(v["secret"]) for v in facts.values() if isinstance(v, dict) and v.get("secret")]
+
+
+class AgentSupervisor:
+    def __init__(self, gateway: Gateway) -> None:
+        self.gw = gateway
+        self.registry = AgentRegistry(gateway.settings.agents)
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.grants: dict[str, Grant] = {}  # token hash -> grant
+        self._started: OrderedDict[str, None] = OrderedDict()  # attempts that had an agent (bounded)
+        self._ended: dict[str, tuple[str, protocol.TaskEnd]] = {}  # task_ends to resend after a reconnect
+
+    @property
+    def machine_api_url(self) -> str:
+        return self.gw.settings.base_url + MACHINE_API_PATH
+
+    async def on_running(self, runner_id: str, attempt_id: str) -> None:
+        if attempt_id in self._started:
+            return  # a repeated status (e.g. after a reconnect): one agent per attempt
+        self._started[attempt_id] = None
+        while len(self._started) > 50_000:
+            self._started.popitem(last=False)
+        info = await self.gw.dbq.run(lambda s: _load(s, attempt_id))
+        if info is None or info["runner_id"] != runner_id or info["status"] != "running":
+            return
+        self.tasks[attempt_id] = asyncio.create_task(self._drive(runner_id, attempt_id, info),
+                                                     name=f"gh-agent-{attempt_id}")
+
+    def stop(self, attempt_id: str) -> None:
+        """The task phase is over for this attempt (checking, result, cancel): stop its agent."""
+        self._ended.pop(attempt_id, None)
+        task = self.tasks.pop(attempt_id, None)
+        if task is not None and not task.done():
+            task.cancel()
+
+    async def resend_task_ends(self, runner_id: str, attempt_ids: list[str]) -> None:
+        for aid in attempt_ids:
+            ended = self._ended.get(aid)
+            if ended is not None and ended[0] == runner_id:
+                await self.gw.send(runner_id, ended[1])
+
+    async def stop_all(self) -> None:
+        tasks = list(self.tasks.values())
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self.tasks.clear()
+        self.grants.clear()
+
+    async def _drive(self, runner_id: str, attempt_id: str, info: dict[str, Any]) -> None:
+        case = info["case"]
+        agent_id = info["agent_id"]
+        token = secrets.token_urlsafe(32)
+        machine = Machine(self.gw.machine_request, runner_id, attempt_id, redact=_secret_values(case))
+        ctx = AgentContext(attempt_id=attempt_id, runner_id=runner_id, agent_id=agent_id,
+                           test_run_id=info["test_run_id"], case=case, machine=machine,
+                           machine_api_url=self.machine_api_url, machine_api_token=token)
+        grant = Grant(attempt_id, runner_id, machine, ctx, ctx.max_steps)
+        ctx.ask_customer = lambda q: self.ask(grant, q)
+        key = _token_key(token)
+        self.grants[key] = grant
+        end: protocol.TaskEnd
+        try:
+            agent = self.registry.get(agent_id)
+            out: AgentOutcome = await asyncio.wait_for(agent.run(ctx), ctx.minutes * 60.0 + TIME_SLACK_S)
+            if grant.customer_error:
+                raise AgentError(grant.customer_error)
+            end = protocol.TaskEnd(attempt_id=attempt_id, answer=out.answer, steps=max(out.steps, grant.steps),
+                                   questions=max(out.questions, grant.questions), approvals=out.approvals)
+        except asyncio.CancelledError:
+            self.grants.pop(key, None)
+            raise
+        except TimeoutError:
+            end = protocol.TaskEnd(attempt_id=attempt_id, answer="", steps=grant.steps, questions=grant.questions)
+        except AgentError as e:
+            end = protocol.TaskEnd(attempt_id=attempt_id, error=str(e)[:2000], steps=grant.steps)
+        except Exception as e:
+            log.exception("agent %s crashed on %s", agent_id, attempt_id)
+            end = protocol.TaskEnd(attempt_id=attempt_id, steps=grant.steps,
+                                   error=f"agent {agent_id} crashed: {type(e).__name__}: {str(e)[:500]}")
+        finally:
+            self.grants.pop(key, None)
+        self.tasks.pop(attempt_id, None)
+        self._ended[attempt_id] = (runner_id, end)
+        if not await self.gw.send(runner_id, end):
+            log.info("task_end for %s kept until runner %s is back", attempt_id, runner_id)
+
+    def grant_for(self, token: str) -> Grant | None:
+        return self.grants.get(_token_key(token))
+
+    async def ask(self, grant: Grant, question: str) -> str:
+        """The simulated customer answers (an OpenAI-compatible model). Without one, the attempt is an error."""
+        from gh_server.agents.models import ask_customer
+
+        grant.questions += 1
+        endpoint = self.gw.settings.customer_model
+        if endpoint is None:
+            grant.customer_error = ("the agent asked the simulated customer a question and no customer model is "
+                                    "configured on this server (set customer_model in the server settings)")
+            raise AgentError(grant.customer_error)
+        try:
+            return await ask_customer(endpoint, grant.ctx.case, question)
+        except AgentError as e:
+            grant.customer_error = str(e)
+            raise

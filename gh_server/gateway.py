@@ -1,0 +1,525 @@
+"""The runner gateway: the websocket endpoint runners dial (`/v1/runners/connect`).
+
+One socket per runner. The gateway authenticates it (Bearer runner token, sha256 in the DB,
+compared in constant time), records its hello on the runner row, answers welcome, keeps it alive
+with heartbeats both ways, and turns its frames into row changes (results applied once, statuses
+moved forward, replay frames stored once) through one batched DB writer (`DbQueue`). It hosts the
+scheduler loop and the agent supervisor of this process, and implements `GatewayPort` for the API
+(kick a revoked runner, send it a message, relay a machine request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import hmac
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+import pydantic
+from fastapi import FastAPI, WebSocket
+from sqlalchemy import CursorResult, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from gh_runner import protocol
+from gh_server import scheduler as sched
+from gh_server.agents.supervisor import AgentSupervisor
+from gh_server.auth import hash_secret
+from gh_server.dbqueue import DbQueue
+from gh_server.models import Attempt, Runner, RunnerJob, utcnow
+from gh_server.models import ReplayFrame as ReplayRow
+
+if TYPE_CHECKING:
+    from gh_server.state import ServerState
+
+log = logging.getLogger(__name__)
+
+PATH = "/v1/runners/connect"
+HELLO_TIMEOUT_S = 30.0
+SEND_TIMEOUT_S = 30.0
+
+
+@dataclass
+class _Conn:
+    runner_id: str
+    name: str
+    session_id: str
+    ws: WebSocket
+    lock: asyncio.Lock
+    closed: asyncio.Event
+    last_db_seen: float = 0.0
+    busy: int = 0
+
+    async def send(self, msg: pydantic.BaseModel) -> bool:
+        if self.closed.is_set():
+            return False
+        try:
+            async with self.lock:
+                await asyncio.wait_for(self.ws.send_text(protocol.encode(msg)), SEND_TIMEOUT_S)
+            return True
+        except Exception:  # a socket that broke under us: the reader will notice and clean up
+            self.closed.set()
+            return False
+
+    async def close(self, code: int, reason: str) -> None:
+        if self.closed.is_set():
+            return
+        self.closed.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.ws.close(code=code, reason=reason[:120]), 5.0)
+
+
+class _Rejected(Exception):
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+# ---------------------------------------------------------------------------------------------
+# DB jobs of the gateway (plain data in, plain data out)
+# ---------------------------------------------------------------------------------------------
+
+
+def _runner_by_token(session: Session, token: str) -> tuple[str, str] | None:
+    digest = hash_secret(token)
+    row = session.execute(
+        select(Runner.id, Runner.name, Runner.token_hash)
+        .where(Runner.token_hash == digest, Runner.revoked_at.is_(None))
+    ).first()
+    if row is None or not hmac.compare_digest(row.token_hash, digest):
+        return None
+    return row.id, row.name
+
+
+def _record_hello(session: Session, runner_id: str, session_id: str, h: protocol.Hello) -> str | None:
+    r = session.get(Runner, runner_id)
+    if r is None or r.revoked_at is not None:
+        return None
+    now = utcnow()
+    r.labels = list(dict.fromkeys(h.labels))
+    r.slots = h.slots
+    r.busy = len(h.in_flight)
+    r.images = [i.model_dump() for i in h.images]
+    r.held_versions = [v.model_dump() for v in h.start_states]
+    r.version = h.version[:64]
+    r.session_id = session_id
+    r.connected_at = now
+    r.last_seen_at = now
+    r.disconnected_at = None
+    return r.name
+
+
+def _touch(session: Session, runner_id: str, session_id: str, busy: int | None) -> bool:
+    """Liveness; False when the runner was revoked or another session took over (then close)."""
+    values: dict[str, Any] = {"last_seen_at": utcnow()}
+    if busy is not None:
+        values["busy"] = busy
+    res = session.execute(
+        update(Runner)
+        .where(Runner.id == runner_id, Runner.session_id == session_id, Runner.revoked_at.is_(None))
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    return cast(CursorResult[Any], res).rowcount == 1
+
+
+def _record_disconnect(session: Session, runner_id: str, session_id: str) -> None:
+    session.execute(
+        update(Runner)
+        .where(Runner.id == runner_id, Runner.session_id == session_id)
+        .values(session_id=None, disconnected_at=utcnow(), busy=0)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def _store_frame(session: Session, runner_id: str, f: protocol.ReplayFrame, png: bytes) -> bool:
+    owner = session.scalar(select(Attempt.runner_id).where(Attempt.id == f.attempt_id))
+    if owner != runner_id:
+        return False
+    values = {"attempt_id": f.attempt_id, "seq": f.seq, "at": f.at, "label": f.label[:32], "event": f.event, "png": png}
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        stmt: Any = postgresql.insert(ReplayRow).values(**values).on_conflict_do_nothing()
+    else:
+        stmt = sqlite.insert(ReplayRow).values(**values).on_conflict_do_nothing()
+    session.execute(stmt)
+    return True
+
+
+def _record_job_result(session: Session, runner_id: str, j: protocol.JobResult) -> bool:
+    job = session.get(RunnerJob, j.job_id)
+    if job is None or (job.runner_id is not None and job.runner_id != runner_id):
+        return False
+    if job.status in ("done", "failed"):
+        return True
+    job.status = "done" if j.ok else "failed"
+    job.error = j.error
+    job.finished_at = utcnow()
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# The gateway
+# ---------------------------------------------------------------------------------------------
+
+
+class Gateway:
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self.settings = state.settings
+        self.dbq = DbQueue(state.db)
+        self.conns: dict[str, _Conn] = {}
+        # request id -> (runner id, session id it was sent on, answer)
+        self._pending: dict[str, tuple[str, str, asyncio.Future[protocol.MachineResponse]]] = {}
+        self._judging: set[str] = set()
+        self.scheduler: sched.Scheduler | None = None
+        self.agents = AgentSupervisor(self)
+        self._started = False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def ensure_started(self) -> None:
+        if not self._started:
+            self._started = True
+            await self.dbq.start()
+
+    async def run(self, state: ServerState) -> None:
+        """The background task (app lifespan): the scheduler and the agents live as long as this."""
+        await self.ensure_started()
+        if state.wakeup is None:
+            state.wakeup = asyncio.Event()
+        s = self.settings
+        self.scheduler = sched.Scheduler(
+            self.dbq, self, state.wakeup, grace_s=s.runner_grace_seconds, dead_after_s=s.dead_after,
+            judge_configured=s.judge is not None,
+        )
+        self.scheduler.start()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await self.shutdown()
+
+    async def shutdown(self) -> None:
+        await self.agents.stop_all()
+        if self.scheduler is not None:
+            await self.scheduler.stop()
+        for conn in list(self.conns.values()):
+            await conn.close(protocol.CLOSE_SERVER_SHUTDOWN, "server shutting down")
+        for _, _, fut in list(self._pending.values()):
+            if not fut.done():
+                fut.set_result(protocol.MachineResponse(request_id="", ok=False, error="server shutting down"))
+        await self.dbq.stop()
+        self._started = False
+
+    def _poke(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.poke()
+        elif self.state.wakeup is not None:
+            self.state.wakeup.set()
+
+    def _run_changed(self, run_id: str | None) -> None:
+        if self.scheduler is not None:
+            self.scheduler.run_changed(run_id)
+
+    # -- GatewayPort --------------------------------------------------------------------------
+
+    def connected(self, runner_id: str) -> bool:
+        c = self.conns.get(runner_id)
+        return c is not None and not c.closed.is_set()
+
+    def local_runner_ids(self) -> list[str]:
+        return [rid for rid, c in self.conns.items() if not c.closed.is_set()]
+
+    async def send(self, runner_id: str, msg: pydantic.BaseModel) -> bool:
+        c = self.conns.get(runner_id)
+        return c is not None and await c.send(msg)
+
+    async def kick(self, runner_id: str, code: int, reason: str) -> None:
+        c = self.conns.get(runner_id)
+        if c is not None:
+            await c.close(code, reason)
+
+    async def machine_request(
+        self, runner_id: str, req: protocol.MachineRequest, timeout: float
+    ) -> protocol.MachineResponse:
+        """Relay a request and wait for its answer; never raises (a failure is `ok=False` with why)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[protocol.MachineResponse] = loop.create_future()
+        conn = self.conns.get(runner_id)
+        self._pending[req.request_id] = (runner_id, conn.session_id if conn else "", fut)
+        try:
+            if conn is None or not await conn.send(req):
+                return protocol.MachineResponse(request_id=req.request_id, ok=False,
+                                                error="the runner holding this machine is not connected")
+            try:
+                return await asyncio.wait_for(asyncio.shield(fut), timeout)
+            except TimeoutError:
+                return protocol.MachineResponse(request_id=req.request_id, ok=False, timed_out=True,
+                                                error=f"the runner did not answer within {timeout:g} s")
+        finally:
+            self._pending.pop(req.request_id, None)
+
+    # -- the websocket ------------------------------------------------------------------------
+
+    async def endpoint(self, ws: WebSocket) -> None:
+        await self.ensure_started()
+        # Accept first: a close code (4001) can only be told to a client on an open socket.
+        await ws.accept()
+        conn: _Conn | None = None
+        try:
+            conn = await self._open(ws)
+        except _Rejected as r:
+            with contextlib.suppress(Exception):
+                await ws.close(code=r.code, reason=r.reason[:120])
+            return
+        except Exception:
+            log.exception("runner connection setup failed")
+            with contextlib.suppress(Exception):
+                await ws.close(code=1011, reason="internal error")
+            return
+        beat = asyncio.create_task(self._heartbeats(conn), name=f"gh-beat-{conn.runner_id}")
+        try:
+            await self._read(conn)
+        finally:
+            beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beat
+            await conn.close(1000, "bye")
+            await self._closed(conn)
+
+    async def _open(self, ws: WebSocket) -> _Conn:
+        auth = ws.headers.get("authorization", "")
+        scheme, _, token = auth.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise _Rejected(protocol.CLOSE_TOKEN_REVOKED, "missing Bearer runner token")
+        found = await self.dbq.run(lambda s: _runner_by_token(s, token))
+        if found is None:
+            raise _Rejected(protocol.CLOSE_TOKEN_REVOKED, "unknown or revoked runner token")
+        runner_id, name = found
+        try:
+            raw = await asyncio.wait_for(self._receive(ws), HELLO_TIMEOUT_S)
+        except TimeoutError:
+            raise _Rejected(protocol.CLOSE_HEARTBEAT_TIMEOUT, "no hello") from None
+        if raw is None:
+            raise _Rejected(1000, "closed before hello")
+        try:
+            hello = protocol.parse_runner_message(raw)
+        except protocol.ProtocolError as e:
+            await ws.send_text(protocol.encode(protocol.ErrorMsg(code=e.code, message=e.message)))
+            raise _Rejected(1008, "the first frame must be a valid hello") from None
+        if not isinstance(hello, protocol.Hello):
+            await ws.send_text(protocol.encode(protocol.ErrorMsg(
+                code="bad_message", message="the first frame must be hello", ref_type=hello.type)))
+            raise _Rejected(1008, "the first frame must be hello")
+        if hello.protocol != protocol.PROTOCOL_VERSION:
+            raise _Rejected(protocol.CLOSE_PROTOCOL_UNSUPPORTED,
+                            f"protocol {hello.protocol} unsupported; this server speaks {protocol.PROTOCOL_VERSION}")
+        old = self.conns.get(runner_id)
+        if old is not None:
+            await old.close(protocol.CLOSE_REPLACED, "another connection with this token took over")
+        session_id = uuid.uuid4().hex
+        conn = _Conn(runner_id, name, session_id, ws, asyncio.Lock(), asyncio.Event(), time.monotonic(),
+                     len(hello.in_flight))
+
+        def job(s: Session) -> tuple[str | None, sched.Reconciled]:
+            n = _record_hello(s, runner_id, session_id, hello)
+            return n, sched.reconcile_in_flight(s, runner_id, n or name, hello.in_flight)
+
+        recorded, rec = await self.dbq.run(job)
+        if recorded is None:
+            raise _Rejected(protocol.CLOSE_TOKEN_REVOKED, "runner was deleted")
+        self.conns[runner_id] = conn
+        await conn.send(protocol.Welcome(
+            runner_id=runner_id, heartbeat_interval=self.settings.heartbeat_interval,
+            dead_after=self.settings.dead_after, resume=rec.resume,
+        ))
+        for aid in rec.unwanted:
+            await conn.send(protocol.Cancel(attempt_id=aid, reason="the server no longer wants this attempt"))
+        for aid in rec.lost:
+            self.agents.stop(aid)
+        for run in rec.runs:
+            self._run_changed(run)
+        await self.agents.resend_task_ends(runner_id, rec.resume)
+        log.info("runner %s (%s) connected: %d slots, %d resumed, %d lost", name, runner_id, hello.slots,
+                 len(rec.resume), len(rec.lost))
+        self._poke()
+        return conn
+
+    async def _closed(self, conn: _Conn) -> None:
+        if self.conns.get(conn.runner_id) is conn:
+            del self.conns[conn.runner_id]
+        for rid, sid, fut in list(self._pending.values()):
+            if rid == conn.runner_id and sid == conn.session_id and not fut.done():
+                fut.set_result(protocol.MachineResponse(request_id="", ok=False,
+                                                        error="the runner disconnected before answering"))
+        try:
+            await self.dbq.run(lambda s: _record_disconnect(s, conn.runner_id, conn.session_id))
+        except Exception:
+            log.warning("could not record the disconnect of runner %s", conn.runner_id, exc_info=True)
+        log.info("runner %s (%s) disconnected", conn.name, conn.runner_id)
+        self._poke()
+
+    @staticmethod
+    async def _receive(ws: WebSocket) -> str | bytes | None:
+        msg = await ws.receive()
+        if msg["type"] == "websocket.disconnect":
+            return None
+        text = msg.get("text")
+        if text is not None:
+            return str(text)
+        data = msg.get("bytes")
+        return bytes(data) if data is not None else b""
+
+    async def _heartbeats(self, conn: _Conn) -> None:
+        interval = self.settings.heartbeat_interval
+        while not conn.closed.is_set():
+            await asyncio.sleep(interval)
+            if not await conn.send(protocol.Heartbeat(at=utcnow())):
+                return
+            try:
+                alive = await self.dbq.run(lambda s: _touch(s, conn.runner_id, conn.session_id, conn.busy))
+            except Exception:
+                log.warning("could not record liveness of runner %s", conn.runner_id, exc_info=True)
+                continue
+            conn.last_db_seen = time.monotonic()
+            if not alive:  # deleted (possibly through another gh-server process) or replaced
+                await conn.close(protocol.CLOSE_TOKEN_REVOKED, "runner token revoked")
+                return
+
+    async def _read(self, conn: _Conn) -> None:
+        dead_after = self.settings.dead_after
+        while not conn.closed.is_set():
+            try:
+                raw = await asyncio.wait_for(self._receive(conn.ws), dead_after)
+            except TimeoutError:
+                log.warning("runner %s silent for %g s: closing", conn.name, dead_after)
+                await conn.close(protocol.CLOSE_HEARTBEAT_TIMEOUT, f"silent for {dead_after:g} s")
+                return
+            except Exception:  # the socket broke
+                return
+            if raw is None:
+                return
+            try:
+                msg = protocol.parse_runner_message(raw)
+            except protocol.ProtocolError as e:
+                await conn.send(protocol.ErrorMsg(code=e.code, message=e.message))
+                continue
+            try:
+                await self._dispatch(conn, msg)
+            except Exception:
+                log.exception("handling %s from runner %s failed", getattr(msg, "type", "?"), conn.name)
+                await conn.send(protocol.ErrorMsg(code="internal", message="the server could not handle this frame; "
+                                                  "it was not applied", ref_type=getattr(msg, "type", None)))
+
+    async def _dispatch(self, conn: _Conn, msg: Any) -> None:
+        rid = conn.runner_id
+        if isinstance(msg, protocol.Heartbeat):
+            if msg.busy is not None:
+                conn.busy = msg.busy
+        elif isinstance(msg, protocol.AttemptFinished):
+            await self._result(conn, msg.result)
+        elif isinstance(msg, protocol.AttemptStatus):
+            new = await self.dbq.run(lambda s: sched.apply_status(s, rid, msg))
+            if new == "running" or (new is None and msg.status == "running"):
+                await self.agents.on_running(rid, msg.attempt_id)
+            elif msg.status in ("checking", "done"):
+                self.agents.stop(msg.attempt_id)
+        elif isinstance(msg, protocol.MachineResponse):
+            pending = self._pending.get(msg.request_id)
+            if pending is not None and pending[0] == rid and not pending[2].done():
+                pending[2].set_result(msg)
+        elif isinstance(msg, protocol.ReplayFrame):
+            try:
+                png = base64.b64decode(msg.png_b64, validate=True)
+            except (binascii.Error, ValueError):
+                await conn.send(protocol.ErrorMsg(code="bad_message", message="replay_frame: png_b64 is not base64",
+                                                  ref_type=msg.type))
+                return
+            if not await self.dbq.run(lambda s: _store_frame(s, rid, msg, png)):
+                await conn.send(protocol.ErrorMsg(code="refused", ref_type=msg.type,
+                                                  message=f"attempt {msg.attempt_id} is not leased to this runner"))
+        elif isinstance(msg, protocol.LeaseAccept):
+            pass  # the lease row is already `leased` to it; its statuses move it on from here
+        elif isinstance(msg, protocol.LeaseRefuse):
+            log.info("runner %s refused %s: %s", conn.name, msg.attempt_id, msg.reason[:200])
+            if self.scheduler is not None:
+                await self.scheduler.refused(msg.attempt_id, rid)
+            else:
+                await self.dbq.run(lambda s: sched.release_lease(s, msg.attempt_id, rid))
+        elif isinstance(msg, protocol.JobResult):
+            await self._job_result(conn, msg)
+        elif isinstance(msg, protocol.ErrorMsg):
+            log.warning("runner %s reports %s: %s", conn.name, msg.code, msg.message[:300])
+        elif isinstance(msg, protocol.Hello):
+            await conn.send(protocol.ErrorMsg(code="bad_message", message="hello was already received on this "
+                                              "connection", ref_type="hello"))
+        if time.monotonic() - conn.last_db_seen > self.settings.heartbeat_interval:
+            conn.last_db_seen = time.monotonic()
+            if not await self.dbq.run(lambda s: _touch(s, rid, conn.session_id, conn.busy)):
+                await conn.close(protocol.CLOSE_TOKEN_REVOKED, "runner token revoked")
+
+    async def _job_result(self, conn: _Conn, msg: protocol.JobResult) -> None:
+        hook = self.state.extras.get("on_job_result")
+        if callable(hook):  # the start-state API owns what a finished job means
+            await hook(conn.runner_id, msg)
+            return
+        await self.dbq.run(lambda s: _record_job_result(s, conn.runner_id, msg))
+
+    async def _result(self, conn: _Conn, result: protocol.AttemptResult) -> None:
+        aid = result.attempt_id
+        self.agents.stop(aid)
+        if aid in self._judging:
+            return  # the first copy is being judged; it is acked when applied
+        judge: dict[str, Any] | None = None
+        if self.settings.judge is not None and result.outcome != "error":
+            rubric_case = await self.dbq.run(lambda s: _rubric_case(s, conn.runner_id, aid))
+            if rubric_case is not None:
+                self._judging.add(aid)
+                try:
+                    from gh_server.agents.models import judge_attempt
+
+                    judge = await judge_attempt(self.settings.judge, self.dbq, aid, rubric_case, result)
+                finally:
+                    self._judging.discard(aid)
+        applied = await self.dbq.run(lambda s: sched.apply_result(s, conn.runner_id, result, judge))
+        # Ack always, even a duplicate or a stranger's: the runner journals until acked.
+        await self.send(conn.runner_id, protocol.ResultAck(attempt_id=aid))
+        if applied.note:
+            log.warning("result for %s from runner %s not applied: %s", aid, conn.name, applied.note)
+        if applied.applied:
+            self._run_changed(applied.test_run_id)
+            self._poke()
+
+
+def _rubric_case(session: Session, runner_id: str, attempt_id: str) -> dict[str, Any] | None:
+    from gh_server.models import RunCase
+
+    row = session.execute(
+        select(Attempt.status, Attempt.runner_id, RunCase.case).join(RunCase, RunCase.id == Attempt.run_case_id)
+        .where(Attempt.id == attempt_id)
+    ).first()
+    if row is None or row.runner_id != runner_id or row.status in ("done", "cancelled"):
+        return None
+    case = dict(row.case or {})
+    rubric = (case.get("success") or {}).get("rubric")
+    return case if isinstance(rubric, str) and rubric.strip() else None
+
+
+def install(app: FastAPI, state: ServerState) -> None:
+    """Add the runner websocket and the agents' machine API; run the scheduler in the app's lifespan."""
+    from gh_server.agents.machine_api import router as machine_router
+
+    gw = Gateway(state)
+    state.gateway = gw
+    state.extras["gateway"] = gw
+    app.add_api_websocket_route(PATH, gw.endpoint)
+    app.include_router(machine_router(gw.agents))
+    state.background.append(gw.run)

@@ -1,0 +1,205 @@
+"""A real gh-server (the API engineer's create_app on uvicorn, in a thread) with short liveness
+bounds, plus helpers that put runners and runs straight into its database."""
+
+from __future__ import annotations
+
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+from gh_server.app import create_app
+from gh_server.auth import create_key, hash_secret, new_runner_token
+from gh_server.gateway import Gateway
+from gh_server.models import Attempt, RunCase, Runner, TestRun, new_id, utcnow
+from gh_server.settings import AgentConfig, ModelEndpoint, Settings
+from gh_server.state import ServerState
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class GwServer:
+    base_url: str
+    ws_url: str
+    state: ServerState
+    admin_key: str
+    app: Any
+    server: uvicorn.Server
+    thread: threading.Thread
+
+    @property
+    def gateway(self) -> Gateway:
+        gw = self.state.gateway
+        assert isinstance(gw, Gateway)
+        return gw
+
+    def session(self) -> Any:
+        return self.state.db()
+
+    def add_runner(self, name: str = "sim") -> tuple[str, str]:
+        token = new_runner_token()
+        rid = new_id("rn_")
+        with self.session() as s:
+            s.add(Runner(id=rid, name=name, token_hash=hash_secret(token)))
+            s.commit()
+        return rid, token
+
+    def add_run(self, cases: list[dict[str, Any]], agents: list[str] | None = None, tries: int = 1,
+                start_state: dict[str, Any] | None = None, pin: str | None = None) -> tuple[str, list[str]]:
+        """A run as POST /v1/test_runs makes it: the run, frozen cases, queued attempts; then wakes the scheduler."""
+        agents = agents or ["noop"]
+        run_id = new_id("tr_")
+        ids = []
+        with self.session() as s:
+            s.add(TestRun(id=run_id, agents=agents, status="queued"))
+            s.flush()
+            for pos, case in enumerate(cases):
+                full = {"object": "test_case", "test_case_id": case.get("test_case_id") or new_id("tc_"),
+                        "key": None, "name": "case", "prompt": "fix it", "start_state": "linux-tiny",
+                        "setup_script": "true", "success": {"check_script": "echo True", "rubric": None},
+                        "customer": None, "operator": {"approvals": "approve"}, "limits": {"minutes": 5, "steps": None},
+                        "runs_on": "vm", "category": None, "tags": [], "metadata": {}, **case}
+                ss = start_state or {"kind": "image", "image": full["start_state"]}
+                rc = RunCase(test_run_id=run_id, test_case_id=full["test_case_id"], position=pos, tries=tries,
+                             case=full, start_state=ss, runner_id=pin)
+                s.add(rc)
+                s.flush()
+                for agent in agents:
+                    for t in range(1, tries + 1):
+                        aid = new_id("at_")
+                        ids.append(aid)
+                        s.add(Attempt(id=aid, test_run_id=run_id, run_case_id=rc.id, test_case_id=full["test_case_id"],
+                                      agent_id=agent, try_number=t, status="queued", runs_on=full["runs_on"],
+                                      required_runner_id=pin, created_at=utcnow()))
+            s.commit()
+        self.state.wake()
+        return run_id, ids
+
+    def attempt(self, attempt_id: str) -> Attempt:
+        with self.session() as s:
+            a = s.get(Attempt, attempt_id)
+            assert a is not None
+            s.expunge(a)
+            return a
+
+    def run(self, run_id: str) -> TestRun:
+        with self.session() as s:
+            r = s.get(TestRun, run_id)
+            assert r is not None
+            s.expunge(r)
+            return r
+
+    def attempts_of(self, run_id: str) -> list[Attempt]:
+        from sqlalchemy import select
+
+        with self.session() as s:
+            rows = list(s.scalars(select(Attempt).where(Attempt.test_run_id == run_id).order_by(Attempt.created_at)))
+            for r in rows:
+                s.expunge(r)
+            return rows
+
+    def runner_row(self, runner_id: str) -> Runner:
+        with self.session() as s:
+            r = s.get(Runner, runner_id)
+            assert r is not None
+            s.expunge(r)
+            return r
+
+
+def wait_for(pred: Any, timeout: float = 30.0, what: str = "condition") -> Any:
+    """Poll a predicate with a deadline (the server runs in another thread)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout} s")
+        time.sleep(0.02)
+
+
+async def await_for(pred: Any, timeout: float = 30.0, what: str = "condition") -> Any:
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while True:
+        v = await asyncio.to_thread(pred)
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout} s")
+        await asyncio.sleep(0.02)
+
+
+def start_server(settings: Settings) -> GwServer:
+    app = create_app(settings)
+    st: ServerState = app.state.gh
+    with st.db() as s:
+        _, admin = create_key(s, "test admin", "admin")
+        s.commit()
+    cfg = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", lifespan="on",
+                         ws_max_size=16 * 1024 * 1024)
+    server = uvicorn.Server(cfg)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("gh-server did not start within 30 s")
+        time.sleep(0.02)
+    base = f"http://{settings.host}:{settings.port}"
+    return GwServer(base, base.replace("http", "ws", 1) + "/v1/runners/connect", st, admin, app, server, thread)
+
+
+def stop_server(srv: GwServer) -> None:
+    srv.server.should_exit = True
+    srv.thread.join(timeout=30)
+    srv.state.engine.dispose()
+
+
+def make_settings(data_dir: Path, **kw: Any) -> Settings:
+    port = free_port()
+    base: dict[str, Any] = dict(data_dir=data_dir, host="127.0.0.1", port=port, heartbeat_interval=0.5, dead_after=3.0,
+                                runner_grace_seconds=2.0)
+    base.update(kw)
+    return Settings(**base)
+
+
+@pytest.fixture
+def server_factory() -> Iterator[Any]:
+    made: list[GwServer] = []
+    dirs: list[tempfile.TemporaryDirectory[str]] = []
+
+    def make(**kw: Any) -> GwServer:
+        d = tempfile.TemporaryDirectory(prefix="gh-gw-")
+        dirs.append(d)
+        srv = start_server(make_settings(Path(d.name), **kw))
+        made.append(srv)
+        return srv
+
+    yield make
+    for srv in made:
+        stop_server(srv)
+    for d in dirs:
+        d.cleanup()
+
+
+@pytest.fixture
+def server(server_factory: Any) -> GwServer:
+    srv: GwServer = server_factory()
+    return srv
+
+
+__all__ = ["AgentConfig", "GwServer", "ModelEndpoint", "await_for", "wait_for"]

@@ -1,0 +1,113 @@
+"""Connecting: the token, hello -> the runner row, welcome, heartbeats, replacement, bad frames."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import websockets
+
+from gh_runner import protocol
+
+from .conftest import GwServer, await_for
+from .simrunner import SimRunner, now
+
+
+async def test_bad_token_is_closed_4001(server: GwServer) -> None:
+    r = SimRunner(server.ws_url, "gh_rn_not-a-token")
+    await r.connect(send_hello=False)
+    assert await r.wait_closed() == protocol.CLOSE_TOKEN_REVOKED
+    await r.close()
+
+
+async def test_missing_token_is_closed_4001(server: GwServer) -> None:
+    async with websockets.connect(server.ws_url, open_timeout=30) as ws:
+        with pytest.raises(websockets.ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), 30)
+        assert ws.close_code == protocol.CLOSE_TOKEN_REVOKED
+
+
+async def test_hello_updates_runner_row_and_welcome(server: GwServer) -> None:
+    rid, token = server.add_runner("lab-1")
+    r = await SimRunner(server.ws_url, token, name="lab-1", slots=4, labels=["lab", "lenovo"],
+                        images=["linux-tiny"], held=[("ss_abc", 2)]).connect()
+    try:
+        assert r.welcome is not None
+        assert r.welcome.runner_id == rid
+        assert r.welcome.heartbeat_interval == 0.5 and r.welcome.dead_after == 3.0
+        row = server.runner_row(rid)
+        assert row.slots == 4 and row.labels == ["lab", "lenovo"] and row.version == "sim-1"
+        assert [i["name"] for i in row.images] == ["linux-tiny"]
+        assert row.held_versions == [{"start_state_id": "ss_abc", "version": 2}]
+        assert row.session_id and row.connected_at and row.last_seen_at and row.disconnected_at is None
+        # The server heartbeats on its own.
+        hb = await r.expect("heartbeat", timeout=10)
+        assert hb.at is not None
+    finally:
+        await r.close()
+    await await_for(lambda: server.runner_row(rid).disconnected_at is not None, what="disconnect recorded")
+    assert server.runner_row(rid).session_id is None
+
+
+async def test_second_connection_replaces_first_with_4003(server: GwServer) -> None:
+    _, token = server.add_runner()
+    a = await SimRunner(server.ws_url, token).connect()
+    b = await SimRunner(server.ws_url, token).connect()
+    try:
+        assert await a.wait_closed() == protocol.CLOSE_REPLACED
+        await b.send(protocol.Heartbeat(at=now(), busy=0))
+        await b.expect("heartbeat", timeout=10)
+        assert not b.closed.is_set()
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_silent_runner_is_closed_after_dead_after(server: GwServer) -> None:
+    rid, token = server.add_runner()
+    r = SimRunner(server.ws_url, token)
+    await r.connect()
+    # We never send anything after hello: the server must give up after dead_after (3 s here).
+    code = await r.wait_closed(timeout=30)
+    assert code == protocol.CLOSE_HEARTBEAT_TIMEOUT
+    await r.close()
+    await await_for(lambda: server.runner_row(rid).session_id is None, what="session cleared")
+
+
+async def test_malformed_frames_get_error_replies_and_session_survives(server: GwServer) -> None:
+    _, token = server.add_runner()
+    r = await SimRunner(server.ws_url, token).connect()
+    try:
+        await r.send_raw("{not json")
+        e1 = await r.expect("error")
+        assert e1.code == "bad_json"
+        await r.send_raw('{"type": "teleport"}')
+        e2 = await r.expect("error")
+        assert e2.code == "unknown_type"
+        await r.send_raw('{"type": "lease_accept"}')
+        e3 = await r.expect("error")
+        assert e3.code == "bad_message" and "attempt_id" in e3.message
+        await r.send_raw(b"\x00\x01")
+        e4 = await r.expect("error")
+        assert e4.code == "bad_message"
+        await r.send_raw("[1, 2]")
+        assert (await r.expect("error")).code == "bad_message"
+        # A second hello is refused, not a crash.
+        await r.send(r.hello)
+        assert (await r.expect("error")).ref_type == "hello"
+        # Still alive: the server keeps heartbeating.
+        await r.expect("heartbeat", timeout=10)
+        assert not r.closed.is_set()
+    finally:
+        await r.close()
+
+
+async def test_first_frame_must_be_hello(server: GwServer) -> None:
+    _, token = server.add_runner()
+    r = SimRunner(server.ws_url, token)
+    await r.connect(send_hello=False)
+    await r.send(protocol.LeaseAccept(attempt_id="at_x"))
+    err = await r.expect("error")
+    assert "hello" in err.message
+    assert await r.wait_closed() == 1008
+    await r.close()
