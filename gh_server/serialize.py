@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from gh_server.models import ApiKey, Attempt, Runner, StartState, TestCase, TestRun, TestSet
 
 
@@ -55,7 +57,17 @@ def test_set(row: TestSet, cases: list[tuple[str, str | None, int | None]]) -> d
     }
 
 
-def test_run(row: TestRun, progress: dict[str, int], pass_rate: dict[str, float | None]) -> dict[str, Any]:
+def test_run(
+    session: Session,
+    row: TestRun,
+    computed: tuple[dict[str, int], dict[str, float | None]] | None = None,
+) -> dict[str, Any]:
+    """The run with its progress and pass rates (`computed` when a list page already grouped them)."""
+    if computed is None:
+        from gh_server.results import progress_for
+
+        computed = progress_for(session, [row])[row.id]
+    progress, pass_rate = computed
     return {
         "object": "test_run",
         "test_run_id": row.id,
@@ -79,7 +91,17 @@ def test_run(row: TestRun, progress: dict[str, int], pass_rate: dict[str, float 
 _ATTEMPT_STATUS = {"leased": "preparing"}
 
 
-def attempt(row: Attempt, key: str | None, base_url: str) -> dict[str, Any]:
+def replay_url(settings: Any, base_url: str, attempt_id: str) -> str:
+    """A link that opens in a browser: signed and short-lived when gh_server.replays is there."""
+    try:
+        from gh_server import replays
+    except ImportError:
+        return f"{base_url}/v1/attempts/{attempt_id}/replay"
+    url: str = replays.replay_url(settings, base_url, attempt_id)
+    return url
+
+
+def attempt(row: Attempt, key: str | None, base_url: str, settings: Any = None) -> dict[str, Any]:
     check = row.check or None
     if check is not None:
         check = {"before": check.get("before"), "after": check.get("after"), "passed": check.get("passed")}
@@ -108,7 +130,7 @@ def attempt(row: Attempt, key: str | None, base_url: str) -> dict[str, Any]:
         "outcome": row.outcome,
         "task_id": None,
         "app_version": None,
-        "replay_url": f"{base_url}/v1/attempts/{row.id}/replay",
+        "replay_url": replay_url(settings, base_url, row.id),
         "check": check,
         "judge": row.judge,
         "explanation": None,
