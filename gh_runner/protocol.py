@@ -296,6 +296,7 @@ class Heartbeat(_Msg):
     at: datetime
     busy: int | None = None  # runner -> server
     slots: int | None = None
+    draining: bool | None = None  # runner -> server: shutting down, offer it no leases
 
 
 class ErrorMsg(_Msg):
