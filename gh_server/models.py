@@ -251,6 +251,7 @@ class StartState(Base):
     __tablename__ = "start_states"
     id: Mapped[str] = mapped_column(String(32), primary_key=True)  # ss_...
     name: Mapped[str] = mapped_column(String(200))
+    description: Mapped[str] = mapped_column(Text, default="", server_default="")
     from_: Mapped[str] = mapped_column("from", String(200))  # an image name or another ss_ id
     image: Mapped[str] = mapped_column(String(200))  # the base image at the root of the chain
     method: Mapped[str] = mapped_column(String(16))  # script | instruction | hand
