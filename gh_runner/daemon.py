@@ -291,6 +291,16 @@ class Daemon:
 
     async def run(self) -> int:
         """Run until stopped and drained; returns the process exit code."""
+        start = getattr(self.provider, "start", None)  # optional: connect, probe the accelerator
+        if start is not None:
+            try:
+                await asyncio.wait_for(start(), PROVIDER_CALL_TIMEOUT)
+            except Exception as e:
+                self.log.error("the machine provider could not start; run `gh-runner doctor`",
+                               error=f"{type(e).__name__}: {e}")
+                self.exit_code = 1
+                self._emit("stopped", self.exit_code)
+                return self.exit_code
         await asyncio.to_thread(self.journal.open)
         recovered = await asyncio.to_thread(self.journal.recover)
         for problem in self.journal.problems:
@@ -336,6 +346,7 @@ class Daemon:
 
     async def _drain(self) -> None:
         self.draining = True
+        await self.session.send(self.heartbeat())  # tell the server at once: no more leases here
         grace = self.config.drain_grace
         if self._attempts:
             self.log.info("draining: waiting for attempts to finish", in_flight=sorted(self._attempts), grace_s=grace)
@@ -452,7 +463,8 @@ class Daemon:
             await self._send_result(result)
 
     def heartbeat(self) -> Heartbeat:
-        return Heartbeat(at=datetime.now(UTC), busy=self.busy, slots=self.config.slots)
+        return Heartbeat(at=datetime.now(UTC), busy=self.busy, slots=self.config.slots,
+                         draining=True if self.draining else None)
 
     def on_disconnected(self, reason: str) -> None:
         self._changed.set()
@@ -524,9 +536,11 @@ class Daemon:
         except OSError as e:
             await self._refuse(aid, f"runner cannot write its journal: {e.strerror or e}")
             return
-        if aid in self._attempts or self.busy >= self.config.slots:  # another lease won the race
+        # Things may have changed while the journal was written: another lease, a stop signal.
+        late = self._refusal(lease) if aid not in self._attempts else "a lease for this attempt is already running"
+        if late is not None:
             await asyncio.to_thread(self._drop_inflight, aid)
-            await self._refuse(aid, f"no free slot: {self.busy} of {self.config.slots} busy")
+            await self._refuse(aid, late)
             return
         try:
             attempt = self.attempt_factory(lease, self.provider, _Link(self, aid), self.config.timeouts)

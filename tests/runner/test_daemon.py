@@ -178,6 +178,7 @@ async def test_drain_lets_attempts_finish_and_refuses_new_leases(peer: Peer, sta
     await peer.send(make_lease("at_d1"))
     await peer.wait_type("attempt_status", where=lambda m: m.phase == "task")
     r.daemon.request_stop()
+    await peer.wait_type("heartbeat", where=lambda m: m.draining is True)
     await peer.send(make_lease("at_d2"))
     refuse = await peer.wait_type("lease_refuse")
     assert refuse.reason.startswith("draining")

@@ -1,0 +1,245 @@
+"""The `gh-runner` command: the daemon (bare form) and the `images`, `doctor` and `local` subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gh_runner import __version__
+from gh_runner.config import CREDENTIAL_NAME, SERVICE_DIR, ConfigError, RunnerConfig, load_config
+from gh_runner.protocol import PROTOCOL_VERSION
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+DESCRIPTION = """\
+gh-runner runs eval attempts on this host. It dials out to a GuidingHand control plane over a
+websocket (no inbound ports), advertises its images and slots, and for every attempt it is leased
+it makes a fresh copy-on-write VM, runs the case's setup and check scripts inside it, relays the
+agent's screen/input/exec, and reports the result.
+
+  gh-runner --server wss://evals.example.com --token gh_rn_... --labels lab,lenovo --slots 4
+
+Subcommands: `images` lists what this runner would advertise, `doctor` checks the host and says
+how to fix what is wrong, `local CASES.yaml` runs cases on this host with an embedded control plane.
+"""
+
+EPILOG = f"""\
+configuration:
+  Every option can also come from a YAML file (--config FILE; keys like `slots`, `images_dir`) and
+  from the environment as GH_RUNNER_<OPTION> (GH_RUNNER_SLOTS=4, GH_RUNNER_IMAGES_DIR=...).
+  Precedence: flags > environment > config file > defaults. Unknown keys are refused.
+
+the runner token (never printed or logged):
+  --token, GH_RUNNER_TOKEN, --token-file FILE, `token_file:` in the config file, or the systemd
+  credential `{CREDENTIAL_NAME}` (LoadCredential={CREDENTIAL_NAME}:/etc/gh-runner/token).
+
+default directories:
+  root, or when {SERVICE_DIR} exists and is writable (the packaged service user):
+  {SERVICE_DIR}/images and {SERVICE_DIR}/state; otherwise
+  $XDG_DATA_HOME/gh-runner/images and $XDG_STATE_HOME/gh-runner (~/.local/...). libvirt's
+  qemu:///system must be able to traverse them (not under /root).
+
+signals and exit codes:
+  SIGTERM/SIGINT drains: no new leases, running attempts get --drain-grace seconds, then are
+  cancelled and reported as errors. A second signal forces. Exit 0 after a clean drain, 1 on a
+  forced stop or failure, 2 on bad usage or configuration.
+
+version {__version__}, runner protocol {PROTOCOL_VERSION}.
+"""
+
+# Options that map 1:1 onto RunnerConfig keys (dest == key).
+CONFIG_KEYS = ("server", "token", "token_file", "name", "labels", "slots", "images_dir", "state_dir",
+               "libvirt_uri", "metrics_listen", "log_format", "log_level", "drain_grace", "insecure")
+
+
+def _common_options(machine_only: bool = False) -> argparse.ArgumentParser:
+    # SUPPRESS: an option not typed is absent, so env and file values are not overridden by defaults
+    # and the options may be given before or after the subcommand.
+    p = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    g = p.add_argument_group("runner options")
+    g.add_argument("--config", metavar="FILE", type=Path, help="YAML config file (GH_RUNNER_CONFIG)")
+    g.add_argument("--images-dir", dest="images_dir", metavar="DIR", help="where images live (see below)")
+    g.add_argument("--state-dir", dest="state_dir", metavar="DIR",
+                   help="journal, overlays and start-state versions (see below)")
+    g.add_argument("--libvirt-uri", dest="libvirt_uri", metavar="URI", help="default qemu:///system")
+    g.add_argument("--log-format", dest="log_format", choices=("json", "console"),
+                   help="json lines (journald, log shippers) or console text; default console")
+    g.add_argument("--log-level", dest="log_level", choices=("debug", "info", "warning", "error"))
+    if machine_only:
+        return p
+    g.add_argument("--server", metavar="URL",
+                   help="control plane, e.g. wss://evals.example.com (https:// works too; ws:// only to "
+                        "loopback unless --insecure)")
+    g.add_argument("--token", metavar="gh_rn_...", help="runner token (prefer GH_RUNNER_TOKEN or --token-file: "
+                                                        "flags show up in `ps`)")
+    g.add_argument("--token-file", dest="token_file", metavar="FILE", help="file holding the runner token")
+    g.add_argument("--name", help="how this runner appears in the control plane; default: hostname")
+    g.add_argument("--labels", metavar="A,B", help="comma-separated labels runs can ask for, e.g. lab,lenovo")
+    g.add_argument("--slots", type=int, metavar="N", help="attempts at once (one VM each); default 1")
+    g.add_argument("--metrics-listen", dest="metrics_listen", metavar="HOST:PORT",
+                   help="serve Prometheus metrics here (a bare port binds loopback); default off")
+    g.add_argument("--drain-grace", dest="drain_grace", type=float, metavar="SECONDS",
+                   help="on SIGTERM, how long running attempts may take to finish; default 600")
+    g.add_argument("--insecure", action="store_true",
+                   help="allow ws:// (cleartext, token visible on the wire) to a non-loopback server")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common_options()
+    parser = argparse.ArgumentParser(
+        prog="gh-runner", description=DESCRIPTION, epilog=EPILOG, parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"gh-runner {__version__} (protocol {PROTOCOL_VERSION})")
+    sub = parser.add_subparsers(dest="command", metavar="{images,doctor,local}")
+    images = sub.add_parser("images", parents=[common], help="list the images this runner would advertise",
+                            description="List images (name, os, version, checksum) and held start-state versions.")
+    images.add_argument("--json", action="store_true", help="machine-readable output")
+    sub.add_parser("doctor", parents=[common], help="check this host and say how to fix what is wrong",
+                   description="Check libvirt, KVM (or the TCG fallback), images, disk space and permissions.")
+    local = sub.add_parser(
+        "local", parents=[_common_options(machine_only=True)],
+        help="run cases on this host with an embedded control plane",
+        description="Run the cases of CASES (YAML or JSON: `cases:`, optional `agents:` and `repeat:`) on this "
+                    "host, print the results table and write a JSON report. Exit 0 when every try ran.")
+    local.add_argument("cases", metavar="CASES", type=Path, help="cases file (YAML or JSON)")
+    local.add_argument("--agents", default=None, help="comma-separated agents, e.g. noop,reference")
+    local.add_argument("--repeat", type=int, default=None, metavar="N", help="tries per case and agent")
+    local.add_argument("--report", type=Path, default=None, metavar="FILE", help="where to write the JSON report")
+    return parser
+
+
+def _config_from(args: argparse.Namespace) -> RunnerConfig:
+    flags = {k: getattr(args, k) for k in CONFIG_KEYS if hasattr(args, k)}
+    return load_config(flags, os.environ, getattr(args, "config", None))
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> int:
+    print(f"gh-runner: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = _config_from(args)
+    except ConfigError as e:
+        return _fail(str(e))
+    from gh_runner.log import configure_logging, redactor
+
+    # Logs go to stderr for every command, so stdout stays clean for output (images --json).
+    configure_logging(config.log_format, config.log_level)
+    if config.token is not None:
+        redactor.add(config.token.get_secret_value())
+    command = getattr(args, "command", None)
+    if command == "images":
+        return _images(config, bool(getattr(args, "json", False)))
+    if command == "doctor":
+        return _dispatch("gh_runner.doctor", "doctor", config)
+    if command == "local":
+        args.images_dir, args.state_dir, args.libvirt_uri = config.images_dir, config.state_dir, config.libvirt_uri
+        args.config = config
+        return _dispatch("gh_runner.local", "local", args)
+    return run_daemon(config)
+
+
+def _dispatch(module: str, what: str, arg: Any) -> int:
+    import importlib
+
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name != module:
+            raise
+        return _fail(f"`gh-runner {what}` is not available in this build ({module} is missing)", EXIT_FAILED)
+    code = mod.main(arg)
+    return int(code or 0)
+
+
+def _images(config: RunnerConfig, as_json: bool) -> int:
+    from gh_runner.daemon import make_provider
+
+    async def collect() -> tuple[list[Any], list[tuple[str, int]]]:
+        provider = make_provider(config)
+        try:
+            return await asyncio.wait_for(provider.list_images(), 120), await asyncio.wait_for(
+                provider.held_versions(), 120)
+        finally:
+            await provider.close()
+
+    try:
+        images, held = asyncio.run(collect())
+    except Exception as e:
+        return _fail(f"cannot list images in {config.images_dir}: {e}", EXIT_FAILED)
+    if as_json:
+        print(json.dumps({
+            "images_dir": str(config.images_dir),
+            "images": [{"name": i.name, "os": i.os, "version": i.version, "checksum": i.checksum} for i in images],
+            "start_states": [{"start_state_id": s, "version": v} for s, v in held],
+        }, indent=2))
+        return EXIT_OK
+    if not images:
+        print(f"no images in {config.images_dir} (build one with image-builder, or pass --images-dir)")
+    else:
+        rows = [("NAME", "OS", "VERSION", "CHECKSUM")] + [(i.name, i.os, i.version, i.checksum) for i in images]
+        widths = [max(len(r[c]) for r in rows) for c in range(3)]
+        for r in rows:
+            print(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}")
+    if held:
+        print()
+        print("start-state versions held: " + ", ".join(f"{s} v{v}" for s, v in held))
+    return EXIT_OK
+
+
+def _observers(config: RunnerConfig) -> list[Any]:
+    """Daemon observers for sd_notify and metrics: `gh_runner.observers.make_observers(config)` when
+    that module exists (the operations side owns it), else none."""
+    try:
+        from gh_runner import observers  # type: ignore[attr-defined]
+    except ImportError:
+        return []
+    return list(observers.make_observers(config))
+
+
+def run_daemon(config: RunnerConfig) -> int:
+    from gh_runner.daemon import Daemon, make_provider
+    from gh_runner.log import get_logger
+
+    try:
+        config.connect_url()
+        config.check_transport()
+        config.token_value()
+    except ConfigError as e:
+        return _fail(str(e))
+    log = get_logger()
+
+    async def go() -> int:
+        try:
+            provider = make_provider(config)
+        except Exception as e:
+            log.error("cannot set up the machine provider; run `gh-runner doctor`", error=f"{type(e).__name__}: {e}")
+            return EXIT_FAILED
+        daemon = Daemon(config, provider, observers=_observers(config))
+        daemon.install_signal_handlers()
+        return await daemon.run()
+
+    try:
+        return asyncio.run(go())
+    except KeyboardInterrupt:  # only before the signal handlers are installed
+        return EXIT_FAILED
+    except OSError as e:
+        log.error("runner failed", error=f"{type(e).__name__}: {e}")
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

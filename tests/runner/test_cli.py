@@ -1,0 +1,183 @@
+"""The real `gh-runner` console script as a subprocess: help/version, config errors, `images`, drain
+on SIGTERM, a forced stop, and kill -9 then restart.
+
+The subprocess runs the real daemon and the real `Attempt` on the slow provider double, selected by
+the test-only hook GH_RUNNER_TEST_PROVIDER=runner.doubles:make_provider.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gh_runner.journal import Journal
+from gh_runner.protocol import TaskEnd
+
+from .peer import Peer, make_lease
+
+REPO = Path(__file__).resolve().parents[2]
+TESTS = REPO / "tests"
+GH_RUNNER = [sys.executable, "-m", "gh_runner.cli"]
+
+
+def _env(tmp: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GH_RUNNER_")}
+    env.update({
+        "PYTHONPATH": f"{REPO}{os.pathsep}{TESTS}",
+        "GH_RUNNER_TEST_PROVIDER": "runner.doubles:make_provider",
+        "GH_TEST_PROVIDER_STATE": str(tmp / "provider.json"),
+        "GH_RUNNER_TOKEN": Peer.token,
+        "HOME": str(tmp),
+    })
+    env.pop("CREDENTIALS_DIRECTORY", None)
+    env.update(extra)
+    return env
+
+
+def run_cli(tmp: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*GH_RUNNER, *args], env=_env(tmp, **env), capture_output=True, text=True, timeout=120)
+
+
+def test_version_and_help() -> None:
+    out = subprocess.run([*GH_RUNNER, "--version"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.startswith("gh-runner 0.")
+    out = subprocess.run([*GH_RUNNER, "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0
+    for needle in ("--server", "--token-file", "GH_RUNNER_", "SIGTERM", "images", "doctor", "local"):
+        assert needle in out.stdout
+
+
+def test_bad_config_is_refused_with_the_key_and_what_is_allowed(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("server: ws://127.0.0.1:1\nslots: 2\nslotz: 3\n")
+    out = run_cli(tmp_path, "--config", str(cfg))
+    assert out.returncode == 2
+    assert "slotz: unknown key; allowed keys:" in out.stderr and "slots" in out.stderr
+    out = run_cli(tmp_path, "--server", "ws://127.0.0.1:1", "--slots", "zero")
+    assert out.returncode == 2 and "slots" in out.stderr
+    out = run_cli(tmp_path, "--server", "ws://10.1.2.3:1")
+    assert out.returncode == 2 and "--insecure" in out.stderr
+    assert Peer.token not in out.stderr + out.stdout
+
+
+def test_images_lists_versions_and_checksums(tmp_path: Path) -> None:
+    out = run_cli(tmp_path, "images", "--images-dir", str(tmp_path / "img"))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "OS", "VERSION", "CHECKSUM"]
+    assert lines[1].split() == ["linux-tiny", "linux", "2026.11.1", "sha256:" + "ab" * 32]
+    data = json.loads(run_cli(tmp_path, "images", "--json").stdout)
+    assert data["images"][0]["checksum"] == "sha256:" + "ab" * 32
+
+
+def test_local_help_and_a_missing_subcommand_module(tmp_path: Path, capsys: Any) -> None:
+    out = run_cli(tmp_path, "local", "--help")
+    assert out.returncode == 0 and "CASES" in out.stdout and "--agents" in out.stdout and "--repeat" in out.stdout
+    from gh_runner.cli import _dispatch
+
+    assert _dispatch("gh_runner.no_such_module", "frobnicate", None) == 1
+    assert "`gh-runner frobnicate` is not available in this build" in capsys.readouterr().err
+
+
+@pytest.fixture
+async def spawn(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
+    procs: list[asyncio.subprocess.Process] = []
+
+    async def start(peer: Peer, *args: str, delay: str = "0.2") -> asyncio.subprocess.Process:
+        p = await asyncio.create_subprocess_exec(
+            *GH_RUNNER, "--server", peer.url, "--name", "cli-runner", "--slots", "2",
+            "--state-dir", str(tmp_path / "state"), "--images-dir", str(tmp_path / "img"),
+            "--log-format", "json", *args,
+            env=_env(tmp_path, GH_TEST_PROVIDER_DELAY=delay),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        if p.returncode is None:
+            p.kill()
+            await p.wait()
+
+
+async def _exit_code(p: asyncio.subprocess.Process, timeout: float = 90) -> tuple[int, str]:
+    _out, err = await asyncio.wait_for(p.communicate(), timeout)
+    assert p.returncode is not None
+    return p.returncode, err.decode()
+
+
+async def test_sigterm_drains_an_attempt_in_flight_then_exits_0(
+        peer: Peer, spawn: Any, tmp_path: Path) -> None:
+    p = await spawn(peer, "--drain-grace", "120")
+    await peer.wait_type("hello", timeout=60)
+    await peer.send(make_lease("at_cli1", limits={"minutes": 5}))
+    await peer.wait_type("lease_accept")
+    await peer.wait_type("attempt_status", where=lambda m: m.phase == "task", timeout=60)
+    p.send_signal(signal.SIGTERM)
+    await peer.wait_type("heartbeat", where=lambda m: m.draining is True)
+    await peer.send(make_lease("at_cli2"))
+    refuse = await peer.wait_type("lease_refuse")
+    assert refuse.reason.startswith("draining")
+    assert p.returncode is None
+    await peer.send(TaskEnd(attempt_id="at_cli1", answer="fixed"))
+    code, err = await _exit_code(p)
+    assert code == 0, err
+    res = peer.applied["at_cli1"]
+    assert res.outcome == "passed", res
+    assert Journal(tmp_path / "state").pending_results() == []
+    lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    attempt_lines = [ln for ln in lines if "at_cli1" in json.dumps(ln)]
+    assert attempt_lines and all(ln.get("attempt_id") == "at_cli1" for ln in attempt_lines
+                                 if ln["event"] in ("lease accepted", "attempt finished"))
+    assert Peer.token not in err
+    provider = json.loads((tmp_path / "provider.json").read_text())
+    assert provider["existing"] == []
+
+
+async def test_second_signal_forces_and_reports_the_attempt(peer: Peer, spawn: Any, tmp_path: Path) -> None:
+    p = await spawn(peer, "--drain-grace", "300")
+    await peer.wait_type("hello", timeout=60)
+    await peer.send(make_lease("at_cli3", limits={"minutes": 5}))
+    await peer.wait_type("attempt_status", where=lambda m: m.phase == "task", timeout=60)
+    p.send_signal(signal.SIGTERM)
+    await peer.wait_type("heartbeat", where=lambda m: m.draining is True)
+    p.send_signal(signal.SIGINT)
+    code, err = await _exit_code(p)
+    assert code == 1, err
+    res = peer.applied.get("at_cli3") or Journal(tmp_path / "state").pending_results()[0]
+    assert res.outcome == "error" and "forced to stop" in (res.error or "")
+
+
+async def test_kill_9_then_restart_reports_the_interrupted_attempt_and_reaps_it(
+        peer: Peer, spawn: Any, tmp_path: Path) -> None:
+    p = await spawn(peer)
+    await peer.wait_type("hello", timeout=60)
+    await peer.send(make_lease("at_cli9", limits={"minutes": 5}))
+    await peer.wait_type("attempt_status", where=lambda m: m.phase == "task", timeout=60)
+    p.kill()
+    await p.wait()
+    assert json.loads((tmp_path / "provider.json").read_text())["existing"] == ["at_cli9"]
+
+    start = len(peer.received)
+    p2 = await spawn(peer)
+    hello = await peer.wait_type("hello", start=start, timeout=60)
+    assert hello.in_flight == []
+    res = (await peer.wait_type("attempt_result", start=start)).result
+    assert res.attempt_id == "at_cli9" and res.outcome == "error"
+    assert "interrupted" in (res.error or "") and "task" in (res.error or "")
+    provider = json.loads((tmp_path / "provider.json").read_text())
+    assert provider["existing"] == []
+    assert {"keep": [], "reaped": ["at_cli9"]} in provider["reap_calls"]
+    await peer.wait_until(lambda: Journal(tmp_path / "state").pending_results() == [])
+    p2.send_signal(signal.SIGTERM)
+    code, err = await _exit_code(p2)
+    assert code == 0, err
