@@ -589,10 +589,14 @@ def _enqueue_completed(session: Session, run: TestRun) -> None:
         from gh_server import serialize
     except ImportError:  # the API half is not installed (unit tests of this module alone)
         return
-    progress, pass_rate = run_summary(session, run.id)
-    for agent in run.agents or []:
-        pass_rate.setdefault(agent, None)
-    webhooks.enqueue(session, "test_run.completed", serialize.test_run(run, progress, pass_rate))
+    try:
+        payload = serialize.test_run(session, run)
+    except Exception:  # the run must complete even if its webhook body cannot be rendered
+        log.exception("could not render test_run %s for its webhook", run.id)
+        progress, pass_rate = run_summary(session, run.id)
+        payload = {"object": "test_run", "test_run_id": run.id, "status": run.status, "progress": progress,
+                   "pass_rate": pass_rate}
+    webhooks.enqueue(session, "test_run.completed", payload)
 
 
 # ---------------------------------------------------------------------------------------------

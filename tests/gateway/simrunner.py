@@ -81,7 +81,8 @@ class SimRunner:
         assert self.ws is not None
         await self.ws.send(raw)
 
-    async def expect(self, mtype: str, timeout: float = DEFAULT_WAIT, where: Callable[[Any], bool] | None = None) -> Any:
+    async def expect(self, mtype: str, timeout: float = DEFAULT_WAIT,
+                     where: Callable[[Any], bool] | None = None) -> Any:
         """The next message of this type (others are kept for later expects), or fail at the deadline."""
         for i, m in enumerate(self.stash):
             if m.type == mtype and (where is None or where(m)):
@@ -124,7 +125,8 @@ class SimRunner:
             attempt_id=attempt_id, outcome=outcome, error=error, answer=answer,  # type: ignore[arg-type]
             check_before=protocol.CheckOutput(exit_code=0, stdout_tail="False", verdict="False"),
             check_after=None if check_after is None else protocol.CheckOutput(
-                exit_code=0, stdout_tail=check_after, verdict=check_after if check_after in ("True", "False") else None),
+                exit_code=0, stdout_tail=check_after,
+                verdict=check_after if check_after in ("True", "False") else None),
             metrics=protocol.AttemptMetrics(active_seconds=1.5, steps=2),
             started_at=now(), finished_at=now(),
         )
