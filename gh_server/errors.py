@@ -32,8 +32,9 @@ TYPE_BY_STATUS = {
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, *, type: str | None = None, **extra: Any) -> None:
+    def __init__(self, http_status: int, message: str, /, *, type: str | None = None, **extra: Any) -> None:
         super().__init__(message)
+        status = http_status
         self.status = status
         self.message = message
         self.type = type or TYPE_BY_STATUS.get(status, "server_error" if status >= 500 else "invalid_request")

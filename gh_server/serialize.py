@@ -169,7 +169,6 @@ _SS_STATUS = {"closing": "open", "deleting": "ready"}
 
 def start_state(row: StartState, labels: list[str] | None = None) -> dict[str, Any]:
     meta = dict(row.metadata_ or {})
-    description = meta.pop("_description", "") if isinstance(meta.get("_description"), str) else ""
     view = None
     if row.status == "open":
         view = {
@@ -182,7 +181,7 @@ def start_state(row: StartState, labels: list[str] | None = None) -> dict[str, A
         "start_state_id": row.id,
         "kind": "state",
         "name": row.name,
-        "description": description,
+        "description": row.description or "",
         "from": row.from_,
         "image": row.image,
         "method": row.method,
