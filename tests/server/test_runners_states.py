@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
-from typing import Any
 
 import pydantic
 import pytest
