@@ -66,6 +66,9 @@ class ImageManifest(_M):
     video: Literal["vga", "virtio", "qxl", "cirrus"] = "vga"
     disk: DiskFile
     network: Literal["none", "isolated"] = "none"
+    # The absolute pointer the guest has a driver for: input-send-event coordinates reach the guest
+    # only through it. Debian's cloud kernel (linux-tiny) has no USB at all, so it uses virtio.
+    tablet: Literal["usb", "virtio"] = "usb"
     hyperv: bool = False
     winrm: WinRMChannel | None = None
 

@@ -114,15 +114,36 @@ def extract(deb_path: Path, dest: Path) -> Path:
     return dest
 
 
-def owning_package(path: str) -> str:
-    """The Debian package that installed a host file (tries the /usr-merged spellings)."""
-    real = os.path.realpath(path)
-    candidates = [path, real]
-    for p in (path, real):
-        candidates.append(p[4:] if p.startswith("/usr/") else "/usr" + p)
-    for c in dict.fromkeys(candidates):
-        cp = proc.run(["dpkg-query", "-S", c], timeout=30, check=False)
-        if cp.returncode == 0:
-            first = cp.stdout.decode().splitlines()[0]
-            return first.split(":", 1)[0].split(",")[0].strip()
-    raise BuildError(f"no Debian package owns {path}; cannot take it from a package")
+def owning_packages(paths: list[str]) -> dict[str, str]:
+    """The Debian package that installed each host file, in one dpkg-query call (each path is
+    tried in both /usr-merged spellings)."""
+    spellings: dict[str, str] = {}
+    for path in paths:
+        for p in (path, os.path.realpath(path)):
+            for c in (p, p[4:] if p.startswith("/usr/") else "/usr" + p):
+                spellings.setdefault(c, path)
+    cp = proc.run(["dpkg-query", "-S", *spellings], timeout=60, check=False)
+    owners: dict[str, str] = {}
+    for line in cp.stdout.decode(errors="replace").splitlines():
+        pkgs, _, file = line.partition(": ")
+        if file in spellings and not line.startswith("diversion"):
+            owners.setdefault(spellings[file], pkgs.split(",")[0].split(":")[0].strip())
+    missing = [p for p in paths if p not in owners]
+    if missing:
+        raise BuildError(f"no Debian package owns {', '.join(missing)}; cannot take it from a package")
+    return owners
+
+
+def apt_state() -> str:
+    """A fingerprint of apt's package lists and dpkg's status: package resolution is a function of
+    these, so an unchanged fingerprint lets an up-to-date check skip apt (which takes seconds)."""
+    h = hashlib.sha256()
+    lists = Path("/var/lib/apt/lists")
+    files = sorted(lists.glob("*_Packages*")) + sorted(lists.glob("*Release")) + [Path("/var/lib/dpkg/status")]
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        h.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()

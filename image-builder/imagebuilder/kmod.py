@@ -58,6 +58,10 @@ class ModuleTree:
             builtin = {_base(Path(line)) for line in bf.read_text().split()}
         return cls(base, index, builtin)
 
+    def available(self, wanted: list[str], optional: set[str]) -> list[str]:
+        """`wanted` minus the optional modules this kernel neither ships nor builds in."""
+        return [w for w in wanted if norm(w) in self.index or norm(w) in self.builtin or norm(w) not in optional]
+
     def depends(self, name: str) -> list[str]:
         m = _DEPENDS.search(read_module(self.index[name]))
         if not m or not m.group(1):

@@ -110,11 +110,11 @@ def inputs_digest(inputs: dict[str, object]) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
-def up_to_date(image_dir: Path, digest: str) -> ImageManifest | None:
+def up_to_date(image_dir: Path, digest: str, key: str = "digest") -> ImageManifest | None:
     """The existing image when it was built from exactly these inputs and its files verify."""
     try:
         recorded = json.loads((image_dir / INPUTS_FILE).read_text())
-        if recorded.get("digest") != digest:
+        if recorded.get(key) != digest:
             return None
         return load_manifest(image_dir, verify_checksum=True)
     except (OSError, ValueError, ManifestError):
@@ -137,9 +137,26 @@ def discard(staging: Path) -> None:
     shutil.rmtree(staging.parent, ignore_errors=True)
 
 
-def publish(staging: Path, manifest: ImageManifest, inputs: dict[str, object], digest: str) -> Path:
+def record_quick_key(image_dir: Path, quick_key: str) -> None:
+    """Remember a cheaper key for inputs already verified equal (apt lists touched, same packages)."""
+    path = image_dir / INPUTS_FILE
+    try:
+        data = json.loads(path.read_text())
+        data["quick_key"] = quick_key
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except (OSError, ValueError):
+        pass
+
+
+def publish(
+    staging: Path, manifest: ImageManifest, inputs: dict[str, object], digest: str, quick_key: str | None = None
+) -> Path:
     """Write the manifest and the inputs record, check the image validates, then swap it in."""
-    (staging / INPUTS_FILE).write_text(json.dumps({"digest": digest, "inputs": inputs}, indent=2, sort_keys=True))
+    record = {"digest": digest, "quick_key": quick_key, "inputs": inputs}
+    (staging / INPUTS_FILE).write_text(json.dumps(record, indent=2, sort_keys=True))
     (staging / MANIFEST_NAME).write_text(dump_manifest(manifest))
     for p in staging.iterdir():
         os.chmod(p, 0o644)

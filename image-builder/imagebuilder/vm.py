@@ -37,7 +37,7 @@ class MachineSpec:
     ovmf_code: Path = Path("/usr/share/OVMF/OVMF_CODE_4M.fd")
     ovmf_vars: Path | None = None
     drives: list[Drive] = field(default_factory=list)
-    usb_tablet: bool = True
+    tablet: str = "usb"  # usb | virtio | none
     hyperv: bool = False
     network: str = "none"  # none | user (isolated: no route out, forwarded ports only)
     host_forwards: list[tuple[int, int]] = field(default_factory=list)  # (host port, guest port)
@@ -90,10 +90,11 @@ class MachineSpec:
                 sata_port += 1
             else:
                 a += ["-device", f"{dev},drive={node}"]
-        if self.usb_tablet:
-            # An absolute pointer: input-send-event coordinates map 1:1 to the screen.
-            a += ["-device", "qemu-xhci,id=usb" if self.machine == "q35" else "piix3-usb-uhci,id=usb",
-                  "-device", "usb-tablet,bus=usb.0"]
+        # An absolute pointer: input-send-event coordinates map 1:1 to the screen.
+        if self.tablet == "usb":
+            a += ["-device", "qemu-xhci,id=usb", "-device", "usb-tablet,bus=usb.0"]
+        elif self.tablet == "virtio":
+            a += ["-device", "virtio-tablet-pci"]
         if self.qga_channel:
             a += [
                 "-chardev", f"socket,id=qga0,path={workdir / 'qga.sock'},server=on,wait=off",
