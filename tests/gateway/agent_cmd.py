@@ -1,0 +1,52 @@
+"""A small command agent for the tests: reads the request document on stdin, uses the machine API,
+prints its final answer. argv[1]: where to write the request document it got; argv[2]: mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import urllib.request
+
+
+def call(url: str, token: str, path: str, body: dict[str, object] | None = None) -> tuple[int, bytes]:
+    req = urllib.request.Request(url + path, method="GET" if body is None else "POST",
+                                 data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def main() -> None:
+    doc = json.load(sys.stdin)
+    out_path, mode = sys.argv[1], sys.argv[2]
+    with open(out_path, "w") as f:
+        json.dump({**doc, "pid": os.getpid()}, f)
+    url, token = doc["machine"]["url"], doc["machine"]["token"]
+    if mode == "fail":
+        print("boom: could not think", file=sys.stderr)
+        sys.exit(3)
+    if mode == "hang":
+        time.sleep(600)
+    if mode == "ask":
+        status, body = call(url, token, "/ask", {"question": "What is your Wi-Fi called?"})
+        print(f"ask {status} {json.loads(body).get('answer', '')}")
+        return
+    status, png = call(url, token, "/screen")
+    assert status == 200 and png.startswith(b"\x89PNG"), (status, png[:20])
+    status, _bad = call(url, "wrong-token", "/exec", {"script": "true"})
+    assert status == 401, status
+    status, body = call(url, token, "/input", {"events": [{"type": "type", "text": "hi"}]})
+    assert status == 200, (status, body)
+    status, body = call(url, token, "/exec", {"script": "cat /etc/hostname", "timeout": 30})
+    assert status == 200, (status, body)
+    res = json.loads(body)
+    print(f"fixed: {res['stdout'].strip()} (exit {res['exit_code']})")
+
+
+if __name__ == "__main__":
+    main()
