@@ -22,7 +22,7 @@ import structlog
 log = structlog.get_logger("providers.qemu.accel")
 
 QEMU_BINARIES = ("qemu-system-x86_64", "/usr/libexec/qemu-kvm")
-PROBE_DEADLINE_S = 8.0
+PROBE_DEADLINE_S = 5.0
 _cached: dict[str, tuple[str, str]] = {}
 
 
@@ -89,6 +89,7 @@ async def probe_kvm(kernel: Path | None = None, deadline_s: float = PROBE_DEADLI
     )
     assert proc.stdout is not None
     seen = b""
+    killed = False
     try:
         async with asyncio.timeout(deadline_s):
             while not any(m in seen for m in marks):
@@ -100,6 +101,7 @@ async def probe_kvm(kernel: Path | None = None, deadline_s: float = PROBE_DEADLI
         pass
     finally:
         if proc.returncode is None:
+            killed = True
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -114,8 +116,11 @@ async def probe_kvm(kernel: Path | None = None, deadline_s: float = PROBE_DEADLI
         if kernel is None:
             return True, "a KVM guest ran its firmware (no kernel to probe with: a weaker check)"
         return True, "a KVM guest booted a kernel"
-    detail = err.decode(errors="replace").strip().splitlines()
-    why = detail[-1] if detail else f"no firmware output within {deadline_s:g}s (nested KVM not working?)"
+    detail = [ln for ln in err.decode(errors="replace").strip().splitlines() if "warning" not in ln]
+    if killed or not detail:
+        why = f"no {'kernel' if kernel else 'firmware'} output within {deadline_s:g}s (nested KVM not working?)"
+    else:
+        why = detail[-1]
     return False, f"KVM did not run a guest: {why}"
 
 

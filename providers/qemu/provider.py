@@ -50,7 +50,7 @@ from providers.qemu.guest_agent import GuestAgent
 from providers.qemu.images import Image, ImageCatalog
 from providers.qemu.input import InputDriver
 from providers.qemu.saveimage import SaveImageError, read_save_image, write_machine_copy
-from providers.qemu.screen import png_channels_swapped, screenshot_blocking, to_png
+from providers.qemu.screen import png_swap_verdict, ppm_dump_blocking, screenshot_blocking, to_png
 from providers.qemu.states import StateStore, VersionFiles
 
 log = structlog.get_logger("providers.qemu")
@@ -83,6 +83,8 @@ class QemuProvider(Provider):
         self.hypervisor_version = 0
         self._start_lock = asyncio.Lock()
         self._machines: dict[str, QemuMachine] = {}
+        self.png_swapped: bool | None = None  # learnt from the first colourful screenshot
+        self._calibrations = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -281,6 +283,22 @@ class QemuProvider(Provider):
                 log.warning("reaped leftover machine files", machine_id=mid, dir=str(mdir))
         return removed
 
+    async def _png_swapped(self, machine: QemuMachine, png: bytes) -> bool | None:
+        if self.png_swapped is None and self._calibrations < 20:
+            self._calibrations += 1
+            try:
+                ppm = await in_thread("calibrating screenshot colours", ppm_dump_blocking, self.conn,
+                                      machine.domain_name, machine.dir, timeout=CALL_TIMEOUT)
+            except (ProviderError, OSError) as e:
+                log.warning("cannot calibrate screenshot colours", reason=str(e))
+                return None
+            if ppm is not None:
+                verdict = await asyncio.to_thread(png_swap_verdict, png, ppm)
+                if verdict is not None:
+                    self.png_swapped = verdict
+                    log.info("screenshot colours calibrated", png_red_blue_swapped=verdict)
+        return self.png_swapped
+
     async def _destroy_domain(self, name: str, persistent: bool = False) -> None:
         def go(c: libvirt.virConnect) -> None:
             try:
@@ -402,7 +420,9 @@ class QemuMachine(Machine):
     async def screenshot(self) -> bytes:
         raw, mime = await in_thread("taking a screenshot", screenshot_blocking, self.provider.conn, self.domain_name,
                                     timeout=CALL_TIMEOUT)
-        swap = mime == "image/png" and png_channels_swapped(self.provider.hypervisor_version)
+        swap = False
+        if mime == "image/png":
+            swap = bool(await self.provider._png_swapped(self, raw))
         png, size = await asyncio.to_thread(to_png, raw, mime, swap_png=swap)
         self._screen_size = size
         return png

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import libvirt
 from PIL import Image
@@ -10,14 +11,42 @@ from PIL import Image
 from providers.base import ProviderError
 from providers.qemu.connection import Connection
 
-# QEMU 7.1 started writing PNG screen dumps and, until 8.0, wrote them with the red and blue
-# channels swapped on little-endian hosts (pixman x8r8g8b8 read as RGB bytes). PPM dumps are right.
-_SWAPPED_PNG = (7_001_000, 8_000_000)
+# Some QEMU 7.x builds write PNG screen dumps with red and blue swapped (pixman x8r8g8b8 read as RGB
+# bytes); distribution builds differ (Debian's 7.2.22 is fixed), so a version number cannot tell.
+# The provider calibrates instead: the first PNG that has colour is compared with a PPM dump (QEMU's
+# PPM writer has always been right) of the same screen, and the answer is kept per hypervisor.
 
 
-def png_channels_swapped(qemu_version: int) -> bool:
-    """Whether a PNG dump from this QEMU version (libvirt's integer form, 7002000 = 7.2.0) is BGR."""
-    return _SWAPPED_PNG[0] <= qemu_version < _SWAPPED_PNG[1]
+def png_swap_verdict(png: bytes, ppm: bytes) -> bool | None:
+    """True if `png` is `ppm` with red and blue swapped, False if they agree, None if undecidable
+    (no pixel where red differs from blue, different sizes, or the screen changed in between)."""
+    try:
+        a = Image.open(io.BytesIO(png)).convert("RGB")
+        b = Image.open(io.BytesIO(ppm)).convert("RGB")
+    except Exception:
+        return None
+    if a.size != b.size:
+        return None
+    same = swapped = 0
+    w, h = a.size
+    step = max(1, int((w * h / 20000) ** 0.5))
+    for y in range(0, h, step):
+        for x in range(0, w, step):
+            r, g, bl = b.getpixel((x, y))  # type: ignore[misc]
+            if abs(r - bl) < 16:
+                continue
+            px = a.getpixel((x, y))
+            if px == (r, g, bl):
+                same += 1
+            elif px == (bl, g, r):
+                swapped += 1
+    if same + swapped < 20:
+        return None
+    if same >= 0.95 * (same + swapped):
+        return False
+    if swapped >= 0.95 * (same + swapped):
+        return True
+    return None
 
 
 def to_png(data: bytes, mime: str | None, *, swap_png: bool) -> tuple[bytes, tuple[int, int]]:
@@ -38,6 +67,42 @@ def to_png(data: bytes, mime: str | None, *, swap_png: bool) -> tuple[bytes, tup
     out = io.BytesIO()
     img.save(out, format="PNG", compress_level=1)
     return out.getvalue(), img.size
+
+
+def _dac_owner(xml: str) -> tuple[int, int] | None:
+    """uid:gid QEMU runs as, from the live domain XML's DAC label ("+64055:+64055")."""
+    import re
+
+    m = re.search(r"<seclabel[^>]*model=.dac.[^>]*>\s*<label>\+?(\d+):\+?(\d+)</label>", xml)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def ppm_dump_blocking(conn: Connection, domain_name: str, work_dir: Path) -> bytes | None:
+    """A PPM screen dump through QMP into a directory QEMU may write; None when that is not possible."""
+    import json
+    import os
+    import shutil
+
+    import libvirt_qemu
+
+    def go(c: libvirt.virConnect) -> bytes | None:
+        dom = c.lookupByName(domain_name)
+        owner = _dac_owner(dom.XMLDesc(0))
+        d = work_dir / "screendump"
+        d.mkdir(mode=0o700, exist_ok=True)
+        try:
+            if owner is not None:
+                os.chown(d, *owner)
+            target = d / "screen.ppm"
+            cmd = {"execute": "screendump", "arguments": {"filename": str(target), "format": "ppm"}}
+            reply = json.loads(libvirt_qemu.qemuMonitorCommand(dom, json.dumps(cmd), 0))
+            if "error" in reply or not target.is_file():
+                return None
+            return target.read_bytes()
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+    return conn.call(go)
 
 
 def screenshot_blocking(conn: Connection, domain_name: str) -> tuple[bytes, str]:

@@ -27,7 +27,7 @@ from providers.qemu.errors import plain_reason
 from providers.qemu.input import ABS_MAX, abs_value, pointer_batches
 from providers.qemu.keymap import SHIFT, char_keys, combo_keys, key_name, text_keys
 from providers.qemu.saveimage import HEADER, MAGIC, read_save_image, write_machine_copy
-from providers.qemu.screen import png_channels_swapped, to_png
+from providers.qemu.screen import png_swap_verdict, to_png
 
 MANIFEST = """
 name: linux-tiny
@@ -148,21 +148,33 @@ def _png(colour: tuple[int, int, int], size: tuple[int, int] = (8, 4)) -> bytes:
     return out.getvalue()
 
 
-def test_swapped_png_from_qemu_72_is_fixed() -> None:
-    # What QEMU 7.2 writes for a pure red screen: a PNG whose bytes say blue.
-    png, size = to_png(_png((0, 0, 200)), "image/png", swap_png=png_channels_swapped(7_002_000))
-    assert size == (8, 4)
+def _ppm(colour: tuple[int, int, int], size: tuple[int, int] = (8, 4)) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", size, colour).save(out, format="PPM")
+    return out.getvalue()
+
+
+def test_swapped_png_is_detected_against_a_ppm_dump_and_fixed() -> None:
+    # A pure red screen: the PPM dump says red, a channel-swapping QEMU's PNG says blue.
+    verdict = png_swap_verdict(_png((0, 0, 200), (64, 48)), _ppm((200, 0, 0), (64, 48)))
+    assert verdict is True
+    png, size = to_png(_png((0, 0, 200), (64, 48)), "image/png", swap_png=verdict)
+    assert size == (64, 48)
     assert Image.open(io.BytesIO(png)).convert("RGB").getpixel((0, 0)) == (200, 0, 0)
 
 
-def test_ppm_and_fixed_qemu_pngs_are_left_alone() -> None:
-    ppm = io.BytesIO()
-    Image.new("RGB", (3, 2), (200, 10, 0)).save(ppm, format="PPM")
-    png, size = to_png(ppm.getvalue(), "image/x-portable-pixmap", swap_png=True)
-    assert Image.open(io.BytesIO(png)).getpixel((0, 0)) == (200, 10, 0) and size == (3, 2)
-    assert not png_channels_swapped(8_002_000) and not png_channels_swapped(7_000_000)
+def test_correct_png_is_left_alone_and_grey_screens_are_undecided() -> None:
+    assert png_swap_verdict(_png((200, 10, 0), (64, 48)), _ppm((200, 10, 0), (64, 48))) is False
     png, _ = to_png(_png((200, 10, 0)), "image/png", swap_png=False)
     assert Image.open(io.BytesIO(png)).convert("RGB").getpixel((0, 0)) == (200, 10, 0)
+    # Grey text on black looks the same either way: no verdict, and none needed.
+    assert png_swap_verdict(_png((170, 170, 170), (64, 48)), _ppm((170, 170, 170), (64, 48))) is None
+    assert png_swap_verdict(_png((0, 0, 200), (64, 48)), _ppm((200, 0, 0), (32, 48))) is None
+
+
+def test_ppm_dumps_are_converted_without_swapping() -> None:
+    png, size = to_png(_ppm((200, 10, 0), (3, 2)), "image/x-portable-pixmap", swap_png=True)
+    assert Image.open(io.BytesIO(png)).getpixel((0, 0)) == (200, 10, 0) and size == (3, 2)
 
 
 def test_unreadable_screenshot_is_a_plain_error() -> None:

@@ -1,0 +1,154 @@
+"""One shared linux-tiny machine through real libvirt: scripts, screen, input."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+
+import pytest
+from PIL import Image
+
+from providers.base import ClickEvent, InputNotSupported, KeyEvent, MoveEvent, ScrollEvent, TypeEvent
+from providers.qemu import QemuMachine
+
+pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+
+
+async def test_script_exit_code_streams_and_env(shared_machine: QemuMachine) -> None:
+    r = await shared_machine.run_script(
+        'echo "out $GH_CHECK_PHASE $WITH_SPACE"; echo err >&2; id -u; exit 7',
+        env={"GH_CHECK_PHASE": "before", "WITH_SPACE": "a b 'c'"}, timeout=60)
+    assert r.exit_code == 7 and not r.timed_out
+    assert r.stdout == "out before a b 'c'\n0\n"
+    assert r.stderr == "err\n"
+    assert not r.stdout_truncated and not r.stderr_truncated
+
+
+async def test_script_that_never_returns_is_stopped_at_its_timeout(shared_machine: QemuMachine) -> None:
+    started = time.monotonic()
+    r = await shared_machine.run_script("echo started; sleep 1000 & sleep 999; echo never", timeout=3)
+    took = time.monotonic() - started
+    assert r.timed_out and r.exit_code is None
+    assert 3 <= took < 30
+    assert r.stdout == "started\n"  # partial output survives the kill
+    # The whole session went, including the background child.
+    ps = await shared_machine.run_script("ps -o args | grep -c '^sleep 99[09]' || true", timeout=30)
+    assert ps.stdout.strip() == "0"
+
+
+async def test_script_of_100k_characters_runs(shared_machine: QemuMachine) -> None:
+    lines = [f"v{i}=$(( {i} * 2 ))" for i in range(4000)]
+    script = "\n".join(lines) + "\necho $v3999\n"
+    script += "# " + "x" * (100_000 - len(script) - 3) + "\n"
+    assert len(script) == 100_000
+    r = await shared_machine.run_script(script, timeout=120)
+    assert r.exit_code == 0 and r.stdout == "7998\n", r.stderr[:500]
+
+
+async def test_5mb_output_is_truncated_and_flagged(shared_machine: QemuMachine) -> None:
+    r = await shared_machine.run_script(
+        "head -c 5000000 /dev/zero | tr '\\0' a; head -c 3000000 /dev/zero | tr '\\0' b >&2", timeout=120)
+    assert r.exit_code == 0
+    assert r.stdout_truncated and len(r.stdout) == 1024 * 1024 and set(r.stdout) == {"a"}
+    assert r.stderr_truncated and len(r.stderr) == 1024 * 1024 and set(r.stderr) == {"b"}
+
+
+async def test_output_cap_above_one_reply_is_fetched_in_pieces(shared_machine: QemuMachine) -> None:
+    script = "i=0; while [ $i -lt 50000 ]; do printf '%07d\\n' $i; i=$((i+1)); done"  # 400,000 bytes, ordered
+    full = await shared_machine.run_script(script, timeout=180, output_cap=3 * 1024 * 1024)
+    assert not full.stdout_truncated and len(full.stdout) == 400_000
+    assert full.stdout.splitlines()[-1] == "0049999" and full.stdout.splitlines()[12345] == "0012345"
+    small = await shared_machine.run_script(script, timeout=180, output_cap=1000)
+    assert small.stdout_truncated and small.stdout == full.stdout[:1000]
+
+
+async def test_non_utf8_output_is_decoded_with_replacement(shared_machine: QemuMachine) -> None:
+    r = await shared_machine.run_script("printf 'ok \\377\\376 caf\\303\\251\\n'; printf '\\200' >&2", timeout=60)
+    assert r.exit_code == 0
+    assert r.stdout == "ok \ufffd\ufffd caf\u00e9\n" and r.stderr == "\ufffd"
+
+
+async def test_screenshot_has_guest_resolution_and_correct_colours(shared_machine: QemuMachine) -> None:
+    # Paint the text console red (ANSI background 41): VGA text mode draws it as (170, 0, 0).
+    r = await shared_machine.run_script("printf '\\033[41m\\033[2J\\033[H' > /dev/tty1", timeout=60)
+    assert r.exit_code == 0
+    try:
+        png = await shared_machine.screenshot()
+        img = Image.open(io.BytesIO(png)).convert("RGB")
+        mode = await shared_machine.run_script("cat /sys/class/graphics/fb0/virtual_size 2>/dev/null || true",
+                                               timeout=30)
+        if mode.stdout.strip():  # a framebuffer console reports its size; the screenshot must match it
+            w, h = (int(v) for v in mode.stdout.strip().split(","))
+            assert img.size == (w, h)
+        else:  # VGA text mode 80x25 with 9x16 glyphs
+            assert img.size == (720, 400)
+        colours = img.getcolors(maxcolors=1 << 16) or []
+        count, (red, green, blue) = max(colours)
+        assert count > img.size[0] * img.size[1] // 2
+        assert red > 120 and blue < 60 and green < 60, (red, green, blue)
+        # A red screen is enough for the provider to learn whether this QEMU swaps PNG channels.
+        assert shared_machine.provider.png_swapped is not None
+    finally:
+        await shared_machine.run_script("printf '\\033[0m\\033[2J\\033[H' > /dev/tty1", timeout=60)
+
+
+async def test_typing_on_the_console_reaches_the_shell(shared_machine: QemuMachine) -> None:
+    await shared_machine.run_script("rm -f /tmp/typed", timeout=30)
+    before = await shared_machine.screenshot()
+    await shared_machine.send_input([TypeEvent(text="echo 'Hi!' > /tmp/typed"), KeyEvent(keys=["ENTER"])])
+    deadline = time.monotonic() + 60
+    content = ""
+    while time.monotonic() < deadline:
+        r = await shared_machine.run_script("cat /tmp/typed 2>/dev/null", timeout=30)
+        if r.exit_code == 0:
+            content = r.stdout
+            break
+        await asyncio.sleep(0.5)
+    assert content == "Hi!\n"
+    assert await shared_machine.screenshot() != before
+
+
+async def test_untypable_text_sends_nothing(shared_machine: QemuMachine) -> None:
+    with pytest.raises(InputNotSupported, match="cannot type"):
+        await shared_machine.send_input([TypeEvent(text="rm -rf /tmp/x\u00e9"), KeyEvent(keys=["ENTER"])])
+    with pytest.raises(InputNotSupported, match="unknown key"):
+        await shared_machine.send_input([KeyEvent(keys=["CTRL", "NOPE"])])
+
+
+async def test_absolute_mouse_events_reach_the_tablet(shared_machine: QemuMachine) -> None:
+    # USB enumeration can finish after the guest agent is up: wait for the tablet to appear.
+    dev = ""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not dev.startswith("event"):
+        find = await shared_machine.run_script(
+            "awk '/^N:/{n=$0} /^H:/{ if (n ~ /Tablet/) { for(i=1;i<=NF;i++) if ($i ~ /^event/) print $i } }' "
+            "/proc/bus/input/devices", timeout=30)
+        dev = find.stdout.strip()
+        if not dev:
+            await asyncio.sleep(0.5)
+    assert dev.startswith("event"), "no USB tablet in /proc/bus/input/devices"
+    start = await shared_machine.run_script(
+        f"rm -f /tmp/ev; (cat /dev/input/{dev} > /tmp/ev &) ; sleep 0.5; echo ok", timeout=30)
+    assert start.stdout == "ok\n"
+    try:
+        await shared_machine.send_input([MoveEvent(x=10, y=10), MoveEvent(x=600, y=300),
+                                         ClickEvent(x=100, y=100, button="left"), ScrollEvent(x=5, y=5, dy=2)])
+        deadline = time.monotonic() + 30
+        size = 0
+        while time.monotonic() < deadline:
+            r = await shared_machine.run_script("wc -c < /tmp/ev", timeout=30)
+            size = int(r.stdout.strip() or 0)
+            if size > 0:
+                break
+            await asyncio.sleep(0.3)
+        # struct input_event is 24 bytes on x86_64; moves, two buttons and wheel notches each make several.
+        assert size >= 24 * 8 and size % 24 == 0, size
+    finally:
+        await shared_machine.run_script(f"pkill -f 'cat /dev/input/{dev}' || killall cat || true", timeout=30)
+
+
+async def test_ready_machine_answers_again_quickly(shared_machine: QemuMachine) -> None:
+    started = time.monotonic()
+    await shared_machine.wait_ready(30)
+    assert time.monotonic() - started < 10
