@@ -15,6 +15,7 @@ import base64
 import binascii
 import contextlib
 import hmac
+import importlib
 import logging
 import time
 import uuid
@@ -151,6 +152,30 @@ def _store_frame(session: Session, runner_id: str, f: protocol.ReplayFrame, png:
         stmt = sqlite.insert(ReplayRow).values(**values).on_conflict_do_nothing()
     session.execute(stmt)
     return True
+
+
+def _start_state_applier() -> Any:
+    try:
+        mod = importlib.import_module("gh_server.api.start_states")
+    except ImportError:
+        return None
+    return getattr(mod, "apply_job_result", None)
+
+
+def _queued_jobs(session: Session, runner_id: str) -> list[tuple[str, dict[str, Any]]]:
+    rows = session.execute(
+        select(RunnerJob.id, RunnerJob.payload)
+        .where(RunnerJob.runner_id == runner_id, RunnerJob.status == "queued")
+        .order_by(RunnerJob.created_at)
+    ).all()
+    return [(jid, dict(payload or {})) for jid, payload in rows]
+
+
+def _mark_job_sent(session: Session, job_id: str) -> None:
+    session.execute(
+        update(RunnerJob).where(RunnerJob.id == job_id, RunnerJob.status == "queued").values(status="sent")
+        .execution_options(synchronize_session=False)
+    )
 
 
 def _record_job_result(session: Session, runner_id: str, j: protocol.JobResult) -> bool:
@@ -348,6 +373,7 @@ class Gateway:
         for run in rec.runs:
             self._run_changed(run)
         await self.agents.resend_task_ends(runner_id, rec.resume)
+        await self._send_queued_jobs(conn)
         log.info("runner %s (%s) connected: %d slots, %d resumed, %d lost", name, runner_id, hello.slots,
                  len(rec.resume), len(rec.lost))
         self._poke()
@@ -467,11 +493,36 @@ class Gateway:
                 await conn.close(protocol.CLOSE_TOKEN_REVOKED, "runner token revoked")
 
     async def _job_result(self, conn: _Conn, msg: protocol.JobResult) -> None:
+        """The start-state API owns what a finished job means (status, version, webhook).
+
+        It plugs in as `gh_server.api.start_states.apply_job_result(session, runner_id, msg)` (run
+        here in the gateway's DB batch) or as an async `state.extras["on_job_result"](runner_id, msg)`;
+        without either, the job row alone is closed.
+        """
         hook = self.state.extras.get("on_job_result")
-        if callable(hook):  # the start-state API owns what a finished job means
+        if callable(hook):
             await hook(conn.runner_id, msg)
             return
-        await self.dbq.run(lambda s: _record_job_result(s, conn.runner_id, msg))
+        rid = conn.runner_id
+        apply = _start_state_applier()
+        if apply is not None:
+            await self.dbq.run(lambda s: apply(s, rid, msg))
+        else:
+            await self.dbq.run(lambda s: _record_job_result(s, rid, msg))
+        self._poke()  # a new held version can unblock queued attempts
+
+    async def _send_queued_jobs(self, conn: _Conn) -> None:
+        """Start-state jobs queued while the runner was away go out when it is back."""
+        rid = conn.runner_id
+        jobs = await self.dbq.run(lambda s: _queued_jobs(s, rid))
+        for job_id, payload in jobs:
+            try:
+                msg = protocol.Job.model_validate(payload)
+            except pydantic.ValidationError:
+                log.warning("runner job %s has an invalid payload; not sent", job_id)
+                continue
+            if await conn.send(msg):
+                await self.dbq.run(lambda s, jid=job_id: _mark_job_sent(s, jid))  # type: ignore[misc]
 
     async def _result(self, conn: _Conn, result: protocol.AttemptResult) -> None:
         aid = result.attempt_id
