@@ -1,0 +1,128 @@
+"""`gh-server`: serve the control plane, make API keys, upgrade the schema.
+
+    gh-server --data-dir DIR --host 127.0.0.1 --port 8700 [--database-url postgresql://...]
+    gh-server keys create --role member --name "ci" --data-dir DIR     # prints the key once
+    gh-server keys list --data-dir DIR
+    gh-server keys revoke ak_... --data-dir DIR
+    gh-server migrate --data-dir DIR                                    # schema to the newest revision
+
+Every flag has an env twin GH_SERVER_<FLAG> (GH_SERVER_DATA_DIR, GH_SERVER_DATABASE_URL, GH_SERVER_HOST,
+GH_SERVER_PORT); GH_SERVER_API_KEY sets the admin key. Flags win over the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from sqlalchemy import select
+
+from gh_server.settings import Settings
+
+
+def _common(p: argparse.ArgumentParser, sub: bool = True) -> None:
+    # In subcommands the default is SUPPRESS so `gh-server --data-dir X keys create` keeps X.
+    default = argparse.SUPPRESS if sub else None
+    p.add_argument("--data-dir", type=Path, default=default, help="state directory (SQLite database, admin key)")
+    p.add_argument("--database-url", default=default, help="postgresql://... (default: SQLite in --data-dir)")
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return Settings.from_env(
+        data_dir=args.data_dir,
+        database_url=args.database_url,
+        host=getattr(args, "host", None),
+        port=getattr(args, "port", None),
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gh-server", description="Self-hosted GuidingHand evals control plane")
+    _common(p, sub=False)
+    p.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="listen port (default 8700)")
+    p.add_argument("--public-url", default=None, help="base URL for links such as replay_url")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    sub = p.add_subparsers(dest="command")
+    keys = sub.add_parser("keys", help="make, list and revoke API keys")
+    ksub = keys.add_subparsers(dest="keys_command", required=True)
+    kc = ksub.add_parser("create", help="make a key and print it once")
+    _common(kc)
+    kc.add_argument("--role", choices=["admin", "member"], default="member")
+    kc.add_argument("--name", default="member key")
+    kl = ksub.add_parser("list", help="list keys (never their secrets)")
+    _common(kl)
+    kr = ksub.add_parser("revoke", help="revoke a key by id (ak_...)")
+    _common(kr)
+    kr.add_argument("key_id")
+    mg = sub.add_parser("migrate", help="upgrade the database schema to the newest revision")
+    _common(mg)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
+    args = p.parse_args(argv)
+    if args.command is None:
+        return serve(args)
+    settings = _settings(args)
+    from gh_server import db
+
+    engine = db.make_engine(settings)
+    try:
+        db.upgrade(engine)
+        if args.command == "migrate":
+            print(f"schema at {db.current_revision(engine)}")
+            return 0
+        sm = db.make_sessionmaker(engine)
+        from gh_server.auth import create_key
+        from gh_server.models import ApiKey, utcnow
+
+        if args.keys_command == "create":
+            with sm.begin() as s:
+                row, plain = create_key(s, args.name, args.role)
+            print(f"{row.id} ({args.role}): {plain}")
+            print("Store it now: it is not shown again.", file=sys.stderr)
+            return 0
+        if args.keys_command == "list":
+            with sm() as s:
+                for k in s.scalars(select(ApiKey).order_by(ApiKey.created_at)):
+                    state = "revoked" if k.revoked_at else "active"
+                    print(f"{k.id}\t{k.role}\t{state}\t{k.prefix}...\t{k.name}")
+            return 0
+        if args.keys_command == "revoke":
+            with sm.begin() as s:
+                key = s.get(ApiKey, args.key_id)
+                if key is None:
+                    print(f"no API key {args.key_id}", file=sys.stderr)
+                    return 1
+                key.revoked_at = key.revoked_at or utcnow()
+            print(f"revoked {args.key_id}")
+            return 0
+    finally:
+        engine.dispose()
+    return 2
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gh_server.app import create_app
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = _settings(args)
+    if args.public_url:
+        settings.public_url = args.public_url
+    try:
+        app = create_app(settings)
+    except Exception as e:  # a clear line for an operator, not a traceback, for the usual start-up failures
+        print(f"gh-server: cannot start: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level, lifespan="on")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

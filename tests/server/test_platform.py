@@ -1,0 +1,317 @@
+# mypy: disable-error-code="arg-type,list-item,typeddict-item,misc,index"
+"""Keys and roles, webhooks (signature, retries), the error envelope, /openapi.json, /healthz, rate limits,
+schema migrations that keep data, and the `gh-server` command itself."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+from guidinghand import (
+    AuthenticationError,
+    InvalidRequestError,
+    PermissionDeniedError,
+    RateLimitError,
+    WebhookVerificationError,
+    verify_webhook,
+)
+from sqlalchemy import create_engine, text
+
+from gh_server import db
+from gh_server.auth import ensure_admin_key
+from gh_server.settings import Settings
+
+from .conftest import RunningServer, Server, free_port, make_settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_public_endpoints_and_envelope(server: Server) -> None:
+    r = httpx.get(server.base_url + "/healthz", timeout=10)
+    assert r.status_code == 200 and r.json() == {"ok": True}
+    spec = httpx.get(server.base_url + "/openapi.json", timeout=10).json()
+    paths = spec["paths"]
+    for p, methods in {
+        "/v1/test_cases": {"get", "post"},
+        "/v1/test_cases/batch": {"post"},
+        "/v1/test_cases/{test_case_id}": {"get", "patch", "delete"},
+        "/v1/test_sets/{test_set_id}/cases": {"post"},
+        "/v1/test_sets/{test_set_id}/cases/{test_case_id}": {"delete"},
+        "/v1/test_runs": {"get", "post"},
+        "/v1/test_runs/compare": {"get"},
+        "/v1/test_runs/{test_run_id}/results": {"get"},
+        "/v1/test_runs/{test_run_id}/attempts": {"get"},
+        "/v1/test_runs/{test_run_id}/rerun": {"post"},
+        "/v1/attempts/{attempt_id}": {"get"},
+        "/v1/start_states/{start_state_id}/screen": {"get"},
+        "/v1/runners/{runner_id}": {"delete"},
+        "/v1/webhook": {"get", "put"},
+        "/v1/api_keys": {"get", "post"},
+    }.items():
+        assert methods <= set(paths[p]), p
+    # every failure is the SDK's envelope, never FastAPI's {"detail": ...}
+    for method, path, body, status, etype in [
+        ("GET", "/v1/test_cases", None, 401, "authentication"),
+        ("GET", "/v1/nothing-here", None, 404, "not_found"),
+        ("POST", "/v1/test_cases", "{not json", 400, "invalid_request"),
+        ("POST", "/v1/test_cases", {"name": "x"}, 400, "invalid_request"),
+    ]:
+        headers = {} if status == 401 else {"Authorization": f"Bearer {server.admin_key}"}
+        content = body if isinstance(body, str) else json.dumps(body) if body is not None else None
+        if content is not None:
+            headers["Content-Type"] = "application/json"
+        r = httpx.request(method, server.base_url + path, content=content, headers=headers, timeout=10)
+        assert r.status_code == status, (path, r.text)
+        err = r.json()["error"]
+        assert err["type"] == etype and err["message"] and "detail" not in r.json()
+    r = httpx.post(
+        server.base_url + "/v1/test_cases",
+        json={"name": "x"},
+        headers={"Authorization": f"Bearer {server.admin_key}"},
+        timeout=10,
+    )
+    assert r.json()["error"]["param"] == "prompt" and "prompt" in r.json()["error"]["message"]
+    r = httpx.get(server.base_url + "/v1/test_cases", headers={"Authorization": "Basic abc"}, timeout=10)
+    assert r.status_code == 401
+
+
+def test_api_keys_endpoint_and_roles(server: Server) -> None:
+    c = server.admin
+    made = c._request("POST", "/v1/api_keys", body={"name": "ci", "role": "member"})
+    assert made["role"] == "member" and made["key"].startswith("gh_live_")
+    member = server.client(made["key"])
+    assert member.test_cases.list()["object"] == "list"
+    with pytest.raises(PermissionDeniedError):
+        member.test_cases.create("x", "p", "linux-tiny", {"rubric": "r"})
+    with pytest.raises(PermissionDeniedError):
+        member._request("POST", "/v1/api_keys", body={"name": "escalate", "role": "admin"})
+    listed = c._request("GET", "/v1/api_keys")["data"]
+    assert made["id"] in [k["id"] for k in listed] and all("key" not in k for k in listed)
+    with pytest.raises(InvalidRequestError) as e:
+        c._request("POST", "/v1/api_keys", body={"name": "x", "role": "owner"})
+    assert e.value.extra["param"] == "role"
+    c._request("DELETE", f"/v1/api_keys/{made['id']}")
+    with pytest.raises(AuthenticationError):
+        member.test_cases.list()
+
+
+def test_admin_key_file_is_0600_and_printed_once(server: Server) -> None:
+    path = server.data_dir / "admin-api-key"
+    assert (path.stat().st_mode & 0o777) == 0o600
+    out = io.StringIO()
+    assert ensure_admin_key(server.state, out) is None and out.getvalue() == ""  # not on a later start
+
+
+class _Receiver:
+    """A local webhook endpoint: records each delivery, answers with the next queued status (200 after)."""
+
+    def __init__(self) -> None:
+        self.got: queue.Queue[tuple[dict[str, str], bytes]] = queue.Queue()
+        self.statuses: list[int] = []
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                outer.got.put(({k: v for k, v in self.headers.items()}, body))
+                self.send_response(outer.statuses.pop(0) if outer.statuses else 200)
+                self.end_headers()
+
+            def log_message(self, *a: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/hook"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[_Receiver]:
+    r = _Receiver()
+    yield r
+    r.close()
+
+
+def test_webhook_signed_and_retried(server: Server, receiver: _Receiver) -> None:
+    c = server.admin
+    with pytest.raises(PermissionDeniedError):
+        server.member.webhook.update(url=receiver.url)
+    with pytest.raises(InvalidRequestError) as e:
+        c.webhook.update(url="ftp://x")
+    assert e.value.extra["param"] == "url"
+    with pytest.raises(InvalidRequestError) as e:
+        c.webhook.update(url=receiver.url, events=["task.nope"])
+    assert e.value.extra["param"] == "events[0]"
+    hook = c.webhook.update(url=receiver.url, events=["test_run.completed"])
+    secret = hook["secret"]
+    assert secret.startswith("whsec_") and hook["has_secret"] and hook["events"] == ["test_run.completed"]
+    assert "secret" not in c.webhook.retrieve() and c.webhook.retrieve()["url"] == receiver.url
+    c.test_cases.create("hook case", "p", "linux-tiny", {"rubric": "r"}, key="HOOK-1")
+    run = c.test_runs.create(test_case_ids=["HOOK-1"], agents=["noop"])
+    receiver.statuses = [500]  # the first delivery fails: it must come again
+    c.test_runs.cancel(run["test_run_id"])
+    _h1, body1 = receiver.got.get(timeout=30)
+    headers2, body2 = receiver.got.get(timeout=60)
+    assert body1 == body2
+    event = verify_webhook(body2, headers2["Eager-Signature"], secret)
+    assert event["type"] == "test_run.completed" and event["id"].startswith("evt_")
+    assert event["data"]["test_run"]["test_run_id"] == run["test_run_id"]
+    assert event["data"]["test_run"]["status"] == "cancelled"
+    with pytest.raises(WebhookVerificationError):
+        verify_webhook(body2, headers2["Eager-Signature"], "whsec_wrong")
+    rotated = c.webhook.update(rotate_secret=True)
+    assert rotated["secret"] != secret and rotated["url"] == receiver.url
+    assert c.webhook.delete()["url"] is None
+
+
+def test_rate_limit_is_429() -> None:
+    settings, data_dir = make_settings(None, rate_limit_per_second=0.5, rate_limit_burst=3)
+    running = RunningServer(settings)
+    running.start()
+    try:
+        key = (data_dir / "admin-api-key").read_text().strip()
+        from guidinghand import Eager
+
+        c = Eager(api_key=key, base_url=f"http://127.0.0.1:{settings.port}", max_retries=0)
+        for _ in range(3):
+            c.test_cases.list()
+        with pytest.raises(RateLimitError) as e:
+            c.test_cases.list()
+        assert e.value.status == 429 and e.value.type == "rate_limit"
+    finally:
+        running.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_upgrade_keeps_data(db_url: str | None) -> None:
+    settings, data_dir = make_settings(db_url)
+    engine = db.make_engine(settings)
+    try:
+        db.upgrade(engine, "0001_initial")
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO test_cases (id, key, name, prompt, start_state, success, limits, runs_on, tags,"
+                    " metadata,"
+                    " created_at, updated_at) VALUES ('tc_keepme000001', 'KEEP-1', 'kept', 'p', 'linux-tiny',"
+                    " '{\"rubric\": \"r\"}', '{\"minutes\": 10}', 'vm', '[]', '{}', :t, :t)"
+                ),
+                {"t": "2026-01-01 00:00:00"},
+            )
+            conn.execute(
+                text(
+                    'INSERT INTO start_states (id, name, "from", image, method, status, version, runner_labels,'
+                    " metadata,"
+                    " created_at, updated_at) VALUES ('ss_keepme000001', 'st', 'img', 'img', 'hand', 'ready', 1, '[]',"
+                    " '{}', :t, :t)"
+                ),
+                {"t": "2026-01-01 00:00:00"},
+            )
+        db.upgrade(engine)
+        assert db.current_revision(engine) == "0002_start_state_description"
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT name FROM test_cases WHERE key = 'KEEP-1'")).scalar() == "kept"
+            assert conn.execute(text("SELECT description FROM start_states")).scalar() == ""
+        db.upgrade(engine)  # idempotent
+    finally:
+        engine.dispose()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_gh_server_command_serves_with_env_admin_key() -> None:
+    data_dir = Path(__import__("tempfile").mkdtemp(prefix="gh-server-cli-", dir="/var/tmp"))
+    port = free_port()
+    env = {**os.environ, "GH_SERVER_API_KEY": "gh_live_from_env_for_test"}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gh_server.cli",
+            "--data-dir",
+            str(data_dir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "gh-server did not answer /healthz within 60 s"
+            time.sleep(0.1)
+        from guidinghand import Eager
+
+        c = Eager(api_key="gh_live_from_env_for_test", base_url=f"http://127.0.0.1:{port}", max_retries=0)
+        assert c.test_cases.list()["data"] == []
+        assert not (data_dir / "admin-api-key").exists()
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gh_server.cli",
+                "keys",
+                "create",
+                "--role",
+                "member",
+                "--name",
+                "cli",
+                "--data-dir",
+                str(data_dir),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        member_key = r.stdout.strip().rsplit(" ", 1)[-1]
+        m = Eager(api_key=member_key, base_url=f"http://127.0.0.1:{port}", max_retries=0)
+        assert m.test_runs.list()["object"] == "list"
+        with pytest.raises(PermissionDeniedError):
+            m.runners.create("x")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_settings_url_for_postgres() -> None:
+    s = Settings(data_dir=Path("/x"), database_url="postgresql://u@h/db")
+    assert s.sqlalchemy_url == "postgresql+psycopg://u@h/db"
+    assert create_engine(s.sqlalchemy_url).dialect.name == "postgresql"
