@@ -1,0 +1,490 @@
+"""`gh-runner local CASES.yaml`: run test cases on this host with an embedded control plane and runner.
+
+One process, one event loop: gh-server's app (SQLite in a temp dir) served by uvicorn on a free
+loopback port, and the runner daemon (QEMU provider) dialing it with a freshly registered runner
+token. The cases go in through the same `/v1` API an eval author uses (batch create, run, poll,
+results), so this is also the smallest end-to-end check of the whole system.
+
+At the end: a table per case and agent, each agent's pass rate with its 95% confidence interval,
+the JSON report and the replays (exported to disk: the embedded server ends with the process).
+
+Exit codes: 0 every try ran (whatever the agents scored); 1 the run could not be carried out
+(no image, runner never connected, tries left unfinished, ...); 2 a bad cases file or flag;
+130 interrupted (Ctrl-C). Every machine is destroyed and every overlay removed in each case.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx
+
+from gh_runner.casefile import CaseFile, CaseFileError, load_case_file, parse_agents, parse_repeat
+from gh_runner.report import build_report, render_table, rows_from_attempts, summarize_agents, write_report
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+RUNNER_CONNECT_TIMEOUT = 120.0  # the runner lists images and reaps before it dials
+POLL_INTERVAL = 1.0
+HTTP_TIMEOUT = 60.0
+DEFAULT_SLOTS = 2
+DEFAULT_OUTPUT_ROOT = Path("/var/tmp/gh-runner-local")
+
+
+class LocalError(Exception):
+    """The run could not be carried out; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Options:
+    cases: Path
+    agents: list[str] | None = None
+    repeat: int | None = None
+    report: Path | None = None
+    images_dir: Path | None = None
+    state_dir: Path | None = None
+    libvirt_uri: str | None = None
+    slots: int | None = None
+
+
+def options_from_args(args: Any) -> Options:
+    """Read the argparse namespace cli.py built; anything missing is left to the file or defaults."""
+    def get(name: str) -> Any:
+        return getattr(args, name, None)
+
+    def path(name: str) -> Path | None:
+        v = get(name)
+        return Path(v) if v else None
+
+    agents = parse_agents(get("agents"), "--agents") if get("agents") else None
+    repeat = parse_repeat(int(get("repeat")), "--repeat") if get("repeat") is not None else None
+    slots = int(get("slots")) if get("slots") is not None else None
+    return Options(cases=Path(get("cases")), agents=agents, repeat=repeat, report=path("report"),
+                   images_dir=path("images_dir"), state_dir=path("state_dir"), libvirt_uri=get("libvirt_uri"),
+                   slots=slots)
+
+
+def main(args: Any) -> int:
+    """Entry point for `gh-runner local` (dispatched by gh_runner.cli)."""
+    try:
+        opts = options_from_args(args)
+        case_file = load_case_file(opts.cases)
+    except (CaseFileError, ValueError) as e:
+        print(f"gh-runner local: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    return asyncio.run(LocalRun(opts, case_file).main())
+
+
+# ---------------------------------------------------------------------------------------------
+# Progress
+# ---------------------------------------------------------------------------------------------
+
+
+class Progress:
+    """A one-line bar on a terminal; a plain line per change otherwise (logs, CI)."""
+
+    def __init__(self, stream: TextIO, total: int) -> None:
+        self.stream = stream
+        self.total = total
+        self.tty = stream.isatty()
+        self._last: tuple[int, ...] | None = None
+        self._t0 = time.monotonic()
+
+    def update(self, progress: dict[str, Any]) -> None:
+        total = int(progress.get("total") or self.total)
+        counts = tuple(int(progress.get(k) or 0) for k in ("passed", "failed", "error", "running", "queued"))
+        passed, failed, error, running, queued = counts
+        done = passed + failed + error
+        elapsed = time.monotonic() - self._t0
+        text = (f"{done}/{total} done  passed {passed}  failed {failed}  error {error}  "
+                f"running {running}  queued {queued}  {elapsed:,.0f}s")
+        if self.tty:
+            width = 30
+            filled = int(width * done / total) if total else width
+            self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {text}\033[K")
+            self.stream.flush()
+        elif counts != self._last:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+        self._last = counts
+
+    def finish(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------
+
+
+def _free_socket() -> socket.socket:
+    # Bound here and handed to uvicorn, so no other process can take the port in between.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.set_inheritable(True)
+    return sock
+
+
+def _traversable_tmpdir(prefix: str) -> Path:
+    # QEMU runs as libvirt-qemu: overlays must sit under directories it can traverse.
+    d = Path(tempfile.mkdtemp(prefix=prefix, dir="/var/tmp"))
+    d.chmod(0o755)
+    return d
+
+
+class LocalRun:
+    def __init__(self, opts: Options, case_file: CaseFile, out: TextIO | None = None) -> None:
+        self.opts = opts
+        self.cf = case_file
+        self.out = out or sys.stdout
+        self.agents = opts.agents or case_file.agents or ["default"]
+        self.repeat = opts.repeat or case_file.repeat or 1
+        self.interrupted = False
+        self._stop = asyncio.Event()
+        self.server: Any = None
+        self.daemon: Any = None
+        self.state: Any = None
+        self.run_id: str | None = None
+        self._tmp: Path | None = None
+        self._state_tmp: Path | None = None
+        self._server_task: asyncio.Task[Any] | None = None
+        self._daemon_task: asyncio.Task[Any] | None = None
+
+    def say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    async def main(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._on_signal)
+        try:
+            code = await self._main()
+        except LocalError as e:
+            self.say(f"gh-runner local: {e}")
+            code = EXIT_FAILED
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            await self._shutdown()
+        if self.interrupted:
+            self.say("gh-runner local: interrupted; every machine was destroyed")
+            return EXIT_INTERRUPTED
+        return code
+
+    def _on_signal(self) -> None:
+        if self.interrupted:  # a second Ctrl-C: stop the daemon at once
+            if self.daemon is not None:
+                self.daemon.force_stop()
+            return
+        self.interrupted = True
+        self._stop.set()
+
+    async def _main(self) -> int:
+        from gh_runner.config import ConfigError, load_config
+
+        flags = {"images_dir": self.opts.images_dir, "state_dir": self.opts.state_dir,
+                 "libvirt_uri": self.opts.libvirt_uri, "slots": self.opts.slots}
+        if self.opts.images_dir is None and not os.environ.get("GH_RUNNER_IMAGES_DIR") \
+                and os.environ.get("GH_IMAGES_DIR"):
+            flags["images_dir"] = Path(os.environ["GH_IMAGES_DIR"])
+        if flags["slots"] is None and not os.environ.get("GH_RUNNER_SLOTS"):
+            flags["slots"] = DEFAULT_SLOTS
+        self._tmp = _traversable_tmpdir("gh-runner-local-")
+        if flags["state_dir"] is None and not os.environ.get("GH_RUNNER_STATE_DIR"):
+            self._state_tmp = self._tmp / "runner-state"
+            self._state_tmp.mkdir(mode=0o755)
+            flags["state_dir"] = self._state_tmp
+        flags.update(server="http://127.0.0.1:1", token="gh_rn_placeholder", name="local")
+        try:
+            config = load_config(flags=flags)
+        except ConfigError as e:
+            raise LocalError(str(e)) from None
+
+        await self._check_images(config)
+        base_url, admin_key = await self._start_server()
+        async with httpx.AsyncClient(base_url=base_url, timeout=HTTP_TIMEOUT,
+                                     headers={"Authorization": f"Bearer {admin_key}"}) as http:
+            token = await self._register_runner(http)
+            await self._start_daemon(config, base_url, token)
+            await self._wait_runner_online(http)
+            case_ids = await self._create_cases(http)
+            run = await self._create_run(http, case_ids)
+            self.run_id = run["test_run_id"]
+            total = int(run["progress"]["total"])
+            self.say(f"run {self.run_id}: {len(case_ids)} case(s) x {len(self.agents)} agent(s) "
+                     f"({', '.join(self.agents)}) x {self.repeat} tr{'y' if self.repeat == 1 else 'ies'} "
+                     f"= {total} tries, {config.slots} slot(s), server {base_url}")
+            run = await self._wait(http, run, total)
+            if self.interrupted:
+                with contextlib.suppress(Exception):
+                    await http.post(f"/v1/test_runs/{self.run_id}/cancel")
+                return EXIT_INTERRUPTED
+            return await self._finish(http, run)
+
+    async def _check_images(self, config: Any) -> None:
+        from gh_runner.daemon import make_provider
+
+        wanted = sorted({str(c["start_state"]) for c in self.cf.cases})
+        provider = make_provider(config)
+        try:
+            images = {i.name for i in await asyncio.wait_for(provider.list_images(), timeout=300)}
+        except Exception as e:
+            raise LocalError(f"cannot list images in {config.images_dir}: {e}") from None
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(provider.close(), timeout=30)
+        missing = [w for w in wanted if w not in images]
+        if missing:
+            have = ", ".join(sorted(images)) or "none"
+            raise LocalError(
+                f"image(s) {', '.join(missing)} not found in {config.images_dir} (found: {have}); build them with "
+                f"`image-builder/build linux-tiny --out {config.images_dir}` or pass --images-dir")
+
+    async def _start_server(self) -> tuple[str, str]:
+        import uvicorn
+
+        from gh_server.app import create_app
+        from gh_server.settings import Settings
+
+        assert self._tmp is not None
+        sock = _free_socket()
+        port = sock.getsockname()[1]
+        admin_key = "gh_live_" + secrets.token_urlsafe(32)
+        settings = Settings(data_dir=self._tmp / "server", host="127.0.0.1", port=port, admin_api_key=admin_key,
+                            runner_grace_seconds=60.0)
+        app = await asyncio.to_thread(create_app, settings)
+        with contextlib.suppress(ImportError):
+            from gh_server import replays
+
+            if not any(getattr(r, "path", "") == "/v1/attempts/{attempt_id}/replay" for r in app.routes):
+                replays.install(app, app.state.gh)
+        self.state = app.state.gh
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False, ws="websockets")
+        self.server = uvicorn.Server(config)
+        self._server_task = asyncio.create_task(self.server.serve(sockets=[sock]), name="gh-server")
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            if self._server_task.done():
+                exc = self._server_task.exception()
+                raise LocalError(f"the embedded control plane did not start: {exc!r}")
+            if time.monotonic() > deadline:
+                raise LocalError("the embedded control plane did not start within 60 s")
+            await asyncio.sleep(0.05)
+        return f"http://127.0.0.1:{port}", admin_key
+
+    async def _register_runner(self, http: httpx.AsyncClient) -> str:
+        r = await http.post("/v1/runners", json={"name": "local"})
+        if r.status_code >= 300:
+            raise LocalError(f"could not register the runner: HTTP {r.status_code}: {r.text[:300]}")
+        return str(r.json()["token"])
+
+    async def _start_daemon(self, config: Any, base_url: str, token: str) -> None:
+        from gh_runner.daemon import Daemon, make_provider
+        from gh_runner.log import configure_logging
+
+        # The daemon's own log lines would tear the progress bar; warnings still show.
+        configure_logging("console", "warning", stream=sys.stderr)
+        cfg = type(config).model_validate({**config.model_dump(), "token": token, "server": base_url})
+        provider = make_provider(cfg)
+        self.daemon = Daemon(cfg, provider)
+        self._daemon_task = asyncio.create_task(self.daemon.run(), name="gh-runner")
+
+    async def _wait_runner_online(self, http: httpx.AsyncClient) -> None:
+        deadline = time.monotonic() + RUNNER_CONNECT_TIMEOUT
+        while time.monotonic() < deadline and not self._stop.is_set():
+            if self._daemon_task is not None and self._daemon_task.done():
+                raise LocalError(f"the runner stopped before it connected (exit {self._daemon_task.result()})")
+            r = await http.get("/v1/runners")
+            if r.status_code == 200 and any(x.get("status") == "online" for x in r.json().get("data", [])):
+                return
+            await self._sleep(0.2)
+        if not self._stop.is_set():
+            raise LocalError(f"the runner did not connect within {RUNNER_CONNECT_TIMEOUT:.0f} s")
+
+    async def _create_cases(self, http: httpx.AsyncClient) -> list[str]:
+        r = await http.post("/v1/test_cases/batch", json={"cases": self.cf.cases})
+        if r.status_code >= 300:
+            raise LocalError(f"{self.cf.path}: the control plane refused the cases: {_api_error(r)}")
+        return [c["test_case_id"] for c in r.json()["data"]]
+
+    async def _create_run(self, http: httpx.AsyncClient, case_ids: list[str]) -> dict[str, Any]:
+        name = self.cf.name or f"gh-runner local {self.cf.path.name}"
+        body = {"test_case_ids": case_ids, "agents": self.agents, "repeat": self.repeat, "name": name}
+        r = await http.post("/v1/test_runs", json=body)
+        if r.status_code >= 300:
+            raise LocalError(f"could not start the run: {_api_error(r)}")
+        return dict(r.json())
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), seconds)
+
+    def _deadline(self, total: int) -> float:
+        minutes = max(int((c.get("limits") or {}).get("minutes") or 10) for c in self.cf.cases)
+        slots = max(1, self.daemon.config.slots if self.daemon is not None else 1)
+        per_attempt = minutes * 60 + 900  # task limit + generous machine/setup/check/teardown bounds on TCG
+        return time.monotonic() + 600 + per_attempt * 3 * total / slots  # 3: an error is retried twice
+
+    async def _wait(self, http: httpx.AsyncClient, run: dict[str, Any], total: int) -> dict[str, Any]:
+        progress = Progress(self.out, total)
+        deadline = self._deadline(total)
+        try:
+            while not self._stop.is_set():
+                r = await http.get(f"/v1/test_runs/{self.run_id}")
+                if r.status_code == 200:
+                    run = dict(r.json())
+                    progress.update(run.get("progress") or {})
+                    if run.get("status") in ("completed", "cancelled"):
+                        return run
+                if self._daemon_task is not None and self._daemon_task.done():
+                    raise LocalError("the runner stopped in the middle of the run")
+                if time.monotonic() > deadline:
+                    raise LocalError("the run did not finish in time; see the runner's warnings above")
+                await self._sleep(POLL_INTERVAL)
+        finally:
+            progress.finish()
+        return run
+
+    async def _finish(self, http: httpx.AsyncClient, run: dict[str, Any]) -> int:
+        assert self.run_id is not None
+        results_r = await http.get(f"/v1/test_runs/{self.run_id}/results")
+        results = results_r.json() if results_r.status_code == 200 else None
+        attempts = await _list_all(http, f"/v1/test_runs/{self.run_id}/attempts")
+        out_dir = (self.opts.report.parent if self.opts.report else DEFAULT_OUTPUT_ROOT / self.run_id)
+        report_path = self.opts.report or out_dir / "report.json"
+        replays_dir = out_dir / "replays"
+        all_attempts = await asyncio.to_thread(self._export_replays, replays_dir)
+        for a in attempts:
+            page = replays_dir / str(a["attempt_id"]) / "index.html"
+            a["replay_path"] = str(page) if page.is_file() else None
+        rows = rows_from_attempts(attempts, self.cf.keys)
+        summaries = summarize_agents(rows, self.agents)
+        report = build_report(run, results, attempts, all_attempts, case_order=self.cf.keys,
+                              replays=str(replays_dir))
+        await asyncio.to_thread(write_report, report_path, report)
+        self.say("")
+        self.say(render_table(rows, summaries))
+        self.say("")
+        self.say(f"report:  {report_path}")
+        self.say(f"replays: {replays_dir}/<attempt_id>/index.html")
+        unfinished = [a for a in attempts if a.get("outcome") not in ("passed", "failed", "error")]
+        if run.get("status") != "completed" or unfinished:
+            self.say(f"gh-runner local: the run ended {run.get('status')} with {len(unfinished)} "
+                     "tr(ies) that did not run to an outcome")
+            return EXIT_FAILED
+        return EXIT_OK
+
+    def _export_replays(self, replays_dir: Path) -> list[dict[str, Any]]:
+        """Every attempt of the run, retries included, with its replay written to disk."""
+        from sqlalchemy import select
+
+        from gh_server import models
+        from gh_server.replays import export_replay
+
+        out: list[dict[str, Any]] = []
+        replays_dir.mkdir(parents=True, exist_ok=True)
+        with self.state.db() as s:
+            rows = s.scalars(select(models.Attempt).where(models.Attempt.test_run_id == self.run_id)
+                             .order_by(models.Attempt.created_at)).all()
+            for row in rows:
+                export_replay(s, row.id, replays_dir)
+                rc = s.get(models.RunCase, row.run_case_id)
+                out.append(_attempt_dict(row, (rc.case or {}).get("key") if rc is not None else None))
+        return out
+
+    async def _shutdown(self) -> None:
+        """Stop the runner (its attempts destroy their machines), reap anything left, stop the server,
+        and remove the temp dir. Runs on every exit path."""
+        if self.daemon is not None and self._daemon_task is not None:
+            if self.interrupted or not self._daemon_task.done():
+                if self.interrupted:
+                    self.daemon.force_stop()
+                else:
+                    self.daemon.request_stop()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._daemon_task), timeout=300)
+            if not self._daemon_task.done():
+                self.daemon.force_stop()
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self._daemon_task, timeout=120)
+            await self._reap_leftovers()
+        if self.server is not None and self._server_task is not None:
+            self.server.should_exit = True
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server_task, timeout=30)
+        if self.state is not None:
+            with contextlib.suppress(Exception):
+                self.state.engine.dispose()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+    async def _reap_leftovers(self) -> None:
+        # Belt and braces after a forced stop: a fresh provider finds this runner's domains and overlays.
+        from gh_runner.daemon import make_provider
+
+        try:
+            provider = make_provider(self.daemon.config)
+            try:
+                left = await asyncio.wait_for(provider.reap(keep=set()), timeout=300)
+                if left:
+                    self.say(f"gh-runner local: removed {len(left)} leftover machine(s)")
+            finally:
+                await asyncio.wait_for(provider.close(), timeout=30)
+        except Exception as e:
+            self.say(f"gh-runner local: could not check for leftover machines: {e}")
+
+
+def _attempt_dict(row: Any, key: str | None) -> dict[str, Any]:
+    def ts(t: Any) -> str | None:
+        return t.isoformat().replace("+00:00", "Z") if t is not None else None
+
+    return {"attempt_id": row.id, "test_case_id": row.test_case_id, "key": key, "agent_id": row.agent_id,
+            "try": row.try_number, "retry_of": row.retry_of, "status": row.status, "outcome": row.outcome,
+            "error": row.error, "check": row.check, "metrics": row.metrics, "runner_id": row.runner_id,
+            "started_at": ts(row.started_at), "finished_at": ts(row.finished_at)}
+
+
+def _api_error(r: httpx.Response) -> str:
+    try:
+        err = r.json().get("error") or {}
+        msg = str(err.get("message") or r.text)
+        param = err.get("param")
+        return f"{msg} ({param})" if param and str(param) not in msg else msg
+    except ValueError:
+        return f"HTTP {r.status_code}: {r.text[:300]}"
+
+
+async def _list_all(http: httpx.AsyncClient, url: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    cursor: str | None = None
+    for _ in range(1000):
+        params: dict[str, Any] = {"limit": 100}
+        if cursor:
+            params["cursor"] = cursor
+        r = await http.get(url, params=params)
+        if r.status_code != 200:
+            raise LocalError(f"could not list {url}: {_api_error(r)}")
+        body = r.json()
+        out.extend(body.get("data") or [])
+        cursor = body.get("next_cursor")
+        if not body.get("has_more") or not cursor:
+            break
+    return out
