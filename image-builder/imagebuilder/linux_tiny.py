@@ -264,6 +264,32 @@ def provisioning(version: str, tablet: str) -> tuple[list[Script], list[Script]]
     return provision, seal
 
 
+# True once a shell has /dev/tty1 as its stdin: the console is ready for keys.
+_TTY1_SHELL = """for p in /proc/[0-9]*; do
+  [ "$(readlink $p/fd/0 2>/dev/null)" = /dev/tty1 ] && grep -q '^sh$' $p/comm 2>/dev/null && exit 0
+done
+exit 1
+"""
+
+
+def check_console(vm: BuildVM, timeout: float = 60.0) -> None:
+    """The VGA console draws and takes keyboard input: type a command on tty1 with QMP send-key
+    and see its effect through the guest agent."""
+    deadline = time.monotonic() + timeout
+    vm.wait_screen_text(timeout)
+    while vm.qga.run_script("/bin/sh", _TTY1_SHELL, timeout=30).exit_code != 0:
+        if time.monotonic() > deadline:
+            raise BuildError("no shell on tty1: the VGA console has no prompt")
+        time.sleep(0.2)
+    vm.type_text("echo typed >/run/gh-typed\n")
+    while vm.qga.run_script("/bin/sh", "grep -qx typed /run/gh-typed", timeout=30).exit_code != 0:
+        if time.monotonic() > deadline:
+            raise BuildError("keys typed on the VGA console never reached its shell")
+        time.sleep(0.2)
+    vm.qga.run_script("/bin/sh", "rm -f /run/gh-typed", timeout=30)
+    log("VGA console shows a shell and takes keyboard input")
+
+
 def build(out: Path, cache: debs.DebCache, *, kernel_flavour: str = "cloud", force: bool = False) -> Path:
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="gh-build-linux-tiny-", dir="/var/tmp"))
@@ -307,10 +333,7 @@ def build(out: Path, cache: debs.DebCache, *, kernel_flavour: str = "cloud", for
         )
         vm = BuildVM(spec, best_accel(), work)
         provision, seal = provisioning(version, TABLET[kernel_flavour])
-        plan = BootPlan(
-            "/bin/sh", provision, seal, ready_timeout=120, shutdown_timeout=60,
-            check=lambda v: log(f"VGA console drawn after {v.wait_screen_text(60):.1f} s more"),
-        )
+        plan = BootPlan("/bin/sh", provision, seal, ready_timeout=120, shutdown_timeout=60, check=check_console)
         pipeline.boot_provision_seal(vm, vm.qga, plan)
 
         pipeline.convert_compressed(raw, "raw", staging / "disk.qcow2")

@@ -32,7 +32,10 @@ class QGA:
         """Block until the agent answers; returns the seconds it took."""
         start = time.monotonic()
         deadline = start + timeout
-        self.js.connect(deadline)
+        try:
+            self.js.connect(deadline)
+        except TimeoutError as e:
+            raise BuildError(f"the guest agent socket: {e}") from None
         while time.monotonic() < deadline:
             sync_id = random.randint(1, 2**31 - 1)
             self.js.send({"execute": "guest-sync-delimited", "arguments": {"id": sync_id}})

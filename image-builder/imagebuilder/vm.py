@@ -126,7 +126,11 @@ class BuildVM:
     def __enter__(self) -> BuildVM:
         argv = self.spec.argv(self.accel, self.workdir)
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        self.qmp.connect(timeout=30)
+        try:
+            self.qmp.connect(timeout=30)
+        except (TimeoutError, OSError, BuildError) as e:
+            self.__exit__(None, None, None)
+            raise BuildError(f"QEMU did not start: {e}\n{self.qemu_output()}") from None
         return self
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
@@ -169,6 +173,11 @@ class BuildVM:
         self.qmp.execute("screendump", {"filename": str(dest)}, timeout=30)
         return dest
 
+    def type_text(self, text: str) -> None:
+        """Type ASCII text on the guest keyboard (QMP send-key, US layout)."""
+        for ch in text:
+            self.qmp.execute("send-key", {"keys": [{"type": "qcode", "data": q} for q in _qcodes(ch)]}, timeout=10)
+
     def wait_screen_text(self, timeout: float) -> float:
         """Wait until the VGA screen is not a single colour (the console drew something)."""
         start = time.monotonic()
@@ -180,6 +189,25 @@ class BuildVM:
                 return time.monotonic() - start
             time.sleep(0.2)
         raise BuildError(f"the VGA screen stayed blank for {timeout:.0f} s (no console on tty1?)")
+
+
+_NAMED = {" ": "spc", "\n": "ret", ".": "dot", "/": "slash", "-": "minus", "=": "equal", ",": "comma",
+          ";": "semicolon", "'": "apostrophe", "\\": "backslash", "\t": "tab"}
+_SHIFTED = {">": "dot", "<": "comma", "_": "minus", "+": "equal", ":": "semicolon", '"': "apostrophe",
+            "|": "backslash", "!": "1", "@": "2", "#": "3", "$": "4", "%": "5", "^": "6", "&": "7",
+            "*": "8", "(": "9", ")": "0", "?": "slash"}
+
+
+def _qcodes(ch: str) -> list[str]:
+    if ch.isascii() and (ch.islower() or ch.isdigit()):
+        return [ch]
+    if ch.isascii() and ch.isupper():
+        return ["shift", ch.lower()]
+    if ch in _NAMED:
+        return [_NAMED[ch]]
+    if ch in _SHIFTED:
+        return ["shift", _SHIFTED[ch]]
+    raise BuildError(f"cannot type {ch!r} with send-key")
 
 
 def _uniform_ppm(data: bytes) -> bool:
