@@ -400,3 +400,60 @@ async def start_state_input(
 
     await run_in_threadpool(touch)
     return {"object": "input", "ok": True, "count": len(body.events)}
+
+
+def apply_job_result(session: Session, runner_id: str, j: protocol.JobResult) -> bool:
+    """What a finished job means for its start state (called by the gateway in its DB batch; idempotent).
+
+    build/save ok -> a new version held by that runner, `ready`, start_state.ready; build failed ->
+    `failed` with the runner's reason, start_state.failed; a failed save keeps the last good version
+    (`ready`, with the error) and also sends start_state.failed; an open that failed leaves it as before.
+    Returns False when the job is unknown or belongs to another runner."""
+    from gh_server import webhooks
+
+    job = session.get(RunnerJob, j.job_id)
+    if job is None or (job.runner_id is not None and job.runner_id != runner_id):
+        return False
+    if job.status in ("done", "failed"):
+        return True
+    now = utcnow()
+    job.status, job.error, job.finished_at = ("done" if j.ok else "failed"), j.error, now
+    ss = session.get(StartState, job.start_state_id)
+    if ss is None:
+        return True  # deleted meanwhile: its delete job frees the disks
+    event: str | None = None
+    if job.op in ("build", "save"):
+        if j.ok:
+            version = j.version or ss.version + 1
+            if session.get(StartStateVersion, (ss.id, version)) is None:
+                session.add(
+                    StartStateVersion(
+                        start_state_id=ss.id, version=version, runner_id=runner_id, size_bytes=j.size_bytes
+                    )
+                )
+            ss.version = max(ss.version, version)
+            ss.status, ss.error, ss.runner_id = "ready", None, runner_id
+            runner = session.get(Runner, runner_id)
+            if runner is not None:
+                held = [h for h in runner.held_versions or [] if h.get("start_state_id") != ss.id]
+                runner.held_versions = [*held, {"start_state_id": ss.id, "version": ss.version}]
+            event = "start_state.ready"
+        else:
+            reason = j.error or "the runner gave no reason"
+            if job.op == "build" or ss.version < 1:
+                ss.status, ss.error = "failed", reason
+            else:
+                ss.status, ss.error = "ready", f"save failed: {reason}"
+            event = "start_state.failed"
+    elif job.op == "open" and not j.ok:
+        reason = j.error or "the runner gave no reason"
+        if ss.version < 1:
+            ss.status, ss.error = "failed", reason
+            event = "start_state.failed"
+        else:
+            ss.status, ss.error = "ready", f"open failed: {reason}"
+    ss.updated_at = now
+    if event is not None:
+        session.flush()
+        webhooks.enqueue(session, event, serialize.start_state(ss))
+    return True

@@ -205,3 +205,42 @@ def test_hand_made_state_closed_unsaved_is_deleted(server: Server, gateway: Fake
         ops = [j.op for j in s.scalars(select(RunnerJob).where(RunnerJob.start_state_id == hand["start_state_id"]))]
         jobs_queued = [j.status for j in s.scalars(select(RunnerJob).where(RunnerJob.runner_id == rn["runner_id"]))]
     assert sorted(ops) == ["close", "open"] and set(jobs_queued) == {"queued"}  # not connected: left for the gateway
+
+
+def test_job_results_move_the_state_and_send_webhooks(server: Server, gateway: FakeGateway) -> None:
+    from gh_server.api.start_states import apply_job_result
+    from gh_server.models import WebhookDelivery
+
+    c = server.admin
+    rn = c.runners.create("job-runner")
+    rid = rn["runner_id"]
+    _hello(server, rid, ["img-j"], [])
+    c.webhook.update(url="http://127.0.0.1:9/never")  # nothing listens: deliveries stay queued for this check
+    built = c.start_states.create("jobbed", "img-j", script="true")
+    failed = c.start_states.create("jobbed-bad", "img-j", script="false")
+    with server.state.db() as s:
+        jobs = {j.start_state_id: j.id for j in s.scalars(select(RunnerJob).where(RunnerJob.runner_id == rid))}
+    ok = protocol.JobResult(
+        job_id=jobs[built["start_state_id"]], ok=True, start_state_id=built["start_state_id"], version=1, size_bytes=123
+    )
+    bad = protocol.JobResult(job_id=jobs[failed["start_state_id"]], ok=False, error="script exited 1")
+    with server.state.db.begin() as s:
+        assert apply_job_result(s, "rn_someoneelse", ok) is False
+        assert apply_job_result(s, rid, ok) is True
+        assert apply_job_result(s, rid, ok) is True  # again: no second version, no second event
+        assert apply_job_result(s, rid, bad) is True
+    got = c.start_states.wait(built["start_state_id"], timeout=5, poll_interval=0.1)
+    assert got["status"] == "ready" and got["version"] == 1 and got["runner_id"] == rid
+    bad_state = c.start_states.retrieve(failed["start_state_id"])
+    assert bad_state["status"] == "failed" and bad_state["error"] == "script exited 1"
+    with server.state.db() as s:
+        events = [
+            (d.event_type, d.payload["data"]["start_state"]["start_state_id"])
+            for d in s.scalars(select(WebhookDelivery).where(WebhookDelivery.event_type.like("start_state.%")))
+        ]
+        runner = s.get(Runner, rid)
+        assert runner is not None and {"start_state_id": built["start_state_id"], "version": 1} in runner.held_versions
+    assert ("start_state.ready", built["start_state_id"]) in events
+    assert ("start_state.failed", failed["start_state_id"]) in events
+    assert len([e for e in events if e[1] == built["start_state_id"]]) == 1
+    c.webhook.delete()
