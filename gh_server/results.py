@@ -90,7 +90,10 @@ def _attempt_rows(session: Session, run_id: str) -> list[Any]:
                 Attempt.status,
                 Attempt.outcome,
                 Attempt.seconds,
-                Attempt.metrics,
+                # Only the numbers results need, extracted in SQL (no JSON decoding per row in Python).
+                Attempt.metrics["active_seconds"].as_float(),
+                Attempt.metrics["steps"].as_integer(),
+                Attempt.metrics["cost_cents"].as_integer(),
                 Attempt.finished_at,
                 Attempt.is_last,
             ).where(Attempt.test_run_id == run_id)
@@ -126,15 +129,14 @@ def results(session: Session, run: TestRun) -> dict[str, Any]:
     pair_cost: dict[tuple[int, str], int | None] = {}
     finished: list[tuple[datetime, str]] = []
     total_attempts = 0
-    for rc_id, agent, status, outcome, seconds, metrics, finished_at, is_last in rows:
+    for rc_id, agent, status, outcome, seconds, active, steps, cost, finished_at, is_last in rows:
         total_attempts += 1
         k = (rc_id, agent)
         p = pair.setdefault(k, {**_tally(), "cancelled": 0})
-        m = metrics or {}
         # Time and cost also count retried errors; scored times count only the tries that count.
-        pair_active[k] += float(m.get("active_seconds") or 0)
-        if m.get("cost_cents") is not None:
-            pair_cost[k] = (pair_cost.get(k) or 0) + int(m["cost_cents"])
+        pair_active[k] += float(active or 0)
+        if cost is not None:
+            pair_cost[k] = (pair_cost.get(k) or 0) + int(cost)
         if not is_last:
             continue
         p["tries"] += 1
@@ -147,7 +149,7 @@ def results(session: Session, run: TestRun) -> dict[str, Any]:
             if outcome in ("passed", "failed"):
                 if seconds is not None:
                     pair_secs[k].append(float(seconds))
-                pair_steps[k].append(int(m.get("steps") or 0))
+                pair_steps[k].append(int(steps or 0))
     data: list[dict[str, Any]] = []
     by_agent: dict[str, dict[str, Any]] = {}
     agent_secs: dict[str, list[float]] = defaultdict(list)
