@@ -52,8 +52,7 @@ def serve(data_dir: str, port: int, api_key: str) -> None:
     from gh_server.settings import Settings
 
     logging.basicConfig(level=logging.WARNING)
-    settings = Settings(data_dir=Path(data_dir), host="127.0.0.1", port=port, admin_api_key=api_key,
-                        gateway=False)
+    settings = Settings(data_dir=Path(data_dir), host="127.0.0.1", port=port, admin_api_key=api_key, gateway=False)
     uvicorn.run(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
 
 
@@ -101,31 +100,62 @@ def finish_attempts(data_dir: str, run_id: str, seed: int = 7) -> int:
     engine = create_engine(f"sqlite:///{data_dir}/gh-server.db")
     start = datetime.now(UTC) - timedelta(hours=1)
     with engine.begin() as conn:
-        rows = conn.execute(select(Attempt.id, Attempt.run_case_id, Attempt.test_case_id, Attempt.agent_id,
-                                   Attempt.try_number).where(Attempt.test_run_id == run_id)).all()
+        rows = conn.execute(
+            select(Attempt.id, Attempt.run_case_id, Attempt.test_case_id, Attempt.agent_id, Attempt.try_number).where(
+                Attempt.test_run_id == run_id
+            )
+        ).all()
         retries = []
         for i, (aid, rc, tc, agent, tr) in enumerate(rows):
             fin = start + timedelta(seconds=i * 0.7)
             outcome = rnd.choices(["passed", "failed", "error"], [0.6, 0.35, 0.05])[0]
             values: dict[str, Any] = {
-                "status": "done", "outcome": outcome, "seconds": rnd.uniform(20, 200), "finished_at": fin,
+                "status": "done",
+                "outcome": outcome,
+                "seconds": rnd.uniform(20, 200),
+                "finished_at": fin,
                 "started_at": fin - timedelta(seconds=60),
-                "metrics": {"active_seconds": 60, "steps": rnd.randint(1, 40), "questions": 0, "approvals": 0,
-                            "cost_cents": None},
-                "check": {"before": "False", "after": "True" if outcome == "passed" else "False",
-                          "passed": outcome == "passed"},
+                "metrics": {
+                    "active_seconds": 60,
+                    "steps": rnd.randint(1, 40),
+                    "questions": 0,
+                    "approvals": 0,
+                    "cost_cents": None,
+                },
+                "check": {
+                    "before": "False",
+                    "after": "True" if outcome == "passed" else "False",
+                    "passed": outcome == "passed",
+                },
             }
             if outcome == "error":
                 values["is_last"] = False
-                retries.append({"id": new_id("at_"), "test_run_id": run_id, "run_case_id": rc, "test_case_id": tc,
-                                "agent_id": agent, "try": tr, "retry_of": aid, "is_last": True,
-                                "status": "done", "outcome": "passed", "seconds": 50.0, "finished_at": fin,
-                                "created_at": fin, "runs_on": "vm"})
+                retries.append(
+                    {
+                        "id": new_id("at_"),
+                        "test_run_id": run_id,
+                        "run_case_id": rc,
+                        "test_case_id": tc,
+                        "agent_id": agent,
+                        "try": tr,
+                        "retry_of": aid,
+                        "is_last": True,
+                        "status": "done",
+                        "outcome": "passed",
+                        "seconds": 50.0,
+                        "finished_at": fin,
+                        "created_at": fin,
+                        "runs_on": "vm",
+                    }
+                )
             conn.execute(update(Attempt).where(Attempt.id == aid).values(**values))
         if retries:
             conn.execute(Attempt.__table__.insert(), retries)
-        conn.execute(update(TestRun).where(TestRun.id == run_id).values(
-            status="completed", started_at=start, finished_at=start + timedelta(hours=1)))
+        conn.execute(
+            update(TestRun)
+            .where(TestRun.id == run_id)
+            .values(status="completed", started_at=start, finished_at=start + timedelta(hours=1))
+        )
     engine.dispose()
     return len(rows) + len(retries)
 
@@ -133,11 +163,20 @@ def finish_attempts(data_dir: str, run_id: str, seed: int = 7) -> int:
 async def make_run(base: str, key: str, n_cases: int, agents: list[str], repeat: int) -> str:
     async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=120) as c:
         ids: list[str] = []
-        cases = [{"key": f"AB-{i}", "name": f"bench {i}", "prompt": "fix it", "start_state": "linux-tiny",
-                  "success": {"check_script": "echo True"}, "tags": [f"t{i % 7}"], "category": f"c{i % 5}"}
-                 for i in range(n_cases)]
+        cases = [
+            {
+                "key": f"AB-{i}",
+                "name": f"bench {i}",
+                "prompt": "fix it",
+                "start_state": "linux-tiny",
+                "success": {"check_script": "echo True"},
+                "tags": [f"t{i % 7}"],
+                "category": f"c{i % 5}",
+            }
+            for i in range(n_cases)
+        ]
         for i in range(0, len(cases), 500):
-            r = await c.post("/v1/test_cases/batch", json={"cases": cases[i:i + 500]})
+            r = await c.post("/v1/test_cases/batch", json={"cases": cases[i : i + 500]})
             r.raise_for_status()
             ids += [x["test_case_id"] for x in r.json()["data"]]
         r = await c.post("/v1/test_runs", json={"test_case_ids": ids, "agents": agents, "repeat": repeat})
