@@ -271,8 +271,12 @@ class Attempt:
 
     def cancel(self, reason: str) -> None:
         """End the attempt at once: the running phase is cancelled, the machine destroyed, and the
-        result is `error` "cancelled: <reason>". No effect once `run` has returned."""
+        result is `error` "cancelled: <reason>". No effect once the attempt's work is over (only the
+        teardown left, which runs anyway): its real result stands."""
         if self._cancel_reason is not None or self._returned:
+            return
+        if self._body is not None and self._body.done():
+            self._log.info("cancel after the attempt's work was done: its result stands", reason=reason)
             return
         self._cancel_reason = reason or "cancelled"
         self._cancel_phase = self.phase

@@ -423,3 +423,24 @@ async def test_no_setup_script(provider: FakeProvider, link: FakeLink) -> None:
     a.task_end(TaskEnd(attempt_id="at_test1"))
     result = await finish(await start(a))
     assert result.outcome == "failed" and "setup" not in result.metrics.phase_seconds
+
+
+async def test_cancel_after_the_work_is_done_keeps_the_result(provider: FakeProvider, link: FakeLink) -> None:
+    destroying = asyncio.Event()
+    release = asyncio.Event()
+    a = Attempt(make_lease(), provider, link, FAST)
+
+    async def slow_destroy() -> None:
+        destroying.set()
+        await release.wait()
+
+    a.task_end(TaskEnd(attempt_id="at_test1", answer="42"))
+    run = await start(a)
+    await link.reached("check_after")
+    machine = provider.machines[0]
+    machine.destroy = slow_destroy  # type: ignore[method-assign]
+    await asyncio.wait_for(destroying.wait(), WAIT)
+    a.cancel("too late")  # the verdict is in; only teardown is left
+    release.set()
+    result = await finish(run)
+    assert result.outcome == "passed" and result.error is None
