@@ -83,7 +83,7 @@ async def test_screenshot_has_guest_resolution_and_correct_colours(shared_machin
             assert img.size == (w, h)
         else:  # VGA text mode 80x25 with 9x16 glyphs
             assert img.size == (720, 400)
-        colours = img.getcolors(maxcolors=1 << 16) or []
+        colours: list[tuple[int, tuple[int, int, int]]] = img.getcolors(maxcolors=1 << 16) or []  # type: ignore[assignment]
         count, (red, green, blue) = max(colours)
         assert count > img.size[0] * img.size[1] // 2
         assert red > 120 and blue < 60 and green < 60, (red, green, blue)

@@ -222,3 +222,49 @@ def test_libvirt_errors_become_plain_reasons() -> None:
         libvirt.open("qemu+unix:///system?socket=/nonexistent/sock")
     reason = plain_reason(ei.value)
     assert "cannot reach libvirt" in reason and "libvirtd" in reason
+
+
+# -- reconnect -------------------------------------------------------------------------------------
+
+def test_connection_reconnects_once_when_libvirtd_went_away(monkeypatch: pytest.MonkeyPatch) -> None:
+    from providers.qemu.connection import Connection
+
+    class FakeConn:
+        def __init__(self, n: int) -> None:
+            self.n, self.alive = n, True
+
+        def isAlive(self) -> bool:
+            return self.alive
+
+        def close(self) -> int:
+            self.alive = False
+            return 0
+
+    opened: list[FakeConn] = []
+
+    def fake_open(uri: str) -> FakeConn:
+        opened.append(FakeConn(len(opened)))
+        return opened[-1]
+
+    monkeypatch.setattr(libvirt, "open", fake_open)
+    c = Connection("qemu:///system")
+
+    def call(conn: FakeConn) -> int:
+        if conn.n == 0:
+            err = libvirt.libvirtError("End of file while reading data: Input/output error")
+            err.err = (libvirt.VIR_ERR_SYSTEM_ERROR, libvirt.VIR_FROM_RPC, "End of file while reading data", 2,
+                       None, None, None, 0, 0)
+            raise err
+        return conn.n
+
+    assert c.call(call) == 1  # type: ignore[arg-type]
+    assert len(opened) == 2 and not opened[0].alive
+
+    def not_found(conn: FakeConn) -> int:
+        err = libvirt.libvirtError("Domain not found")
+        err.err = (libvirt.VIR_ERR_NO_DOMAIN, libvirt.VIR_FROM_QEMU, "Domain not found", 2, None, None, None, 0, 0)
+        raise err
+
+    with pytest.raises(libvirt.libvirtError):
+        c.call(not_found)  # type: ignore[arg-type]
+    assert len(opened) == 2  # an ordinary error does not reconnect

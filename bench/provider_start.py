@@ -1,0 +1,209 @@
+"""Time to a ready linux-tiny machine four ways, measured side by side in one run, plus overlay
+creation on a small and a large base, version-disk writing, screenshot and input latency.
+
+    .venv/bin/python bench/provider_start.py [--images-dir DIR] [--rounds N]
+
+Ways to a ready machine (ready = the guest agent answers guest-ping):
+  full-copy   copy the whole base disk, then boot (what some harnesses do)
+  overlay     qcow2 overlay over the base, then cold boot (the provider's default)
+  snapshot    libvirt internal snapshot (memory + disk) revert of a persistent domain
+  restore     overlay over a start-state version, then restore its memory image (warm start)
+Everything it makes is named gh-bench-* and removed at the end, even on failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import libvirt
+
+from providers.base import KeyEvent, MachineSource, MoveEvent
+from providers.qemu import QemuMachine, QemuProvider
+from providers.qemu.domain import DomainSpec, Ownership, build_domain_xml
+from providers.qemu.guest_agent import GuestAgent
+from providers.qemu.overlays import create_overlay, write_version_disk
+
+RUNNER = "bench"
+READY_TIMEOUT = 180.0
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+async def timed(fn: Callable[[], Awaitable[object]]) -> float:
+    t = time.perf_counter()
+    await fn()
+    return time.perf_counter() - t
+
+
+async def ready_overlay(p: QemuProvider, mid: str, source: MachineSource) -> tuple[float, QemuMachine]:
+    t = time.perf_counter()
+    m = await p.create_machine(mid, source, timeout=READY_TIMEOUT)
+    assert isinstance(m, QemuMachine)
+    await m.wait_ready(READY_TIMEOUT)
+    return time.perf_counter() - t, m
+
+
+async def ready_full_copy(p: QemuProvider, work: Path, n: int) -> float:
+    img = await p.catalog.get("linux-tiny")
+    name = f"gh-{RUNNER}-fullcopy{n}"
+    disk = work / f"full{n}.qcow2"
+    t = time.perf_counter()
+    await asyncio.to_thread(shutil.copyfile, img.disk, disk)
+    assert p.accelerator is not None
+    xml = build_domain_xml(DomainSpec(name=name, manifest=img.manifest, image_dir=img.dir, overlay=disk,
+                                      console_log=work / f"full{n}.log",
+                                      ownership=Ownership(RUNNER, f"fullcopy{n}", str(work)),
+                                      accelerator=p.accelerator))
+    await asyncio.to_thread(lambda: p.conn.call(lambda c: c.createXML(xml, 0)))
+    try:
+        await GuestAgent(p.conn, name).wait_ready(READY_TIMEOUT)
+        return time.perf_counter() - t
+    finally:
+        await p._destroy_domain(name)
+        disk.unlink(missing_ok=True)
+
+
+async def ready_snapshot_revert(p: QemuProvider, work: Path, rounds: int) -> list[float]:
+    img = await p.catalog.get("linux-tiny")
+    name = f"gh-{RUNNER}-snapshot"
+    disk = work / "snap.qcow2"
+    await create_overlay(img.disk, disk)
+    assert p.accelerator is not None
+    xml = build_domain_xml(DomainSpec(name=name, manifest=img.manifest, image_dir=img.dir, overlay=disk,
+                                      console_log=work / "snap.log", ownership=Ownership(RUNNER, "snapshot", str(work)),
+                                      accelerator=p.accelerator))
+    agent = GuestAgent(p.conn, name)
+    times: list[float] = []
+
+    def define_and_start(c: libvirt.virConnect) -> None:
+        c.defineXML(xml).create()
+
+    def snapshot(c: libvirt.virConnect) -> None:
+        c.lookupByName(name).snapshotCreateXML("<domainsnapshot><name>ready</name></domainsnapshot>", 0)
+
+    def revert(c: libvirt.virConnect) -> None:
+        dom = c.lookupByName(name)
+        dom.revertToSnapshot(dom.snapshotLookupByName("ready"), libvirt.VIR_DOMAIN_SNAPSHOT_REVERT_RUNNING)
+
+    def cleanup(c: libvirt.virConnect) -> None:
+        try:
+            dom = c.lookupByName(name)
+        except libvirt.libvirtError:
+            return
+        if dom.isActive():
+            dom.destroy()
+        dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA | libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
+
+    try:
+        await asyncio.to_thread(p.conn.call, define_and_start)
+        await agent.wait_ready(READY_TIMEOUT)
+        await asyncio.to_thread(p.conn.call, snapshot)
+        for _ in range(rounds):
+            await asyncio.to_thread(p.conn.call, lambda c: c.lookupByName(name).destroy())
+            t = time.perf_counter()
+            await asyncio.to_thread(p.conn.call, revert)
+            await agent.wait_ready(READY_TIMEOUT)
+            times.append(time.perf_counter() - t)
+    finally:
+        await asyncio.to_thread(p.conn.call, cleanup)
+        disk.unlink(missing_ok=True)
+    return times
+
+
+async def overlay_creation(work: Path, size: str, rounds: int) -> list[float]:
+    base = work / f"base-{size}.qcow2"
+    await asyncio.to_thread(
+        subprocess.run, ["qemu-img", "create", "-q", "-f", "qcow2", "-o", "preallocation=metadata", str(base), size],
+        check=True, timeout=600)
+    times = []
+    for i in range(rounds):
+        ov = work / f"ov-{size}-{i}.qcow2"
+        times.append(await timed(lambda ov=ov: create_overlay(base, ov)))  # type: ignore[misc]
+        ov.unlink()
+    base.unlink()
+    return times
+
+
+async def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--images-dir", type=Path, default=Path("/var/tmp/gh-runner/images"))
+    ap.add_argument("--uri", default="qemu:///system")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="gh-bench-", dir="/var/tmp"))
+    os.chmod(work, 0o755)  # QEMU runs as libvirt-qemu and must reach the disks inside
+    p = QemuProvider(args.images_dir, work / "state", RUNNER, args.uri)
+    results: dict[str, list[float]] = {}
+    try:
+        await p.start()
+        print(f"accelerator: {p.accelerator} ({p.accelerator_reason}); rounds: {args.rounds}", flush=True)
+        # Interleave the ways round by round so that load on this shared host hits them alike.
+        results["full-copy"], results["overlay"], results["restore"] = [], [], []
+        _, src = await ready_overlay(p, "src", MachineSource(image="linux-tiny"))
+        await src.save("ss_bench", 1, with_memory=True)
+        # Version disk: a depth-1 delta over the image (used) vs a flattened standalone copy.
+        # Screenshot and input latency on a ready machine.
+        results["screenshot"] = [await timed(src.screenshot) for _ in range(10)]
+        results["input-move"] = [await timed(lambda i=i: src.send_input([MoveEvent(x=10 + i, y=10)]))  # type: ignore[misc]
+                                 for i in range(10)]
+        results["input-key"] = [await timed(lambda: src.send_input([KeyEvent(keys=["SHIFT"])])) for _ in range(10)]
+        # Version disk: a depth-1 delta over the image (what save() writes) vs a flattened copy.
+        results["version-chain"], results["version-flat"] = [], []
+        await src.run_script("head -c 20000000 /dev/urandom > /root/blob; sync", timeout=120)
+        await asyncio.to_thread(p.conn.call, lambda c: c.lookupByName(src.domain_name).suspend())
+        for i in range(args.rounds):
+            for flat, key in ((False, "version-chain"), (True, "version-flat")):
+                dest = work / f"v-{key}-{i}.qcow2"
+                results[key].append(await timed(lambda dest=dest, flat=flat: write_version_disk(  # type: ignore[misc]
+                    src.overlay, src.image.disk, dest, flatten=flat)))
+                dest.unlink()
+        await src.destroy()
+        for i in range(args.rounds):
+            results["full-copy"].append(await ready_full_copy(p, work, i))
+            s, m = await ready_overlay(p, f"cold{i}", MachineSource(image="linux-tiny"))
+            results["overlay"].append(s)
+            await m.destroy()
+            s, m = await ready_overlay(p, f"warm{i}", MachineSource(image="linux-tiny", start_state_id="ss_bench",
+                                                                    version=1))
+            results["restore"].append(s)
+            await m.destroy()
+        results["snapshot"] = await ready_snapshot_revert(p, work, args.rounds)
+        results["overlay-1G"] = await overlay_creation(work, "1G", 5)
+        results["overlay-20G"] = await overlay_creation(work, "20G", 5)
+    finally:
+        await p.reap(set())
+        await p.delete_version("ss_bench", 1)
+        await p.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+    print(f"\n{'measure':<16}{'median s':>10}{'min s':>9}{'max s':>9}  samples")
+    for k, v in results.items():
+        print(f"{k:<16}{median(v):>10.3f}{min(v):>9.3f}{max(v):>9.3f}  {len(v)}")
+    cold = median(results["overlay"])
+    print("\ntime to a ready machine, relative to overlay + cold boot:")
+    for k in ("full-copy", "overlay", "snapshot", "restore"):
+        print(f"  {k:<10} {median(results[k]):7.3f}s  x{cold / median(results[k]):.2f} faster")
+    ratio = median(results["overlay-20G"]) / median(results["overlay-1G"])
+    print(f"overlay creation 20 GiB / 1 GiB base: {ratio:.2f} (target <= 1.5)")
+    print(f"warm start (restore) vs cold boot: {cold / median(results['restore']):.1f}x faster (target >= 4)")
+    flat_ratio = median(results["version-flat"]) / median(results["version-chain"])
+    print(f"version disk, flattened / chained: {flat_ratio:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(main()))
