@@ -4,6 +4,10 @@ One `Daemon` owns one `Session` (the websocket), one `Journal` (state dir) and o
 takes at most `slots` attempts (and slot-holding start-state jobs) at once; a lease beyond that,
 for an image or start-state version it does not have, or while draining, is refused with a reason.
 
+Journal writes run on one dedicated thread, in the order they were asked for (a phase note can
+never land after the result that ends the attempt), so a slow or contended disk never stalls the
+event loop (heartbeats, other attempts). Phase notes are not awaited.
+
 Life of a lease: check a slot -> journal the in-flight record (fsync) -> `lease_accept` -> run
 `Attempt.run()` in its own task (attempt id bound in the log context) -> journal the result
 (fsync) and drop the in-flight record -> `attempt_result`, re-sent after every reconnect and every
@@ -28,9 +32,10 @@ import os
 import signal
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import structlog
 
@@ -63,6 +68,7 @@ from gh_runner.protocol import (
 from gh_runner.session import Backoff, Session
 from providers.base import ImageInfo, Provider
 
+T = TypeVar("T")
 PROVIDER_CALL_TIMEOUT = 300.0  # list_images/reap/held_versions on a loaded host
 TEST_PROVIDER_ENV = "GH_RUNNER_TEST_PROVIDER"  # test-only: module:factory(config) -> Provider
 
@@ -167,11 +173,8 @@ class _Link:
     async def status(self, status: str, phase: str) -> None:
         d = self._d
         run = d._attempts.get(self.attempt_id)
-        if run is not None:
-            try:
-                await asyncio.to_thread(d.journal.update_phase, run.record, status, phase)
-            except OSError as e:
-                d.log.warning("could not note the phase in the journal", attempt_id=self.attempt_id, error=str(e))
+        if run is not None and status != "done":  # "done" is followed at once by the result itself
+            d._journal_bg(d.journal.update_phase, run.record, status, phase)
         try:
             msg = AttemptStatus(attempt_id=self.attempt_id, status=status,  # type: ignore[arg-type]
                                 phase=phase, at=datetime.now(UTC))
@@ -222,6 +225,7 @@ class Daemon:
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
         self._changed = asyncio.Event()  # set on any change a drain waits for
+        self._journal_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gh-journal")
         self._signals = 0
         self.exit_code = 0
         self.session = Session(
@@ -259,6 +263,19 @@ class Daemon:
     def _busy_changed(self) -> None:
         self._changed.set()
         self._emit("busy_changed", self.busy, self.config.slots)
+
+    async def _journal(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._journal_pool, fn, *args)
+
+    def _journal_bg(self, fn: Callable[..., Any], *args: Any) -> None:
+        """A journal write nobody waits for (phase notes); failures are logged."""
+        fut = asyncio.get_running_loop().run_in_executor(self._journal_pool, fn, *args)
+
+        def done(f: asyncio.Future[Any]) -> None:
+            if not f.cancelled() and f.exception() is not None:
+                self.log.warning("journal write failed", error=str(f.exception()))
+
+        fut.add_done_callback(done)
 
     async def session_send(self, msg: Any) -> bool:
         return await self.session.send(msg)
@@ -301,14 +318,14 @@ class Daemon:
                 self.exit_code = 1
                 self._emit("stopped", self.exit_code)
                 return self.exit_code
-        await asyncio.to_thread(self.journal.open)
-        recovered = await asyncio.to_thread(self.journal.recover)
+        await self._journal(self.journal.open)
+        recovered = await self._journal(self.journal.recover)
         for problem in self.journal.problems:
             self.log.error(problem)
         for r in recovered:
             self.log.error("attempt was interrupted by a runner restart; reporting it as an error",
                            attempt_id=r.attempt_id, reason=r.error)
-        for r in await asyncio.to_thread(self.journal.pending_results):
+        for r in await self._journal(self.journal.pending_results):
             self._unacked[r.attempt_id] = r
         self._emit("journal_backlog", len(self._unacked))
         # Nothing runs yet, so everything this runner's provider still has is a leftover.
@@ -340,6 +357,7 @@ class Daemon:
                 await asyncio.wait_for(self.provider.close(), timeout=30)
             except Exception as e:
                 self.log.warning("closing the provider failed", error=str(e))
+        await asyncio.get_running_loop().run_in_executor(None, self._journal_pool.shutdown)
         self.log.info("runner stopped", exit_code=self.exit_code, unacked_results=len(self._unacked))
         self._emit("stopped", self.exit_code)
         return self.exit_code
@@ -532,21 +550,15 @@ class Daemon:
             await self._refuse(aid, reason)
             return
         try:
-            record = await asyncio.to_thread(self.journal.record_inflight, aid, aid, lease.test_run_id)
+            record = await self._journal(self.journal.record_inflight, aid, aid, lease.test_run_id)
         except OSError as e:
             await self._refuse(aid, f"runner cannot write its journal: {e.strerror or e}")
-            return
-        # Things may have changed while the journal was written: another lease, a stop signal.
-        late = self._refusal(lease) if aid not in self._attempts else "a lease for this attempt is already running"
-        if late is not None:
-            await asyncio.to_thread(self._drop_inflight, aid)
-            await self._refuse(aid, late)
             return
         try:
             attempt = self.attempt_factory(lease, self.provider, _Link(self, aid), self.config.timeouts)
         except Exception as e:
             self.log.exception("could not create the attempt", attempt_id=aid)
-            await asyncio.to_thread(self._drop_inflight, aid)
+            await self._journal(self._drop_inflight, aid)
             await self._refuse(aid, f"runner could not start the attempt: {type(e).__name__}: {e}")
             return
         run = _Running(lease=lease, attempt=attempt, record=record)
@@ -556,7 +568,6 @@ class Daemon:
         self.log.info("lease accepted", attempt_id=aid, case=lease.case.name, busy=self.busy)
         self._emit("attempt_started", aid)
         self._busy_changed()
-        await self.session.send(self.heartbeat())
 
     def _drop_inflight(self, attempt_id: str) -> None:
         (self.journal.inflight_dir / f"{attempt_id}.json").unlink(missing_ok=True)
@@ -581,7 +592,7 @@ class Daemon:
                                    finished_at=datetime.now(UTC),
                                    error=f"internal runner error: {type(e).__name__}: {redactor.scrub(str(e))[:300]}")
         try:
-            await asyncio.to_thread(self.journal.finish, result)
+            await self._journal(self.journal.finish, result)
         except OSError as e:
             # Still send it: the server may well ack before anything else goes wrong.
             log.error("could not journal the result; sending it anyway", error=str(e))
@@ -594,7 +605,6 @@ class Daemon:
         self._emit("journal_backlog", len(self._unacked))
         self._busy_changed()
         await self._send_result(result)
-        await self.session.send(self.heartbeat())
 
     async def _send_result(self, result: AttemptResult) -> None:
         self._last_sent[result.attempt_id] = time.monotonic()
@@ -614,7 +624,7 @@ class Daemon:
             return  # a repeated ack: nothing to do (acks are idempotent)
         self._last_sent.pop(aid, None)
         try:
-            await asyncio.to_thread(self.journal.ack, aid)
+            await self._journal(self.journal.ack, aid)
         except OSError as e:
             self.log.error("could not drop an acknowledged result from the journal", attempt_id=aid, error=str(e))
         self._changed.set()

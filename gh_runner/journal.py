@@ -1,18 +1,18 @@
 """The runner's journal: what must survive a crash, on disk under `<state-dir>/journal/`.
 
-- `inflight/<attempt_id>.json`: written (fsync'd) when a lease is accepted, before `lease_accept`
-  is sent; removed when the attempt's result is journaled. A runner that restarts and finds one
-  knows the attempt was interrupted: it turns it into an `error` result with a reason and reaps the
-  machine (the machine id is the attempt id).
+- `inflight/<attempt_id>.json`: written when a lease is accepted, before `lease_accept` is sent
+  (atomically, not fsync'd: see `record_inflight`); removed when the attempt's result is
+  journaled. A runner that restarts and finds one knows the attempt was interrupted: it turns it
+  into an `error` result with a reason and reaps the machine (the machine id is the attempt id).
 - `results/<attempt_id>.json`: every finished attempt's result, written and fsync'd before it is
   sent; removed only when the server acknowledges it (`result_ack`). Sent again after every
   reconnect and on a timer until then, so delivery is at-least-once; the server applies a result
   once per attempt id.
 
-Every write is atomic (temp file, fsync, rename, fsync of the directory). A file that cannot be
+Every write is atomic (temp file, rename); results are also fsync'd, file and directory. A file that cannot be
 parsed is moved to `corrupt/` and reported, never silently dropped or fatal.
 
-The calls block on the disk; the daemon runs them in a worker thread.
+The calls block on the disk briefly (small files; fsync only for what must survive a power cut).
 """
 
 from __future__ import annotations
@@ -98,9 +98,12 @@ class Journal:
     # -- in-flight ---------------------------------------------------------------------------
 
     def record_inflight(self, attempt_id: str, machine_id: str, test_run_id: str | None = None) -> InflightRecord:
+        """Not fsync'd: it must survive the runner process dying (the page cache does that); a power
+        cut that loses it is covered by the server, which errors leased attempts a reconnecting
+        runner does not list as in flight, and by reaping every unknown machine at start-up."""
         rec = InflightRecord(attempt_id=attempt_id, machine_id=machine_id, test_run_id=test_run_id,
                              accepted_at=datetime.now(UTC).isoformat())
-        _write_atomic(self._path(self.inflight_dir, attempt_id), json.dumps(asdict(rec)).encode())
+        _write_atomic(self._path(self.inflight_dir, attempt_id), json.dumps(asdict(rec)).encode(), durable=False)
         return rec
 
     def update_phase(self, rec: InflightRecord, status: str, phase: str) -> None:
@@ -137,7 +140,8 @@ class Journal:
             path.unlink()
         except FileNotFoundError:
             return False
-        _fsync_dir(self.results_dir)
+        # No fsync: an ack lost to a power cut only means the result is sent again, and the server
+        # applies a result once per attempt id.
         return True
 
     def has_result(self, attempt_id: str) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -60,6 +60,8 @@ class Peer:
     close_on_connect: int | None = None  # accept, then close with this code
     http_status: int | None = None  # refuse the handshake with this HTTP status
     resume: Callable[[Hello], list[str]] | None = None  # default: resume everything the runner has
+    on_message: Callable[[Any], Awaitable[None]] | None = None  # reacts to each runner message (bench)
+    record: bool = True  # keep every message (tests); a long bench keeps only heartbeats
     received: list[Received] = field(default_factory=list)
     errors_from_runner: list[Any] = field(default_factory=list)
     applied: dict[str, AttemptResult] = field(default_factory=dict)
@@ -175,8 +177,9 @@ class Peer:
                 except ProtocolError as e:
                     self.errors_from_runner.append(e)
                     continue
-                self.received.append(Received(n, msg, time.monotonic()))
-                self._event.set()
+                if self.record or isinstance(msg, Heartbeat | Hello):
+                    self.received.append(Received(n, msg, time.monotonic()))
+                    self._event.set()
                 if isinstance(msg, Hello):
                     resume = self.resume(msg) if self.resume else list(msg.in_flight)
                     await conn.send(encode(Welcome(runner_id="rn_test", heartbeat_interval=self.heartbeat_interval,
@@ -188,6 +191,8 @@ class Peer:
                     self.applied.setdefault(aid, msg.result)  # idempotent by attempt id
                     if self.auto_ack:
                         await conn.send(encode(ResultAck(attempt_id=aid)))
+                if self.on_message is not None:
+                    await self.on_message(msg)
         except ConnectionClosed:
             pass
         finally:
