@@ -21,6 +21,7 @@ def parser() -> argparse.ArgumentParser:
                    "tablet is virtio (default cloud)")
     p.add_argument("--iso", type=Path, help="windows-10: the Windows 10 22H2 installer ISO")
     p.add_argument("--virtio-iso", type=Path, help="windows-10: the virtio-win driver ISO")
+    p.add_argument("--sysprep", action="store_true", help="windows-10: generalize the image with sysprep")
     p.add_argument("--dry-run", action="store_true",
                    help="windows-10: print the VM definition and the steps, build nothing")
     return p

@@ -17,6 +17,8 @@ from typing import Protocol
 
 from providers.manifest import MANIFEST_NAME, ImageManifest, ManifestError, dump_manifest, load_manifest
 
+__all__ = ["dump_manifest"]
+
 from . import proc
 from .errors import BuildError
 from .qga import ExecResult
@@ -46,8 +48,9 @@ class Script:
 
 @dataclass
 class BootPlan:
-    """What to do with the guest once it is up. `check` runs on the host while the VM is alive
-    (e.g. the linux-tiny screen test)."""
+    """What to do with the guest once it is up. `check` runs on the host after provisioning and
+    before sealing (e.g. the linux-tiny console test). When `guest_powers_off`, the last seal
+    script turns the machine off itself (sysprep), so the build only waits for QEMU to exit."""
 
     shell: str
     provision: list[Script]
@@ -55,14 +58,18 @@ class BootPlan:
     ready_timeout: float
     shutdown_timeout: float
     check: Callable[[BuildVM], None] | None = None
+    guest_powers_off: bool = False
     timings: dict[str, float] = field(default_factory=dict)
 
 
 def describe(plan: BootPlan, channel_name: str) -> list[str]:
     lines = [f"boot the build VM and wait for {channel_name} (up to {plan.ready_timeout:.0f} s)"]
     lines += [f"provision: {s.name} (timeout {s.timeout:.0f} s)" for s in plan.provision]
+    if plan.check is not None:
+        lines.append(f"check: {(plan.check.__doc__ or plan.check.__name__).strip().splitlines()[0]}")
     lines += [f"seal: {s.name} (timeout {s.timeout:.0f} s)" for s in plan.seal]
-    lines.append(f"shut the guest down and wait for QEMU to exit (up to {plan.shutdown_timeout:.0f} s)")
+    how = "wait for the guest to power itself off" if plan.guest_powers_off else "shut the guest down"
+    lines.append(f"{how} and wait for QEMU to exit (up to {plan.shutdown_timeout:.0f} s)")
     return lines
 
 
@@ -75,18 +82,12 @@ def boot_provision_seal(vm: BuildVM, channel: GuestChannel, plan: BootPlan) -> N
             log(f"booting ({vm.accel}): {vm.command_line()}")
             plan.timings["ready_s"] = channel.wait_ready(plan.ready_timeout)
             log(f"guest channel answered after {plan.timings['ready_s']:.1f} s")
-            for script in [*plan.provision, *plan.seal]:
-                t = time.monotonic()
-                res = channel.run_script(plan.shell, script.body, timeout=script.timeout)
-                if res.exit_code != 0:
-                    raise BuildError(
-                        f"step {script.name!r} failed with exit code {res.exit_code}: "
-                        f"{(res.stderr or res.stdout).strip()[-800:]}"
-                    )
-                log(f"{script.name}: ok ({time.monotonic() - t:.1f} s)")
+            _run_scripts(channel, plan.shell, plan.provision)
             if plan.check is not None:
                 plan.check(vm)
-            channel.shutdown()
+            _run_scripts(channel, plan.shell, plan.seal)
+            if not plan.guest_powers_off:
+                channel.shutdown()
             if not vm.wait_exit(plan.shutdown_timeout):
                 raise BuildError(f"the guest did not power off within {plan.shutdown_timeout:.0f} s")
     except BuildError as e:
@@ -96,6 +97,17 @@ def boot_provision_seal(vm: BuildVM, channel: GuestChannel, plan: BootPlan) -> N
         extra += f"\n--- qemu ---\n{qemu}" if qemu else ""
         raise BuildError(f"{e}{extra}") from None
     plan.timings["vm_total_s"] = time.monotonic() - t0
+
+
+def _run_scripts(channel: GuestChannel, shell: str, scripts: list[Script]) -> None:
+    for script in scripts:
+        t = time.monotonic()
+        res = channel.run_script(shell, script.body, timeout=script.timeout)
+        if res.exit_code != 0:
+            # The output is the guest's, never the script body (which may carry a credential).
+            output = (res.stderr or res.stdout).strip()[-800:]
+            raise BuildError(f"step {script.name!r} failed with exit code {res.exit_code}: {output}")
+        log(f"{script.name}: ok ({time.monotonic() - t:.1f} s)")
 
 
 def convert_compressed(src: Path, src_format: str, dest: Path) -> None:
