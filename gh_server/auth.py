@@ -102,9 +102,10 @@ def authenticate(request: Request) -> Principal:
     st: ServerState = request.app.state.gh
     h = hash_secret(token)
     with st.db() as s:
-        row = s.execute(select(ApiKey.id, ApiKey.role, ApiKey.key_hash).where(ApiKey.key_hash == h)).first()
-        revoked = row is not None and s.scalar(select(ApiKey.revoked_at).where(ApiKey.id == row.id)) is not None
-    if row is None or not hmac.compare_digest(row.key_hash, h) or revoked:
+        row = s.execute(
+            select(ApiKey.id, ApiKey.role, ApiKey.key_hash, ApiKey.revoked_at).where(ApiKey.key_hash == h)
+        ).first()
+    if row is None or not hmac.compare_digest(row.key_hash, h) or row.revoked_at is not None:
         raise ApiError(401, "Invalid or revoked API key.")
     principal = Principal(key_id=row.id, role=row.role)
     _rate_limit(st, principal)

@@ -197,6 +197,11 @@ def test_hand_made_state_closed_unsaved_is_deleted(server: Server, gateway: Fake
     with pytest.raises(ConflictError) as e:  # its runner is not connected to this server
         c.start_states.screen(hand["start_state_id"])
     assert e.value.extra["code"] == "not_connected"
+    uses = c.test_cases.create("uses unsaved", "p", hand["start_state_id"], {"rubric": "r"})
+    with pytest.raises(InvalidRequestError) as e:  # no saved version to freeze yet
+        c.test_runs.create(test_case_ids=[uses["test_case_id"]], agents=["noop"])
+    assert e.value.extra["param"] == "test_case_ids[0]" and "no saved version" in e.value.message
+    c.test_cases.delete(uses["test_case_id"])
     closed = c.start_states.close(hand["start_state_id"])
     assert closed["start_state_id"] == hand["start_state_id"]
     with pytest.raises(NotFoundError):
