@@ -206,6 +206,10 @@ class Session:
             outcome = await self._serve(ws)
         except ConnectionClosed as e:
             outcome = self._closed_outcome(e)
+        except Exception as e:  # a bug or a failing handler must cost one connection, not the session
+            self.log.exception("session failed; reconnecting")
+            outcome = _Outcome(f"runner error on the session: {type(e).__name__}: {redactor.scrub(str(e))[:200]}")
+            await ws.close(1011, "runner error")
         finally:
             self._ws = None
             outcome.welcomed = self._welcomed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -205,3 +206,56 @@ def test_cleartext_only_to_loopback_unless_insecure(tmp_path: Any, scheme_url: s
     else:
         with pytest.raises(ConfigError, match="--insecure"):
             cfg.check_transport()
+
+
+async def test_a_failing_handler_costs_one_connection_not_the_session(peer: Peer) -> None:
+    from gh_runner.protocol import Heartbeat, Hello, Welcome
+    from gh_runner.session import Session
+
+    class Handler:
+        hellos = 0
+        disconnects: list[str] = []
+
+        async def make_hello(self) -> Hello:
+            Handler.hellos += 1
+            if Handler.hellos == 1:
+                raise RuntimeError("inventory exploded")
+            return Hello(version="t", name="h", slots=1)
+
+        async def on_welcome(self, welcome: Welcome) -> None: ...
+        async def on_message(self, msg: Any) -> None: ...
+
+        def heartbeat(self) -> Heartbeat:
+            return Heartbeat(at=datetime.now(UTC))
+
+        def on_disconnected(self, reason: str) -> None:
+            Handler.disconnects.append(reason)
+
+        def on_reconnect_scheduled(self, failures: int, delay: float) -> None: ...
+
+    session = Session(peer.url, peer.token, Handler(), backoff=Backoff(base=0.05, cap=0.1))
+    task = asyncio.create_task(session.run())
+    try:
+        await peer.wait_type("hello")
+        assert Handler.disconnects == ["runner error on the session: RuntimeError: inventory exploded"]
+        assert session.connections == 2
+    finally:
+        session.stop()
+        await asyncio.wait_for(task, 30)
+
+
+async def test_images_that_fail_to_list_are_listed_again_when_a_lease_needs_one(peer: Peer, start_daemon: Any) -> None:
+    class Flaky(FakeProvider):
+        calls = 0
+
+        async def list_images(self) -> list[Any]:
+            Flaky.calls += 1
+            if Flaky.calls <= 2:  # start-up and the first hello
+                raise RuntimeError("images dir unreadable right now")
+            return await super().list_images()
+
+    await start_daemon(peer.url, provider=Flaky())
+    hello = await peer.wait_type("hello")
+    assert hello.images == []  # advertised none (and logged why) rather than failing the session
+    await peer.send(make_lease("at_after_flaky"))
+    await peer.wait_type("lease_accept")
