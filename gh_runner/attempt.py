@@ -424,11 +424,14 @@ class Attempt:
         if create is None:
             return None
         if not create.done():
-            await asyncio.wait({create}, timeout=self.timeouts.teardown)
+            try:
+                await asyncio.wait({create}, timeout=self.timeouts.teardown)
+            finally:
+                if not create.done():  # timed out, or we are cancelled ourselves: finish the job later
+                    create.add_done_callback(_destroy_when_made)
+                    self._log.error("machine creation is still running; it will be destroyed when it ends",
+                                    machine_id=self.machine_id)
         if not create.done():
-            create.cancel()
-            self._log.error("machine creation did not end; the provider's reaper will remove it",
-                            machine_id=self.machine_id)
             return None
         if create.cancelled() or create.exception() is not None:
             return None
@@ -567,6 +570,15 @@ class Attempt:
             started_at=started,
             finished_at=_now(),
         )
+
+
+def _destroy_when_made(create: asyncio.Future[Machine]) -> None:
+    """A creation that outlived its attempt: destroy what it made, in the background."""
+    if create.cancelled() or create.exception() is not None:
+        return
+    destroy = asyncio.ensure_future(create.result().destroy())
+    _background.add(destroy)
+    destroy.add_done_callback(_background.discard)
 
 
 def _refuse(req: MachineRequest, reason: str) -> MachineResponse:

@@ -91,6 +91,7 @@ class FakeMachine(Machine):
 
     async def destroy(self) -> None:
         self.destroyed += 1
+        self.provider.destroyed.set()
         if self.provider.destroy_error:
             raise ProviderError("virsh destroy failed")
 
@@ -106,6 +107,7 @@ class FakeProvider(Provider):
         self.creating = asyncio.Event()
         self.screen_error = False
         self.destroy_error = False
+        self.destroyed = asyncio.Event()  # any machine destroyed
 
     async def list_images(self) -> list[ImageInfo]:
         return []

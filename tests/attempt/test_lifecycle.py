@@ -444,3 +444,18 @@ async def test_cancel_after_the_work_is_done_keeps_the_result(provider: FakeProv
     release.set()
     result = await finish(run)
     assert result.outcome == "passed" and result.error is None
+
+
+async def test_machine_made_after_teardown_gave_up_is_still_destroyed(provider: FakeProvider,
+                                                                       link: FakeLink) -> None:
+    provider.create_gate = asyncio.Event()
+    t = PhaseTimeouts(machine=5, ready=5, setup=5, check=5, task_grace=0.3, screen=5, teardown=0.2)
+    a = Attempt(make_lease(), provider, link, t)
+    run = await start(a)
+    await asyncio.wait_for(provider.creating.wait(), WAIT)
+    a.cancel("shutdown")
+    result = await finish(run)  # teardown stops waiting for the slow creation after 0.2 s
+    assert result.error == "cancelled: shutdown" and provider.machines == []
+    provider.create_gate.set()  # the machine appears after everyone stopped waiting: it must still go
+    await asyncio.wait_for(provider.destroyed.wait(), WAIT)
+    assert provider.machines[0].destroyed == 1
