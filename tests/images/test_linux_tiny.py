@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from imagebuilder.errors import BuildError
 from imagebuilder.pipeline import INPUTS_FILE, up_to_date
 from imagebuilder.vm import BuildVM, Drive, MachineSpec
 
@@ -156,7 +155,3 @@ def test_bad_arguments_are_refused_clearly(scratch: Path) -> None:
     assert r.returncode == 2 and "invalid choice: 'no-such-image'" in r.stderr
     r = subprocess.run([str(py), str(BUILD), "linux-tiny"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--out" in r.stderr
-
-
-def test_build_errors_are_build_errors() -> None:
-    assert issubclass(BuildError, Exception)
