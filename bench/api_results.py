@@ -9,7 +9,7 @@ side by side in one run, sequential requests measure p50/p99 of:
     GET /v1/test_runs/{id}           (progress + pass rates, one grouped query)
     GET /v1/test_runs/{id}/attempts  (a page of 100)
 
-    .venv/bin/python bench/api_results.py [--requests 200] [--cases 250] [--agents 2] [--repeat 10]
+    .venv/bin/python bench/api_results.py [--requests 200] [--cases 250] [--agents 2] [--repeat 10] [--postgres]
 
 `bench_results(base, key, run_id, n)` and `report_results(...)` are also called from
 bench/scheduler_api.py after its scheduler part, on the run the simulated runners completed.
@@ -43,7 +43,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def serve(data_dir: str, port: int, api_key: str) -> None:
+def serve(data_dir: str, port: int, api_key: str, database_url: str | None = None) -> None:
     import logging
 
     import uvicorn
@@ -52,7 +52,14 @@ def serve(data_dir: str, port: int, api_key: str) -> None:
     from gh_server.settings import Settings
 
     logging.basicConfig(level=logging.WARNING)
-    settings = Settings(data_dir=Path(data_dir), host="127.0.0.1", port=port, admin_api_key=api_key, gateway=False)
+    settings = Settings(
+        data_dir=Path(data_dir),
+        database_url=database_url,
+        host="127.0.0.1",
+        port=port,
+        admin_api_key=api_key,
+        gateway=False,
+    )
     uvicorn.run(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
 
 
@@ -90,14 +97,14 @@ def report_results(times: dict[str, list[float]], attempts: int, db: str = "SQLi
         print(f"  {name:<16} p50 {p50:8.1f} ms   p99 {p99:8.1f} ms   p50 vs GET run {pct(ts, 50) / base:6.1f}x")
 
 
-def finish_attempts(data_dir: str, run_id: str, seed: int = 7) -> int:
+def finish_attempts(url: str, run_id: str, seed: int = 7) -> int:
     """Leaves the run as the scheduler would: every try done, some errors retried. Returns all attempts."""
     from sqlalchemy import create_engine, select, update
 
     from gh_server.models import Attempt, TestRun, new_id
 
     rnd = random.Random(seed)
-    engine = create_engine(f"sqlite:///{data_dir}/gh-server.db")
+    engine = create_engine(url)
     start = datetime.now(UTC) - timedelta(hours=1)
     with engine.begin() as conn:
         rows = conn.execute(
@@ -204,26 +211,38 @@ def main() -> None:
     ap.add_argument("--cases", type=int, default=250)
     ap.add_argument("--agents", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--postgres", action="store_true", help="on a throwaway PostgreSQL cluster instead of SQLite")
     args = ap.parse_args()
     key = "gh_live_bench_" + secrets.token_urlsafe(16)
     agents = ["noop", "reference", "default"][: args.agents]
+    cluster = None
     with tempfile.TemporaryDirectory(prefix="gh-bench-api-", dir="/var/tmp") as d:
+        db_url: str | None = None
+        url = f"sqlite:///{d}/gh-server.db"
+        if args.postgres:
+            from tests.server.pg import start_cluster
+
+            cluster = start_cluster()
+            db_url = cluster.url(cluster.create_db())
+            url = "postgresql+psycopg://" + db_url.split("://", 1)[1]
         port = free_port()
-        proc = mp.get_context("spawn").Process(target=serve, args=(d, port, key), daemon=True)
+        proc = mp.get_context("spawn").Process(target=serve, args=(d, port, key, db_url), daemon=True)
         proc.start()
         try:
             base = f"http://127.0.0.1:{port}"
             asyncio.run(wait_up(base))
             run_id = asyncio.run(make_run(base, key, args.cases, agents, args.repeat))
-            total = finish_attempts(d, run_id)
+            total = finish_attempts(url, run_id)
             times = asyncio.run(bench_results(base, key, run_id, args.requests))
-            report_results(times, args.cases * len(agents) * args.repeat)
+            report_results(times, args.cases * len(agents) * args.repeat, "PostgreSQL" if args.postgres else "SQLite")
             print(f"  (attempt rows incl. retried errors: {total:,})")
         finally:
             proc.terminate()
             proc.join(30)
             if proc.is_alive():
                 os.kill(proc.pid, 9)
+            if cluster is not None:
+                cluster.stop()
 
 
 if __name__ == "__main__":
