@@ -7,7 +7,8 @@
     gh-server migrate --data-dir DIR                                    # schema to the newest revision
 
 Every flag has an env twin GH_SERVER_<FLAG> (GH_SERVER_DATA_DIR, GH_SERVER_DATABASE_URL, GH_SERVER_HOST,
-GH_SERVER_PORT); GH_SERVER_API_KEY sets the admin key. Flags win over the environment.
+GH_SERVER_PORT, GH_SERVER_CONFIG); GH_SERVER_API_KEY sets the admin key. Flags win over the environment,
+which wins over the --config YAML file (any Settings field: agents, judge, customer_model, runner_grace_seconds...).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import logging
 import sys
 from pathlib import Path
 
+import pydantic
 from sqlalchemy import select
 
 from gh_server.settings import Settings
@@ -27,10 +29,12 @@ def _common(p: argparse.ArgumentParser, sub: bool = True) -> None:
     default = argparse.SUPPRESS if sub else None
     p.add_argument("--data-dir", type=Path, default=default, help="state directory (SQLite database, admin key)")
     p.add_argument("--database-url", default=default, help="postgresql://... (default: SQLite in --data-dir)")
+    p.add_argument("--config", type=Path, default=default, help="YAML settings file (agents, judge, ...)")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
     return Settings.from_env(
+        config_file=getattr(args, "config", None),
         data_dir=args.data_dir,
         database_url=args.database_url,
         host=getattr(args, "host", None),
@@ -67,7 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.command is None:
         return serve(args)
-    settings = _settings(args)
+    try:
+        settings = _settings(args)
+    except (ValueError, pydantic.ValidationError) as e:
+        print(f"gh-server: bad settings: {e}", file=sys.stderr)
+        return 2
     from gh_server import db
 
     engine = db.make_engine(settings)
@@ -112,7 +120,11 @@ def serve(args: argparse.Namespace) -> int:
     from gh_server.app import create_app
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = _settings(args)
+    try:
+        settings = _settings(args)
+    except (ValueError, pydantic.ValidationError) as e:
+        print(f"gh-server: bad settings: {e}", file=sys.stderr)
+        return 2
     if args.public_url:
         settings.public_url = args.public_url
     try:

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel, Field
 
 
@@ -76,9 +77,37 @@ class Settings(BaseModel):
         return f"http://{self.host}:{self.port}"
 
     @classmethod
-    def from_env(cls, **overrides: Any) -> Settings:
-        """GH_SERVER_DATA_DIR, GH_SERVER_DATABASE_URL, GH_SERVER_HOST, GH_SERVER_PORT, GH_SERVER_API_KEY, ..."""
+    def from_file(cls, path: Path | str) -> dict[str, Any]:
+        """A YAML (or JSON) config file's fields. `agents` may be a mapping id -> config or a list with ids."""
+        p = Path(path)
+        try:
+            data = yaml.safe_load(p.read_text())
+        except OSError as e:
+            raise ValueError(f"cannot read config file {p}: {e.strerror}") from None
+        except yaml.YAMLError as e:
+            raise ValueError(f"config file {p} is not valid YAML: {e}") from None
+        if data is None:
+            return {}
+        if not isinstance(data, dict):
+            raise ValueError(f"config file {p} must be a mapping of settings")
+        out = {str(k).replace("-", "_"): v for k, v in data.items()}
+        agents = out.get("agents")
+        if isinstance(agents, list):
+            out["agents"] = {a.get("id"): a for a in agents if isinstance(a, dict)}
+        elif isinstance(agents, dict):
+            out["agents"] = {k: {"id": k, **(v or {})} for k, v in agents.items()}
+        return out
+
+    @classmethod
+    def from_env(cls, config_file: Path | str | None = None, **overrides: Any) -> Settings:
+        """Defaults < config file (--config / GH_SERVER_CONFIG) < GH_SERVER_* env < `overrides` (flags).
+
+        Env: GH_SERVER_DATA_DIR, GH_SERVER_DATABASE_URL, GH_SERVER_HOST, GH_SERVER_PORT, GH_SERVER_API_KEY,
+        GH_SERVER_PUBLIC_URL, GH_SERVER_RUNNER_GRACE_SECONDS."""
         env: dict[str, Any] = {}
+        path = config_file or os.environ.get("GH_SERVER_CONFIG")
+        if path:
+            env.update(cls.from_file(path))
         mapping = {
             "data_dir": "GH_SERVER_DATA_DIR",
             "database_url": "GH_SERVER_DATABASE_URL",

@@ -315,3 +315,31 @@ def test_settings_url_for_postgres() -> None:
     s = Settings(data_dir=Path("/x"), database_url="postgresql://u@h/db")
     assert s.sqlalchemy_url == "postgresql+psycopg://u@h/db"
     assert create_engine(s.sqlalchemy_url).dialect.name == "postgresql"
+
+
+def test_settings_precedence_and_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "server.yaml"
+    cfg.write_text(
+        "port: 9001\nhost: 0.0.0.0\nrunner-grace-seconds: 30\n"
+        "agents:\n  mine:\n    kind: command\n    command: [./agent.sh]\n"
+        "judge:\n  base_url: http://127.0.0.1:1/v1\n  model: m\n"
+    )
+    monkeypatch.setenv("GH_SERVER_PORT", "9002")
+    monkeypatch.delenv("GH_SERVER_API_KEY", raising=False)
+    s = Settings.from_env(config_file=cfg, data_dir=tmp_path)
+    assert s.port == 9002 and s.host == "0.0.0.0" and s.runner_grace_seconds == 30  # env beats file
+    assert s.agents["mine"].id == "mine" and s.agents["mine"].command == ["./agent.sh"]
+    assert s.judge is not None and s.judge.model == "m"
+    assert Settings.from_env(config_file=cfg, data_dir=tmp_path, port=9003).port == 9003  # flags beat env
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- a list\n")
+    with pytest.raises(ValueError, match="mapping"):
+        Settings.from_env(config_file=bad, data_dir=tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-m", "gh_server.cli", "--config", str(bad), "migrate", "--data-dir", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and "bad settings" in r.stderr
