@@ -4,9 +4,10 @@ One `Daemon` owns one `Session` (the websocket), one `Journal` (state dir) and o
 takes at most `slots` attempts (and slot-holding start-state jobs) at once; a lease beyond that,
 for an image or start-state version it does not have, or while draining, is refused with a reason.
 
-Journal writes run on one dedicated thread, in the order they were asked for (a phase note can
-never land after the result that ends the attempt), so a slow or contended disk never stalls the
-event loop (heartbeats, other attempts). Phase notes are not awaited.
+Journal writes run on a small dedicated thread pool, so a slow or contended disk never stalls the
+event loop (heartbeats, other attempts) and attempts finishing together fsync in parallel. Within
+one attempt they are ordered by its lock: a phase note can never land after the result that ends
+the attempt.
 
 Life of a lease: check a slot -> journal the in-flight record (fsync) -> `lease_accept` -> run
 `Attempt.run()` in its own task (attempt id bound in the log context) -> journal the result
@@ -160,6 +161,7 @@ class _Running:
     record: InflightRecord
     task: asyncio.Task[None] | None = None
     redact: set[str] = field(default_factory=set)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # orders this attempt's journal writes
 
 
 class _Link:
@@ -174,7 +176,8 @@ class _Link:
         d = self._d
         run = d._attempts.get(self.attempt_id)
         if run is not None and status != "done":  # "done" is followed at once by the result itself
-            d._journal_bg(d.journal.update_phase, run.record, status, phase)
+            # Noted before it is sent, so a crash report never names an earlier phase than the server saw.
+            await d._note_phase(run, status, phase)
         try:
             msg = AttemptStatus(attempt_id=self.attempt_id, status=status,  # type: ignore[arg-type]
                                 phase=phase, at=datetime.now(UTC))
@@ -225,7 +228,7 @@ class Daemon:
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
         self._changed = asyncio.Event()  # set on any change a drain waits for
-        self._journal_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gh-journal")
+        self._journal_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gh-journal")
         self._signals = 0
         self.exit_code = 0
         self.session = Session(
@@ -267,15 +270,14 @@ class Daemon:
     async def _journal(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._journal_pool, fn, *args)
 
-    def _journal_bg(self, fn: Callable[..., Any], *args: Any) -> None:
-        """A journal write nobody waits for (phase notes); failures are logged."""
-        fut = asyncio.get_running_loop().run_in_executor(self._journal_pool, fn, *args)
-
-        def done(f: asyncio.Future[Any]) -> None:
-            if not f.cancelled() and f.exception() is not None:
-                self.log.warning("journal write failed", error=str(f.exception()))
-
-        fut.add_done_callback(done)
+    async def _note_phase(self, run: _Running, status: str, phase: str) -> None:
+        """Note an attempt's phase in its in-flight record (not fsync'd: for crash reports only)."""
+        async with run.lock:
+            try:
+                await self._journal(self.journal.update_phase, run.record, status, phase)
+            except OSError as e:
+                self.log.warning("could not note the phase in the journal", attempt_id=run.lease.attempt_id,
+                                 error=str(e))
 
     async def session_send(self, msg: Any) -> bool:
         return await self.session.send(msg)
@@ -592,7 +594,8 @@ class Daemon:
                                    finished_at=datetime.now(UTC),
                                    error=f"internal runner error: {type(e).__name__}: {redactor.scrub(str(e))[:300]}")
         try:
-            await self._journal(self.journal.finish, result)
+            async with run.lock:
+                await self._journal(self.journal.finish, result)
         except OSError as e:
             # Still send it: the server may well ack before anything else goes wrong.
             log.error("could not journal the result; sending it anyway", error=str(e))
