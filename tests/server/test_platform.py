@@ -183,7 +183,7 @@ def test_webhook_signed_and_retried(server: Server, receiver: _Receiver) -> None
 
 
 def test_rate_limit_is_429() -> None:
-    settings, data_dir = make_settings(None, rate_limit_per_second=0.5, rate_limit_burst=3)
+    settings, data_dir = make_settings(None, rate_limit_per_second=0.01, rate_limit_burst=3)
     running = RunningServer(settings)
     running.start()
     try:
@@ -196,6 +196,7 @@ def test_rate_limit_is_429() -> None:
         with pytest.raises(RateLimitError) as e:
             c.test_cases.list()
         assert e.value.status == 429 and e.value.type == "rate_limit"
+        assert e.value.body["error"]["message"]  # the envelope, with Retry-After for clients that wait
     finally:
         running.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
