@@ -348,7 +348,11 @@ def fail_attempt(
     session: Session, attempt_id: str, error: str, *, retry: bool = True, now: datetime | None = None,
     expect_status: str | Sequence[str] | None = None,
 ) -> str | None:
-    """Make an unfinished attempt an `error` and queue its retry. Returns the retry's id, if any."""
+    """Make an unfinished attempt an `error` and queue its retry. Returns the retry's id, if any.
+
+    The UPDATE is guarded by the status it read, so two gh-server processes expiring the same
+    runner's attempts cannot both retry one.
+    """
     now = now or utcnow()
     a = session.get(Attempt, attempt_id)
     if a is None or a.status in ("done", "cancelled"):
@@ -357,8 +361,15 @@ def fail_attempt(
         allowed = (expect_status,) if isinstance(expect_status, str) else tuple(expect_status)
         if a.status not in allowed:
             return None
-    a.status, a.outcome, a.error, a.finished_at = "done", "error", error[:4000], now
-    session.flush()
+    res = session.execute(
+        update(Attempt)
+        .where(Attempt.id == attempt_id, Attempt.status == a.status)
+        .values(status="done", outcome="error", error=error[:4000], finished_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    if cast(CursorResult[Any], res).rowcount != 1:
+        return None
+    session.refresh(a)
     return _retry(session, a, now) if retry else None
 
 
@@ -486,17 +497,21 @@ def reconcile_in_flight(session: Session, runner_id: str, name: str, in_flight: 
     """After a hello: keep what both sides have, error what the runner lost, cancel the rest."""
     held = set(in_flight)
     rows = session.execute(
-        select(Attempt.id, Attempt.test_run_id).where(Attempt.runner_id == runner_id, Attempt.status.in_(ACTIVE))
+        select(Attempt.id, Attempt.test_run_id, Attempt.status)
+        .where(Attempt.runner_id == runner_id, Attempt.status.in_(ACTIVE))
     ).all()
-    ours = {aid: run for aid, run in rows}
+    ours = {aid: run for aid, run, _ in rows}
     now = utcnow()
     lost, runs = [], set()
-    for aid, run in ours.items():
-        if aid not in held:
-            fail_attempt(session, aid, f"runner {name} reconnected without this attempt (it was lost on the "
-                         "runner, e.g. by a restart)", now=now)
-            lost.append(aid)
-            runs.add(run)
+    for aid, run, status in rows:
+        if aid in held:
+            continue
+        if status == "leased" and release_lease(session, aid, runner_id):
+            continue  # offered but never started: nothing ran, so it is not an error; it goes back to the queue
+        fail_attempt(session, aid, f"runner {name} reconnected without this attempt (it was lost on the "
+                     "runner, e.g. by a restart)", now=now)
+        lost.append(aid)
+        runs.add(run)
     resume = [aid for aid in in_flight if aid in ours]
     unwanted = [aid for aid in in_flight if aid not in ours]
     return Reconciled(resume, lost, unwanted, runs)

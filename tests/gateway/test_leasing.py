@@ -295,3 +295,18 @@ async def test_revoked_runner_is_closed_4001(server: GwServer) -> None:
     await again.connect(send_hello=False)
     assert await again.wait_closed() == protocol.CLOSE_TOKEN_REVOKED
     await again.close()
+
+
+async def test_reconnect_without_an_unstarted_lease_requeues_it(server: GwServer) -> None:
+    _, token = server.add_runner("restarts")
+    r = await SimRunner(server.ws_url, token, name="restarts", slots=1, images=["linux-tiny"]).connect()
+    run_id, (aid,) = server.add_run([{}])
+    await r.expect("lease")  # ... and the runner dies before accepting or starting it
+    await r.close()
+    r2 = await SimRunner(server.ws_url, token, name="restarts", slots=1, images=["linux-tiny"]).connect()
+    try:
+        again = await r2.expect("lease")
+        assert again.attempt_id == aid  # the same attempt: nothing ran, so no error and no retry
+        assert len(server.attempts_of(run_id)) == 1
+    finally:
+        await r2.close()

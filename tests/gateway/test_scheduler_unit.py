@@ -1,0 +1,202 @@
+"""The scheduler's pure parts and its DB steps on a real SQLite schema (the API's migrations)."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
+from gh_runner import protocol
+from gh_server import db
+from gh_server import scheduler as sched
+from gh_server.agents.base import AgentError
+from gh_server.agents.models import parse_verdict
+from gh_server.dbqueue import DbQueue
+from gh_server.models import Attempt, RunCase, Runner, TestRun, utcnow
+from gh_server.settings import Settings
+
+
+def caps(rid: str = "rn_a", *, labels: tuple[str, ...] = (), images: tuple[str, ...] = ("linux-tiny",),
+         held: tuple[tuple[str, int], ...] = (), free: int = 1) -> sched.RunnerCaps:
+    return sched.RunnerCaps(rid, rid, frozenset(labels), frozenset(images), frozenset(held), free)
+
+
+IMAGE = {"kind": "image", "image": "linux-tiny"}
+
+
+@pytest.mark.parametrize(("runs_on", "ss", "pin", "runner", "ok"), [
+    ("vm", IMAGE, None, caps(), True),
+    ("vm", IMAGE, None, caps(images=()), False),  # vm = a runner with a hypervisor (advertises images)
+    ("vm", {"kind": "image", "image": "win10"}, None, caps(), False),
+    ("lenovo", IMAGE, None, caps(labels=("lenovo",)), True),
+    ("lenovo", IMAGE, None, caps(labels=("lab",)), False),
+    ("vm", {"kind": "state", "image": "linux-tiny", "start_state_id": "ss_1", "version": 2}, None,
+     caps(held=(("ss_1", 2),)), True),
+    ("vm", {"kind": "state", "image": "linux-tiny", "start_state_id": "ss_1", "version": 3}, None,
+     caps(held=(("ss_1", 2),)), False),
+    ("vm", IMAGE, "rn_b", caps("rn_a"), False),
+    ("vm", IMAGE, "rn_a", caps("rn_a"), True),
+])
+def test_runner_can_run(runs_on: str, ss: dict[str, Any], pin: str | None, runner: sched.RunnerCaps, ok: bool) -> None:
+    assert sched.runner_can_run(sched.Candidate("at_1", runs_on, ss, pin), runner) is ok
+
+
+def test_pick_runner_spreads_load_and_skips_refusers() -> None:
+    a, b, c = caps("rn_a", free=2), caps("rn_b", free=5), caps("rn_c", free=0)
+    cand = sched.Candidate("at_1", "vm", IMAGE, None)
+    assert sched.pick_runner(cand, [a, b, c], lambda *_: False) is b
+    assert sched.pick_runner(cand, [a, b, c], lambda att, rid: rid == "rn_b") is a
+    assert sched.pick_runner(cand, [c], lambda *_: False) is None  # full
+
+
+def test_refusal_list_expires() -> None:
+    t = [100.0]
+    rl = sched.RefusalList(backoff=30, clock=lambda: t[0])
+    rl.add("at_1", "rn_a")
+    assert rl("at_1", "rn_a") and not rl("at_1", "rn_b") and not rl("at_2", "rn_a")
+    t[0] += 31
+    assert not rl("at_1", "rn_a")
+    rl.prune()
+    assert rl._until == {}
+
+
+def test_frozen_case_carries_only_what_the_runner_needs() -> None:
+    case = {"test_case_id": "tc_1", "key": "K-1", "name": "n", "prompt": "p", "setup_script": "s",
+            "success": {"check_script": "c", "rubric": None}, "limits": {"minutes": 3, "steps": None},
+            "runs_on": "lab", "customer": {"facts": {"pw": {"secret": "x"}}}, "metadata": {"reference_fix": "f"}}
+    fc = sched.frozen_case(case)
+    assert (fc.check_script, fc.limits.minutes, fc.runs_on, fc.key) == ("c", 3, "lab", "K-1")
+    dumped = protocol.encode(fc)
+    assert '"x"' not in dumped and "reference_fix" not in dumped
+
+
+@pytest.fixture
+def dbs() -> Iterator[sessionmaker[Session]]:
+    with tempfile.TemporaryDirectory() as d:
+        engine = db.make_engine(Settings(data_dir=Path(d)))
+        db.upgrade(engine)
+        yield db.make_sessionmaker(engine)
+        engine.dispose()
+
+
+def seed(s: Session, n: int = 1) -> list[str]:
+    s.add(Runner(id="rn_a", name="a", token_hash="h", slots=4, images=[{"name": "linux-tiny"}]))
+    s.add(TestRun(id="tr_1", agents=["noop"], status="queued"))
+    s.flush()
+    rc = RunCase(test_run_id="tr_1", test_case_id="tc_1", case={"success": {"check_script": "x"}}, start_state=IMAGE)
+    s.add(rc)
+    s.flush()
+    ids = [f"at_{i}" for i in range(n)]
+    for aid in ids:
+        s.add(Attempt(id=aid, test_run_id="tr_1", run_case_id=rc.id, test_case_id="tc_1", agent_id="noop",
+                      try_number=1, created_at=utcnow()))
+    s.commit()
+    return ids
+
+
+def test_lease_pass_claims_oldest_within_free_slots(dbs: sessionmaker[Session]) -> None:
+    with dbs() as s:
+        ids = seed(s, 6)
+        p = sched.lease_pass(s, ["rn_a"], lambda *_: False, sched.RunCaseCache(), False)
+        s.commit()
+        assert [g.attempt_id for g in p.grants] == ids[:4]  # FIFO, 4 slots
+        assert s.get(TestRun, "tr_1").status == "running"  # type: ignore[union-attr]
+        again = sched.lease_pass(s, ["rn_a"], lambda *_: False, sched.RunCaseCache(), False)
+        assert again.grants == []  # no free slot left: the DB count, not the runner's word
+
+
+def test_fail_attempt_retries_once_even_when_called_twice(dbs: sessionmaker[Session]) -> None:
+    with dbs() as s:
+        (aid,) = seed(s)
+        s.query(Attempt).filter_by(id=aid).update({"status": "running", "runner_id": "rn_a"})
+        r1 = sched.fail_attempt(s, aid, "boom")
+        r2 = sched.fail_attempt(s, aid, "boom again")
+        s.commit()
+        assert r1 is not None and r2 is None
+        assert s.query(Attempt).count() == 2
+
+
+def test_retries_stop_at_three_attempts(dbs: sessionmaker[Session]) -> None:
+    with dbs() as s:
+        (aid,) = seed(s)
+        chain = [aid]
+        while True:
+            s.query(Attempt).filter_by(id=chain[-1]).update({"status": "running", "runner_id": "rn_a"})
+            nxt = sched.fail_attempt(s, chain[-1], "boom")
+            if nxt is None:
+                break
+            chain.append(nxt)
+        s.commit()
+        assert len(chain) == 3
+        assert [a.is_last for a in s.query(Attempt).order_by(Attempt.created_at)] == [False, False, True]
+        assert sched.complete_runs(s, ["tr_1"]) == ["tr_1"]
+
+
+def test_apply_result_needs_the_leaseholder(dbs: sessionmaker[Session]) -> None:
+    with dbs() as s:
+        (aid,) = seed(s)
+        s.query(Attempt).filter_by(id=aid).update({"status": "checking", "runner_id": "rn_a"})
+        s.commit()
+        res = protocol.AttemptResult(attempt_id=aid, outcome="passed")
+        other = sched.apply_result(s, "rn_b", res)
+        assert not other.applied and other.note == "attempt not leased to this runner"
+        ok = sched.apply_result(s, "rn_a", res)
+        dup = sched.apply_result(s, "rn_a", protocol.AttemptResult(attempt_id=aid, outcome="failed"))
+        s.commit()
+        assert ok.applied and not dup.applied
+        assert s.get(Attempt, aid).outcome == "passed"  # type: ignore[union-attr]
+
+
+def test_rubric_only_result_without_judge_is_error(dbs: sessionmaker[Session]) -> None:
+    with dbs() as s:
+        (aid,) = seed(s)
+        s.query(Attempt).filter_by(id=aid).update({"status": "checking", "runner_id": "rn_a"})
+        out = sched.apply_result(s, "rn_a", protocol.AttemptResult(attempt_id=aid, outcome="passed",
+                                                                    check_absent=True))
+        s.commit()
+        assert out.outcome == "error" and out.retry_id is not None
+        judged = sched.apply_result(s, "rn_a", protocol.AttemptResult(attempt_id=aid, outcome="passed"))
+        assert not judged.applied
+
+
+async def test_dbqueue_isolates_a_failing_job(dbs: sessionmaker[Session]) -> None:
+    with dbs() as s:
+        seed(s)
+    q = DbQueue(dbs)
+    await q.start()
+    try:
+        def good(n: str) -> Any:
+            def job(s: Session) -> str:
+                s.add(Runner(id=n, name=n, token_hash=n))
+                return n
+            return job
+
+        def bad(s: Session) -> None:
+            s.add(Runner(id="rn_a", name="dup", token_hash="dup"))  # primary key clash
+            s.flush()
+
+        results = await asyncio.gather(q.run(good("rn_x")), q.run(bad), q.run(good("rn_y")), return_exceptions=True)
+        assert results[0] == "rn_x" and results[2] == "rn_y" and isinstance(results[1], Exception)
+        with dbs() as s:
+            assert {r.id for r in s.query(Runner)} == {"rn_a", "rn_x", "rn_y"}
+    finally:
+        await q.stop()
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ('{"passed": true, "reason": "ok"}', {"passed": True, "reason": "ok"}),
+    ('Verdict:\n{"passed": false, "reason": "no"} thanks', {"passed": False, "reason": "no"}),
+])
+def test_parse_verdict(text: str, want: dict[str, Any]) -> None:
+    assert parse_verdict(text) == want
+
+
+@pytest.mark.parametrize("text", ["yes", '{"passed": "yes"}', "[]"])
+def test_parse_verdict_rejects_garbage(text: str) -> None:
+    with pytest.raises(AgentError):
+        parse_verdict(text)
