@@ -219,6 +219,7 @@ class Daemon:
         self._attempts: dict[str, _Running] = {}
         self._job_slots: set[str] = set()  # job ids holding a slot (build running, start state open)
         self._job_tasks: set[asyncio.Task[None]] = set()
+        self._job_machines: set[str] = set()  # a running job's machine is named by its job id
         self._request_tasks: set[asyncio.Task[None]] = set()
         self._unacked: dict[str, AttemptResult] = {}
         self._last_sent: dict[str, float] = {}
@@ -443,7 +444,7 @@ class Daemon:
         keep = {run.attempt.machine_id for run in self._attempts.values()} | set(self._attempts)
         if self.jobs is not None:
             keep |= self.jobs.open_machine_ids
-        return keep | self._job_slots
+        return keep | self._job_machines
 
     async def _reap_live(self) -> None:
         await self._reap(self._live_machine_ids())
@@ -702,6 +703,7 @@ class Daemon:
         if holds:
             self._job_slots.add(slot_key)
             self._busy_changed()
+        self._job_machines.add(job.job_id)
         task = asyncio.create_task(self._run_job(job, slot_key if holds else None), name=f"job-{job.job_id[:64]}")
         self._job_tasks.add(task)
         task.add_done_callback(self._job_done)
@@ -719,6 +721,7 @@ class Daemon:
             result = JobResult(job_id=job.job_id, ok=False, start_state_id=job.start_state_id,
                                error=f"internal runner error: {type(e).__name__}")
         finally:
+            self._job_machines.discard(job.job_id)
             # An open start state keeps its slot until a save/close job releases it.
             if slot_key is not None and not (job.op == "open" and self.jobs.is_open(job.start_state_id)):
                 self._job_slots.discard(slot_key)

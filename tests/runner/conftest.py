@@ -59,11 +59,12 @@ async def start_daemon(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     started: list[Running] = []
 
     async def start(url: str, *, provider: FakeProvider | None = None, state_dir: Path | None = None,
-                    attempt_factory: Any = ScriptedAttempt, observers: Any = (), **kw: Any) -> Running:
+                    attempt_factory: Any = ScriptedAttempt, observers: Any = (), jobs: Any = None,
+                    **kw: Any) -> Running:
         provider = provider or FakeProvider()
         session_sleep = kw.pop("session_sleep", None)
         cfg = runner_config(url, state_dir or tmp_path / "state", **kw)
-        d = Daemon(cfg, provider, attempt_factory=attempt_factory, observers=observers, jobs=None,
+        d = Daemon(cfg, provider, attempt_factory=attempt_factory, observers=observers, jobs=jobs,
                    session_sleep=session_sleep)
         r = Running(d, asyncio.create_task(d.run()), provider)
         started.append(r)

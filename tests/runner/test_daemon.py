@@ -224,3 +224,30 @@ async def test_reaper_keeps_live_machines(peer: Peer, start_daemon: Any) -> None
     assert provider.state["reap_calls"][-1]["keep"] == ["at_live"]
     assert provider.state["existing"] == ["at_live"]
     assert r.daemon.busy == 1
+
+
+async def test_an_open_start_state_holds_a_slot_until_closed(peer: Peer, start_daemon: Any) -> None:
+    from gh_runner.jobs import StartStateJobs
+    from gh_runner.protocol import Job, StartStateRef
+
+    provider = FakeProvider()
+    r = await start_daemon(peer.url, provider=provider, jobs=StartStateJobs(provider), slots=1, reap_interval=0.2)
+    await peer.wait_type("hello")
+    await peer.send(Job(job_id="jb_1", op="open", start_state_id="ss_1",
+                        source=StartStateRef(kind="image", image="linux-tiny")))
+    assert (await peer.wait_type("job_result")).ok
+    await peer.wait_type("heartbeat", where=lambda m: m.busy == 1)
+    await peer.send(make_lease("at_j1"))
+    assert (await peer.wait_type("lease_refuse")).reason == "no free slot: 1 of 1 busy"
+    await peer.send(MachineRequest(request_id="rq_ss", start_state_id="ss_1", op="screen"))
+    resp = await peer.wait_type("machine_response", where=lambda m: m.request_id == "rq_ss")
+    assert resp.ok and base64.b64decode(resp.png_b64) == provider.png
+    n = len(provider.state["reap_calls"])
+    await peer.wait_until(lambda: len(provider.state["reap_calls"]) > n)
+    assert provider.state["existing"] == ["jb_1"]  # the reaper keeps the open machine
+    await peer.send(Job(job_id="jb_2", op="close", start_state_id="ss_1"))
+    await peer.wait_type("job_result", where=lambda m: m.job_id == "jb_2")
+    await peer.wait_until(lambda: r.daemon.busy == 0)
+    await peer.send(make_lease("at_j2"))
+    await peer.wait_type("lease_accept", where=lambda m: m.attempt_id == "at_j2")
+    assert "jb_1" in provider.state["destroyed"]
