@@ -58,6 +58,9 @@ class StartStateJobs:
         self._provider = provider
         self._t = timeouts or JobTimeouts()
         self._open: dict[str, Machine] = {}  # start_state_id -> its open machine
+        # start_state_id -> set once its machine has booted (or failed to): a save or close that
+        # arrives while it boots waits for it instead of missing it (and leaking the machine).
+        self._booting: dict[str, asyncio.Event] = {}
         self._lock = asyncio.Lock()
 
     @property
@@ -133,14 +136,26 @@ class StartStateJobs:
         async with self._lock:
             if job.start_state_id in self._open:
                 return protocol.JobResult(job_id=job.job_id, ok=True, start_state_id=job.start_state_id)
-        machine = await self._boot(job.job_id, _source(job.source))
-        async with self._lock:
-            self._open[job.start_state_id] = machine
+            booted = self._booting.setdefault(job.start_state_id, asyncio.Event())
+        try:
+            machine = await self._boot(job.job_id, _source(job.source))
+            async with self._lock:
+                self._open[job.start_state_id] = machine
+        finally:
+            booted.set()
+            if self._booting.get(job.start_state_id) is booted:
+                del self._booting[job.start_state_id]
         return protocol.JobResult(job_id=job.job_id, ok=True, start_state_id=job.start_state_id)
+
+    async def _await_boot(self, start_state_id: str) -> None:
+        booting = self._booting.get(start_state_id)
+        if booting is not None:
+            await asyncio.wait_for(booting.wait(), self._t.machine + self._t.ready)
 
     async def _save(self, job: protocol.Job) -> protocol.JobResult:
         if job.version is None:
             raise ValueError("a save job needs the version to save")
+        await self._await_boot(job.start_state_id)
         async with self._lock:
             machine = self._open.pop(job.start_state_id, None)
         if machine is None:
@@ -153,6 +168,7 @@ class StartStateJobs:
                                   version=saved.version, size_bytes=saved.size_bytes)
 
     async def _close(self, job: protocol.Job) -> protocol.JobResult:
+        await self._await_boot(job.start_state_id)
         async with self._lock:
             machine = self._open.pop(job.start_state_id, None)
         if machine is not None:
@@ -160,7 +176,8 @@ class StartStateJobs:
         return protocol.JobResult(job_id=job.job_id, ok=True, start_state_id=job.start_state_id)
 
     async def _delete(self, job: protocol.Job) -> protocol.JobResult:
-        await self._close(job)
+        if job.version is None:  # the whole state goes; collecting one old version leaves an open machine be
+            await self._close(job)
         held = await self._provider.held_versions()
         versions = [v for (ss, v) in held if ss == job.start_state_id and (job.version is None or v == job.version)]
         for v in versions:

@@ -54,7 +54,7 @@ def create_app(settings: Settings, state: ServerState | None = None) -> FastAPI:
 
 def _install_optional(app: FastAPI, st: ServerState) -> None:
     """Parts built by other modules plug in through `install(app, state)` when present."""
-    names = ["gh_server.api", "gh_server.webhooks", "gh_server.replays"] + (
+    names = ["gh_server.api", "gh_server.webhooks", "gh_server.replays", "gh_server.start_state_jobs"] + (
         ["gh_server.gateway"] if st.settings.gateway else []
     )
     for name in names:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -165,6 +165,12 @@ def runner(row: Runner, online: bool) -> dict[str, Any]:
 
 # Internal start-state statuses the SDK does not know are shown as the nearest it does.
 _SS_STATUS = {"closing": "open", "deleting": "ready"}
+# An open machine closes itself after this long without input (gh_server.start_state_jobs sets it from settings).
+START_STATE_IDLE_SECONDS = 7200.0
+
+
+def _plus(t: datetime | None, seconds: float) -> datetime | None:
+    return t + timedelta(seconds=seconds) if t is not None else None
 
 
 def start_state(row: StartState, labels: list[str] | None = None) -> dict[str, Any]:
@@ -174,7 +180,7 @@ def start_state(row: StartState, labels: list[str] | None = None) -> dict[str, A
         view = {
             "screen_url": f"/v1/start_states/{row.id}/screen",
             "input_url": f"/v1/start_states/{row.id}/input",
-            "expires_at": ts(row.last_input_at or row.opened_at),
+            "expires_at": ts(_plus(row.last_input_at or row.opened_at, START_STATE_IDLE_SECONDS)),
         }
     return {
         "object": "start_state",

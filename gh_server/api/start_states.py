@@ -222,7 +222,7 @@ async def create_start_state(body: StartStateCreate, request: Request, _p: Princ
             s.add(ss)
             s.flush()
             op = "build" if method == "script" else "open"
-            job = _job(s, ss, op, runner_id, source=source, script=body.script)
+            job = _job(s, ss, op, runner_id, source=source, script=body.script, version=1 if op == "build" else None)
             return serialize.start_state(ss), [job.id]
 
     out, jobs = await run_in_threadpool(work)
@@ -359,7 +359,9 @@ async def _machine(request: Request, start_state_id: str, req: dict[str, Any]) -
     if runner_id is None or st.gateway is None or not st.gateway.connected(runner_id):
         raise conflict(f"The runner that holds start state {start_state_id} is not connected.", code="not_connected")
     try:
-        msg = protocol.MachineRequest(request_id=uuid.uuid4().hex, job_id=job_id, timeout=MACHINE_TIMEOUT, **req)
+        msg = protocol.MachineRequest(
+            request_id=uuid.uuid4().hex, job_id=job_id, start_state_id=start_state_id, timeout=MACHINE_TIMEOUT, **req
+        )
     except pydantic.ValidationError as e:
         first = e.errors()[0]
         loc = ".".join(str(p) for p in first.get("loc", ()) if not str(p).startswith(("function", "tagged")))
@@ -435,8 +437,10 @@ def apply_job_result(session: Session, runner_id: str, j: protocol.JobResult) ->
             ss.status, ss.error, ss.runner_id = "ready", None, runner_id
             runner = session.get(Runner, runner_id)
             if runner is not None:
-                held = [h for h in runner.held_versions or [] if h.get("start_state_id") != ss.id]
-                runner.held_versions = [*held, {"start_state_id": ss.id, "version": ss.version}]
+                # Older versions stay listed: runs pinned to them must still be leased here.
+                key = (ss.id, version)
+                held = [h for h in runner.held_versions or [] if (h.get("start_state_id"), h.get("version")) != key]
+                runner.held_versions = [*held, {"start_state_id": ss.id, "version": version}]
             event = "start_state.ready"
         else:
             reason = j.error or "the runner gave no reason"
