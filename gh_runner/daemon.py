@@ -71,6 +71,7 @@ from providers.base import ImageInfo, Provider
 
 T = TypeVar("T")
 PROVIDER_CALL_TIMEOUT = 300.0  # list_images/reap/held_versions on a loaded host
+FORCED_TEARDOWN = 10.0  # after a second stop signal, how long cancelled attempts get to destroy machines
 TEST_PROVIDER_ENV = "GH_RUNNER_TEST_PROVIDER"  # test-only: module:factory(config) -> Provider
 
 
@@ -378,8 +379,12 @@ class Daemon:
                       f"the runner shut down and the drain grace period ({grace:.0f} s) ran out")
             for run in list(self._attempts.values()):
                 run.attempt.cancel(reason)
-            # Cancelled attempts still destroy their machines; give them the teardown time to do it.
-            await self._wait_idle(self.config.timeouts.teardown + 15, stop_on_force=not forced)
+            # Cancelled attempts still destroy their machines; give them the teardown time to do it,
+            # or a short while once forced (the reaper of the next start gets whatever is left).
+            await self._wait_idle(FORCED_TEARDOWN if forced else self.config.timeouts.teardown + 15,
+                                  stop_on_force=not forced)
+            if self._force.is_set():
+                await self._wait_idle(FORCED_TEARDOWN, stop_on_force=False)
             for run in list(self._attempts.values()):
                 if run.task is not None:
                     run.task.cancel()
@@ -387,7 +392,7 @@ class Daemon:
                 t.cancel()
             await asyncio.gather(*[r.task for r in self._attempts.values() if r.task], *self._job_tasks,
                                  return_exceptions=True)
-            if forced:
+            if self._force.is_set():
                 self.exit_code = 1
         if self.jobs is not None:
             try:

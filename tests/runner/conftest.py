@@ -63,9 +63,10 @@ async def start_daemon(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
                     **kw: Any) -> Running:
         provider = provider or FakeProvider()
         session_sleep = kw.pop("session_sleep", None)
+        tick_interval = kw.pop("tick_interval", 1.0)
         cfg = runner_config(url, state_dir or tmp_path / "state", **kw)
         d = Daemon(cfg, provider, attempt_factory=attempt_factory, observers=observers, jobs=jobs,
-                   session_sleep=session_sleep)
+                   session_sleep=session_sleep, tick_interval=tick_interval)
         r = Running(d, asyncio.create_task(d.run()), provider)
         started.append(r)
         return r

@@ -173,7 +173,8 @@ async def test_attempts_the_server_gave_up_during_a_disconnect_are_cancelled(pee
 
 
 async def test_drain_lets_attempts_finish_and_refuses_new_leases(peer: Peer, start_daemon: Any) -> None:
-    r = await start_daemon(peer.url, drain_grace=60)
+    rec = Recorder()
+    r = await start_daemon(peer.url, drain_grace=60, observers=[rec])
     await peer.wait_type("hello")
     await peer.send(make_lease("at_d1"))
     await peer.wait_type("attempt_status", where=lambda m: m.phase == "task")
@@ -186,6 +187,7 @@ async def test_drain_lets_attempts_finish_and_refuses_new_leases(peer: Peer, sta
     await peer.send(TaskEnd(attempt_id="at_d1", answer="done"))
     assert await r.stop() == 0
     assert peer.applied["at_d1"].outcome == "passed"
+    assert ("draining", (1,)) in rec.events and rec.events[-1] == ("stopped", (0,))
 
 
 async def test_drain_grace_running_out_cancels_with_a_reason(peer: Peer, start_daemon: Any) -> None:
@@ -251,3 +253,20 @@ async def test_an_open_start_state_holds_a_slot_until_closed(peer: Peer, start_d
     await peer.send(make_lease("at_j2"))
     await peer.wait_type("lease_accept", where=lambda m: m.attempt_id == "at_j2")
     assert "jb_1" in provider.state["destroyed"]
+
+
+async def test_observers_see_disconnects_reconnects_and_reaping(peer: Peer, start_daemon: Any) -> None:
+    rec = Recorder()
+    provider = FakeProvider()
+    provider.state["existing"] = ["at_left_behind"]
+    await start_daemon(peer.url, provider=provider, observers=[rec], tick_interval=0.05)
+    await peer.wait_type("hello")
+    await peer.wait_until(lambda: rec.names().count("tick") >= 3)  # the watchdog's heartbeat
+    await peer.close_current(4004, "bye")
+    await peer.wait_for(lambda rr: rr.conn == 2 and rr.msg.type == "hello")
+    await peer.wait_until(lambda: rec.names().count("connected") == 2)
+    names = rec.names()
+    assert ("reaped", (["at_left_behind"],)) in rec.events
+    assert names.index("disconnected") < names.index("reconnect_scheduled") < len(names) - 1
+    reason = next(a[0] for n, a in rec.events if n == "disconnected")
+    assert "4004" in reason
