@@ -101,7 +101,7 @@ def test_runner_unit_contract() -> None:
     assert unit_value(u, "KillSignal") == "SIGTERM"
     assert unit_value(u, "Restart") == "on-failure"
     assert unit_value(u, "User") == "gh-runner"
-    assert "libvirt" in unit_value(u, "SupplementaryGroups").split()
+    assert {"libvirt", "kvm"} <= set(unit_value(u, "SupplementaryGroups").split())
     assert unit_value(u, "LoadCredential") == "gh-runner-token:/etc/gh-runner/token"
     assert "--config /etc/gh-runner/config.yaml" in unit_value(u, "ExecStart")
     assert int(unit_value(u, "WatchdogSec").removesuffix("s")) > 0
@@ -123,6 +123,7 @@ def test_sysusers_and_tmpfiles_make_the_expected_host(root: Path) -> None:
     groups = {line.split(":")[0]: line.split(":") for line in (root / "etc/group").read_text().splitlines()}
     assert passwd["gh-runner"][6] == "/usr/sbin/nologin"
     assert "gh-runner" in groups["libvirt"][3].split(",")
+    assert "gh-runner" in groups["kvm"][3].split(",")
 
     r = run(tool("systemd-tmpfiles"), f"--root={root}", "--create", str(SYSTEMD_DIR / "gh-runner.tmpfiles"))
     assert r.returncode == 0, r.stderr
