@@ -21,12 +21,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gh_server.errors import ApiError
-from gh_server.models import ApiKey, new_id
+from gh_server.models import ApiKey, new_id, utcnow
 from gh_server.state import ServerState
 
 API_KEY_PREFIX = "gh_live_"
 RUNNER_TOKEN_PREFIX = "gh_rn_"
 ROLES = ("admin", "member")
+ENV_KEY_NAME = "admin (GH_SERVER_API_KEY)"
 
 
 def hash_secret(secret: str) -> str:
@@ -70,8 +71,12 @@ def ensure_admin_key(st: ServerState, out: TextIO | None = None) -> str | None:
     with st.db.begin() as s:
         if st.settings.admin_api_key:
             h = hash_secret(st.settings.admin_api_key)
+            # A changed GH_SERVER_API_KEY replaces the previous one: the old value stops working.
+            for old in s.scalars(select(ApiKey).where(ApiKey.name == ENV_KEY_NAME, ApiKey.revoked_at.is_(None))):
+                if not hmac.compare_digest(old.key_hash, h):
+                    old.revoked_at = utcnow()
             if s.scalar(select(ApiKey).where(ApiKey.key_hash == h)) is None:
-                create_key(s, "admin (GH_SERVER_API_KEY)", "admin", st.settings.admin_api_key)
+                create_key(s, ENV_KEY_NAME, "admin", st.settings.admin_api_key)
             return None
         existing = s.scalar(select(ApiKey.id).where(ApiKey.role == "admin", ApiKey.revoked_at.is_(None)).limit(1))
         if existing is not None:

@@ -96,15 +96,8 @@ def db_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
 
 def make_settings(db_url: str | None, **kw: object) -> tuple[Settings, Path]:
     data_dir = Path(tempfile.mkdtemp(prefix="gh-server-test-", dir="/var/tmp"))
-    settings = Settings(
-        data_dir=data_dir,
-        database_url=db_url,
-        host="127.0.0.1",
-        port=free_port(),
-        admin_api_key=None,
-        gateway=False,
-        **kw,
-    )  # type: ignore[arg-type]
+    fields: dict[str, object] = {"admin_api_key": None, "gateway": False, **kw}
+    settings = Settings(data_dir=data_dir, database_url=db_url, host="127.0.0.1", port=free_port(), **fields)  # type: ignore[arg-type]
     return settings, data_dir
 
 

@@ -344,3 +344,28 @@ def test_settings_precedence_and_config_file(tmp_path: Path, monkeypatch: pytest
         timeout=60,
     )
     assert r.returncode == 2 and "bad settings" in r.stderr
+
+
+def test_changed_env_admin_key_revokes_the_old_one() -> None:
+    from gh_server.app import create_state
+
+    settings, data_dir = make_settings(None, admin_api_key="gh_live_env_one")
+    try:
+        st = create_state(settings)
+        db.upgrade(st.engine)
+        ensure_admin_key(st)
+        st.settings.admin_api_key = "gh_live_env_two"
+        ensure_admin_key(st)
+        from sqlalchemy import select
+
+        from gh_server.auth import hash_secret
+        from gh_server.models import ApiKey
+
+        with st.db() as s:
+            rows = {r.key_hash: r.revoked_at for r in s.scalars(select(ApiKey))}
+        assert rows[hash_secret("gh_live_env_one")] is not None
+        assert rows[hash_secret("gh_live_env_two")] is None
+        assert not (data_dir / "admin-api-key").exists()
+        st.engine.dispose()
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
