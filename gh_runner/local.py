@@ -25,6 +25,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -143,6 +144,55 @@ def _free_socket() -> socket.socket:
     return sock
 
 
+def _quiet_server_class() -> type:
+    import uvicorn
+
+    class QuietServer(uvicorn.Server):
+        """uvicorn without its own SIGINT/SIGTERM handling: Ctrl-C must stop the runner (and its
+        machines) before the control plane it reports to, so `LocalRun` handles the signals."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return QuietServer
+
+
+def _quiet_server(config: Any) -> Any:
+    return _quiet_server_class()(config)
+
+
+class RunnerName:
+    """A runner name no other live `gh-runner local` on this host holds: `local-1`, `local-2`, ...
+
+    The QEMU provider names machines after the runner and reaps, at start, every machine of its
+    name that it does not know. A shared name would let one local run destroy another's machines;
+    a unique random name would let a killed run's machines linger forever. A name held by an
+    exclusive lock is both: a later run that gets the same name reaps what a dead one left.
+    """
+
+    def __init__(self, lock_dir: Path = DEFAULT_OUTPUT_ROOT / "locks", limit: int = 64) -> None:
+        import fcntl
+
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        for i in range(1, limit + 1):
+            fd = os.open(lock_dir / f"local-{i}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            self.name = f"local-{i}"
+            self._fd: int | None = fd
+            return
+        raise LocalError(f"{limit} gh-runner local runs are already going on this host")
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the lock
+            self._fd = None
+
+
 def _traversable_tmpdir(prefix: str) -> Path:
     # QEMU runs as libvirt-qemu: overlays must sit under directories it can traverse.
     d = Path(tempfile.mkdtemp(prefix=prefix, dir="/var/tmp"))
@@ -167,6 +217,7 @@ class LocalRun:
         self._state_tmp: Path | None = None
         self._server_task: asyncio.Task[Any] | None = None
         self._daemon_task: asyncio.Task[Any] | None = None
+        self._name: RunnerName | None = None
 
     def say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -212,7 +263,8 @@ class LocalRun:
             self._state_tmp = self._tmp / "runner-state"
             self._state_tmp.mkdir(mode=0o755)
             flags["state_dir"] = self._state_tmp
-        flags.update(server="http://127.0.0.1:1", token="gh_rn_placeholder", name="local")
+        self._name = RunnerName()
+        flags.update(server="http://127.0.0.1:1", token="gh_rn_placeholder", name=self._name.name)
         try:
             config = load_config(flags=flags)
         except ConfigError as e:
@@ -277,8 +329,8 @@ class LocalRun:
             if not any(getattr(r, "path", "") == "/v1/attempts/{attempt_id}/replay" for r in app.routes):
                 replays.install(app, app.state.gh)
         self.state = app.state.gh
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False, ws="websockets")
-        self.server = uvicorn.Server(config)
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False, ws="websockets-sansio")
+        self.server = _quiet_server(config)
         self._server_task = asyncio.create_task(self.server.serve(sockets=[sock]), name="gh-server")
         deadline = time.monotonic() + 60
         while not self.server.started:
@@ -291,7 +343,7 @@ class LocalRun:
         return f"http://127.0.0.1:{port}", admin_key
 
     async def _register_runner(self, http: httpx.AsyncClient) -> str:
-        r = await http.post("/v1/runners", json={"name": "local"})
+        r = await http.post("/v1/runners", json={"name": self._name.name if self._name else "local"})
         if r.status_code >= 300:
             raise LocalError(f"could not register the runner: HTTP {r.status_code}: {r.text[:300]}")
         return str(r.json()["token"])
@@ -367,7 +419,9 @@ class LocalRun:
         assert self.run_id is not None
         results_r = await http.get(f"/v1/test_runs/{self.run_id}/results")
         results = results_r.json() if results_r.status_code == 200 else None
-        attempts = await _list_all(http, f"/v1/test_runs/{self.run_id}/attempts")
+        listed = await _list_all(http, f"/v1/test_runs/{self.run_id}/attempts")
+        # Results count the last attempt of each try; the retried ones go to the report on their own.
+        attempts = [a for a in listed if a.get("is_last", True)]
         out_dir = (self.opts.report.parent if self.opts.report else DEFAULT_OUTPUT_ROOT / self.run_id)
         report_path = self.opts.report or out_dir / "report.json"
         replays_dir = out_dir / "replays"
@@ -435,6 +489,8 @@ class LocalRun:
                 self.state.engine.dispose()
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
+        if self._name is not None:
+            self._name.release()
 
     async def _reap_leftovers(self) -> None:
         # Belt and braces after a forced stop: a fresh provider finds this runner's domains and overlays.
