@@ -91,8 +91,9 @@ class _Rejected(Exception):
 def _runner_by_token(session: Session, token: str) -> tuple[str, str] | None:
     digest = hash_secret(token)
     row = session.execute(
-        select(Runner.id, Runner.name, Runner.token_hash)
-        .where(Runner.token_hash == digest, Runner.revoked_at.is_(None))
+        select(Runner.id, Runner.name, Runner.token_hash).where(
+            Runner.token_hash == digest, Runner.revoked_at.is_(None)
+        )
     ).first()
     if row is None or not hmac.compare_digest(row.token_hash, digest):
         return None
@@ -173,7 +174,9 @@ def _queued_jobs(session: Session, runner_id: str) -> list[tuple[str, dict[str, 
 
 def _mark_job_sent(session: Session, job_id: str) -> None:
     session.execute(
-        update(RunnerJob).where(RunnerJob.id == job_id, RunnerJob.status == "queued").values(status="sent")
+        update(RunnerJob)
+        .where(RunnerJob.id == job_id, RunnerJob.status == "queued")
+        .values(status="sent")
         .execution_options(synchronize_session=False)
     )
 
@@ -222,7 +225,11 @@ class Gateway:
             state.wakeup = asyncio.Event()
         s = self.settings
         self.scheduler = sched.Scheduler(
-            self.dbq, self, state.wakeup, grace_s=s.runner_grace_seconds, dead_after_s=s.dead_after,
+            self.dbq,
+            self,
+            state.wakeup,
+            grace_s=s.runner_grace_seconds,
+            dead_after_s=s.dead_after,
             judge_configured=s.judge is not None,
         )
         self.scheduler.start()
@@ -235,8 +242,17 @@ class Gateway:
         await self.agents.stop_all()
         if self.scheduler is not None:
             await self.scheduler.stop()
-        for conn in list(self.conns.values()):
+        conns = list(self.conns.values())
+        for conn in conns:
             await conn.close(protocol.CLOSE_SERVER_SHUTDOWN, "server shutting down")
+        if conns:  # so the API shows them offline now, not when their last_seen_at ages out
+            with contextlib.suppress(Exception):
+
+                def gone(s: Session) -> None:
+                    for c in conns:
+                        _record_disconnect(s, c.runner_id, c.session_id)
+
+                await self.dbq.run(gone)
         for _, _, fut in list(self._pending.values()):
             if not fut.done():
                 fut.set_result(protocol.MachineResponse(request_id="", ok=False, error="server shutting down"))
@@ -281,13 +297,18 @@ class Gateway:
         self._pending[req.request_id] = (runner_id, conn.session_id if conn else "", fut)
         try:
             if conn is None or not await conn.send(req):
-                return protocol.MachineResponse(request_id=req.request_id, ok=False,
-                                                error="the runner holding this machine is not connected")
+                return protocol.MachineResponse(
+                    request_id=req.request_id, ok=False, error="the runner holding this machine is not connected"
+                )
             try:
                 return await asyncio.wait_for(asyncio.shield(fut), timeout)
             except TimeoutError:
-                return protocol.MachineResponse(request_id=req.request_id, ok=False, timed_out=True,
-                                                error=f"the runner did not answer within {timeout:g} s")
+                return protocol.MachineResponse(
+                    request_id=req.request_id,
+                    ok=False,
+                    timed_out=True,
+                    error=f"the runner did not answer within {timeout:g} s",
+                )
         finally:
             self._pending.pop(req.request_id, None)
 
@@ -341,18 +362,24 @@ class Gateway:
             await ws.send_text(protocol.encode(protocol.ErrorMsg(code=e.code, message=e.message)))
             raise _Rejected(1008, "the first frame must be a valid hello") from None
         if not isinstance(hello, protocol.Hello):
-            await ws.send_text(protocol.encode(protocol.ErrorMsg(
-                code="bad_message", message="the first frame must be hello", ref_type=hello.type)))
+            await ws.send_text(
+                protocol.encode(
+                    protocol.ErrorMsg(code="bad_message", message="the first frame must be hello", ref_type=hello.type)
+                )
+            )
             raise _Rejected(1008, "the first frame must be hello")
         if hello.protocol != protocol.PROTOCOL_VERSION:
-            raise _Rejected(protocol.CLOSE_PROTOCOL_UNSUPPORTED,
-                            f"protocol {hello.protocol} unsupported; this server speaks {protocol.PROTOCOL_VERSION}")
+            raise _Rejected(
+                protocol.CLOSE_PROTOCOL_UNSUPPORTED,
+                f"protocol {hello.protocol} unsupported; this server speaks {protocol.PROTOCOL_VERSION}",
+            )
         old = self.conns.get(runner_id)
         if old is not None:
             await old.close(protocol.CLOSE_REPLACED, "another connection with this token took over")
         session_id = uuid.uuid4().hex
-        conn = _Conn(runner_id, name, session_id, ws, asyncio.Lock(), asyncio.Event(), time.monotonic(),
-                     len(hello.in_flight))
+        conn = _Conn(
+            runner_id, name, session_id, ws, asyncio.Lock(), asyncio.Event(), time.monotonic(), len(hello.in_flight)
+        )
 
         def job(s: Session) -> tuple[str | None, sched.Reconciled]:
             n = _record_hello(s, runner_id, session_id, hello)
@@ -362,10 +389,14 @@ class Gateway:
         if recorded is None:
             raise _Rejected(protocol.CLOSE_TOKEN_REVOKED, "runner was deleted")
         self.conns[runner_id] = conn
-        await conn.send(protocol.Welcome(
-            runner_id=runner_id, heartbeat_interval=self.settings.heartbeat_interval,
-            dead_after=self.settings.dead_after, resume=rec.resume,
-        ))
+        await conn.send(
+            protocol.Welcome(
+                runner_id=runner_id,
+                heartbeat_interval=self.settings.heartbeat_interval,
+                dead_after=self.settings.dead_after,
+                resume=rec.resume,
+            )
+        )
         for aid in rec.unwanted:
             await conn.send(protocol.Cancel(attempt_id=aid, reason="the server no longer wants this attempt"))
         for aid in rec.lost:
@@ -374,8 +405,14 @@ class Gateway:
             self._run_changed(run)
         await self.agents.resend_task_ends(runner_id, rec.resume)
         await self._send_queued_jobs(conn)
-        log.info("runner %s (%s) connected: %d slots, %d resumed, %d lost", name, runner_id, hello.slots,
-                 len(rec.resume), len(rec.lost))
+        log.info(
+            "runner %s (%s) connected: %d slots, %d resumed, %d lost",
+            name,
+            runner_id,
+            hello.slots,
+            len(rec.resume),
+            len(rec.lost),
+        )
         self._poke()
         return conn
 
@@ -384,8 +421,9 @@ class Gateway:
             del self.conns[conn.runner_id]
         for rid, sid, fut in list(self._pending.values()):
             if rid == conn.runner_id and sid == conn.session_id and not fut.done():
-                fut.set_result(protocol.MachineResponse(request_id="", ok=False,
-                                                        error="the runner disconnected before answering"))
+                fut.set_result(
+                    protocol.MachineResponse(request_id="", ok=False, error="the runner disconnected before answering")
+                )
         try:
             await self.dbq.run(lambda s: _record_disconnect(s, conn.runner_id, conn.session_id))
         except Exception:
@@ -442,8 +480,13 @@ class Gateway:
                 await self._dispatch(conn, msg)
             except Exception:
                 log.exception("handling %s from runner %s failed", getattr(msg, "type", "?"), conn.name)
-                await conn.send(protocol.ErrorMsg(code="internal", message="the server could not handle this frame; "
-                                                  "it was not applied", ref_type=getattr(msg, "type", None)))
+                await conn.send(
+                    protocol.ErrorMsg(
+                        code="internal",
+                        message="the server could not handle this frame; it was not applied",
+                        ref_type=getattr(msg, "type", None),
+                    )
+                )
 
     async def _dispatch(self, conn: _Conn, msg: Any) -> None:
         rid = conn.runner_id
@@ -466,12 +509,20 @@ class Gateway:
             try:
                 png = base64.b64decode(msg.png_b64, validate=True)
             except (binascii.Error, ValueError):
-                await conn.send(protocol.ErrorMsg(code="bad_message", message="replay_frame: png_b64 is not base64",
-                                                  ref_type=msg.type))
+                await conn.send(
+                    protocol.ErrorMsg(
+                        code="bad_message", message="replay_frame: png_b64 is not base64", ref_type=msg.type
+                    )
+                )
                 return
             if not await self.dbq.run(lambda s: _store_frame(s, rid, msg, png)):
-                await conn.send(protocol.ErrorMsg(code="refused", ref_type=msg.type,
-                                                  message=f"attempt {msg.attempt_id} is not leased to this runner"))
+                await conn.send(
+                    protocol.ErrorMsg(
+                        code="refused",
+                        ref_type=msg.type,
+                        message=f"attempt {msg.attempt_id} is not leased to this runner",
+                    )
+                )
         elif isinstance(msg, protocol.LeaseAccept):
             pass  # the lease row is already `leased` to it; its statuses move it on from here
         elif isinstance(msg, protocol.LeaseRefuse):
@@ -485,8 +536,11 @@ class Gateway:
         elif isinstance(msg, protocol.ErrorMsg):
             log.warning("runner %s reports %s: %s", conn.name, msg.code, msg.message[:300])
         elif isinstance(msg, protocol.Hello):
-            await conn.send(protocol.ErrorMsg(code="bad_message", message="hello was already received on this "
-                                              "connection", ref_type="hello"))
+            await conn.send(
+                protocol.ErrorMsg(
+                    code="bad_message", message="hello was already received on this connection", ref_type="hello"
+                )
+            )
         if time.monotonic() - conn.last_db_seen > self.settings.heartbeat_interval:
             conn.last_db_seen = time.monotonic()
             if not await self.dbq.run(lambda s: _touch(s, rid, conn.session_id, conn.busy)):
@@ -554,7 +608,8 @@ def _rubric_case(session: Session, runner_id: str, attempt_id: str) -> dict[str,
     from gh_server.models import RunCase
 
     row = session.execute(
-        select(Attempt.status, Attempt.runner_id, RunCase.case).join(RunCase, RunCase.id == Attempt.run_case_id)
+        select(Attempt.status, Attempt.runner_id, RunCase.case)
+        .join(RunCase, RunCase.id == Attempt.run_case_id)
         .where(Attempt.id == attempt_id)
     ).first()
     if row is None or row.runner_id != runner_id or row.status in ("done", "cancelled"):

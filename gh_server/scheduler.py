@@ -206,27 +206,32 @@ def active_counts(session: Session, runner_ids: Sequence[str]) -> dict[str, int]
 def load_runner_caps(session: Session, runner_ids: Sequence[str]) -> list[RunnerCaps]:
     if not runner_ids:
         return []
-    rows = session.scalars(
-        select(Runner).where(Runner.id.in_(list(runner_ids)), Runner.revoked_at.is_(None))
-    ).all()
+    rows = session.scalars(select(Runner).where(Runner.id.in_(list(runner_ids)), Runner.revoked_at.is_(None))).all()
     counts = active_counts(session, [r.id for r in rows])
     caps = []
     for r in rows:
         images = frozenset(str(i.get("name")) for i in (r.images or []) if isinstance(i, dict))
         held = frozenset(
-            (str(h.get("start_state_id")), int(h.get("version") or 0)) for h in (r.held_versions or [])
+            (str(h.get("start_state_id")), int(h.get("version") or 0))
+            for h in (r.held_versions or [])
             if isinstance(h, dict)
         )
-        caps.append(RunnerCaps(r.id, r.name, frozenset(r.labels or []), images, held,
-                               free=max(0, r.slots - counts.get(r.id, 0))))
+        caps.append(
+            RunnerCaps(
+                r.id, r.name, frozenset(r.labels or []), images, held, free=max(0, r.slots - counts.get(r.id, 0))
+            )
+        )
     return caps
 
 
 _T = cast(Table, Attempt.__table__)
 # Built once and run on the connection (not through the ORM): constructing and routing a statement per
 # result costs more than executing it.
-_RESULT_TARGET = select(_T.c.runner_id, _T.c.status, _T.c.outcome, _T.c.test_run_id, _T.c.started_at,
-                        _T.c.leased_at).where(_T.c.id == bindparam("b_id"))
+_RESULT_TARGET = select(
+    _T.c.runner_id, _T.c.status, _T.c.outcome, _T.c.test_run_id, _T.c.started_at, _T.c.leased_at
+).where(_T.c.id == bindparam("b_id"))
+
+
 @dataclass
 class LeasePass:
     grants: list[Grant] = field(default_factory=list)
@@ -261,14 +266,19 @@ def lease_pass(
     after: tuple[datetime, str] | None = None
     started_runs: set[str] = set()
     while free > 0 and out.scanned < scan_budget:
-        q = select(Attempt.id, Attempt.created_at, Attempt.runs_on, Attempt.required_runner_id,
-                   Attempt.run_case_id, Attempt.test_run_id, Attempt.agent_id, Attempt.try_number
-                   ).where(Attempt.status == "queued")
+        q = select(
+            Attempt.id,
+            Attempt.created_at,
+            Attempt.runs_on,
+            Attempt.required_runner_id,
+            Attempt.run_case_id,
+            Attempt.test_run_id,
+            Attempt.agent_id,
+            Attempt.try_number,
+        ).where(Attempt.status == "queued")
         if after is not None:
             q = q.where(or_(Attempt.created_at > after[0], and_(Attempt.created_at == after[0], Attempt.id > after[1])))
-        page = session.execute(
-            q.order_by(Attempt.created_at, Attempt.id).limit(min(1000, max(64, free * 2)))
-        ).all()
+        page = session.execute(q.order_by(Attempt.created_at, Attempt.id).limit(min(1000, max(64, free * 2)))).all()
         if not page:
             break
         infos = cache.get_many(session, [row.run_case_id for row in page])
@@ -277,9 +287,18 @@ def lease_pass(
             rc = infos[row.run_case_id]
             if rc.rubric is not None and not judge_configured:
                 # Retrying cannot help: no model will be there to judge the next attempt either.
-                if fail_attempt(session, row.id, "this case has a rubric and no judge model is configured on "
-                                "this server (set the judge endpoint in the server settings)",
-                                retry=False, now=now, expect_status="queued") is not None:
+                if (
+                    fail_attempt(
+                        session,
+                        row.id,
+                        "this case has a rubric and no judge model is configured on "
+                        "this server (set the judge endpoint in the server settings)",
+                        retry=False,
+                        now=now,
+                        expect_status="queued",
+                    )
+                    is not None
+                ):
                     out.failed_runs.add(row.test_run_id)
                 continue
             cand = Candidate(row.id, row.runs_on or "vm", rc.start_state, row.required_runner_id or rc.runner_id)
@@ -292,8 +311,9 @@ def lease_pass(
             r.free -= 1
             free -= 1
             started_runs.add(row.test_run_id)
-            out.grants.append(Grant(row.id, r.runner_id, row.test_run_id, row.agent_id, row.try_number,
-                                    row.run_case_id))
+            out.grants.append(
+                Grant(row.id, r.runner_id, row.test_run_id, row.agent_id, row.try_number, row.run_case_id)
+            )
             out.run_cases[row.run_case_id] = rc
             if free <= 0:
                 break
@@ -335,9 +355,18 @@ def _retry(session: Session, a: Attempt, now: datetime) -> str | None:
     if run_status == "cancelled":
         return None
     new = Attempt(
-        id=new_id("at_"), test_run_id=a.test_run_id, run_case_id=a.run_case_id, test_case_id=a.test_case_id,
-        agent_id=a.agent_id, try_number=a.try_number, retry_of=a.id, is_last=True, status="queued",
-        runs_on=a.runs_on, required_runner_id=a.required_runner_id, created_at=now,
+        id=new_id("at_"),
+        test_run_id=a.test_run_id,
+        run_case_id=a.run_case_id,
+        test_case_id=a.test_case_id,
+        agent_id=a.agent_id,
+        try_number=a.try_number,
+        retry_of=a.id,
+        is_last=True,
+        status="queued",
+        runs_on=a.runs_on,
+        required_runner_id=a.required_runner_id,
+        created_at=now,
     )
     a.is_last = False
     session.add(new)
@@ -345,7 +374,12 @@ def _retry(session: Session, a: Attempt, now: datetime) -> str | None:
 
 
 def fail_attempt(
-    session: Session, attempt_id: str, error: str, *, retry: bool = True, now: datetime | None = None,
+    session: Session,
+    attempt_id: str,
+    error: str,
+    *,
+    retry: bool = True,
+    now: datetime | None = None,
     expect_status: str | Sequence[str] | None = None,
 ) -> str | None:
     """Make an unfinished attempt an `error` and queue its retry. Returns the retry's id, if any.
@@ -397,8 +431,23 @@ def _check_text(c: protocol.CheckOutput | None) -> str | None:
 _APPLY_RESULT = (
     update(_T)
     .where(_T.c.id == bindparam("b_id"), _T.c.status == bindparam("b_status"))
-    .values({c: bindparam(c) for c in ("check", "metrics", "outcome", "error", "answer", "status", "started_at",
-                                       "finished_at", "seconds", "judge")})
+    .values(
+        {
+            c: bindparam(c)
+            for c in (
+                "check",
+                "metrics",
+                "outcome",
+                "error",
+                "answer",
+                "status",
+                "started_at",
+                "finished_at",
+                "seconds",
+                "judge",
+            )
+        }
+    )
 )
 
 
@@ -442,8 +491,12 @@ def apply_result(
             "passed": None if after_verdict is None else after_verdict == "True",
         },
         "metrics": {
-            "active_seconds": round(m.active_seconds), "steps": m.steps, "questions": m.questions,
-            "approvals": m.approvals, "cost_cents": None, "phase_seconds": dict(m.phase_seconds),
+            "active_seconds": round(m.active_seconds),
+            "steps": m.steps,
+            "questions": m.questions,
+            "approvals": m.approvals,
+            "cost_cents": None,
+            "phase_seconds": dict(m.phase_seconds),
         },
         "outcome": outcome,
         "error": (error or "attempt failed on the runner without a reason")[:4000] if outcome == "error" else None,
@@ -497,8 +550,9 @@ def reconcile_in_flight(session: Session, runner_id: str, name: str, in_flight: 
     """After a hello: keep what both sides have, error what the runner lost, cancel the rest."""
     held = set(in_flight)
     rows = session.execute(
-        select(Attempt.id, Attempt.test_run_id, Attempt.status)
-        .where(Attempt.runner_id == runner_id, Attempt.status.in_(ACTIVE))
+        select(Attempt.id, Attempt.test_run_id, Attempt.status).where(
+            Attempt.runner_id == runner_id, Attempt.status.in_(ACTIVE)
+        )
     ).all()
     ours = {aid: run for aid, run, _ in rows}
     now = utcnow()
@@ -508,8 +562,12 @@ def reconcile_in_flight(session: Session, runner_id: str, name: str, in_flight: 
             continue
         if status == "leased" and release_lease(session, aid, runner_id):
             continue  # offered but never started: nothing ran, so it is not an error; it goes back to the queue
-        fail_attempt(session, aid, f"runner {name} reconnected without this attempt (it was lost on the "
-                     "runner, e.g. by a restart)", now=now)
+        fail_attempt(
+            session,
+            aid,
+            f"runner {name} reconnected without this attempt (it was lost on the runner, e.g. by a restart)",
+            now=now,
+        )
         lost.append(aid)
         runs.add(run)
     resume = [aid for aid in in_flight if aid in ours]
@@ -527,17 +585,22 @@ def expire_disconnected(session: Session, grace_s: float, dead_after_s: float) -
     now = utcnow()
     cutoff = now - timedelta(seconds=grace_s)
     stale = now - timedelta(seconds=grace_s + dead_after_s)
-    holders = session.execute(
-        select(Attempt.runner_id).where(Attempt.status.in_(ACTIVE), Attempt.runner_id.is_not(None)).distinct()
-    ).scalars().all()
+    holders = (
+        session.execute(
+            select(Attempt.runner_id).where(Attempt.status.in_(ACTIVE), Attempt.runner_id.is_not(None)).distinct()
+        )
+        .scalars()
+        .all()
+    )
     if not holders:
         return [], set()
     gone = session.scalars(
         select(Runner).where(
             Runner.id.in_(list(holders)),
             or_(
-                and_(Runner.session_id.is_(None),
-                     or_(Runner.disconnected_at.is_(None), Runner.disconnected_at < cutoff)),
+                and_(
+                    Runner.session_id.is_(None), or_(Runner.disconnected_at.is_(None), Runner.disconnected_at < cutoff)
+                ),
                 Runner.last_seen_at < stale,
                 Runner.revoked_at.is_not(None),
             ),
@@ -573,8 +636,10 @@ def cancel_attempts_of_cancelled_runs(session: Session) -> list[tuple[str, str]]
     now = utcnow()
     for aid, rid, status in rows:
         session.execute(
-            update(Attempt).where(Attempt.id == aid, Attempt.status == status)
-            .values(status="cancelled", finished_at=now).execution_options(synchronize_session=False)
+            update(Attempt)
+            .where(Attempt.id == aid, Attempt.status == status)
+            .values(status="cancelled", finished_at=now)
+            .execution_options(synchronize_session=False)
         )
         if status != "queued" and rid is not None:
             out.append((aid, rid))
@@ -646,8 +711,13 @@ def _enqueue_completed(session: Session, run: TestRun) -> None:
     except Exception:  # the run must complete even if its webhook body cannot be rendered
         log.exception("could not render test_run %s for its webhook", run.id)
         progress, pass_rate = run_summary(session, run.id)
-        payload = {"object": "test_run", "test_run_id": run.id, "status": run.status, "progress": progress,
-                   "pass_rate": pass_rate}
+        payload = {
+            "object": "test_run",
+            "test_run_id": run.id,
+            "status": run.status,
+            "progress": progress,
+            "pass_rate": pass_rate,
+        }
     webhooks.enqueue(session, "test_run.completed", payload)
 
 
@@ -788,13 +858,17 @@ class Scheduler:
             self._dirty_runs.add(run)
         if result.failed_runs:
             self.wakeup.set()
-        sent = 0
-        for g in result.grants:
-            msg = lease_message(g, result.run_cases[g.run_case_id], self.script_timeout)
-            if await self.sink.send(g.runner_id, msg):
-                sent += 1
-            else:
-                await self.dbq.run(lambda s, g=g: release_lease(s, g.attempt_id, g.runner_id))  # type: ignore[misc]
+        # Concurrently: one slow socket must not hold up every other runner's leases.
+        oks = await asyncio.gather(
+            *(
+                self.sink.send(g.runner_id, lease_message(g, result.run_cases[g.run_case_id], self.script_timeout))
+                for g in result.grants
+            )
+        )
+        undelivered = [g for g, ok in zip(result.grants, oks, strict=True) if not ok]
+        if undelivered:
+            await self.dbq.run(lambda s: [release_lease(s, g.attempt_id, g.runner_id) for g in undelivered])
+        sent = len(result.grants) - len(undelivered)
         if result.grants:
             self.wakeup.set()  # there may be more to lease (pages, other runners)
         return sent

@@ -62,8 +62,13 @@ def _load(session: Session, attempt_id: str) -> dict[str, Any] | None:
     ).first()
     if row is None:
         return None
-    return {"status": row.status, "runner_id": row.runner_id, "agent_id": row.agent_id,
-            "test_run_id": row.test_run_id, "case": dict(row.case or {})}
+    return {
+        "status": row.status,
+        "runner_id": row.runner_id,
+        "agent_id": row.agent_id,
+        "test_run_id": row.test_run_id,
+        "case": dict(row.case or {}),
+    }
 
 
 def _secret_values(case: dict[str, Any]) -> list[str]:
@@ -93,8 +98,9 @@ class AgentSupervisor:
         info = await self.gw.dbq.run(lambda s: _load(s, attempt_id))
         if info is None or info["runner_id"] != runner_id or info["status"] != "running":
             return
-        self.tasks[attempt_id] = asyncio.create_task(self._drive(runner_id, attempt_id, info),
-                                                     name=f"gh-agent-{attempt_id}")
+        self.tasks[attempt_id] = asyncio.create_task(
+            self._drive(runner_id, attempt_id, info), name=f"gh-agent-{attempt_id}"
+        )
 
     def stop(self, attempt_id: str) -> None:
         """The task phase is over for this attempt (checking, result, cancel): stop its agent."""
@@ -124,9 +130,16 @@ class AgentSupervisor:
         agent_id = info["agent_id"]
         token = secrets.token_urlsafe(32)
         machine = Machine(self.gw.machine_request, runner_id, attempt_id, redact=_secret_values(case))
-        ctx = AgentContext(attempt_id=attempt_id, runner_id=runner_id, agent_id=agent_id,
-                           test_run_id=info["test_run_id"], case=case, machine=machine,
-                           machine_api_url=self.machine_api_url, machine_api_token=token)
+        ctx = AgentContext(
+            attempt_id=attempt_id,
+            runner_id=runner_id,
+            agent_id=agent_id,
+            test_run_id=info["test_run_id"],
+            case=case,
+            machine=machine,
+            machine_api_url=self.machine_api_url,
+            machine_api_token=token,
+        )
         grant = Grant(attempt_id, runner_id, machine, ctx, ctx.max_steps)
         ctx.ask_customer = lambda q: self.ask(grant, q)
         key = _token_key(token)
@@ -137,8 +150,13 @@ class AgentSupervisor:
             out: AgentOutcome = await asyncio.wait_for(agent.run(ctx), ctx.minutes * 60.0 + TIME_SLACK_S)
             if grant.customer_error:
                 raise AgentError(grant.customer_error)
-            end = protocol.TaskEnd(attempt_id=attempt_id, answer=out.answer, steps=max(out.steps, grant.steps),
-                                   questions=max(out.questions, grant.questions), approvals=out.approvals)
+            end = protocol.TaskEnd(
+                attempt_id=attempt_id,
+                answer=out.answer,
+                steps=max(out.steps, grant.steps),
+                questions=max(out.questions, grant.questions),
+                approvals=out.approvals,
+            )
         except asyncio.CancelledError:
             self.grants.pop(key, None)
             raise
@@ -148,12 +166,17 @@ class AgentSupervisor:
             end = protocol.TaskEnd(attempt_id=attempt_id, error=str(e)[:2000], steps=grant.steps)
         except Exception as e:
             log.exception("agent %s crashed on %s", agent_id, attempt_id)
-            end = protocol.TaskEnd(attempt_id=attempt_id, steps=grant.steps,
-                                   error=f"agent {agent_id} crashed: {type(e).__name__}: {str(e)[:500]}")
+            end = protocol.TaskEnd(
+                attempt_id=attempt_id,
+                steps=grant.steps,
+                error=f"agent {agent_id} crashed: {type(e).__name__}: {str(e)[:500]}",
+            )
         finally:
             self.grants.pop(key, None)
         self.tasks.pop(attempt_id, None)
         self._ended[attempt_id] = (runner_id, end)
+        while len(self._ended) > 10_000:  # runners that never came back: forget the oldest
+            self._ended.pop(next(iter(self._ended)))
         if not await self.gw.send(runner_id, end):
             log.info("task_end for %s kept until runner %s is back", attempt_id, runner_id)
 
@@ -167,8 +190,10 @@ class AgentSupervisor:
         grant.questions += 1
         endpoint = self.gw.settings.customer_model
         if endpoint is None:
-            grant.customer_error = ("the agent asked the simulated customer a question and no customer model is "
-                                    "configured on this server (set customer_model in the server settings)")
+            grant.customer_error = (
+                "the agent asked the simulated customer a question and no customer model is "
+                "configured on this server (set customer_model in the server settings)"
+            )
             raise AgentError(grant.customer_error)
         try:
             return await ask_customer(endpoint, grant.ctx.case, question)

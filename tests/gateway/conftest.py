@@ -164,6 +164,8 @@ def start_server(settings: Settings) -> GwServer:
 
 
 def stop_server(srv: GwServer) -> None:
+    if not srv.thread.is_alive():
+        return
     srv.server.should_exit = True
     srv.thread.join(timeout=30)
     srv.state.engine.dispose()

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 import websockets
 
 from gh_runner import protocol
 
-from .conftest import GwServer, await_for
+from .conftest import GwServer, await_for, stop_server
 from .simrunner import SimRunner, now
 
 
@@ -111,3 +112,28 @@ async def test_first_frame_must_be_hello(server: GwServer) -> None:
     assert "hello" in err.message
     assert await r.wait_closed() == 1008
     await r.close()
+
+
+async def test_unsupported_protocol_is_closed_4002(server: GwServer) -> None:
+    _, token = server.add_runner()
+    r = SimRunner(server.ws_url, token)
+    r.hello = r.hello.model_copy(update={"protocol": 99})
+    await r.connect(send_hello=False)
+    await r.send(r.hello)
+    assert await r.wait_closed() == protocol.CLOSE_PROTOCOL_UNSUPPORTED
+    await r.close()
+
+
+async def test_server_shutdown_closes_runners_and_marks_them_offline(server_factory: Any) -> None:
+    server: GwServer = server_factory()
+    rid, token = server.add_runner()
+    r = await SimRunner(server.ws_url, token).connect()
+    try:
+        assert server.runner_row(rid).session_id
+        await asyncio.to_thread(stop_server, server)
+        # uvicorn may close the socket itself (1012) before the app's own 4004: both say "come back later".
+        assert await r.wait_closed() in (1012, protocol.CLOSE_SERVER_SHUTDOWN)
+        row = server.runner_row(rid)
+        assert row.session_id is None and row.disconnected_at is not None
+    finally:
+        await r.close()
