@@ -53,8 +53,9 @@ INITRAMFS_MODULES = [
 ]
 # Loaded by the root's rcS: the guest-agent port, USB host controllers (ehci before uhci, as the
 # kernel asks; xhci for q35) with HID and evdev for the tablet, and virtio-input for a virtio tablet.
-ROOT_MODULES = [
-    "virtio_console", "ehci_hcd", "ehci_pci", "uhci_hcd", "xhci_hcd", "xhci_pci",
+ROOT_MODULES = ["virtio_console"]
+ROOT_MODULES_LATE = [
+    "ehci_hcd", "ehci_pci", "uhci_hcd", "xhci_hcd", "xhci_pci",
     "usbhid", "hid_generic", "evdev", "virtio_input",
 ]
 OPTIONAL = {"crc32c_generic", "ext4", "ehci_hcd", "ehci_pci", "uhci_hcd", "xhci_hcd", "xhci_pci", "usbhid"}
@@ -92,6 +93,7 @@ class Inputs:
             "cmdline": CMDLINE,
             "initramfs_modules": INITRAMFS_MODULES,
             "root_modules": ROOT_MODULES,
+            "root_modules_late": ROOT_MODULES_LATE,
             "disk_mib": DISK_MIB,
             "memory_mib": MEMORY_MIB,
         }
@@ -200,10 +202,11 @@ def build_rootfs(inputs: Inputs, kver: str, modules: ModuleTree, initramfs_loade
             shutil.copy2(src, libdir / Path(soname).name)
         else:
             shutil.copy2(src, libdir / soname)
-    order = modules.load_order(modules.available(ROOT_MODULES, OPTIONAL), already=initramfs_loaded)
     moddir = root / "lib" / "modules" / kver
-    rels = modules.install(order, moddir)
-    (moddir / "modules.load").write_text("\n".join(rels) + "\n")
+    early = modules.load_order(modules.available(ROOT_MODULES, OPTIONAL), already=initramfs_loaded)
+    late = modules.load_order(modules.available(ROOT_MODULES_LATE, OPTIONAL), already=initramfs_loaded | set(early))
+    (moddir / "modules.load").write_text("\n".join(modules.install(early, moddir)) + "\n")
+    (moddir / "modules.late").write_text("\n".join(modules.install(late, moddir)) + "\n")
     _copy_assets(ASSETS / "rootfs", root)
     for d in ("proc", "sys", "dev", "run", "root", "var/log", "mnt"):
         (root / d).mkdir(parents=True, exist_ok=True)
@@ -255,7 +258,9 @@ def provisioning(version: str, tablet: str) -> tuple[list[Script], list[Script]]
             "set -e\n"
             "test -x /bin/sh\n"
             "test -e /dev/virtio-ports/org.qemu.guest_agent.0\n"
-            f"grep -q '{device}' /proc/bus/input/devices || {{ echo 'no {device} in /dev/input' >&2; exit 1; }}\n"
+            # the input modules load in the background: give them 20 s
+            f"i=0; until grep -q '{device}' /proc/bus/input/devices; do i=$((i + 1)); "
+            f"[ $i -gt 200 ] && {{ echo 'no {device} in /dev/input' >&2; exit 1; }}; usleep 100000; done\n"
             "ls /dev/input/event* >/dev/null\n",
             60,
         ),
@@ -304,7 +309,16 @@ def build(out: Path, cache: debs.DebCache, *, kernel_flavour: str = "cloud", for
         if not force and (existing := pipeline.up_to_date(out / NAME, quick_key, key="quick_key")) is not None:
             log(f"{NAME} {existing.version} is up to date in {out / NAME} ({time.monotonic() - started:.1f} s)")
             return out / NAME
-        inputs = gather_inputs(cache, work, kernel_flavour)
+        try:
+            inputs = gather_inputs(cache, work, kernel_flavour)
+        except BuildError as e:
+            # Empty lists on a fresh machine, or old ones naming files the mirror dropped: refresh once.
+            if os.geteuid() != 0:
+                raise
+            log(f"{e}; refreshing apt's package lists and retrying")
+            proc.run(["apt-get", "update", "-qq"], timeout=900)
+            shutil.rmtree(work / "pkg", ignore_errors=True)
+            inputs = gather_inputs(cache, work, kernel_flavour)
         record = inputs.record()
         digest = pipeline.inputs_digest(record)
         version = digest[:16]
