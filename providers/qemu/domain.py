@@ -222,7 +222,7 @@ def isolated_network_xml() -> str:
     """A network with no <forward>: guests reach only the host bridge address (for WinRM), never the LAN."""
     return (
         f"<network><name>{ISOLATED_NETWORK}</name>"
-        "<bridge name='gh-iso0' stp='on' delay='0'/>"
+        "<bridge name='gh-iso0' stp='on' delay='0'/><dns enable='no'/>"
         "<ip address='192.168.239.1' netmask='255.255.255.0'>"
         "<dhcp><range start='192.168.239.10' end='192.168.239.250'/></dhcp></ip>"
         "</network>"
