@@ -173,7 +173,7 @@ def _plus(t: datetime | None, seconds: float) -> datetime | None:
     return t + timedelta(seconds=seconds) if t is not None else None
 
 
-def start_state(row: StartState, labels: list[str] | None = None) -> dict[str, Any]:
+def start_state(row: StartState, labels: list[str] | None = None, os_name: str = "") -> dict[str, Any]:
     meta = dict(row.metadata_ or {})
     view = None
     if row.status == "open":
@@ -197,7 +197,7 @@ def start_state(row: StartState, labels: list[str] | None = None) -> dict[str, A
         "task_id": row.task_id,
         "status": _SS_STATUS.get(row.status, row.status),
         "version": row.version,
-        "os": "",
+        "os": os_name,
         "labels": list(labels if labels is not None else row.runner_labels or []),
         "runner_id": row.runner_id,
         "error": row.error,

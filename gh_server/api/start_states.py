@@ -162,7 +162,7 @@ def list_start_states(
             )
         )
     rows, has_more, nxt, total = paginate(s, stmt, StartState.created_at, StartState.id, page)
-    data.extend(serialize.start_state(r) for r in rows)
+    data.extend(serialize.start_state(r, os_name=imgs.get(r.image, {}).get("os", "")) for r in rows)
     if total is not None and kind is None:
         total += len(img_names)
     return page_body(data, has_more, nxt, total)
@@ -232,7 +232,8 @@ async def create_start_state(body: StartStateCreate, request: Request, _p: Princ
 
 @router.get("/v1/start_states/{start_state_id}", summary="Retrieve a start state")
 def retrieve_start_state(start_state_id: str, s: Session = DB, _p: Principal = Member) -> dict[str, Any]:
-    return serialize.start_state(get_state(s, start_state_id))
+    row = get_state(s, start_state_id)
+    return serialize.start_state(row, os_name=images(s).get(row.image, {}).get("os", ""))
 
 
 @router.patch("/v1/start_states/{start_state_id}", summary="Change name, description or metadata")

@@ -127,6 +127,7 @@ def test_start_states_flow(server: Server, gateway: FakeGateway) -> None:
     assert built["status"] == "building" and built["method"] == "script" and built["kind"] == "state"
     assert built["runner_id"] == rid and built["from"] == "img-a" and built["version"] == 0
     assert built["description"] == "has the app" and built["labels"] == ["lab"]
+    assert c.start_states.retrieve(built["start_state_id"])["os"] == "linux"
     job = gateway.sent[-1][1]
     assert isinstance(job, protocol.Job) and job.op == "build" and job.script == "apt install app"
     assert job.source is not None and job.source.image == "img-a" and job.start_state_id == built["start_state_id"]

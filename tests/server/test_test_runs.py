@@ -109,6 +109,14 @@ def test_tries_precedence_and_progress(server: Server) -> None:
     assert run2["agents"] == ["default"] and run2["progress"]["total"] == 3
     run3 = c.test_runs.create(test_case_ids=["R-A", b["test_case_id"]])
     assert run3["progress"]["total"] == 2 and run3["test_set_id"] is None
+    # deleting the set keeps its runs (and their attempts) and its cases
+    c.test_sets.delete(ts["test_set_id"])
+    kept = c.test_runs.retrieve(run["test_run_id"])
+    assert kept["test_set_id"] == ts["test_set_id"] and kept["progress"]["total"] == 18
+    assert c.test_cases.retrieve("R-A")["key"] == "R-A"
+    # deleting a case keeps the runs that froze it
+    c.test_cases.delete("R-D")
+    assert c.test_runs.results(run["test_run_id"])["totals"]["tries"] == 18
 
 
 def test_frozen_copy_and_start_state_ref(server: Server) -> None:
