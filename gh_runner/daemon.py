@@ -135,9 +135,13 @@ AttemptFactory = Callable[[Lease, Provider, Any, Timeouts], AttemptLike]
 
 
 def default_attempt_factory(lease: Lease, provider: Provider, link: Any, timeouts: Timeouts) -> AttemptLike:
+    import dataclasses
+
     from gh_runner.attempt import Attempt, PhaseTimeouts
 
-    return Attempt(lease, provider, link, PhaseTimeouts(**timeouts.model_dump()))
+    known = {f.name for f in dataclasses.fields(PhaseTimeouts)}
+    phase_timeouts = PhaseTimeouts(**{k: v for k, v in timeouts.model_dump().items() if k in known})
+    return Attempt(lease, provider, link, phase_timeouts)
 
 
 def make_provider(config: RunnerConfig) -> Provider:
@@ -608,8 +612,7 @@ class Daemon:
         self._attempts.pop(aid, None)
         redactor.discard(run.redact)
         self._unacked[aid] = result
-        log.info("attempt finished", outcome=result.outcome, error=result.error,
-                 phases=result.metrics.phase_seconds)
+        log.info("result journaled, sending", outcome=result.outcome, error=result.error)
         self._emit("attempt_finished", result)
         self._emit("journal_backlog", len(self._unacked))
         self._busy_changed()
