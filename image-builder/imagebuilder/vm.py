@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import time
@@ -106,6 +107,8 @@ class MachineSpec:
             a += ["-netdev", f"user,id=net0,restrict=on{fwd}", "-device", "virtio-net-pci,netdev=net0"]
         if self.serial_log:
             a += ["-serial", f"file:{workdir / 'serial.log'}"]
+        if vnc := os.environ.get("GH_BUILD_VNC"):
+            a += ["-vnc", vnc]  # watch a build, e.g. GH_BUILD_VNC=127.0.0.1:1 (port 5901)
         return a
 
 
