@@ -114,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--agents", default=None, help="comma-separated agents, e.g. noop,reference")
     local.add_argument("--repeat", type=int, default=None, metavar="N", help="tries per case and agent")
     local.add_argument("--report", type=Path, default=None, metavar="FILE", help="where to write the JSON report")
+    local.add_argument("--slots", type=int, default=None, metavar="N", help="attempts at once on this host")
     return parser
 
 
@@ -146,8 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "doctor":
         return _dispatch("gh_runner.doctor", "doctor", config)
     if command == "local":
+        # Resolved like the daemon's (flags > env > file > defaults); the whole config rides along.
         args.images_dir, args.state_dir, args.libvirt_uri = config.images_dir, config.state_dir, config.libvirt_uri
-        args.config = config
+        args.runner_config = config
         return _dispatch("gh_runner.local", "local", args)
     return run_daemon(config)
 

@@ -116,6 +116,7 @@ class Session:
         self._sleep = sleep or self._wait_stop
         self._stop = asyncio.Event()
         self._ws: ClientConnection | None = None
+        self._closing: asyncio.Task[None] | None = None
         self._welcomed = False
         self._revoked_logged = False
         self.welcome: Welcome | None = None
@@ -137,7 +138,7 @@ class Session:
         self._stop.set()
         ws = self._ws
         if ws is not None:
-            asyncio.get_running_loop().create_task(ws.close(1001, "runner going away"))
+            self._closing = asyncio.get_running_loop().create_task(ws.close(1001, "runner going away"))
 
     async def run(self) -> None:
         """Connect, serve, reconnect, until `stop()`."""
