@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import ipaddress
 import os
 import pwd
 import secrets
@@ -445,6 +446,16 @@ def check_state(ctx: Context) -> Check:
 # ---------------------------------------------------------------------------------------------
 
 
+def _is_loopback(host: str) -> bool:
+    # Same rule as the runner's session: a proxy from the environment is used except for loopback.
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def _connect_url(server: str) -> str:
     # RunnerConfig already normalises; a bare ws://host:port from elsewhere gets the runner path.
     u = urlsplit(server)
@@ -491,7 +502,8 @@ def check_server(ctx: Context, probe: ServerProbe) -> Check:
                      "put the token in /etc/gh-runner/token (chmod 600), or pass --token-file")
     try:
         with connect(server, additional_headers={"Authorization": f"Bearer {token}"},
-                     open_timeout=ctx.net_timeout, close_timeout=2, proxy=None) as ws:
+                     open_timeout=ctx.net_timeout, close_timeout=2,
+                     proxy=None if _is_loopback(urlsplit(server).hostname or "") else True) as ws:
             # A server may accept the handshake and then close with 4001 for a revoked token.
             try:
                 ws.recv(timeout=1.0)
