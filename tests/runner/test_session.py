@@ -68,6 +68,11 @@ async def test_silent_server_is_declared_dead_and_runner_reconnects(peer: Peer, 
     peer.dead_after = 1.0
     r = await start_daemon(peer.url)
     await peer.wait_type("hello")
+    # Control: while the server's heartbeats flow, the session outlives the bound several times over
+    # (the runner beats every 0.2 s, so 15 of its beats span about 3 s).
+    await peer.wait_until(lambda: len(peer.of_type("heartbeat")) >= 15)
+    assert peer.received[-1].at - peer.received[0].at > 2.0
+    assert r.daemon.session.connections == 1
     peer.silent = True
     t0 = time.monotonic()
     await peer.wait_for(lambda r: r.conn == 2 and r.msg.type == "hello", timeout=30)
