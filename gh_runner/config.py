@@ -28,7 +28,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 SERVICE_DIR = Path("/var/lib/gh-runner")
 CREDENTIAL_NAME = "gh-runner-token"
@@ -111,6 +111,13 @@ class RunnerConfig(BaseModel):
         if not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError("must be HOST:PORT or PORT (a bare port binds loopback), e.g. 127.0.0.1:9464")
         return v
+
+    @model_validator(mode="after")
+    def _check_backoff(self) -> RunnerConfig:
+        if self.reconnect_min > self.reconnect_max:
+            raise ValueError(f"reconnect_min ({self.reconnect_min}) must not exceed "
+                             f"reconnect_max ({self.reconnect_max})")
+        return self
 
     def connect_url(self) -> str:
         if self.server is None:

@@ -99,3 +99,16 @@ def test_default_dirs_for_a_user_follow_xdg(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr("os.geteuid", lambda: 0)
     monkeypatch.setattr("gh_runner.config.SERVICE_DIR", Path("/var/lib/gh-runner"))
     assert default_dirs({"HOME": "/root"})[0] == Path("/var/lib/gh-runner/images")
+
+
+def test_the_shipped_example_config_loads() -> None:
+    example = Path(__file__).resolve().parents[2] / "systemd" / "config.example.yaml"
+    if not example.exists():
+        pytest.skip("no systemd/config.example.yaml in this tree")
+    cfg = load_config({}, {}, example)
+    assert cfg.server is not None and cfg.server.startswith("wss://")
+
+
+def test_backoff_bounds_must_be_ordered() -> None:
+    with pytest.raises(ConfigError, match="reconnect_min"):
+        load_config({"reconnect_min": 30, "reconnect_max": 5}, {})
