@@ -504,7 +504,8 @@ def check_server(ctx: Context, probe: ServerProbe) -> Check:
         with connect(server, additional_headers={"Authorization": f"Bearer {token}"},
                      open_timeout=ctx.net_timeout, close_timeout=2,
                      proxy=None if _is_loopback(urlsplit(server).hostname or "") else True) as ws:
-            # A server may accept the handshake and then close with 4001 for a revoked token.
+            # A server may accept the handshake and then close with 4001 for a revoked token. We
+            # never send hello, so a runner already connected with this token is not displaced.
             try:
                 ws.recv(timeout=1.0)
             except TimeoutError:

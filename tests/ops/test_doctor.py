@@ -9,6 +9,7 @@ import io
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from pydantic import SecretStr
 from websockets.http11 import Request, Response
@@ -266,6 +268,52 @@ def test_revoked_token_closed_after_handshake(workdir: Path, control_plane: Fake
               token=SecretStr(REVOKED_TOKEN), libvirt_uri="test:///default")
     rc, text, status = run_doctor(cfg)
     assert rc == 1 and status["server"] == "FAIL" and "close code 4001" in text
+
+
+def test_against_the_real_control_plane(workdir: Path) -> None:
+    """doctor against a real `gh-server`: a registered runner's token is accepted, another refused."""
+    admin = "gh_ak_doctor_admin_key_5d1c9e0f7a"
+    data = workdir / "server"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "GH_SERVER_API_KEY": admin}
+    srv = subprocess.Popen([sys.executable, "-m", "gh_server.cli", "--data-dir", str(data), "--port", str(port)],
+                           env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert srv.poll() is None, srv.stderr.read().decode() if srv.stderr else ""
+            assert time.monotonic() < deadline, "gh-server did not come up"
+            time.sleep(0.2)  # polling a starting process: there is no event to wait on
+        r = httpx.post(f"{base}/v1/runners", json={"name": "doctor-test"},
+                       headers={"Authorization": f"Bearer {admin}"}, timeout=10)
+        r.raise_for_status()
+        token = r.json()["token"]
+        fake_image(workdir / "images")
+        cfg = Cfg(images_dir=workdir / "images", state_dir=workdir / "state", server=base,
+                  token=SecretStr(token), libvirt_uri="test:///default")
+        buf = io.StringIO()
+        rc = doctor.main(cfg, out=buf, net_timeout=10)
+        text = buf.getvalue()
+        assert rc == 0 and "OK    server" in text and "token accepted" in text and "OK    clock" in text, text
+        assert token not in text
+        cfg.token = SecretStr("gh_rn_" + "x" * 32)
+        _rc, text, status = run_doctor(cfg)
+        assert status["server"] == "FAIL" and "token refused" in text, text
+    finally:
+        srv.terminate()
+        try:
+            srv.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+            srv.wait()
 
 
 def test_server_unreachable(workdir: Path) -> None:
