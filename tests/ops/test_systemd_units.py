@@ -113,6 +113,20 @@ def test_runner_unit_contract() -> None:
     assert "token" not in example  # the token travels as a credential, never in the config file
 
 
+def test_example_config_is_what_the_runner_accepts(root: Path) -> None:
+    """The shipped example loads as the service would load it, token from the systemd credential."""
+    from gh_runner.config import load_config
+
+    creds = root / "creds"
+    creds.mkdir()
+    (creds / "gh-runner-token").write_text("gh_rn_from_credential_0123456789\n")
+    cfg = load_config({}, {"CREDENTIALS_DIRECTORY": str(creds)}, SYSTEMD_DIR / "config.example.yaml")
+    assert cfg.token is not None and cfg.token.get_secret_value() == "gh_rn_from_credential_0123456789"
+    assert str(cfg.state_dir).startswith("/var/lib/gh-runner") and str(cfg.images_dir).startswith("/var/lib/gh-runner")
+    assert cfg.slots >= 1 and cfg.server and cfg.server.startswith("wss://")
+    assert int(unit_value("gh-runner.service", "TimeoutStopSec").removesuffix("s")) > cfg.drain_grace
+
+
 def test_sysusers_and_tmpfiles_make_the_expected_host(root: Path) -> None:
     (root / "etc").mkdir()
     for f in ("passwd", "group"):
