@@ -83,8 +83,13 @@ class Journal:
         self.problems: list[str] = []
 
     def open(self) -> None:
-        for d in (self.root.parent, self.root, self.inflight_dir, self.results_dir):
-            d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # The state dir itself stays traversable: the provider keeps disks under it that QEMU (another
+        # user under qemu:///system) must reach. Only the journal is private.
+        if not self.root.parent.exists():
+            self.root.parent.mkdir(parents=True)
+            os.chmod(self.root.parent, 0o755)  # whatever the umask
+        for d in (self.root, self.inflight_dir, self.results_dir):
+            d.mkdir(mode=0o700, exist_ok=True)
         # Temp files from a write interrupted by a crash never became a record.
         for d in (self.inflight_dir, self.results_dir):
             for tmp in d.glob(".*.tmp"):
