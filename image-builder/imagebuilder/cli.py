@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .debs import DEFAULT_CACHE, DebCache
 from .errors import BuildError
+from .pipeline import build_lock
 
 
 def parser() -> argparse.ArgumentParser:
@@ -33,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.name == "linux-tiny":
             from . import linux_tiny
 
-            linux_tiny.build(args.out.absolute(), DebCache(args.cache), kernel_flavour=args.kernel, force=args.force)
+            out = args.out.absolute()
+            with build_lock(out, linux_tiny.NAME):
+                linux_tiny.build(out, DebCache(args.cache), kernel_flavour=args.kernel, force=args.force)
         else:
             from . import windows10
 

@@ -4,13 +4,15 @@ manifest atomically (a runner reading the images dir never sees a half-written i
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -131,6 +133,31 @@ def up_to_date(image_dir: Path, digest: str, key: str = "digest") -> ImageManife
         return load_manifest(image_dir, verify_checksum=True)
     except (OSError, ValueError, ManifestError):
         return None
+
+
+@contextlib.contextmanager
+def build_lock(out: Path, name: str, timeout: float = 3600.0) -> Iterator[None]:
+    """One build of an image per images dir at a time (setup.sh may run in several shells); a
+    second build waits, then usually finds the image up to date."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / f".{name}.lock", "w") as f:
+        deadline = time.monotonic() + timeout
+        waited = False
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not waited:
+                    log(f"another build of {name} is running in {out}; waiting for it")
+                    waited = True
+                if time.monotonic() > deadline:
+                    raise BuildError(f"another build of {name} in {out} held its lock for {timeout:.0f} s") from None
+                time.sleep(0.5)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def staging_dir(out: Path, name: str) -> Path:

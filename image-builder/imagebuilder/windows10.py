@@ -267,9 +267,6 @@ def _check_guest_agent(vm: BuildVM) -> None:
 
 
 def build(args: argparse.Namespace) -> int:
-    for p, flag in ((args.iso, "--iso"), (args.virtio_iso, "--virtio-iso")):
-        if not p.is_file():
-            raise BuildError(f"{flag} {p}: no such file")
     out: Path = args.out.absolute()
     started = time.monotonic()
     settings = Settings()
@@ -331,4 +328,10 @@ def main(args: argparse.Namespace) -> int:
         raise BuildError("windows-10 needs --iso (Windows 10 22H2) and --virtio-iso (virtio-win)")
     if args.dry_run:
         return dry_run(args)
-    return build(args)
+    for p, flag in ((args.iso, "--iso"), (args.virtio_iso, "--virtio-iso")):
+        if not p.is_file():
+            raise BuildError(f"{flag} {p}: no such file")
+    if shutil.which("genisoimage") is None:
+        raise BuildError("genisoimage is not installed (apt-get install genisoimage)")
+    with pipeline.build_lock(args.out.absolute(), NAME):
+        return build(args)

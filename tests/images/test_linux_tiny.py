@@ -138,7 +138,7 @@ def test_build_from_scratch_then_a_second_build_is_instant(scratch: Path) -> Non
     assert first.returncode == 0, first.stderr[-3000:]
     assert "VGA console shows a shell and takes keyboard input" in first.stderr
     m = load_manifest(out / "linux-tiny")
-    assert sorted(p.name for p in out.iterdir()) == ["linux-tiny"]  # no staging left behind
+    assert sorted(p.name for p in out.iterdir()) == [".linux-tiny.lock", "linux-tiny"]  # no staging left
     t = time.monotonic()
     second = subprocess.run([str(py), str(BUILD), "linux-tiny", "--out", str(out)],
                             capture_output=True, text=True, timeout=120)

@@ -124,3 +124,56 @@ def test_typing_maps_shifted_characters() -> None:
     assert _qcodes(">") == ["shift", "dot"] and _qcodes("\n") == ["ret"] and _qcodes(" ") == ["spc"]
     with pytest.raises(BuildError, match="cannot type"):
         _qcodes("é")
+
+
+def test_publish_swaps_in_a_validated_image_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+    import hashlib
+
+    from imagebuilder import pipeline
+
+    from providers.manifest import DiskFile, FirmwareBoot, ImageManifest, load_manifest
+
+    def manifest(data: bytes, sha: str | None = None) -> ImageManifest:
+        return ImageManifest(
+            name="toy", os="linux", version="1", shell="sh", guest_channels=["qemu-ga"],
+            boot=FirmwareBoot(kind="bios"), memory_mib=128, vcpus=1,
+            disk=DiskFile(file="disk.qcow2", sha256=sha or hashlib.sha256(data).hexdigest()),
+        )
+
+    out = tmp_path / "images"
+    for content in (b"first", b"second"):
+        staging = pipeline.staging_dir(out, "toy")
+        (staging / "disk.qcow2").write_bytes(content)
+        final = pipeline.publish(staging, manifest(content), {"k": 1}, "d" * 64)
+        assert final == out / "toy" and (final / "disk.qcow2").read_bytes() == content
+        assert load_manifest(final).disk.sha256 == hashlib.sha256(content).hexdigest()
+        assert pipeline.up_to_date(final, "d" * 64) is not None
+    assert sorted(p.name for p in out.iterdir()) == ["toy"]
+    staging = pipeline.staging_dir(out, "toy")
+    (staging / "disk.qcow2").write_bytes(b"third")
+    with pytest.raises(BuildError, match=r"does not validate: .*checksum mismatch"):
+        pipeline.publish(staging, manifest(b"third", sha="0" * 64), {}, "e" * 64)
+    pipeline.discard(staging)
+    assert (out / "toy" / "disk.qcow2").read_bytes() == b"second"  # the good image stays
+    assert sorted(p.name for p in out.iterdir()) == ["toy"]
+
+
+def test_a_second_build_waits_for_the_first(tmp_path: Path) -> None:
+    from imagebuilder.pipeline import build_lock
+
+    order: list[str] = []
+
+    def second() -> None:
+        with build_lock(tmp_path, "toy"):
+            order.append("second")
+
+    with build_lock(tmp_path, "toy"):
+        with pytest.raises(BuildError, match="held its lock"), build_lock(tmp_path, "toy", timeout=0.3):
+            pass
+        t = threading.Thread(target=second)
+        t.start()
+        order.append("first")  # the second builder cannot append before this block releases the lock
+    t.join(30)
+    assert order == ["first", "second"]
+    with build_lock(tmp_path, "toy", timeout=0.3):
+        pass

@@ -232,3 +232,18 @@ def test_windows_build_refuses_missing_inputs_clearly(tmp_path: Path) -> None:
                         str(tmp_path / "v.iso"), "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and f"--iso {tmp_path / 'nope.iso'}: no such file" in r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_config_iso_carries_the_answer_file_and_scripts_at_known_paths(tmp_path: Path) -> None:
+    answer = windows10.render_autounattend(windows10.Settings(), PASSWORD)
+    iso = windows10.make_config_iso(tmp_path, answer, None)
+    listing = subprocess.run(["isoinfo", "-J", "-f", "-i", str(iso)], capture_output=True, text=True,
+                             timeout=60, check=True).stdout.split()
+    assert "/autounattend.xml" in listing and "/gh-config.txt" in listing
+    assert {f"/scripts/{f}" for f in windows10.script_files()} <= set(listing)
+    label = subprocess.run(["isoinfo", "-d", "-i", str(iso)], capture_output=True, text=True, timeout=60,
+                           check=True).stdout
+    assert "Volume id: GHCONFIG" in label
+    got = subprocess.run(["isoinfo", "-J", "-x", "/autounattend.xml", "-i", str(iso)], capture_output=True,
+                         timeout=60, check=True).stdout.decode()
+    assert got == answer
