@@ -211,6 +211,14 @@ async def test_forced_stop_exits_non_zero_and_keeps_results(peer: Peer, start_da
     pending = Journal(tmp_path / "state").pending_results()
     assert [p.attempt_id for p in pending] == ["at_f1"]
     assert "forced to stop" in (pending[0].error or "")
+    # The next start delivers it; the server applies it once however many copies it got.
+    peer.auto_ack = True
+    start = len(peer.received)
+    await start_daemon(peer.url)
+    again = (await peer.wait_type("attempt_result", start=start)).result
+    assert again == pending[0]
+    await peer.wait_until(lambda: Journal(tmp_path / "state").pending_results() == [])
+    assert list(peer.applied) == ["at_f1"] and peer.applied["at_f1"] == pending[0]
 
 
 async def test_reaper_keeps_live_machines(peer: Peer, start_daemon: Any) -> None:
