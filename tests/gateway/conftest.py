@@ -3,6 +3,7 @@ bounds, plus helpers that put runners and runs straight into its database."""
 
 from __future__ import annotations
 
+import secrets
 import socket
 import tempfile
 import threading
@@ -16,7 +17,7 @@ import pytest
 import uvicorn
 
 from gh_server.app import create_app
-from gh_server.auth import create_key, hash_secret, new_runner_token
+from gh_server.auth import hash_secret, new_runner_token
 from gh_server.gateway import Gateway
 from gh_server.models import Attempt, RunCase, Runner, TestRun, new_id, utcnow
 from gh_server.settings import AgentConfig, ModelEndpoint, Settings
@@ -146,9 +147,8 @@ async def await_for(pred: Any, timeout: float = 30.0, what: str = "condition") -
 def start_server(settings: Settings) -> GwServer:
     app = create_app(settings)
     st: ServerState = app.state.gh
-    with st.db() as s:
-        _, admin = create_key(s, "test admin", "admin")
-        s.commit()
+    admin = settings.admin_api_key
+    assert admin is not None
     cfg = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", lifespan="on",
                          ws_max_size=16 * 1024 * 1024)
     server = uvicorn.Server(cfg)
@@ -174,7 +174,7 @@ def stop_server(srv: GwServer) -> None:
 def make_settings(data_dir: Path, **kw: Any) -> Settings:
     port = free_port()
     base: dict[str, Any] = dict(data_dir=data_dir, host="127.0.0.1", port=port, heartbeat_interval=0.5, dead_after=3.0,
-                                runner_grace_seconds=2.0)
+                                runner_grace_seconds=2.0, admin_api_key="gh_live_test_" + secrets.token_urlsafe(16))
     base.update(kw)
     return Settings(**base)
 
@@ -209,6 +209,29 @@ def server_factory() -> Iterator[Any]:
 def server(server_factory: Any) -> GwServer:
     srv: GwServer = server_factory()
     return srv
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Any]:
+    from server.pg import start_cluster  # tests/server/pg.py: the API tests' throwaway cluster
+
+    try:
+        cluster = start_cluster()
+    except Exception as e:  # a missing PostgreSQL is a failure, never a silent skip
+        pytest.fail(f"PostgreSQL could not be started for the gateway tests: {e}")
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_db_server(request: pytest.FixtureRequest, server_factory: Any) -> GwServer:
+    """The same server on SQLite and on PostgreSQL (the scheduler's guarded UPDATEs must hold on both)."""
+    if request.param == "sqlite":
+        srv: GwServer = server_factory()
+        return srv
+    cluster = request.getfixturevalue("pg_cluster")
+    pg: GwServer = server_factory(database_url=cluster.url(cluster.create_db()))
+    return pg
 
 
 __all__ = ["AgentConfig", "GwServer", "ModelEndpoint", "await_for", "wait_for"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from sqlalchemy import update
 
 from gh_runner import protocol
@@ -12,6 +13,11 @@ from gh_server.scheduler import run_summary
 
 from .conftest import GwServer, await_for
 from .simrunner import SimRunner
+
+
+@pytest.fixture
+def server(any_db_server: GwServer) -> GwServer:
+    return any_db_server
 
 
 async def no_lease(r: SimRunner, within: float = 1.5) -> None:

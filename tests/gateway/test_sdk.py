@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from guidinghand import Eager
 
 from gh_runner import protocol
@@ -13,6 +14,11 @@ from gh_server.models import RunnerJob, new_id
 
 from .conftest import GwServer, await_for
 from .simrunner import SimRunner, now
+
+
+@pytest.fixture
+def server(any_db_server: GwServer) -> GwServer:
+    return any_db_server
 
 
 def sdk(server: GwServer) -> Eager:
