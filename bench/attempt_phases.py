@@ -1,0 +1,194 @@
+"""Wall time of the example set per attempt, split into phases, cold vs warm start, in one run.
+
+    .venv/bin/python bench/attempt_phases.py [--images-dir DIR] [--cases examples/linux-basics.yaml]
+                                             [--rounds N] [--keys FIL-01,PRM-01]
+
+Every example case is run as real attempts (`gh_runner.attempt.Attempt` on the QEMU provider) with
+the built-in reference agent's behaviour (its `reference_fix` through an exec request, then its
+answer), twice side by side:
+
+  cold   a fresh overlay on the linux-tiny image, booted (what an image start state does)
+  warm   a fresh overlay on a saved start-state version restored from its memory image
+
+and prints, per attempt and as medians, machine (create + guest ready), setup, checks (before +
+after), task and teardown (screens included in `other`), and the cold/warm ratio. No control
+plane is involved: this measures the runner's side of an attempt. Everything it makes is named
+gh-bench-phases-* and removed at the end, even on failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import yaml
+
+from gh_runner.attempt import Attempt, PhaseTimeouts
+from gh_runner.protocol import FrozenCase, Lease, Limits, MachineRequest, StartStateRef, TaskEnd
+from providers.base import MachineSource
+from providers.qemu import QemuProvider
+
+RUNNER = "bench-phases"
+STATE_ID = "ss_benchphases"
+GROUPS = ("machine", "setup", "checks", "task", "teardown", "other")
+
+
+def group(phase_seconds: Mapping[str, float]) -> dict[str, float]:
+    g = dict.fromkeys(GROUPS, 0.0)
+    for name, secs in phase_seconds.items():
+        if name in ("machine", "ready"):
+            g["machine"] += secs
+        elif name in ("check_before", "check_after"):
+            g["checks"] += secs
+        elif name in ("setup", "task", "teardown"):
+            g[name] += secs
+        else:
+            g["other"] += secs
+    return g
+
+
+class ReferenceLink:
+    """The daemon's side of an attempt, reduced to what the bench needs: when the task starts, do
+    what the built-in `reference` agent does (run the fix through an exec request, then answer)."""
+
+    def __init__(self, case: Mapping[str, Any]) -> None:
+        self.case = case
+        self.attempt: Attempt | None = None
+        self._agent: asyncio.Task[None] | None = None
+
+    async def status(self, status: str, phase: str) -> None:
+        if status == "running" and self.attempt is not None:
+            self._agent = asyncio.create_task(self._reference(self.attempt))
+
+    async def frame(self, label: str, png: bytes, event: dict[str, Any] | None) -> None:
+        return None
+
+    async def _reference(self, attempt: Attempt) -> None:
+        meta = self.case.get("metadata") or {}
+        fix = meta.get("reference_fix")
+        if fix:
+            req = MachineRequest(request_id="bench", attempt_id=attempt.machine_id, op="exec", script=fix, timeout=120)
+            deadline = time.monotonic() + 30
+            while True:  # the request is served once the task phase is open
+                resp = await attempt.handle_request(req)
+                if resp.ok or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.02)
+        attempt.task_end(TaskEnd(attempt_id=attempt.machine_id, answer=str(meta.get("reference_answer") or "")))
+
+
+async def one_attempt(provider: QemuProvider, case: Mapping[str, Any], aid: str, warm: bool) -> dict[str, Any]:
+    frozen = FrozenCase(
+        test_case_id=str(case.get("key")), key=case.get("key"), name=str(case["name"]), prompt=str(case["prompt"]),
+        setup_script=case.get("setup_script"), check_script=(case.get("success") or {}).get("check_script"),
+        limits=Limits(**(case.get("limits") or {})),
+    )
+    ref = (StartStateRef(kind="state", image="linux-tiny", start_state_id=STATE_ID, version=1) if warm
+           else StartStateRef(kind="image", image="linux-tiny"))
+    lease = Lease(attempt_id=aid, agent_id="reference", case=frozen, start_state=ref)
+    link = ReferenceLink(case)
+    attempt = Attempt(lease, provider, link, PhaseTimeouts())
+    link.attempt = attempt
+    t0 = time.monotonic()
+    result = await attempt.run()
+    wall = time.monotonic() - t0
+    return {"key": case.get("key"), "mode": "warm" if warm else "cold", "outcome": result.outcome,
+            "error": result.error, "wall": wall, **group(result.metrics.phase_seconds)}
+
+
+async def make_warm_state(provider: QemuProvider) -> None:
+    m = await provider.create_machine("bench-phases-src", MachineSource(image="linux-tiny"), timeout=180)
+    try:
+        await m.wait_ready(180)
+        await m.save(STATE_ID, 1, with_memory=True)
+    finally:
+        await m.destroy()
+
+
+def _median(rows: list[dict[str, Any]], col: str) -> float:
+    return statistics.median(r[col] for r in rows) if rows else float("nan")
+
+
+def report(rows: list[dict[str, Any]]) -> None:
+    cols = ("machine", "setup", "checks", "task", "teardown", "other", "wall")
+    print(f"{'case':8} {'mode':5} {'outcome':8}" + "".join(f"{c:>9}" for c in cols))
+    for r in rows:
+        print(f"{r['key']:8} {r['mode']:5} {r['outcome']:8}" + "".join(f"{r[c]:9.2f}" for c in cols)
+              + (f"  ({r['error'][:80]})" if r["error"] else ""))
+    cold = [r for r in rows if r["mode"] == "cold" and r["outcome"] != "error"]
+    warm = [r for r in rows if r["mode"] == "warm" and r["outcome"] != "error"]
+    print()
+    print(f"median seconds per attempt (n cold={len(cold)}, warm={len(warm)}; errors left out)")
+    print(f"{'':15}" + "".join(f"{c:>9}" for c in cols))
+    print(f"{'cold':15}" + "".join(f"{_median(cold, c):9.2f}" for c in cols))
+    print(f"{'warm':15}" + "".join(f"{_median(warm, c):9.2f}" for c in cols))
+    ratio = [(_median(cold, c) / _median(warm, c)) if _median(warm, c) > 0 else float("nan") for c in cols]
+    print(f"{'cold/warm':15}" + "".join(f"{x:8.1f}x" for x in ratio))
+    passed = sum(r["outcome"] == "passed" for r in rows)
+    print(f"\nreference passed {passed}/{len(rows)} attempts")
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def run(images_dir: Path, state: Path, cases: list[dict[str, Any]], rounds: int) -> None:
+    provider = QemuProvider(images_dir, state, RUNNER)
+    rows: list[dict[str, Any]] = []
+    try:
+        t = time.monotonic()
+        await make_warm_state(provider)
+        print(f"warm start state saved in {time.monotonic() - t:.1f} s\n", flush=True)
+        n = 0
+        for rnd in range(rounds):
+            for case in cases:
+                # Alternate which goes first so drift in host load hits both modes alike.
+                order = (False, True) if (n % 2 == 0) else (True, False)
+                for warm in order:
+                    n += 1
+                    rows.append(await one_attempt(provider, case, f"at_bench{rnd}x{n}", warm))
+                    r = rows[-1]
+                    print(f"  {r['key']} {r['mode']}: {r['outcome']} in {r['wall']:.1f} s", flush=True)
+        print()
+        report(rows)
+    finally:
+        try:
+            await provider.reap(keep=set())
+            await provider.delete_version(STATE_ID, 1)
+        finally:
+            await provider.close()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--images-dir", type=Path,
+                    default=Path(os.environ.get("GH_IMAGES_DIR", "/var/tmp/gh-runner/images")))
+    ap.add_argument("--cases", type=Path, default=ROOT / "examples" / "linux-basics.yaml")
+    ap.add_argument("--rounds", type=int, default=1, help="cold+warm pairs per case")
+    ap.add_argument("--keys", default="", help="only these case keys (comma-separated)")
+    args = ap.parse_args()
+    cases = yaml.safe_load(args.cases.read_text())["cases"]
+    if args.keys:
+        wanted = set(args.keys.split(","))
+        cases = [c for c in cases if c.get("key") in wanted]
+    state = Path(tempfile.mkdtemp(prefix="gh-bench-phases-", dir="/var/tmp"))
+    state.chmod(0o755)  # libvirt-qemu must reach the overlays
+    try:
+        asyncio.run(run(args.images_dir, state, cases, args.rounds))
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
