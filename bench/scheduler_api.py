@@ -9,6 +9,9 @@ leases side by side (flat means the scheduler does not slow down as the run grow
     .venv/bin/python bench/scheduler_api.py [--runners 100] [--slots 8] [--attempts 5000]
 
 Target: the 5,000 leases in under 10 s on SQLite.
+
+Part 2 (API): p50/p99 of GET results, GET run and an attempts page for that completed run, side by
+side (bench/api_results.py; run alone it makes a run with a mix of outcomes and retried errors).
 """
 
 from __future__ import annotations
@@ -176,6 +179,7 @@ def main() -> None:
     ap.add_argument("--runners", type=int, default=100)
     ap.add_argument("--slots", type=int, default=8)
     ap.add_argument("--attempts", type=int, default=5000)
+    ap.add_argument("--api-requests", type=int, default=200, help="sequential GETs per endpoint in part 2")
     args = ap.parse_args()
     key = "gh_live_bench_" + secrets.token_urlsafe(16)
     with tempfile.TemporaryDirectory(prefix="gh-bench-") as d:
@@ -188,6 +192,12 @@ def main() -> None:
             asyncio.run(wait_up(base, key))
             res = asyncio.run(bench_scheduler(base, key, args.runners, args.slots, args.attempts))
             report_scheduler(res, args.runners, args.slots)
+            # Part 2 (API): the results of the run the simulated runners just finished (bench/api_results.py).
+            sys.path.insert(0, str(Path(__file__).resolve().parent))
+            from api_results import bench_results, report_results
+
+            times = asyncio.run(bench_results(base, key, res["run_id"], args.api_requests))
+            report_results(times, res["attempts"])
         finally:
             proc.terminate()
             proc.join(30)
