@@ -82,23 +82,23 @@ def _stats(seconds: list[float], steps: list[int], active: float) -> dict[str, A
 
 
 def _attempt_rows(session: Session, run_id: str) -> list[Any]:
-    return list(
-        session.execute(
-            select(
-                Attempt.run_case_id,
-                Attempt.agent_id,
-                Attempt.status,
-                Attempt.outcome,
-                Attempt.seconds,
-                # Only the numbers results need, extracted in SQL (no JSON decoding per row in Python).
-                Attempt.metrics["active_seconds"].as_float(),
-                Attempt.metrics["steps"].as_integer(),
-                Attempt.metrics["cost_cents"].as_integer(),
-                Attempt.finished_at,
-                Attempt.is_last,
-            ).where(Attempt.test_run_id == run_id)
-        ).all()
-    )
+    t = Attempt.__table__
+    metrics = t.c.metrics
+    # Core, not ORM: for a 5,000-attempt run the ORM's row loading costs more than the query itself.
+    stmt = select(
+        t.c.run_case_id,
+        t.c.agent_id,
+        t.c.status,
+        t.c.outcome,
+        t.c.seconds,
+        # Only the numbers results need, extracted in SQL (no JSON decoding per row in Python).
+        metrics["active_seconds"].as_float(),
+        metrics["steps"].as_integer(),
+        metrics["cost_cents"].as_integer(),
+        t.c.finished_at,
+        t.c.is_last,
+    ).where(t.c.test_run_id == run_id)
+    return list(session.connection().execute(stmt).all())
 
 
 def _cases(session: Session, run_id: str) -> dict[int, dict[str, Any]]:
