@@ -26,6 +26,7 @@ from gh_server.auth import Principal
 from gh_server.errors import ApiError, conflict, invalid, not_found
 from gh_server.models import (
     Attempt,
+    ReplayFrame,
     RunCase,
     StartState,
     StartStateVersion,
@@ -366,8 +367,6 @@ def delete_test_run(test_run_id: str, request: Request, s: Session = DB, _p: Pri
     cancel_run(s, run)
     s.flush()
     # Children first: PostgreSQL enforces the foreign keys even where SQLite's cascade would do it.
-    from gh_server.models import ReplayFrame
-
     attempt_ids = select(Attempt.id).where(Attempt.test_run_id == run.id)
     s.execute(delete(ReplayFrame).where(ReplayFrame.attempt_id.in_(attempt_ids)))
     s.execute(delete(Attempt).where(Attempt.test_run_id == run.id))

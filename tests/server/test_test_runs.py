@@ -14,7 +14,7 @@ import pytest
 from guidinghand import ConflictError, EagerTimeout, InvalidRequestError, NotFoundError, PermissionDeniedError
 from sqlalchemy import select
 
-from gh_server.models import Attempt, RunCase, TestRun, new_id, utcnow
+from gh_server.models import Attempt, ReplayFrame, RunCase, TestRun, new_id, utcnow
 
 from .conftest import Server
 
@@ -299,7 +299,11 @@ def test_cancel_wait_delete_and_list(server: Server) -> None:
         c.test_runs.list(status="weird")
     with pytest.raises(PermissionDeniedError):
         server.member.test_runs.delete(rid)
+    with server.state.db.begin() as s:  # a replay frame the gateway stored: deleting the run removes it too
+        s.add(ReplayFrame(attempt_id=_attempts(server, rid)[0].id, seq=0, at=utcnow(), label="first", png=b"x"))
     assert c.test_runs.delete(rid) == {"object": "test_run", "test_run_id": rid, "deleted": True}
+    with server.state.db() as s:
+        assert s.scalar(select(ReplayFrame.seq).limit(1)) is None
     with pytest.raises(NotFoundError):
         c.test_runs.retrieve(rid)
     assert _attempts(server, rid) == []
