@@ -184,35 +184,36 @@ async def main() -> int:
     try:
         await p.start()
         print(f"accelerator: {p.accelerator} ({p.accelerator_reason}); rounds: {args.rounds}", flush=True)
-        # Interleave the ways round by round so that load on this shared host hits them alike.
         results["full-copy"], results["overlay"], results["restore"] = [], [], []
-        async def make_src() -> QemuMachine:
+
+        async def source_phase() -> None:
+            """A source machine: saved as the warm-start version, then screen, input and version-disk timings."""
             try:
-                _, m = await ready_overlay(p, "src", MachineSource(image="linux-tiny"))
+                _, src = await ready_overlay(p, "src", MachineSource(image="linux-tiny"))
+                await src.save("ss_bench", 1, with_memory=True)
+                results["screenshot"] = [await timed(src.screenshot) for _ in range(10)]
+                results["input-move"] = [
+                    await timed(functools.partial(src.send_input, [MoveEvent(x=10 + i, y=10)])) for i in range(10)]
+                results["input-key"] = [
+                    await timed(functools.partial(src.send_input, [KeyEvent(keys=["SHIFT"])])) for _ in range(10)]
+                # Version disk: a depth-1 delta over the image (what save() writes) vs a flattened copy.
+                results["version-chain"], results["version-flat"] = [], []
+                await src.run_script("head -c 20000000 /dev/urandom > /root/blob; sync", timeout=120)
+                await asyncio.to_thread(p.conn.call, lambda c: c.lookupByName(src.domain_name).suspend())
+                for i in range(args.rounds):
+                    for flat, key in ((False, "version-chain"), (True, "version-flat")):
+                        dest = work / f"v-{key}-{i}.qcow2"
+                        results[key].append(await timed(functools.partial(
+                            write_version_disk, src.overlay, src.image.disk, dest, flatten=flat)))
+                        dest.unlink()
+                await src.destroy()
             except Exception:
                 await p.reap(set())
+                await p.delete_version("ss_bench", 1)
                 raise
-            return m
 
-        src = await retrying("source machine", make_src)
-        await src.save("ss_bench", 1, with_memory=True)
-        # Version disk: a depth-1 delta over the image (used) vs a flattened standalone copy.
-        # Screenshot and input latency on a ready machine.
-        results["screenshot"] = [await timed(src.screenshot) for _ in range(10)]
-        results["input-move"] = [await timed(lambda i=i: src.send_input([MoveEvent(x=10 + i, y=10)]))  # type: ignore[misc]
-                                 for i in range(10)]
-        results["input-key"] = [await timed(lambda: src.send_input([KeyEvent(keys=["SHIFT"])])) for _ in range(10)]
-        # Version disk: a depth-1 delta over the image (what save() writes) vs a flattened copy.
-        results["version-chain"], results["version-flat"] = [], []
-        await src.run_script("head -c 20000000 /dev/urandom > /root/blob; sync", timeout=120)
-        await asyncio.to_thread(p.conn.call, lambda c: c.lookupByName(src.domain_name).suspend())
-        for i in range(args.rounds):
-            for flat, key in ((False, "version-chain"), (True, "version-flat")):
-                dest = work / f"v-{key}-{i}.qcow2"
-                results[key].append(await timed(lambda dest=dest, flat=flat: write_version_disk(  # type: ignore[misc]
-                    src.overlay, src.image.disk, dest, flatten=flat)))
-                dest.unlink()
-        await src.destroy()
+        await retrying("source machine", source_phase)
+        # Interleave the ways round by round so that load on this shared host hits them alike.
         for i in range(args.rounds):
             results["full-copy"].append(await retrying("full copy", functools.partial(ready_full_copy, p, work, i)))
             for key, source in (("overlay", MachineSource(image="linux-tiny")),

@@ -457,6 +457,9 @@ class QemuMachine(Machine):
         mem = partial / "memory.img"
         try:
             if with_memory:
+                if not self._uses_winrm:
+                    # A smaller memory image restores faster: drop the guest's clean page cache first.
+                    await self.agent.run_sh("sync; echo 3 > /proc/sys/vm/drop_caches", env=None, timeout=60)
                 await in_thread("saving machine memory",
                                 lambda: p.conn.call(lambda c: c.lookupByName(self.domain_name).save(str(mem))),
                                 timeout=600)

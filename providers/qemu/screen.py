@@ -49,8 +49,18 @@ def png_swap_verdict(png: bytes, ppm: bytes) -> bool | None:
     return None
 
 
+def png_size(data: bytes) -> tuple[int, int] | None:
+    """Width and height from a PNG's IHDR chunk, without decoding the image."""
+    if len(data) >= 24 and data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR":
+        return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    return None
+
+
 def to_png(data: bytes, mime: str | None, *, swap_png: bool) -> tuple[bytes, tuple[int, int]]:
     """Convert libvirt's dump to PNG bytes, fixing the channel order when the PNG writer swapped it."""
+    size = png_size(data)
+    if size is not None and not swap_png:
+        return data, size  # already a correct PNG: no decode and re-encode on the hot path
     img: Image.Image
     try:
         img = Image.open(io.BytesIO(data))

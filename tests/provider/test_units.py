@@ -268,3 +268,9 @@ def test_connection_reconnects_once_when_libvirtd_went_away(monkeypatch: pytest.
     with pytest.raises(libvirt.libvirtError):
         c.call(not_found)  # type: ignore[arg-type]
     assert len(opened) == 2  # an ordinary error does not reconnect
+
+
+def test_correct_png_passes_through_untouched() -> None:
+    raw = _png((1, 2, 3), (33, 17))
+    png, size = to_png(raw, "image/png", swap_png=False)
+    assert png is raw and size == (33, 17)
