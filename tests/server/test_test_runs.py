@@ -310,3 +310,28 @@ def test_cancel_wait_delete_and_list(server: Server) -> None:
     assert server.member.test_runs.agent(done["test_run_id"], "noop")["agent_id"] == "noop"
     with pytest.raises(NotFoundError):
         c.test_runs.agent(done["test_run_id"], "reference")
+
+
+def test_set_run_and_list_all_start_states(server: Server) -> None:
+    c = server.admin
+    _case(server, "SR-1")
+    ts = c.test_sets.create("runnable", repeat=2, cases=[{"test_case_id": "SR-1"}])
+    run = server.member.test_sets.run(ts["test_set_id"], agents=["noop"], name="from set", metadata={"k": "v"})
+    assert run["test_set_id"] == ts["test_set_id"] and run["progress"]["total"] == 2
+    assert run["name"] == "from set" and run["metadata"] == {"k": "v"}
+    assert isinstance(list(c.start_states.list_all(limit=1)), list)
+
+
+async def test_async_client(server: Server) -> None:
+    from guidinghand import AsyncEager, NotFoundError
+
+    c = AsyncEager(api_key=server.admin_key, base_url=server.base_url, max_retries=0, timeout=30)
+    try:
+        tc = await c.test_cases.create("async", "p", "linux-tiny", {"rubric": "r"}, key="ASYNC-1")
+        assert (await c.test_cases.retrieve("ASYNC-1"))["test_case_id"] == tc["test_case_id"]
+        run = await c.test_runs.create(test_case_ids=["ASYNC-1"], agents=["reference"])
+        assert (await c.test_runs.results(run["test_run_id"]))["totals"]["tries"] == 1
+        with pytest.raises(NotFoundError):
+            await c.test_runs.retrieve("tr_missing")
+    finally:
+        await c.close()
