@@ -27,6 +27,21 @@ def _base(path: Path) -> str:
     return norm(name)
 
 
+_SIG_MARKER = b"~Module signature appended~\n"
+
+
+def strip_signature(data: bytes) -> bytes:
+    """Drop an appended module signature: the kernel then skips the RSA check on load (it only
+    notes an unsigned module once, unless signatures are enforced, which Debian's are not)."""
+    if not data.endswith(_SIG_MARKER):
+        return data
+    body = data[: -len(_SIG_MARKER)]
+    # struct module_signature: 12 bytes ending in the big-endian signature length
+    sig_len = int.from_bytes(body[-4:], "big")
+    end = len(body) - 12 - sig_len
+    return data[:end] if end > 0 else data
+
+
 def read_module(path: Path) -> bytes:
     data = path.read_bytes()
     if path.name.endswith(".xz"):
@@ -90,7 +105,7 @@ class ModuleTree:
             visit(norm(w), ())
         return order
 
-    def install(self, names: list[str], dest: Path) -> list[str]:
+    def install(self, names: list[str], dest: Path, *, unsigned: bool = False) -> list[str]:
         """Copy modules uncompressed under dest keeping their relative paths; returns those paths."""
         rels = []
         for name in names:
@@ -100,6 +115,7 @@ class ModuleTree:
                 rel = rel.removesuffix(s)
             out = dest / rel
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_bytes(read_module(src))
+            data = read_module(src)
+            out.write_bytes(strip_signature(data) if unsigned else data)
             rels.append(rel)
         return rels

@@ -177,3 +177,14 @@ def test_a_second_build_waits_for_the_first(tmp_path: Path) -> None:
     assert order == ["first", "second"]
     with build_lock(tmp_path, "toy", timeout=0.3):
         pass
+
+
+def test_module_signature_is_stripped_exactly() -> None:
+    from imagebuilder.kmod import strip_signature
+
+    body = b"\x7fELF" + b"m" * 100
+    sig = b"S" * 681
+    info = bytes([0, 0, 2, 0, 0, 0, 0, 0]) + (681).to_bytes(4, "big")  # struct module_signature
+    signed = body + sig + info + b"~Module signature appended~\n"
+    assert strip_signature(signed) == body
+    assert strip_signature(body) == body  # unsigned stays as it is
