@@ -46,7 +46,8 @@ def create_app(settings: Settings, state: ServerState | None = None) -> FastAPI:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
 
-    app = FastAPI(title="gh-server Evals API", version="1", lifespan=lifespan)
+    # No /docs or /redoc: the contract is Bearer auth everywhere but /openapi.json and /healthz.
+    app = FastAPI(title="gh-server Evals API", version="1", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.gh = st
     _install_optional(app, st)
     return app

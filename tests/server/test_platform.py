@@ -86,6 +86,8 @@ def test_public_endpoints_and_envelope(server: Server) -> None:
     assert r.json()["error"]["param"] == "prompt" and "prompt" in r.json()["error"]["message"]
     r = httpx.get(server.base_url + "/v1/test_cases", headers={"Authorization": "Basic abc"}, timeout=10)
     assert r.status_code == 401
+    for path in ("/docs", "/redoc"):  # nothing public but /openapi.json and /healthz
+        assert httpx.get(server.base_url + path, timeout=10).status_code == 404
 
 
 def test_api_keys_endpoint_and_roles(server: Server) -> None:
