@@ -167,7 +167,7 @@ def render_table(rows: Sequence[Row], summaries: Sequence[AgentSummary]) -> str:
 
 def _attempt_entry(a: Mapping[str, Any]) -> dict[str, Any]:
     keep = ("attempt_id", "test_case_id", "key", "agent_id", "try", "retry_of", "status", "outcome", "error",
-            "check", "metrics", "replay_url", "runner_id", "started_at", "finished_at")
+            "check", "metrics", "replay_url", "replay_path", "runner_id", "started_at", "finished_at")
     entry = {k: a.get(k) for k in keep}
     entry["seconds"] = attempt_seconds(a)
     return entry
