@@ -13,13 +13,18 @@ from sqlalchemy.orm import Session, sessionmaker
 from gh_server.settings import Settings
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+# Bound values (scripts, customer secret facts, token hashes) never appear in a database error's text,
+# which may end up in a log.
+HIDE_PARAMETERS = True
 
 
 def make_engine(settings: Settings) -> Engine:
     url = settings.sqlalchemy_url
     if url.startswith("sqlite"):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": 30}, hide_parameters=HIDE_PARAMETERS
+        )
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -32,7 +37,14 @@ def make_engine(settings: Settings) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args={"connect_timeout": 10})
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=10,
+        max_overflow=20,
+        connect_args={"connect_timeout": 10},
+        hide_parameters=HIDE_PARAMETERS,
+    )
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

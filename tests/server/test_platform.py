@@ -371,3 +371,15 @@ def test_changed_env_admin_key_revokes_the_old_one() -> None:
         st.engine.dispose()
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_database_errors_never_carry_bound_values(db_url: str | None) -> None:
+    settings, data_dir = make_settings(db_url)
+    engine = db.make_engine(settings)
+    try:
+        with pytest.raises(Exception) as e, engine.begin() as conn:
+            conn.execute(text("INSERT INTO no_such_table VALUES (:x)"), {"x": "blue-kite-42"})
+        assert "blue-kite-42" not in str(e.value)
+    finally:
+        engine.dispose()
+        shutil.rmtree(data_dir, ignore_errors=True)
