@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 
 PATH = "/v1/runners/connect"
 HELLO_TIMEOUT_S = 30.0
+# A runner that refuses this many leases in a row (full with start-state jobs, a disk problem, ...) gets no
+# more until its next heartbeat: the DB's count of its attempts cannot see everything that holds its slots.
+PAUSE_AFTER_REFUSALS = 2
 SEND_TIMEOUT_S = 30.0
 
 
@@ -56,6 +59,12 @@ class _Conn:
     closed: asyncio.Event
     last_db_seen: float = 0.0
     busy: int = 0
+    draining: bool = False  # said so in a heartbeat: offer it nothing
+    refused_in_row: int = 0  # refusals since its last accept: a runner that keeps refusing is paused
+
+    @property
+    def leasable(self) -> bool:
+        return not self.closed.is_set() and not self.draining and self.refused_in_row < PAUSE_AFTER_REFUSALS
 
     async def send(self, msg: pydantic.BaseModel) -> bool:
         if self.closed.is_set():
@@ -276,7 +285,8 @@ class Gateway:
         return c is not None and not c.closed.is_set()
 
     def local_runner_ids(self) -> list[str]:
-        return [rid for rid, c in self.conns.items() if not c.closed.is_set()]
+        """The runners the scheduler of this process may lease to now."""
+        return [rid for rid, c in self.conns.items() if c.leasable]
 
     async def send(self, runner_id: str, msg: pydantic.BaseModel) -> bool:
         c = self.conns.get(runner_id)
@@ -493,6 +503,11 @@ class Gateway:
         if isinstance(msg, protocol.Heartbeat):
             if msg.busy is not None:
                 conn.busy = msg.busy
+            paused = not conn.leasable
+            conn.draining = bool(msg.draining)
+            conn.refused_in_row = 0
+            if paused and conn.leasable:
+                self._poke()
         elif isinstance(msg, protocol.AttemptFinished):
             await self._result(conn, msg.result)
         elif isinstance(msg, protocol.AttemptStatus):
@@ -524,8 +539,9 @@ class Gateway:
                     )
                 )
         elif isinstance(msg, protocol.LeaseAccept):
-            pass  # the lease row is already `leased` to it; its statuses move it on from here
+            conn.refused_in_row = 0  # the lease row is already `leased` to it; its statuses move it on
         elif isinstance(msg, protocol.LeaseRefuse):
+            conn.refused_in_row += 1
             log.info("runner %s refused %s: %s", conn.name, msg.attempt_id, msg.reason[:200])
             if self.scheduler is not None:
                 await self.scheduler.refused(msg.attempt_id, rid)

@@ -100,6 +100,12 @@ class SimRunner:
                 return m
             self.stash.append(m)
 
+    async def sync(self) -> None:
+        """Round trip: the server handles a connection's frames in order, so once the answer to a bad
+        frame is back, everything sent before it has been handled."""
+        await self.send_raw('{"type": "sync-probe"}')
+        await self.expect("error", where=lambda m: "sync-probe" in m.message)
+
     async def wait_closed(self, timeout: float = DEFAULT_WAIT) -> int | None:
         await asyncio.wait_for(self.closed.wait(), timeout)
         return self.close_code

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from sqlalchemy import update
 
@@ -12,7 +10,7 @@ from gh_server.models import Runner, TestRun
 from gh_server.scheduler import run_summary
 
 from .conftest import GwServer, await_for
-from .simrunner import SimRunner
+from .simrunner import SimRunner, now
 
 
 @pytest.fixture
@@ -212,15 +210,16 @@ async def test_error_then_pass_counts_the_retry(server: GwServer) -> None:
 
 
 async def test_disconnect_grace_then_error_and_retry(server: GwServer) -> None:
-    _rid, token = server.add_runner("flaky")
+    rid, token = server.add_runner("flaky")
     r = await SimRunner(server.ws_url, token, name="flaky", slots=1, images=["linux-tiny"]).connect()
     run_id, (aid,) = server.add_run([{}])
     await r.expect("lease")
     await r.send(protocol.LeaseAccept(attempt_id=aid))
     await r.status(aid, "preparing")
+    await r.sync()
     await r.close()
-    # Within the grace period (2 s here) the attempt stays the runner's.
-    await asyncio.sleep(0.5)
+    # Disconnected, but within the grace period (2 s here): the attempt stays the runner's.
+    await await_for(lambda: server.runner_row(rid).disconnected_at is not None, what="disconnect recorded")
     assert server.attempt(aid).status == "preparing"
     gone = await await_for(lambda: server.attempt(aid).status == "done" and server.attempt(aid), timeout=30,
                            what="attempt errored after grace")
@@ -245,6 +244,7 @@ async def test_reconnect_within_grace_keeps_listed_attempts_and_errors_lost_ones
     leased = [(await r.expect("lease")).attempt_id for _ in range(2)]
     for aid in leased:
         await r.status(aid, "preparing")
+    await r.sync()  # both really started before the runner goes away
     await r.close()
     kept, lost = leased
     r2 = SimRunner(server.ws_url, token, name="restarts", slots=2, images=["linux-tiny"], in_flight=[kept, "at_ghost"])
@@ -316,3 +316,35 @@ async def test_reconnect_without_an_unstarted_lease_requeues_it(server: GwServer
         assert len(server.attempts_of(run_id)) == 1
     finally:
         await r2.close()
+
+
+async def test_draining_runner_gets_no_leases(server: GwServer) -> None:
+    _, token = server.add_runner()
+    r = await SimRunner(server.ws_url, token, slots=2, images=["linux-tiny"]).connect()
+    try:
+        await r.send(protocol.Heartbeat(at=now(), busy=0, draining=True))
+        await r.sync()
+        server.add_run([{}])
+        await no_lease(r)
+        await r.send(protocol.Heartbeat(at=now(), busy=0))  # drain called off (say): back in business
+        await r.expect("lease")
+    finally:
+        await r.close()
+
+
+async def test_runner_refusing_in_a_row_is_paused_until_its_heartbeat(server: GwServer) -> None:
+    _, token = server.add_runner()
+    r = await SimRunner(server.ws_url, token, slots=4, images=["linux-tiny"]).connect()
+    try:
+        _, ids = server.add_run([{}] * 3)
+        first = [(await r.expect("lease")).attempt_id for _ in range(3)]
+        assert sorted(first) == sorted(ids)
+        for aid in first[:2]:
+            await r.send(protocol.LeaseRefuse(attempt_id=aid, reason="no free slot: 4 of 4 busy"))
+        await r.sync()
+        _, (late,) = server.add_run([{}])
+        await no_lease(r)  # paused: it said twice that it is full
+        await r.send(protocol.Heartbeat(at=now(), busy=1))
+        assert (await r.expect("lease")).attempt_id == late  # the refused two stay skipped for a while
+    finally:
+        await r.close()
