@@ -58,12 +58,13 @@ INITRAMFS_MODULES = [
     "virtio_ring", "virtio", "virtio_pci_modern_dev", "virtio_pci_legacy_dev", "virtio_pci", "virtio_blk",
     "crc32c_generic", "ext4",
 ]
-# Loaded by the root's rcS: the guest-agent port, USB host controllers (ehci before uhci, as the
-# kernel asks; xhci for q35) with HID and evdev for the tablet, and virtio-input for a virtio tablet.
+# Loaded by the root's rcS: the guest-agent port first; then USB host controllers (ehci before
+# uhci, as the kernel asks; xhci for q35) with HID for a USB tablet, virtio-input for a virtio
+# tablet, evdev (/dev/input/event*) and mousedev (/dev/input/mice, as on any desktop).
 ROOT_MODULES = ["virtio_console"]
 ROOT_MODULES_LATE = [
     "ehci_hcd", "ehci_pci", "uhci_hcd", "xhci_hcd", "xhci_pci",
-    "usbhid", "hid_generic", "evdev", "virtio_input",
+    "usbhid", "hid_generic", "evdev", "mousedev", "virtio_input",
 ]
 OPTIONAL = {"crc32c_generic", "ext4", "ehci_hcd", "ehci_pci", "uhci_hcd", "xhci_hcd", "xhci_pci", "usbhid"}
 GUEST_PACKAGES = ["busybox-static", "qemu-guest-agent"]
