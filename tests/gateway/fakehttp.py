@@ -14,12 +14,17 @@ Reply = Callable[[str, dict[str, Any]], tuple[int, dict[str, Any]]]
 
 
 @contextmanager
-def serve(reply: Reply) -> Iterator[tuple[str, list[tuple[str, dict[str, Any]]]]]:
+def serve(reply: Reply, raw: list[tuple[bytes, dict[str, str]]] | None = None,
+          ) -> Iterator[tuple[str, list[tuple[str, dict[str, Any]]]]]:
+    """`raw`, when given, gets the exact bodies and headers (for signature checks)."""
     seen: list[tuple[str, dict[str, Any]]] = []
+    raw = raw if raw is not None else []
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))) or b"{}")
+            data = self.rfile.read(int(self.headers.get("content-length", "0")))
+            raw.append((data, dict(self.headers.items())))
+            body = json.loads(data or b"{}")
             seen.append((self.path, body))
             status, out = reply(self.path, body)
             data = json.dumps(out).encode()

@@ -13,6 +13,7 @@ from gh_runner import protocol
 from gh_server.models import RunnerJob, new_id
 
 from .conftest import GwServer, await_for
+from .fakehttp import serve
 from .simrunner import SimRunner, now
 
 
@@ -153,3 +154,30 @@ def _job_status(server: GwServer, job_id: str) -> str:
         row = s.get(RunnerJob, job_id)
         assert row is not None
         return row.status
+
+
+async def test_completed_run_sends_signed_webhook(server: GwServer) -> None:
+    from guidinghand import verify_webhook
+
+    client = sdk(server)
+    raw: list[tuple[bytes, dict[str, str]]] = []
+    with serve(lambda p, b: (200, {}), raw) as (url, _):
+        hook = await call(client._request, "PUT", "/v1/webhook", body={"url": url + "/hook",
+                                                                       "events": ["test_run.completed"]})
+        created = await call(client.runners.create, "sim")
+        case = await call(client.test_cases.create, "c", "p", "linux-tiny", {"check_script": "echo True"})
+        r = await SimRunner(server.ws_url, created["token"], slots=1, images=["linux-tiny"]).connect()
+        try:
+            run = await call(client.test_runs.create, test_case_ids=[case["test_case_id"]], agents=["noop"])
+            lease = await r.expect("lease")
+            await r.finish(lease.attempt_id, "failed", check_after="False")
+            await await_for(lambda: len(raw) >= 1, timeout=60, what="webhook delivered")
+        finally:
+            await r.close()
+    body, headers = raw[0]
+    sig = next(v for k, v in headers.items() if k.lower() == "eager-signature")
+    event = verify_webhook(body, sig, hook["secret"])
+    assert event["type"] == "test_run.completed"
+    obj = event["data"]["test_run"]
+    assert obj["test_run_id"] == run["test_run_id"] and obj["status"] == "completed"
+    assert obj["progress"]["failed"] == 1 and obj["pass_rate"] == {"noop": 0.0}
