@@ -1,0 +1,165 @@
+"""gh_server.start_state_jobs on a real (SQLite) database: idle close and version collection rules.
+
+No runner here: the jobs these passes queue are `runner_jobs` rows, which is what a runner would get.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from gh_server import db
+from gh_server.app import create_state
+from gh_server.models import (
+    Attempt,
+    RunCase,
+    Runner,
+    RunnerJob,
+    StartState,
+    StartStateVersion,
+    TestRun,
+    utcnow,
+)
+from gh_server.settings import Settings
+from gh_server.start_state_jobs import close_idle, collect_versions, idle_seconds, pinned_versions
+from gh_server.state import ServerState
+
+
+@pytest.fixture()
+def st() -> Iterator[ServerState]:
+    d = Path(tempfile.mkdtemp(prefix="gh-ss-hk-"))
+    state = create_state(Settings(data_dir=d))
+    db.upgrade(state.engine)
+    try:
+        yield state
+    finally:
+        state.engine.dispose()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _state(s: Any, ssid: str, *, status: str = "ready", version: int = 1, idle_for: float = 0.0) -> StartState:
+    now = utcnow()
+    row = StartState(id=ssid, name=ssid, from_="linux-tiny", image="linux-tiny", method="hand", status=status,
+                     version=version, runner_id="rn_1", runner_labels=[],
+                     opened_at=now - timedelta(seconds=idle_for) if status == "open" else None,
+                     created_at=now, updated_at=now)
+    s.add(row)
+    return row
+
+
+def _runner(s: Any, held: list[tuple[str, int]]) -> None:
+    s.add(Runner(id="rn_1", name="lab", token_hash="x" * 64,
+                 held_versions=[{"start_state_id": a, "version": v} for a, v in held]))
+
+
+def _versions(s: Any, ssid: str, n: int) -> None:
+    for v in range(1, n + 1):
+        s.add(StartStateVersion(start_state_id=ssid, version=v, runner_id="rn_1", size_bytes=1000))
+
+
+def _run_on(s: Any, run_id: str, ref: tuple[str, int], *, run_status: str, attempt_status: str) -> None:
+    s.add(TestRun(id=run_id, status=run_status, agents=["noop"]))
+    s.flush()
+    rc = RunCase(test_run_id=run_id, test_case_id="tc_" + run_id, case={},
+                 start_state={"kind": "state", "image": "linux-tiny", "start_state_id": ref[0], "version": ref[1]})
+    s.add(rc)
+    s.flush()
+    s.add(Attempt(id="at_" + run_id, test_run_id=run_id, run_case_id=rc.id, test_case_id="tc_" + run_id,
+                  agent_id="noop", try_number=1, status=attempt_status))
+
+
+def _jobs(s: Any, op: str) -> list[RunnerJob]:
+    return list(s.scalars(select(RunnerJob).where(RunnerJob.op == op).order_by(RunnerJob.created_at)))
+
+
+def test_idle_close_keeps_saved_states_and_deletes_never_saved_ones(st: ServerState) -> None:
+    with st.db.begin() as s:
+        _state(s, "ss_saved", status="open", version=2, idle_for=120)
+        _state(s, "ss_unsaved", status="open", version=0, idle_for=120)
+        _state(s, "ss_busy", status="open", version=1, idle_for=5)
+        recent = _state(s, "ss_typed", status="open", version=1, idle_for=120)
+        recent.last_input_at = utcnow()  # input counts, not the opening
+        _state(s, "ss_ready", status="ready", version=1)
+    with st.db.begin() as s:
+        jobs = close_idle(s, idle=60)
+    assert len(jobs) == 2
+    with st.db() as s:
+        saved = s.get(StartState, "ss_saved")
+        assert saved is not None and saved.status == "ready" and saved.version == 2
+        assert "without input" in (saved.error or "")
+        assert s.get(StartState, "ss_unsaved") is None
+        for ssid in ("ss_busy", "ss_typed"):
+            row = s.get(StartState, ssid)
+            assert row is not None and row.status == "open"
+        closes = _jobs(s, "close")
+        assert sorted(j.start_state_id for j in closes) == ["ss_saved", "ss_unsaved"]
+        assert all(j.runner_id == "rn_1" and j.status == "queued" for j in closes)
+    with st.db.begin() as s:  # a second pass (or another server process) finds nothing left to do
+        assert close_idle(s, idle=60) == []
+
+
+def test_old_versions_are_collected_only_when_nothing_pins_them(st: ServerState) -> None:
+    with st.db.begin() as s:
+        _runner(s, [("ss_a", 1), ("ss_a", 2), ("ss_a", 3), ("ss_a", 4)])
+        _state(s, "ss_a", version=4)
+        _versions(s, "ss_a", 4)
+        _run_on(s, "tr_running", ("ss_a", 1), run_status="running", attempt_status="running")
+        _run_on(s, "tr_cancelled", ("ss_a", 2), run_status="cancelled", attempt_status="checking")
+        _run_on(s, "tr_done", ("ss_a", 3), run_status="completed", attempt_status="done")
+    with st.db() as s:
+        assert pinned_versions(s) == {("ss_a", 1), ("ss_a", 2)}
+    with st.db.begin() as s:
+        jobs = collect_versions(s)
+    assert len(jobs) == 1
+    with st.db() as s:
+        (job,) = _jobs(s, "delete")
+        assert (job.start_state_id, job.payload["version"], job.runner_id) == ("ss_a", 3, "rn_1")
+        v3 = s.get(StartStateVersion, ("ss_a", 3))
+        assert v3 is not None and v3.deleted_at is not None
+        runner = s.get(Runner, "rn_1")
+        assert runner is not None
+        assert [h["version"] for h in runner.held_versions] == [1, 2, 4]  # 4 is current: never collected
+    with st.db.begin() as s:
+        assert collect_versions(s) == []  # already collected, the others still pinned
+    with st.db.begin() as s:
+        for run in s.scalars(select(TestRun)):
+            run.status = "completed"
+        for a in s.scalars(select(Attempt)):
+            a.status = "done"
+    with st.db.begin() as s:
+        assert len(collect_versions(s)) == 2
+    with st.db() as s:
+        assert sorted(j.payload["version"] for j in _jobs(s, "delete")) == [1, 2, 3]
+        runner = s.get(Runner, "rn_1")
+        assert runner is not None and runner.held_versions == [{"start_state_id": "ss_a", "version": 4}]
+
+
+def test_a_build_from_an_old_version_pins_it(st: ServerState) -> None:
+    with st.db.begin() as s:
+        _runner(s, [("ss_p", 1), ("ss_p", 2)])
+        _state(s, "ss_p", version=2)
+        _versions(s, "ss_p", 2)
+        s.add(RunnerJob(id="jb_child", runner_id="rn_1", start_state_id="ss_child", op="build", status="sent",
+                        payload={"source": {"kind": "state", "image": "linux-tiny", "start_state_id": "ss_p",
+                                            "version": 1}}))
+    with st.db.begin() as s:
+        assert collect_versions(s) == []
+    with st.db.begin() as s:
+        job = s.get(RunnerJob, "jb_child")
+        assert job is not None
+        job.status = "done"
+    with st.db.begin() as s:
+        assert len(collect_versions(s)) == 1
+
+
+def test_idle_seconds_default_and_override(st: ServerState) -> None:
+    assert idle_seconds(st) == 7200.0
+    st.extras["start_state_idle_seconds"] = 5
+    assert idle_seconds(st) == 5.0
