@@ -3,7 +3,6 @@ PostgreSQL (a throwaway cluster), driven through the official guidinghand SDK.""
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import tempfile
@@ -132,6 +131,3 @@ def case_body(i: int = 0, **kw: object) -> dict[str, object]:
     }
     body.update(kw)
     return body
-
-
-os.environ.setdefault("EAGER_API_KEY", "")
