@@ -18,12 +18,12 @@ def serve(reply: Reply, raw: list[tuple[bytes, dict[str, str]]] | None = None,
           ) -> Iterator[tuple[str, list[tuple[str, dict[str, Any]]]]]:
     """`raw`, when given, gets the exact bodies and headers (for signature checks)."""
     seen: list[tuple[str, dict[str, Any]]] = []
-    raw = raw if raw is not None else []
+    bodies: list[tuple[bytes, dict[str, str]]] = raw if raw is not None else []
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             data = self.rfile.read(int(self.headers.get("content-length", "0")))
-            raw.append((data, dict(self.headers.items())))
+            bodies.append((data, dict(self.headers.items())))
             body = json.loads(data or b"{}")
             seen.append((self.path, body))
             status, out = reply(self.path, body)
