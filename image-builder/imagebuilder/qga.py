@@ -38,12 +38,15 @@ class QGA:
             raise BuildError(f"the guest agent socket: {e}") from None
         while time.monotonic() < deadline:
             sync_id = random.randint(1, 2**31 - 1)
-            self.js.send({"execute": "guest-sync-delimited", "arguments": {"id": sync_id}})
-            step = min(deadline, time.monotonic() + 1.0)
-            while (reply := self.js.recv(step)) is not None:
-                if reply.get("return") == sync_id:
-                    self.execute("guest-ping", timeout=max(1.0, deadline - time.monotonic()))
-                    return time.monotonic() - start
+            try:
+                self.js.send({"execute": "guest-sync-delimited", "arguments": {"id": sync_id}})
+                step = min(deadline, time.monotonic() + 1.0)
+                while (reply := self.js.recv(step)) is not None:
+                    if reply.get("return") == sync_id:
+                        self.execute("guest-ping", timeout=max(1.0, deadline - time.monotonic()))
+                        return time.monotonic() - start
+            except OSError as e:
+                raise BuildError(f"the guest agent channel closed while waiting for it ({e}): did QEMU exit?") from None
         raise BuildError(f"the guest agent did not answer within {timeout:.0f} s")
 
     def execute(self, command: str, arguments: dict[str, Any] | None = None, timeout: float = 30.0) -> Any:
@@ -51,8 +54,11 @@ class QGA:
         msg: dict[str, Any] = {"execute": command}
         if arguments:
             msg["arguments"] = arguments
-        self.js.send(msg)
-        reply = self.js.recv(deadline)
+        try:
+            self.js.send(msg)
+            reply = self.js.recv(deadline)
+        except OSError as e:  # QEMU went away (crashed, or the guest powered off)
+            raise BuildError(f"guest agent {command}: connection lost ({e})") from None
         if reply is None:
             raise BuildError(f"guest agent {command}: no answer within {timeout:.0f} s")
         if "error" in reply:

@@ -27,9 +27,15 @@ class QMP:
         msg: dict[str, Any] = {"execute": command}
         if arguments:
             msg["arguments"] = arguments
-        self.js.send(msg)
+        try:
+            self.js.send(msg)
+        except OSError as e:
+            raise BuildError(f"QMP {command}: connection lost ({e})") from None
         while True:
-            reply = self.js.recv(deadline)
+            try:
+                reply = self.js.recv(deadline)
+            except OSError as e:
+                raise BuildError(f"QMP {command}: connection lost ({e})") from None
             if reply is None:
                 raise BuildError(f"QMP {command}: no answer within {timeout:.0f} s")
             if "return" in reply:

@@ -182,7 +182,8 @@ def _sha256_big(path: Path) -> str:
 
 def make_config_iso(work: Path, answer: str, sysprep_answer: str | None) -> Path:
     src = work / "config"
-    (src / "scripts").mkdir(parents=True)
+    src.mkdir(mode=0o700)
+    (src / "scripts").mkdir()
     (src / "autounattend.xml").write_text(answer, encoding="utf-8")
     (src / "gh-config.txt").write_text("gh-runner image build configuration\r\n")
     if sysprep_answer is not None:
@@ -191,6 +192,10 @@ def make_config_iso(work: Path, answer: str, sysprep_answer: str | None) -> Path
         shutil.copy2(f, src / "scripts" / f.name)
     out = work / "config.iso"
     proc.run(["genisoimage", "-quiet", "-J", "-r", "-V", "GHCONFIG", "-o", out, src], timeout=120)
+    # The answer file carries the account password (encoded, not encrypted): only the build (root,
+    # which runs QEMU directly) may read it.
+    os.chmod(out, 0o600)
+    shutil.rmtree(src)
     return out
 
 

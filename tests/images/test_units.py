@@ -188,3 +188,22 @@ def test_module_signature_is_stripped_exactly() -> None:
     signed = body + sig + info + b"~Module signature appended~\n"
     assert strip_signature(signed) == body
     assert strip_signature(body) == body  # unsigned stays as it is
+
+
+def test_guest_agent_errors_and_lost_connections_are_build_errors() -> None:
+    from imagebuilder.qga import QGA
+
+    a, b = socket.socketpair()
+    qga = QGA(Path("unused"))
+    qga.js.sock = a
+    try:
+        b.sendall(b'{"error": {"class": "CommandNotFound", "desc": "no such command"}}\n')
+        with pytest.raises(BuildError, match="guest agent guest-nope: no such command"):
+            qga.execute("guest-nope", timeout=5)
+        with pytest.raises(BuildError, match="no answer within 0 s"):
+            qga.execute("guest-ping", timeout=0.2)
+        b.close()
+        with pytest.raises(BuildError, match="connection lost"):
+            qga.execute("guest-ping", timeout=5)
+    finally:
+        a.close()

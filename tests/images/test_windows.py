@@ -237,6 +237,8 @@ def test_windows_build_refuses_missing_inputs_clearly(tmp_path: Path) -> None:
 def test_config_iso_carries_the_answer_file_and_scripts_at_known_paths(tmp_path: Path) -> None:
     answer = windows10.render_autounattend(windows10.Settings(), PASSWORD)
     iso = windows10.make_config_iso(tmp_path, answer, None)
+    assert iso.stat().st_mode & 0o077 == 0  # it carries the encoded password
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.iso"]
     listing = subprocess.run(["isoinfo", "-J", "-f", "-i", str(iso)], capture_output=True, text=True,
                              timeout=60, check=True).stdout.split()
     assert "/autounattend.xml" in listing and "/gh-config.txt" in listing
