@@ -7,7 +7,11 @@ ends; this module does what nobody asks for:
   like `POST .../close` would (a hand-made state never saved is deleted);
 - version collection: a version older than the current one stays on its runner while any queued or
   running attempt, any unfinished run, or any unfinished job (a build `from` it) pins it; after that a
-  `delete` job for that one version goes to its runner.
+  `delete` job for that one version goes to its runner;
+- the `instruction` method: once the machine of such a state is open on its runner, the agent named
+  by `agent_id` gets the instruction as its prompt and the machine (screen, input, exec through the
+  runner); when it ends, the machine is saved as version 1 (or closed, and the state `failed`, when the
+  agent fails). The state's `task_id` names that agent run.
 
 Every change is an UPDATE/DELETE guarded by the state it expects, so several gh-server processes on one
 database never close or collect the same thing twice.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,14 +30,27 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from gh_runner import protocol
 from gh_server import serialize
-from gh_server.models import Attempt, RunCase, Runner, RunnerJob, StartState, StartStateVersion, TestRun, utcnow
+from gh_server.agents.base import AgentContext, Machine, Relay
+from gh_server.models import (
+    Attempt,
+    RunCase,
+    Runner,
+    RunnerJob,
+    StartState,
+    StartStateVersion,
+    TestRun,
+    new_id,
+    utcnow,
+)
 from gh_server.state import ServerState
 
 log = logging.getLogger("gh_server.start_state_jobs")
 
 DEFAULT_IDLE_SECONDS = 7200.0
-DEFAULT_INTERVAL_SECONDS = 15.0
+DEFAULT_INTERVAL_SECONDS = 5.0
+INSTRUCTION_MINUTES = 60  # the agent's time budget for setting a machine up
 ACTIVE_ATTEMPT = ("queued", "leased", "preparing", "running", "checking")
 ACTIVE_RUN = ("queued", "running")
 ACTIVE_JOB = ("queued", "sent")
@@ -161,6 +179,100 @@ def collect_versions(session: Session, now: datetime | None = None) -> list[str]
     return jobs
 
 
+# -- the instruction method ---------------------------------------------------------------------
+
+
+class StartStateMachine(Machine):
+    """An open start state's machine, for an agent: the same requests, addressed by start state."""
+
+    def __init__(self, relay: Relay, runner_id: str, start_state_id: str) -> None:
+        super().__init__(relay, runner_id, attempt_id="")
+        self.start_state_id = start_state_id
+
+    def _req(self, op: str, **kw: Any) -> protocol.MachineRequest:
+        return protocol.MachineRequest(request_id=uuid.uuid4().hex, start_state_id=self.start_state_id,
+                                       op=op, **kw)  # type: ignore[arg-type]
+
+
+def claim_instructions(session: Session) -> list[dict[str, Any]]:
+    """Instruction states whose machine is open and that no agent works on yet; each is claimed by
+    setting its `task_id` (guarded), so one server process runs its agent."""
+    opened = select(RunnerJob.start_state_id).where(RunnerJob.op == "open", RunnerJob.status == "done")
+    out: list[dict[str, Any]] = []
+    for ss in session.scalars(
+        select(StartState).where(
+            StartState.method == "instruction",
+            StartState.status == "building",
+            StartState.task_id.is_(None),
+            StartState.id.in_(opened),
+        )
+    ):
+        task_id = new_id("tk_")
+        claimed = session.execute(
+            update(StartState)
+            .where(StartState.id == ss.id, StartState.status == "building", StartState.task_id.is_(None))
+            .values(task_id=task_id, updated_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
+        if claimed.rowcount == 1:  # type: ignore[attr-defined]
+            out.append({"start_state_id": ss.id, "task_id": task_id, "runner_id": ss.runner_id,
+                        "agent_id": ss.agent_id or "default", "instruction": ss.instruction or "",
+                        "metadata": dict(ss.metadata_ or {})})
+    return out
+
+
+def finish_instruction(session: Session, start_state_id: str, task_id: str, error: str | None) -> list[str]:
+    """The agent is done: save the machine as version 1, or close it and mark the state failed."""
+    from gh_server import webhooks
+    from gh_server.api.start_states import _job
+
+    ss = session.get(StartState, start_state_id)
+    if ss is None or ss.task_id != task_id or ss.status != "building":
+        return []  # deleted or changed meanwhile: nothing of ours to finish
+    if error is None:
+        return [_job(session, ss, "save", ss.runner_id, version=ss.version + 1).id]
+    ss.status, ss.error, ss.updated_at = "failed", error, utcnow()
+    job = _job(session, ss, "close", ss.runner_id)
+    session.flush()
+    webhooks.enqueue(session, "start_state.failed", serialize.start_state(ss))
+    return [job.id]
+
+
+async def run_instruction(st: ServerState, claim: dict[str, Any]) -> None:
+    from gh_server.agents.registry import AgentRegistry
+    from gh_server.api.start_states import _dispatch
+
+    ssid, task_id, agent_id = claim["start_state_id"], claim["task_id"], claim["agent_id"]
+    error: str | None = None
+    if st.gateway is None or claim["runner_id"] is None:
+        error = "instruction: no runner gateway in this server"
+    else:
+        machine = StartStateMachine(st.gateway.machine_request, claim["runner_id"], ssid)
+        # The agent sees the instruction as its prompt; the state's metadata stands in for a case's
+        # (the `reference` agent runs its `reference_fix`).
+        case = {"test_case_id": ssid, "name": f"set up {ssid}", "prompt": claim["instruction"],
+                "limits": {"minutes": INSTRUCTION_MINUTES}, "metadata": claim["metadata"]}
+        ctx = AgentContext(attempt_id=task_id, runner_id=claim["runner_id"], agent_id=agent_id, test_run_id="",
+                           case=case, machine=machine, machine_api_url="", machine_api_token="")
+        try:
+            agent = AgentRegistry(st.settings.agents).get(agent_id)
+            outcome = await asyncio.wait_for(agent.run(ctx), INSTRUCTION_MINUTES * 60 + 60)
+            log.info("start state %s: agent %s finished its instruction (task %s, %d steps)",
+                     ssid, agent_id, task_id, outcome.steps)
+        except TimeoutError:
+            error = f"instruction: agent {agent_id} did not finish within {INSTRUCTION_MINUTES} minutes"
+        except Exception as e:  # the agent's failure is the state's, with its reason
+            error = f"instruction: agent {agent_id} failed: {e}"[:2000]
+    jobs = await run_in_threadpool(lambda: _finish_in_tx(st, ssid, task_id, error))
+    if jobs:
+        await _dispatch(st, jobs)
+
+
+def _finish_in_tx(st: ServerState, ssid: str, task_id: str, error: str | None) -> list[str]:
+    with st.db.begin() as s:
+        return finish_instruction(s, ssid, task_id, error)
+
+
 # -- the task -----------------------------------------------------------------------------------
 
 
@@ -170,16 +282,23 @@ async def housekeeping_once(st: ServerState) -> list[str]:
 
     idle = idle_seconds(st)
 
-    def work() -> list[str]:
+    def work() -> tuple[list[str], list[dict[str, Any]]]:
         with st.db.begin() as s:
             jobs = close_idle(s, idle)
         with st.db.begin() as s:
             jobs += collect_versions(s)
-        return jobs
+        with st.db.begin() as s:
+            claims = claim_instructions(s) if st.gateway is not None else []
+        return jobs, claims
 
-    jobs = await run_in_threadpool(work)
+    jobs, claims = await run_in_threadpool(work)
     if jobs:
         await _dispatch(st, jobs)
+    running: set[asyncio.Task[None]] = st.extras.setdefault("start_state_agents", set())  # type: ignore[assignment]
+    for claim in claims:
+        task = asyncio.create_task(run_instruction(st, claim), name=f"instruction-{claim['start_state_id']}")
+        running.add(task)
+        task.add_done_callback(running.discard)
     return jobs
 
 

@@ -239,3 +239,31 @@ def test_input_is_validated_and_needs_an_open_state(stack: Stack, gh: Eager) -> 
     with pytest.raises(ConflictError):
         gh.start_states.close(ssid)
     gh.start_states.delete(ssid)
+
+
+def test_instruction_state_is_set_up_by_the_agent_then_saved(stack: Stack, gh: Eager) -> None:
+    ss = gh.start_states.create("set up by an agent", "linux-tiny", instruction="Leave a note in /root/by-agent",
+                                agent_id="reference", metadata={"reference_fix": "echo agent > /root/by-agent"})
+    ssid = ss["start_state_id"]
+    assert ss["method"] == "instruction" and ss["status"] == "building" and ss["agent_id"] == "reference"
+    ready = gh.start_states.wait(ssid, timeout=RUN_TIMEOUT, poll_interval=1)
+    assert ready["status"] == "ready" and ready["version"] == 1, ready
+    assert (ready["task_id"] or "").startswith("tk_")
+    await_for(lambda: not stack.daemon.jobs.is_open(ssid), what="the agent's machine closed after the save")
+
+    case = make_case(gh, "the agent's note is there", ssid, '[ "$(cat /root/by-agent)" = agent ]')
+    r = run(gh, [case])
+    assert outcomes(gh, r["test_run_id"]) == {case: "passed"}
+    gh.test_cases.delete(case)
+    gh.start_states.delete(ssid)
+
+
+def test_instruction_with_an_unknown_agent_fails_and_closes_the_machine(stack: Stack, gh: Eager) -> None:
+    ss = gh.start_states.create("nobody to do it", "linux-tiny", instruction="Do something", agent_id="nobody")
+    ssid = ss["start_state_id"]
+    done = gh.start_states.wait(ssid, timeout=RUN_TIMEOUT, poll_interval=1)
+    assert done["status"] == "failed" and done["version"] == 0
+    assert "unknown agent 'nobody'" in (done["error"] or "")
+    await_for(lambda: not stack.daemon.jobs.is_open(ssid), what="the machine closed")
+    assert not any(s == ssid for s, _ in stack.held())
+    gh.start_states.delete(ssid)
