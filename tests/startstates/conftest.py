@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.server
+import json
 import os
 import secrets
 import shutil
@@ -53,6 +55,37 @@ def traversable_tmpdir(prefix: str) -> Path:
     return d
 
 
+class HookReceiver:
+    """A webhook endpoint on loopback that keeps every event body it gets."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        received = self.events
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                received.append(json.loads(body))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def of(self, event_type: str, start_state_id: str) -> list[dict[str, Any]]:
+        return [e for e in list(self.events) if e.get("type") == event_type
+                and e.get("data", {}).get("start_state", {}).get("start_state_id") == start_state_id]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 class Stack:
     def __init__(self, images_dir: Path) -> None:
         self.tmp = traversable_tmpdir("gh-startstates-")
@@ -74,6 +107,7 @@ class Stack:
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._stop: asyncio.Event | None = None
+        self.hooks: HookReceiver
 
     # -- from the test thread ------------------------------------------------------------------
 
@@ -250,9 +284,13 @@ def _no_domains_left_behind() -> Iterator[None]:
 def stack(images_dir: Path) -> Iterator[Stack]:
     s = Stack(images_dir)
     s.start()
+    s.hooks = HookReceiver()
     try:
+        with s.sdk() as client:
+            client.webhook.update(url=s.hooks.url, events=[])
         yield s
     finally:
+        s.hooks.close()
         s.stop()
 
 

@@ -95,6 +95,8 @@ def test_script_built_state_is_ready_and_cases_on_it_see_the_change(stack: Stack
     assert ready["runner_id"] is not None
     ssid = ready["start_state_id"]
     assert (ssid, 1) in stack.held()
+    hook = await_for(lambda: stack.hooks.of("start_state.ready", ssid), what="the start_state.ready webhook")
+    assert hook[0]["data"]["start_state"]["version"] == 1
 
     test = '[ "$(cat /srv/marker 2>/dev/null)" = built ]'
     on_state = make_case(gh, "sees the script's change", ssid, test)
@@ -126,6 +128,9 @@ def test_failing_script_is_failed_with_the_reason(stack: Stack, gh: Eager) -> No
     done = gh.start_states.wait(ss["start_state_id"], timeout=RUN_TIMEOUT, poll_interval=1)
     assert done["status"] == "failed" and done["version"] == 0
     assert "exited with 3" in (done["error"] or "") and "nope" in (done["error"] or "")
+    hook = await_for(lambda: stack.hooks.of("start_state.failed", ss["start_state_id"]),
+                     what="the start_state.failed webhook")
+    assert hook[0]["data"]["start_state"]["status"] == "failed"
     assert not any(s == ss["start_state_id"] for s, _ in stack.held())
     with pytest.raises(ConflictError):
         gh.start_states.open(ss["start_state_id"])
