@@ -59,6 +59,7 @@ class _Conn:
     closed: asyncio.Event
     last_db_seen: float = 0.0
     busy: int = 0
+    reconciled: sched.Reconciled | None = None
     draining: bool = False  # said so in a heartbeat: offer it nothing
     refused_in_row: int = 0  # refusals since its last accept: a runner that keeps refusing is paused
 
@@ -127,8 +128,9 @@ def _record_hello(session: Session, runner_id: str, session_id: str, h: protocol
     return r.name
 
 
-def _touch(session: Session, runner_id: str, session_id: str, busy: int | None) -> bool:
-    """Liveness; False when the runner was revoked or another session took over (then close)."""
+def _touch(session: Session, runner_id: str, session_id: str, busy: int | None) -> str:
+    """Liveness. "ok", or why this session must end: "revoked" (deleted, possibly through another
+    gh-server process) or "replaced" (the runner connected again, possibly to another process)."""
     values: dict[str, Any] = {"last_seen_at": utcnow()}
     if busy is not None:
         values["busy"] = busy
@@ -138,7 +140,11 @@ def _touch(session: Session, runner_id: str, session_id: str, busy: int | None) 
         .values(**values)
         .execution_options(synchronize_session=False)
     )
-    return cast(CursorResult[Any], res).rowcount == 1
+    if cast(CursorResult[Any], res).rowcount == 1:
+        return "ok"
+    revoked = session.scalar(select(Runner.revoked_at).where(Runner.id == runner_id))
+    exists = session.scalar(select(Runner.id).where(Runner.id == runner_id))
+    return "revoked" if exists is None or revoked is not None else "replaced"
 
 
 def _record_disconnect(session: Session, runner_id: str, session_id: str) -> None:
@@ -342,7 +348,10 @@ class Gateway:
             return
         beat = asyncio.create_task(self._heartbeats(conn), name=f"gh-beat-{conn.runner_id}")
         try:
+            await self._after_hello(conn)
             await self._read(conn)
+        except Exception:
+            log.exception("runner %s session failed", conn.name)
         finally:
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -399,6 +408,17 @@ class Gateway:
         if recorded is None:
             raise _Rejected(protocol.CLOSE_TOKEN_REVOKED, "runner was deleted")
         self.conns[runner_id] = conn
+        conn.reconciled = rec
+        log.info("runner %s (%s) connected: %d slots, %d resumed, %d lost", name, runner_id, hello.slots,
+                 len(rec.resume), len(rec.lost))
+        return conn
+
+    async def _after_hello(self, conn: _Conn) -> None:
+        """Welcome, then what the reconnect reconciliation asked for (part of the session: its failures
+        end the session through the same cleanup as a disconnect)."""
+        rec = conn.reconciled
+        assert rec is not None
+        runner_id = conn.runner_id
         await conn.send(
             protocol.Welcome(
                 runner_id=runner_id,
@@ -415,16 +435,7 @@ class Gateway:
             self._run_changed(run)
         await self.agents.resend_task_ends(runner_id, rec.resume)
         await self._send_queued_jobs(conn)
-        log.info(
-            "runner %s (%s) connected: %d slots, %d resumed, %d lost",
-            name,
-            runner_id,
-            hello.slots,
-            len(rec.resume),
-            len(rec.lost),
-        )
         self._poke()
-        return conn
 
     async def _closed(self, conn: _Conn) -> None:
         if self.conns.get(conn.runner_id) is conn:
@@ -459,14 +470,17 @@ class Gateway:
             if not await conn.send(protocol.Heartbeat(at=utcnow())):
                 return
             try:
-                alive = await self.dbq.run(lambda s: _touch(s, conn.runner_id, conn.session_id, conn.busy))
+                await self._touch(conn)
             except Exception:
                 log.warning("could not record liveness of runner %s", conn.runner_id, exc_info=True)
-                continue
-            conn.last_db_seen = time.monotonic()
-            if not alive:  # deleted (possibly through another gh-server process) or replaced
-                await conn.close(protocol.CLOSE_TOKEN_REVOKED, "runner token revoked")
-                return
+
+    async def _touch(self, conn: _Conn) -> None:
+        conn.last_db_seen = time.monotonic()
+        state = await self.dbq.run(lambda s: _touch(s, conn.runner_id, conn.session_id, conn.busy))
+        if state == "revoked":
+            await conn.close(protocol.CLOSE_TOKEN_REVOKED, "runner token revoked")
+        elif state == "replaced":
+            await conn.close(protocol.CLOSE_REPLACED, "another connection with this token took over")
 
     async def _read(self, conn: _Conn) -> None:
         dead_after = self.settings.dead_after
@@ -558,9 +572,7 @@ class Gateway:
                 )
             )
         if time.monotonic() - conn.last_db_seen > self.settings.heartbeat_interval:
-            conn.last_db_seen = time.monotonic()
-            if not await self.dbq.run(lambda s: _touch(s, rid, conn.session_id, conn.busy)):
-                await conn.close(protocol.CLOSE_TOKEN_REVOKED, "runner token revoked")
+            await self._touch(conn)
 
     async def _job_result(self, conn: _Conn, msg: protocol.JobResult) -> None:
         """The start-state API owns what a finished job means (status, version, webhook).

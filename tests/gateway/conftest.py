@@ -192,9 +192,12 @@ def server_factory() -> Iterator[Any]:
     dirs: list[tempfile.TemporaryDirectory[str]] = []
 
     def make(**kw: Any) -> GwServer:
-        d = tempfile.TemporaryDirectory(prefix="gh-gw-")
-        dirs.append(d)
-        srv = start_server(make_settings(Path(d.name), **kw))
+        data_dir = kw.pop("data_dir", None)
+        if data_dir is None:  # a second server may share the first one's data dir (one SQLite file)
+            d = tempfile.TemporaryDirectory(prefix="gh-gw-")
+            dirs.append(d)
+            data_dir = Path(d.name)
+        srv = start_server(make_settings(data_dir, **kw))
         made.append(srv)
         return srv
 
