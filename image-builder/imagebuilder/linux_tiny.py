@@ -40,10 +40,13 @@ TABLET = {"generic": "usb", "cloud": "virtio"}
 # Beyond the root and consoles, each option takes work off a boot that runs under TCG:
 # cryptomgr.notests skips the crypto self-tests (~0.4 s), tsc=reliable and no_timer_check skip the
 # clocksource watchdog and timer check (and keep the cheap TSC when the host is loaded),
-# random.trust_cpu=on seeds the RNG without waiting, 8250.nr_uarts=1 probes only ttyS0.
+# random.trust_cpu=on seeds the RNG without waiting, 8250.nr_uarts=1 probes only ttyS0, and
+# pci=noacpi routes PCI interrupts from the BIOS table instead of evaluating ACPI link objects in
+# the AML interpreter, which took ~200 ms per virtio device (measured with initcall_debug). The
+# image is for the `pc` machine (i440fx), whose SeaBIOS provides that table.
 CMDLINE = (
     "console=tty1 console=ttyS0 root=/dev/vda rw quiet "
-    "cryptomgr.notests tsc=reliable no_timer_check random.trust_cpu=on 8250.nr_uarts=1"
+    "cryptomgr.notests tsc=reliable no_timer_check random.trust_cpu=on 8250.nr_uarts=1 pci=noacpi"
 )
 MEMORY_MIB = 256
 VCPUS = 1
@@ -245,7 +248,9 @@ def build_initramfs(inputs: Inputs, modules: ModuleTree) -> tuple[bytes, set[str
                     entries.append(cpio.dir_entry(sub))
             entries.append(cpio.file_entry(f"lib/modules/{rel}", (Path(d) / rel).read_bytes()))
     entries.append(cpio.file_entry("lib/modules/modules.load", ("\n".join(rels) + "\n").encode()))
-    return cpio.gzip_newc(entries), set(order)
+    # Uncompressed: 2.2 MB instead of 1.7 MB, and the kernel copies it instead of inflating it
+    # (~60 ms less under TCG).
+    return cpio.newc(entries), set(order)
 
 
 def make_ext4(root: Path, image: Path) -> None:
