@@ -71,6 +71,13 @@ def _load(session: Session, attempt_id: str) -> dict[str, Any] | None:
     }
 
 
+def _add_turn(session: Session, attempt_id: str, turn: dict[str, Any]) -> None:
+    """The simulated customer's turns, shown as the attempt's `customer` (one writer thread: no lost update)."""
+    a = session.get(Attempt, attempt_id)
+    if a is not None:
+        a.customer_turns = [*(a.customer_turns or []), turn]
+
+
 def _secret_values(case: dict[str, Any]) -> list[str]:
     facts = (case.get("customer") or {}).get("facts") or {}
     return [str(v["secret"]) for v in facts.values() if isinstance(v, dict) and v.get("secret")]
@@ -196,7 +203,10 @@ class AgentSupervisor:
             )
             raise AgentError(grant.customer_error)
         try:
-            return await ask_customer(endpoint, grant.ctx.case, question)
+            answer = await ask_customer(endpoint, grant.ctx.case, question)
         except AgentError as e:
             grant.customer_error = str(e)
             raise
+        turn = {"question": question[:8000], "answer": answer[:8000], "actions": []}
+        await self.gw.dbq.run(lambda s: _add_turn(s, grant.attempt_id, turn))
+        return answer

@@ -256,9 +256,11 @@ async def test_customer_question_with_model(server_factory: Any) -> None:
         try:
             case = {"customer": {"persona": "Retired teacher", "facts": {"Wi-Fi network": "HomeNet",
                                                                          "Wi-Fi password": {"secret": "blue-kite-42"}}}}
-            await start_task(server, r, case, "cmd")
+            _, aid = await start_task(server, r, case, "cmd")
             end = await r.expect("task_end", timeout=60)
             assert end.error is None and end.answer == "ask 200 It's HomeNet, dear." and end.questions == 1
+            assert server.attempt(aid).customer_turns == [
+                {"question": "What is your Wi-Fi called?", "answer": "It's HomeNet, dear.", "actions": []}]
             sent = json.dumps(seen[0][1])
             assert "Retired teacher" in sent and "Wi-Fi password (secret)" in sent and "blue-kite-42" not in sent
         finally:
