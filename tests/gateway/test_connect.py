@@ -137,3 +137,30 @@ async def test_server_shutdown_closes_runners_and_marks_them_offline(server_fact
         assert row.session_id is None and row.disconnected_at is not None
     finally:
         await r.close()
+
+
+async def test_machine_request_timeout_and_disconnect(server: GwServer) -> None:
+    rid, token = server.add_runner()
+    r = await SimRunner(server.ws_url, token).connect()
+    loop = server.state.extras["loop"]
+    assert isinstance(loop, asyncio.AbstractEventLoop)
+
+    def ask(timeout: float) -> Any:
+        req = protocol.MachineRequest(request_id=f"rq_{timeout}", attempt_id="at_x", op="screen")
+        return asyncio.run_coroutine_threadsafe(server.gateway.machine_request(rid, req, timeout), loop)
+
+    try:
+        resp = await asyncio.wrap_future(ask(0.5))
+        assert not resp.ok and resp.timed_out and "did not answer within 0.5 s" in (resp.error or "")
+        pending = ask(60.0)
+        got = await r.expect("machine_request", where=lambda m: m.request_id == "rq_60.0")
+        assert got.op == "screen"
+        t0 = asyncio.get_running_loop().time()
+        await r.close()
+        resp = await asyncio.wrap_future(pending)
+        assert not resp.ok and "disconnected before answering" in (resp.error or "")
+        assert asyncio.get_running_loop().time() - t0 < 30
+        resp = await asyncio.wrap_future(ask(5.0))
+        assert not resp.ok and "not connected" in (resp.error or "")
+    finally:
+        await r.close()
