@@ -159,7 +159,11 @@ def test_a_build_from_an_old_version_pins_it(st: ServerState) -> None:
         assert len(collect_versions(s)) == 1
 
 
-def test_idle_seconds_default_and_override(st: ServerState) -> None:
-    assert idle_seconds(st) == 7200.0
-    st.extras["start_state_idle_seconds"] = 5
+def test_idle_seconds_default_setting_and_override(st: ServerState) -> None:
+    assert idle_seconds(st) == 7200.0  # the seed's 2 hours
+    st.settings = Settings(data_dir=st.settings.data_dir, start_state_idle_seconds=30)
+    assert idle_seconds(st) == 30.0
+    st.extras["start_state_idle_seconds"] = 5  # a per-process override (tests, embedding)
     assert idle_seconds(st) == 5.0
+    with pytest.raises(ValueError):
+        Settings(data_dir=st.settings.data_dir, start_state_idle_seconds=0)
