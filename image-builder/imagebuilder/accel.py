@@ -1,8 +1,10 @@
 """Which accelerator actually runs a guest here: KVM when a probe guest executes under it, else TCG.
 
-/dev/kvm can exist and still be useless (nested KVM on some hosts hangs before the first guest
-instruction), so the probe boots a 512-byte boot sector that writes to isa-debug-exit: QEMU
-exits with a known code only if guest code really ran."""
+/dev/kvm can exist and still be useless: nested KVM on some hosts hangs before the first guest
+instruction, or refuses the host CPU model's MSRs. So the probe boots, with the CPU model the
+build uses (`host`), a 512-byte boot sector that writes to isa-debug-exit: QEMU exits with a
+known code only if guest code really ran. A build that still fails under KVM retries under TCG
+(see linux_tiny.build), because a firmware-level probe cannot prove a kernel will run."""
 
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ def probe_accel(accel: str, qemu: str = "qemu-system-x86_64", timeout: float = 3
         disk = Path(d) / "probe.img"
         disk.write_bytes(_BOOT_SECTOR)
         argv = [
-            qemu, "-machine", f"pc,accel={accel}", "-m", "16", "-nodefaults", "-no-user-config",
+            qemu, "-machine", f"pc,accel={accel}", "-cpu", "host" if accel == "kvm" else "qemu64",
+            "-m", "16", "-nodefaults", "-no-user-config",
             "-display", "none", "-drive", f"file={disk},format=raw,if=ide", "-boot", "c",
             "-device", "isa-debug-exit,iobase=0xf4,iosize=0x04",
         ]

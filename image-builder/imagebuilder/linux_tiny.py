@@ -309,6 +309,11 @@ def check_console(vm: BuildVM, timeout: float = 60.0) -> None:
     log("VGA console shows a shell and takes keyboard input")
 
 
+def _boot(spec: MachineSpec, accel: str, work: Path, plan: BootPlan) -> None:
+    vm = BuildVM(spec, accel, work)
+    pipeline.boot_provision_seal(vm, vm.qga, plan)
+
+
 def build(out: Path, cache: debs.DebCache, *, kernel_flavour: str = "cloud", force: bool = False) -> Path:
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="gh-build-linux-tiny-", dir="/var/tmp"))
@@ -351,7 +356,6 @@ def build(out: Path, cache: debs.DebCache, *, kernel_flavour: str = "cloud", for
         root = work / "root"
         build_rootfs(inputs, kver, modules, loaded, root)
         raw = work / "root.ext4"
-        make_ext4(root, raw)
         log(f"root filesystem, initramfs and kernel {kver} assembled ({time.monotonic() - started:.1f} s)")
 
         spec = MachineSpec(
@@ -359,10 +363,18 @@ def build(out: Path, cache: debs.DebCache, *, kernel_flavour: str = "cloud", for
             kernel=staging / "vmlinuz", initrd=staging / "initrd.img", cmdline=CMDLINE,
             drives=[Drive(raw, "raw")], tablet=TABLET[kernel_flavour], qga_channel=True,
         )
-        vm = BuildVM(spec, best_accel(), work)
         provision, seal = provisioning(version, TABLET[kernel_flavour])
         plan = BootPlan("/bin/sh", provision, seal, ready_timeout=120, shutdown_timeout=60, check=check_console)
-        pipeline.boot_provision_seal(vm, vm.qga, plan)
+        accels = ["kvm", "tcg"] if best_accel() == "kvm" else ["tcg"]
+        for accel in accels:
+            make_ext4(root, raw)  # afresh for each try: a failed boot may have written to it
+            try:
+                _boot(spec, accel, work, plan)
+                break
+            except BuildError as e:
+                if accel == accels[-1]:
+                    raise
+                log(f"the boot under KVM failed, retrying under TCG: {str(e).splitlines()[0]}")
 
         pipeline.convert_compressed(raw, "raw", staging / "disk.qcow2")
         total = sum((staging / f).stat().st_size for f in ("vmlinuz", "initrd.img", "disk.qcow2"))
