@@ -51,6 +51,7 @@ log = logging.getLogger("gh_server.start_state_jobs")
 DEFAULT_IDLE_SECONDS = 7200.0
 DEFAULT_INTERVAL_SECONDS = 5.0
 INSTRUCTION_MINUTES = 60  # the agent's time budget for setting a machine up
+INSTRUCTION_SLACK_SECONDS = 600.0  # past the budget, before a silent agent run is given up
 ACTIVE_ATTEMPT = ("queued", "leased", "preparing", "running", "checking")
 ACTIVE_RUN = ("queued", "running")
 ACTIVE_JOB = ("queued", "sent")
@@ -238,6 +239,27 @@ def finish_instruction(session: Session, start_state_id: str, task_id: str, erro
     return [job.id]
 
 
+def expire_instructions(session: Session, now: datetime | None = None) -> list[str]:
+    """Instruction states whose agent outlived its budget without finishing (its server process went
+    away mid-run, say) fail instead of building for ever."""
+    now = now or utcnow()
+    cutoff = now - timedelta(seconds=INSTRUCTION_MINUTES * 60 + INSTRUCTION_SLACK_SECONDS)
+    jobs: list[str] = []
+    for ssid, task_id in session.execute(
+        select(StartState.id, StartState.task_id).where(
+            StartState.method == "instruction",
+            StartState.status == "building",
+            StartState.task_id.is_not(None),
+            StartState.updated_at < cutoff,
+        )
+    ).all():
+        jobs += finish_instruction(
+            session, ssid, str(task_id),
+            f"instruction: the agent did not finish within {INSTRUCTION_MINUTES} minutes (task {task_id})",
+        )
+    return jobs
+
+
 async def run_instruction(st: ServerState, claim: dict[str, Any]) -> None:
     from gh_server.agents.registry import AgentRegistry
     from gh_server.api.start_states import _dispatch
@@ -287,6 +309,8 @@ async def housekeeping_once(st: ServerState) -> list[str]:
             jobs = close_idle(s, idle)
         with st.db.begin() as s:
             jobs += collect_versions(s)
+        with st.db.begin() as s:
+            jobs += expire_instructions(s)
         with st.db.begin() as s:
             claims = claim_instructions(s) if st.gateway is not None else []
         return jobs, claims

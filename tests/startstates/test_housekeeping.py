@@ -28,7 +28,15 @@ from gh_server.models import (
     utcnow,
 )
 from gh_server.settings import Settings
-from gh_server.start_state_jobs import close_idle, collect_versions, idle_seconds, pinned_versions
+from gh_server.start_state_jobs import (
+    INSTRUCTION_MINUTES,
+    claim_instructions,
+    close_idle,
+    collect_versions,
+    expire_instructions,
+    idle_seconds,
+    pinned_versions,
+)
 from gh_server.state import ServerState
 
 
@@ -167,3 +175,30 @@ def test_idle_seconds_default_setting_and_override(st: ServerState) -> None:
     assert idle_seconds(st) == 5.0
     with pytest.raises(ValueError):
         Settings(data_dir=st.settings.data_dir, start_state_idle_seconds=0)
+
+
+def test_instruction_claimed_once_and_given_up_when_its_agent_never_ends(st: ServerState) -> None:
+    with st.db.begin() as s:
+        row = _state(s, "ss_i", status="building", version=0)
+        row.method, row.instruction, row.agent_id = "instruction", "set it up", "reference"
+        s.add(RunnerJob(id="jb_open", runner_id="rn_1", start_state_id="ss_i", op="open", status="sent"))
+    with st.db.begin() as s:
+        assert claim_instructions(s) == []  # the machine is not open yet
+    with st.db.begin() as s:
+        job = s.get(RunnerJob, "jb_open")
+        assert job is not None
+        job.status = "done"
+    with st.db.begin() as s:
+        (claim,) = claim_instructions(s)
+    assert claim["agent_id"] == "reference" and claim["instruction"] == "set it up"
+    with st.db.begin() as s:
+        assert claim_instructions(s) == []  # claimed: no second agent
+        assert expire_instructions(s) == []  # still within its budget
+    later = utcnow() + timedelta(minutes=INSTRUCTION_MINUTES + 11)
+    with st.db.begin() as s:
+        (close,) = expire_instructions(s, now=later)
+    with st.db() as s:
+        failed = s.get(StartState, "ss_i")
+        assert failed is not None and failed.status == "failed" and claim["task_id"] in (failed.error or "")
+        job = s.get(RunnerJob, close)
+        assert job is not None and job.op == "close"
