@@ -433,7 +433,7 @@ class Gateway:
             self.agents.stop(aid)
         for run in rec.runs:
             self._run_changed(run)
-        await self.agents.resend_task_ends(runner_id, rec.resume)
+        await self.agents.resend_task_ends(runner_id, rec.resume, rec.in_task)
         await self._send_queued_jobs(conn)
         self._poke()
 

@@ -538,12 +538,13 @@ def apply_status(session: Session, runner_id: str, msg: protocol.AttemptStatus) 
     return a.status
 
 
-@dataclass(frozen=True)
+@dataclass
 class Reconciled:
     resume: list[str]
     lost: list[str]  # the server's attempts the runner no longer has: errored (and retried)
     unwanted: list[str]  # the runner's attempts the server no longer wants: cancel them
     runs: set[str]
+    in_task: list[str] = field(default_factory=list)  # resumed attempts in their task phase (need an agent)
 
 
 def reconcile_in_flight(session: Session, runner_id: str, name: str, in_flight: Sequence[str]) -> Reconciled:
@@ -555,6 +556,7 @@ def reconcile_in_flight(session: Session, runner_id: str, name: str, in_flight: 
         )
     ).all()
     ours = {aid: run for aid, run, _ in rows}
+    statuses = {aid: status for aid, _, status in rows}
     now = utcnow()
     lost, runs = [], set()
     for aid, run, status in rows:
@@ -572,7 +574,8 @@ def reconcile_in_flight(session: Session, runner_id: str, name: str, in_flight: 
         runs.add(run)
     resume = [aid for aid in in_flight if aid in ours]
     unwanted = [aid for aid in in_flight if aid not in ours]
-    return Reconciled(resume, lost, unwanted, runs)
+    in_task = [aid for aid in resume if statuses.get(aid) == "running"]
+    return Reconciled(resume, lost, unwanted, runs, in_task)
 
 
 def expire_disconnected(session: Session, grace_s: float, dead_after_s: float) -> tuple[list[str], set[str]]:

@@ -116,11 +116,22 @@ class AgentSupervisor:
         if task is not None and not task.done():
             task.cancel()
 
-    async def resend_task_ends(self, runner_id: str, attempt_ids: list[str]) -> None:
+    async def resend_task_ends(self, runner_id: str, attempt_ids: list[str], in_task: list[str]) -> None:
+        """After a reconnect: repeat task_ends the runner may have missed; end with an error the tasks
+        whose agent is not here (this process started after it, e.g. a gh-server restart): an agent
+        cannot pick up half a task, and without one the runner would wait out the whole time limit."""
         for aid in attempt_ids:
             ended = self._ended.get(aid)
             if ended is not None and ended[0] == runner_id:
                 await self.gw.send(runner_id, ended[1])
+        for aid in in_task:
+            if aid in self.tasks or aid in self._ended or aid in self._started:
+                continue
+            self._started[aid] = None
+            end = protocol.TaskEnd(attempt_id=aid, error="the agent was lost: the control plane restarted "
+                                   "during the task")
+            self._ended[aid] = (runner_id, end)
+            await self.gw.send(runner_id, end)
 
     async def stop_all(self) -> None:
         tasks = list(self.tasks.values())

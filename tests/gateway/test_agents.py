@@ -3,6 +3,7 @@ HTTP agent, the machine API's auth, and the judge/customer model endpoints."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -18,7 +19,7 @@ from PIL import Image
 from gh_runner import protocol
 from gh_server.settings import AgentConfig, ModelEndpoint
 
-from .conftest import GwServer, await_for
+from .conftest import GwServer, await_for, stop_server
 from .fakehttp import chat_reply, serve
 from .simrunner import SimRunner, now
 
@@ -328,3 +329,26 @@ async def test_judge_failure_is_error(server_factory: Any) -> None:
             assert a.outcome == "error" and "rubric judge" in (a.error or "") and "HTTP 500" in (a.error or "")
         finally:
             await r.close()
+
+
+async def test_task_whose_agent_was_lost_in_a_server_restart_ends_with_error(server_factory: Any) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        first: GwServer = server_factory(agents=cmd_agent("hang", Path(d) / "doc.json"))
+        _, token = first.add_runner()
+        r = await SimRunner(first.ws_url, token, slots=1, images=["linux-tiny"]).connect()
+        _, aid = await start_task(first, r, {}, "cmd")
+        out = Path(d) / "doc.json"
+        doc = await await_for(lambda: out.exists() and out.stat().st_size and json.loads(out.read_text()),
+                              what="agent started")
+        await asyncio.to_thread(stop_server, first)  # the agent (a task of that process) dies with it
+        await await_for(lambda: not _alive(doc["pid"]), what="agent process killed at shutdown")
+        await r.close()
+        second: GwServer = server_factory(data_dir=first.state.settings.data_dir,
+                                          admin_api_key=first.state.settings.admin_api_key)
+        r2 = await SimRunner(second.ws_url, token, slots=1, images=["linux-tiny"], in_flight=[aid]).connect()
+        try:
+            assert r2.welcome is not None and r2.welcome.resume == [aid]
+            end = await r2.expect("task_end", timeout=30)
+            assert end.attempt_id == aid and "control plane restarted" in (end.error or "")
+        finally:
+            await r2.close()
