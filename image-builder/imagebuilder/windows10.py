@@ -56,6 +56,7 @@ REDACTED = "(redacted: generated at build time, see the credentials file)"
 
 PROVISION = [
     ("install virtio drivers and the QEMU guest agent", "install-guest-agent.ps1", 900),
+    ("boot drivers for virtio and SATA disks", "storage-boot-drivers.ps1", 60),
     ("power: never sleep, no lock screen or screen saver", "power-and-screen.ps1", 120),
     ("Windows Update off", "windows-update-off.ps1", 120),
     ("telemetry minimal, no consumer features", "telemetry-minimal.ps1", 120),

@@ -109,7 +109,8 @@ def test_a_setting_in_the_wrong_pass_is_refused() -> None:
 def test_provisioning_scripts_are_present_and_do_their_job() -> None:
     files = windows10.script_files()
     expected = {"enable-winrm.ps1", "install-guest-agent.ps1", "power-and-screen.ps1", "windows-update-off.ps1",
-                "telemetry-minimal.ps1", "cleanup.ps1", "zero-free-space.ps1", "sysprep.ps1"}
+                "telemetry-minimal.ps1", "cleanup.ps1", "zero-free-space.ps1", "sysprep.ps1",
+                "storage-boot-drivers.ps1"}
     assert expected <= set(files)
     body = {f: (windows10.ASSETS / "scripts" / f).read_text() for f in files}
     for f, text in body.items():
@@ -123,6 +124,7 @@ def test_provisioning_scripts_are_present_and_do_their_job() -> None:
     assert "AllowTelemetry" in body["telemetry-minimal.ps1"]
     assert r"Panther\unattend.xml" in body["cleanup.ps1"]
     assert "ReTrim" in body["zero-free-space.ps1"]
+    assert r"Services\storahci" in body["storage-boot-drivers.ps1"]
     provision, seal = windows10.provisioning(sysprep=False)
     assert provision[0].name.startswith("install virtio drivers")
     assert all("sysprep" not in s.name for s in seal)
