@@ -231,10 +231,16 @@ class LocalRun:
         except LocalError as e:
             self.say(f"gh-runner local: {e}")
             code = EXIT_FAILED
+        except httpx.HTTPError as e:
+            self.say(f"gh-runner local: the embedded control plane stopped answering: {type(e).__name__}: {e}")
+            code = EXIT_FAILED
         finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
-            await self._shutdown()
+            # Still ours during the clean-up: a second Ctrl-C forces the runner, never skips the clean-up.
+            try:
+                await self._shutdown()
+            finally:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)
         if self.interrupted:
             self.say("gh-runner local: interrupted; every machine was destroyed")
             return EXIT_INTERRUPTED
@@ -283,7 +289,7 @@ class LocalRun:
             total = int(run["progress"]["total"])
             self.say(f"run {self.run_id}: {len(case_ids)} case(s) x {len(self.agents)} agent(s) "
                      f"({', '.join(self.agents)}) x {self.repeat} tr{'y' if self.repeat == 1 else 'ies'} "
-                     f"= {total} tries, {config.slots} slot(s), server {base_url}")
+                     f"= {total} tries, runner {config.name} with {config.slots} slot(s), server {base_url}")
             run = await self._wait(http, run, total)
             if self.interrupted:
                 with contextlib.suppress(Exception):
