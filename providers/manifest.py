@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 MANIFEST_NAME = "image.yaml"
 _NAME_RE = r"^[a-z0-9][a-z0-9._-]{0,62}$"
@@ -47,9 +47,18 @@ class DiskFile(_M):
 
 
 class WinRMChannel(_M):
-    port: int = 5985
+    port: int = Field(default=5985, ge=1, le=65535)
     transport: Literal["ntlm"] = "ntlm"
     credentials: str = Field(description="name of a credentials file under the images dir, never inline")
+
+    @field_validator("credentials")
+    @classmethod
+    def _under_images_dir(cls, v: str) -> str:
+        # The provider reads images_dir / credentials: it must not point anywhere else.
+        parts = v.replace("\\", "/").split("/")
+        if not v or v.startswith(("/", "~")) or ".." in parts or "" in parts:
+            raise ValueError("must be a relative path inside the images directory (not absolute, no '..')")
+        return v
 
 
 class ImageManifest(_M):

@@ -128,3 +128,16 @@ def test_windows_manifest_needs_a_credentials_reference_not_a_password() -> None
         parse_manifest(yaml.safe_dump(data))
     data["winrm"] = {"credentials": "win10-22h2.credentials"}
     assert parse_manifest(yaml.safe_dump(data)).winrm is not None
+
+
+@pytest.mark.parametrize("ref", ["/etc/shadow", "../secrets.yaml", "a/../../b", "~/.creds", "", "dir/"])
+def test_winrm_credentials_must_stay_inside_the_images_dir(ref: str) -> None:
+    data = {
+        "name": "win10-22h2", "os": "windows", "version": "1", "shell": "powershell",
+        "guest_channels": ["winrm"], "boot": {"kind": "bios"}, "machine": "q35", "memory_mib": 4096, "vcpus": 2,
+        "disk": {"file": "disk.qcow2", "sha256": "0" * 64}, "winrm": {"credentials": ref},
+    }
+    with pytest.raises(ManifestError, match=r"winrm.credentials: Value error, must be a relative path"):
+        parse_manifest(yaml.safe_dump(data))
+    data["winrm"] = {"credentials": "creds/win10-22h2.credentials.yaml"}
+    assert parse_manifest(yaml.safe_dump(data)).winrm is not None
