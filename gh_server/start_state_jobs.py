@@ -117,17 +117,25 @@ def close_idle(session: Session, idle: float, now: datetime | None = None) -> li
 # -- version collection -------------------------------------------------------------------------
 
 
-def pinned_versions(session: Session) -> set[tuple[str, int]]:
-    """(start_state_id, version) pairs something still needs: unfinished runs and attempts, builds from it."""
+def _active_run_cases() -> Any:
     active_runs = select(TestRun.id).where(TestRun.status.in_(ACTIVE_RUN))
     active_cases = select(Attempt.run_case_id).where(Attempt.status.in_(ACTIVE_ATTEMPT))
-    refs: list[dict[str, Any]] = list(
-        session.scalars(
-            select(RunCase.start_state).where(
-                or_(RunCase.test_run_id.in_(active_runs), RunCase.id.in_(active_cases))
-            )
-        )
-    )
+    return or_(RunCase.test_run_id.in_(active_runs), RunCase.id.in_(active_cases))
+
+
+def cases_running_on(session: Session, start_state_id: str) -> list[str]:
+    """Test case ids of unfinished runs (or attempts) frozen on any version of this start state: deleting
+    it now would pull the disk from under them."""
+    out: set[str] = set()
+    for case_id, ref in session.execute(select(RunCase.test_case_id, RunCase.start_state).where(_active_run_cases())):
+        if isinstance(ref, dict) and ref.get("kind") == "state" and ref.get("start_state_id") == start_state_id:
+            out.add(case_id)
+    return sorted(out)
+
+
+def pinned_versions(session: Session) -> set[tuple[str, int]]:
+    """(start_state_id, version) pairs something still needs: unfinished runs and attempts, builds from it."""
+    refs: list[dict[str, Any]] = list(session.scalars(select(RunCase.start_state).where(_active_run_cases())))
     for payload in session.scalars(
         select(RunnerJob.payload).where(RunnerJob.status.in_(ACTIVE_JOB), RunnerJob.op.in_(("build", "open")))
     ):

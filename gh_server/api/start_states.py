@@ -269,6 +269,16 @@ async def delete_start_state(start_state_id: str, request: Request, _p: Principa
                     code="in_use",
                     test_case_ids=users,
                 )
+            from gh_server.start_state_jobs import cases_running_on
+
+            running = cases_running_on(s, ss.id)
+            if running:
+                raise conflict(
+                    f"Start state {ss.id} is used by {len(running)} case(s) of runs still in progress; "
+                    "wait for them or cancel them first.",
+                    code="in_use",
+                    test_case_ids=running,
+                )
             holders = set(
                 s.scalars(select(StartStateVersion.runner_id).where(StartStateVersion.start_state_id == ss.id))
             )

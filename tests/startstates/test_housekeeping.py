@@ -30,6 +30,7 @@ from gh_server.models import (
 from gh_server.settings import Settings
 from gh_server.start_state_jobs import (
     INSTRUCTION_MINUTES,
+    cases_running_on,
     claim_instructions,
     close_idle,
     collect_versions,
@@ -123,6 +124,8 @@ def test_old_versions_are_collected_only_when_nothing_pins_them(st: ServerState)
         _run_on(s, "tr_done", ("ss_a", 3), run_status="completed", attempt_status="done")
     with st.db() as s:
         assert pinned_versions(s) == {("ss_a", 1), ("ss_a", 2)}
+        assert cases_running_on(s, "ss_a") == ["tc_tr_cancelled", "tc_tr_running"]
+        assert cases_running_on(s, "ss_other") == []
     with st.db.begin() as s:
         jobs = collect_versions(s)
     assert len(jobs) == 1

@@ -198,10 +198,16 @@ def test_a_run_keeps_the_version_it_started_with(stack: Stack, gh: Eager) -> Non
     # Still in progress, so version 1 is still needed and still on disk.
     assert gh.test_runs.retrieve(pinned["test_run_id"])["status"] == "running"
     assert {(ssid, 1), (ssid, 2)} <= stack.held()
+    # The case itself may go, but the state may not while the run that froze it still needs its disk.
+    gh.test_cases.delete(case)
+    with pytest.raises(ConflictError) as e:
+        gh.start_states.delete(ssid)
+    assert e.value.extra.get("code") == "in_use" and e.value.extra.get("test_case_ids") == [case]
 
     (gate / "release").write_text("go")
     assert outcomes(gh, pinned["test_run_id"]) == {case: "passed"}
 
+    case = make_case(gh, "now on v2", ssid, is_v1)
     later = run(gh, [case])
     assert outcomes(gh, later["test_run_id"]) == {case: "failed"}  # the marker says v2 now
 
