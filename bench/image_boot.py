@@ -27,6 +27,7 @@ sys.path[:0] = [str(ROOT / "image-builder"), str(ROOT)]
 
 from imagebuilder.accel import best_accel  # noqa: E402
 from imagebuilder.vm import BuildVM, Drive, MachineSpec  # noqa: E402
+
 from providers.manifest import DirectKernelBoot, load_manifest  # noqa: E402
 
 
