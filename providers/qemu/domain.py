@@ -138,9 +138,14 @@ def build_domain_xml(spec: DomainSpec) -> str:
         _sub(iface, "source", network=ISOLATED_NETWORK)
         _sub(iface, "model", type="virtio" if m.os == "linux" else "e1000e")
         _sub(iface, "filterref", filter="clean-traffic")
-    _sub(dev, "controller", type="usb", model="qemu-xhci")
-    # Absolute pointer: QMP input-send-event abs moves reach the guest only through a tablet.
-    _sub(dev, "input", type="tablet", bus="usb")
+    # Absolute pointer: QMP input-send-event abs moves reach the guest only through a tablet, on
+    # the bus the image has a driver for (a kernel without USB gets a virtio tablet, and no USB).
+    tablet_bus = getattr(m, "tablet", "usb")
+    if tablet_bus == "usb":
+        _sub(dev, "controller", type="usb", model="qemu-xhci")
+    else:
+        _sub(dev, "controller", type="usb", model="none")
+    _sub(dev, "input", type="tablet", bus=tablet_bus)
     _sub(dev, "input", type="keyboard", bus="ps2")
     serial = _sub(dev, "serial", type="file")
     _sub(serial, "source", path=str(spec.console_log))

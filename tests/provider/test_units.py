@@ -44,8 +44,9 @@ disk: {file: disk.qcow2, sha256: "%s"}
 
 def spec(**kw: object) -> DomainSpec:
     m = parse_manifest(MANIFEST)
-    if kw.get("network"):
-        m = m.model_copy(update={"network": kw["network"]})
+    for key in ("network", "tablet"):
+        if kw.get(key):
+            m = m.model_copy(update={key: kw[key]})
     return DomainSpec(name="gh-r1-at_1", manifest=m, image_dir=Path("/img/linux-tiny"), overlay=Path("/st/o.qcow2"),
                       console_log=Path("/st/console.log"), ownership=Ownership("r1", "at_1", "/st"),
                       accelerator=str(kw.get("accel", "tcg")))
@@ -68,6 +69,9 @@ def test_domain_xml_has_owner_tablet_agent_and_no_network_or_vnc() -> None:
     assert ownership_from_domain_xml(xml) == Ownership("r1", "at_1", "/st")
     inputs = [(i.get("type"), i.get("bus")) for i in root.iter("input")]
     assert ("tablet", "usb") in inputs
+    virtio = ET.fromstring(build_domain_xml(spec(tablet="virtio")))
+    assert ("tablet", "virtio") in [(i.get("type"), i.get("bus")) for i in virtio.iter("input")]
+    assert [c.get("model") for c in virtio.iter("controller") if c.get("type") == "usb"] == ["none"]
     chans = [c.find("target").get("name") for c in root.iter("channel")]  # type: ignore[union-attr]
     assert chans == ["org.qemu.guest_agent.0"]
     assert root.find("devices/interface") is None
