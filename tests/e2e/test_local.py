@@ -1,0 +1,163 @@
+"""`gh-runner local` as an operator runs it: a small cases file on the real linux-tiny guest, the
+embedded control plane and runner in one process, the table, the JSON report and the replays; a
+bad file; and Ctrl-C in the middle of a run, which must leave no machine behind."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gh_runner.local import Progress, RunnerName
+
+from .procs import domains
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "linux-basics.yaml"
+GH_RUNNER = str(Path(sys.executable).parent / "gh-runner")
+
+
+@pytest.fixture()
+def work() -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(prefix="gh-local-test-", dir="/var/tmp"))
+    d.chmod(0o755)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _cases_file(work: Path, keys: list[str], **top: object) -> Path:
+    data = yaml.safe_load(EXAMPLES.read_text())
+    data["cases"] = [c for c in data["cases"] if c["key"] in keys]
+    data.update(top)
+    path = work / "cases.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _local(args: list[str], images_dir: Path, **kw: object) -> subprocess.Popen[str]:
+    return subprocess.Popen([GH_RUNNER, "local", *args, "--images-dir", str(images_dir)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)  # type: ignore[call-overload]
+
+
+def _runner_name(out: str) -> str:
+    m = re.search(r"runner (local-\d+) with", out)
+    assert m, out
+    return m.group(1)
+
+
+def test_runner_names_are_held_until_released(work: Path) -> None:
+    a = RunnerName(work / "locks")
+    b = RunnerName(work / "locks")
+    assert (a.name, b.name) == ("local-1", "local-2")
+    a.release()
+    c = RunnerName(work / "locks")
+    assert c.name == "local-1"  # a name is reused once its holder is gone: it then reaps its leftovers
+    b.release()
+    c.release()
+
+
+def test_progress_is_a_bar_on_a_tty_and_lines_otherwise() -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    plain = io.StringIO()
+    p = Progress(plain, 4)
+    p.update({"total": 4, "passed": 1, "queued": 3})
+    p.update({"total": 4, "passed": 1, "queued": 3})  # unchanged: no new line
+    p.update({"total": 4, "passed": 1, "failed": 1, "queued": 2})
+    lines = plain.getvalue().splitlines()
+    assert len(lines) == 2 and lines[1].startswith("2/4 done  passed 1  failed 1")
+    tty = Tty()
+    p = Progress(tty, 4)
+    p.update({"total": 4, "passed": 2, "running": 2})
+    p.finish()
+    assert tty.getvalue().startswith("\r[###############...............] 2/4 done")
+
+
+def test_bad_cases_file_exits_2_naming_case_and_field(work: Path, images_dir: Path) -> None:
+    path = _cases_file(work, ["PRM-01"])
+    data = yaml.safe_load(path.read_text())
+    data["cases"][0]["limits"] = {"minutes": 99}
+    path.write_text(yaml.safe_dump(data))
+    proc = _local([str(path)], images_dir)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, (out, err)
+    assert "case 'PRM-01' (cases[0]): field limits.minutes" in err
+    assert "runner local-" not in out  # refused before anything started
+
+
+@pytest.mark.timeout(1200)
+def test_local_runs_cases_and_reports(work: Path, images_dir: Path) -> None:
+    path = _cases_file(work, ["PRM-01", "ASK-01"], agents=["noop"], repeat=1)
+    report = work / "out" / "report.json"
+    proc = _local([str(path), "--agents", "noop,reference", "--report", str(report)], images_dir)
+    out, err = proc.communicate(timeout=1100)
+    assert proc.returncode == 0, (out[-3000:], err[-3000:])
+    assert "4 tries" in out  # flags won over the file's agents
+    table = out[out.index("case "):]
+    rows = {tuple(line.split()[:2]): line.split()[2:6] for line in table.splitlines()[2:6]}
+    assert rows[("PRM-01", "noop")] == ["1", "0", "1", "0"]
+    assert rows[("PRM-01", "reference")] == ["1", "1", "0", "0"]
+    assert rows[("ASK-01", "reference")] == ["1", "1", "0", "0"]
+    assert "reference  100%  (95% CI" in out and "noop       0%" in out
+    data = json.loads(report.read_text())
+    assert data["agents"]["reference"]["pass_rate"] == 1.0
+    assert len(data["attempts"]) == 4
+    for a in data["attempts"]:
+        page = Path(a["replay_path"])
+        assert page.is_file() and (page.parent / "frames").is_dir()
+        assert "replay-data" in page.read_text()
+    assert f"report:  {report}" in out
+    assert domains(f"gh-{_runner_name(out)}-") == []
+
+
+@pytest.mark.timeout(900)
+def test_ctrl_c_stops_the_run_and_destroys_every_machine(work: Path, images_dir: Path) -> None:
+    path = _cases_file(work, ["PRM-01", "FIL-01", "CFG-01"], agents=["noop"], repeat=2)
+    proc = _local([str(path), "--report", str(work / "r.json")], images_dir, start_new_session=True)
+    stdout = proc.stdout
+    assert stdout is not None
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 600
+        name = None
+        while time.monotonic() < deadline:  # Ctrl-C once a machine of this run exists
+            seen = "".join(lines)
+            if name is None and re.search(r"runner local-\d+ with", seen):
+                name = _runner_name(seen)
+            if name is not None and domains(f"gh-{name}-"):
+                break
+            if proc.poll() is not None:
+                pytest.fail(f"gh-runner local ended early: {seen}")
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"no machine of this run showed up: {''.join(lines)}")
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=300)
+        reader.join(timeout=30)
+        out = "".join(lines)
+        assert proc.returncode == 130, out
+        assert "interrupted; every machine was destroyed" in out
+        assert domains(f"gh-{name}-") == []
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
