@@ -292,6 +292,7 @@ def build(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="gh-build-win10-", dir="/var/tmp"))
     os.chmod(work, 0o755)
     staging: Path | None = None
+    cred_tmp = out / f".{CREDENTIALS_FILE}.tmp"
     try:
         answer = render_autounattend(settings, password)
         problems = check_unattend(answer)
@@ -314,7 +315,6 @@ def build(args: argparse.Namespace) -> int:
         staging = pipeline.staging_dir(out, NAME)
         pipeline.convert_compressed(work / "disk.qcow2", "qcow2", staging / "disk.qcow2")
         m = manifest(version, sha256_file(staging / "disk.qcow2"), DISK_GIB << 30)
-        cred_tmp = out / f".{CREDENTIALS_FILE}.tmp"
         fd = os.open(cred_tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             yaml.safe_dump({"username": settings.username, "password": password}, f)
@@ -326,6 +326,7 @@ def build(args: argparse.Namespace) -> int:
     finally:
         if staging is not None:
             pipeline.discard(staging)
+        cred_tmp.unlink(missing_ok=True)
         shutil.rmtree(work, ignore_errors=True)
 
 
