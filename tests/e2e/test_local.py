@@ -102,6 +102,16 @@ def test_bad_cases_file_exits_2_naming_case_and_field(work: Path, images_dir: Pa
     assert "runner local-" not in out  # refused before anything started
 
 
+def test_missing_image_is_a_run_that_cannot_be_carried_out(work: Path) -> None:
+    empty = work / "images"
+    empty.mkdir(mode=0o755)
+    proc = _local([str(_cases_file(work, ["PRM-01"]))], empty)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, (out, err)
+    assert f"image(s) linux-tiny not found in {empty}" in out
+    assert "image-builder/build linux-tiny" in out
+
+
 @pytest.mark.timeout(1200)
 def test_local_runs_cases_and_reports(work: Path, images_dir: Path) -> None:
     path = _cases_file(work, ["PRM-01", "ASK-01"], agents=["noop"], repeat=1)
