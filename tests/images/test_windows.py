@@ -251,3 +251,50 @@ def test_config_iso_carries_the_answer_file_and_scripts_at_known_paths(tmp_path:
     got = subprocess.run(["isoinfo", "-J", "-x", "/autounattend.xml", "-i", str(iso)], capture_output=True,
                          timeout=60, check=True).stdout.decode()
     assert got == answer
+
+
+def test_build_orchestration_with_the_vm_faked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Everything but the VM runs for real (config ISO, qemu-img, compression, manifest, credentials);
+    the boot is faked at its boundary, since no Windows ISO exists here."""
+    import argparse
+    import stat as st
+
+    from imagebuilder import pipeline
+    from imagebuilder.vm import BuildVM
+
+    seen: dict[str, Any] = {}
+
+    def fake_boot(vm: BuildVM, channel: WinRMBuildChannel, plan: pipeline.BootPlan) -> None:
+        seen["argv"] = vm.spec.argv(vm.accel, vm.workdir)
+        seen["channel"] = (channel.username, channel._password, channel.endpoint)
+        seen["steps"] = [s.name for s in [*plan.provision, *plan.seal]]
+        seen["iso_mode"] = (vm.workdir / "config.iso").stat().st_mode
+
+    monkeypatch.setattr(pipeline, "boot_provision_seal", fake_boot)
+    monkeypatch.setattr(windows10, "best_accel", lambda: "kvm")
+    (tmp_path / "win.iso").write_bytes(b"windows")
+    (tmp_path / "virtio.iso").write_bytes(b"virtio")
+    out = tmp_path / "images"
+    args = argparse.Namespace(iso=tmp_path / "win.iso", virtio_iso=tmp_path / "virtio.iso", out=out, dry_run=False,
+                              sysprep=False, force=False)
+    assert windows10.main(args) == 0
+    m = parse_manifest((out / "win10-22h2" / "image.yaml").read_text())
+    assert m.version.startswith("22h2-") and (out / "win10-22h2" / "disk.qcow2").is_file()
+    cred = out / windows10.CREDENTIALS_FILE
+    assert st.S_IMODE(cred.stat().st_mode) == 0o600
+    creds = yaml.safe_load(cred.read_text())
+    user, password, endpoint = seen["channel"]
+    assert creds == {"username": user, "password": password} and len(password) >= 20
+    assert endpoint.startswith("http://127.0.0.1:") and endpoint.endswith("/wsman")
+    assert st.S_IMODE(seen["iso_mode"]) == 0o600
+    assert "install virtio drivers and the QEMU guest agent" in seen["steps"]
+    assert any("hostfwd=tcp:127.0.0.1:" in a for a in seen["argv"])
+    logged = capsys.readouterr()
+    assert password not in logged.out + logged.err
+    expected = sorted([".win10-22h2.lock", windows10.CREDENTIALS_FILE, "win10-22h2"])
+    assert sorted(p.name for p in out.iterdir()) == expected  # no staging or temporary files left
+    # Same inputs again: up to date, nothing rebuilt, the credentials kept.
+    monkeypatch.setattr(pipeline, "boot_provision_seal", lambda *a: pytest.fail("rebuilt"))
+    assert windows10.main(args) == 0
+    assert yaml.safe_load(cred.read_text()) == creds
