@@ -39,6 +39,7 @@ UNFINISHED = ("queued", *ACTIVE)
 MAX_ATTEMPTS_PER_TRY = 3  # the first attempt and 2 retries
 REFUSAL_BACKOFF_S = 30.0
 HOUSEKEEPING_EVERY_S = 1.0
+COMPLETION_CHECK_EVERY_S = 0.2
 STATUS_ORDER = {"queued": 0, "leased": 1, "preparing": 2, "running": 3, "checking": 4, "done": 5, "cancelled": 5}
 
 
@@ -789,6 +790,7 @@ class Scheduler:
         self._dirty_runs: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         self._last_housekeeping = 0.0
+        self._last_completion_check = 0.0
         self.passes = 0
 
     def start(self) -> None:
@@ -818,8 +820,9 @@ class Scheduler:
 
     async def _loop(self) -> None:
         while True:
+            timeout = COMPLETION_CHECK_EVERY_S if self._dirty_runs else self.poll_s
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wakeup.wait(), timeout=self.poll_s)
+                await asyncio.wait_for(self.wakeup.wait(), timeout=timeout)
             self.wakeup.clear()
             try:
                 await self.tick()
@@ -834,7 +837,10 @@ class Scheduler:
         if now - self._last_housekeeping >= HOUSEKEEPING_EVERY_S:
             self._last_housekeeping = now
             await self.housekeeping()
-        if self._dirty_runs:
+        # Whether a run is complete costs a look at its attempts: done at most a few times a second, so
+        # that cost does not grow with the rate at which results arrive.
+        if self._dirty_runs and now - self._last_completion_check >= COMPLETION_CHECK_EVERY_S:
+            self._last_completion_check = now
             runs, self._dirty_runs = self._dirty_runs, set()
             await self.dbq.run(lambda s: complete_runs(s, runs))
         await self.lease_once()
