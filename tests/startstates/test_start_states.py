@@ -152,6 +152,9 @@ def test_hand_state_typed_saved_and_close_discards(stack: Stack, gh: Eager) -> N
     png = wait_screen(gh, ssid)
     assert png.startswith(b"\x89PNG")
     type_until(stack, gh, ssid, "touch /root/hand-made", "test -f /root/hand-made")
+    typed_view = gh.start_states.retrieve(ssid)["view"]
+    assert typed_view is not None  # input moved the idle deadline on
+    assert _when(typed_view["expires_at"]) > _when(view["expires_at"])
     saving = gh.start_states.save(ssid)
     assert saving["status"] == "saving" and saving["view"] is None
     ready = gh.start_states.wait(ssid, timeout=RUN_TIMEOUT, poll_interval=1)
