@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from pydantic import ValidationError
 from sqlalchemy import CursorResult, Table, and_, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
 
@@ -236,7 +237,7 @@ _RESULT_TARGET = select(
 @dataclass
 class LeasePass:
     grants: list[Grant] = field(default_factory=list)
-    run_cases: dict[int, RunCaseInfo] = field(default_factory=dict)
+    messages: dict[str, protocol.Lease] = field(default_factory=dict)  # by attempt id
     failed_runs: set[str] = field(default_factory=set)  # runs with an attempt errored here (no judge)
     scanned: int = 0
 
@@ -255,6 +256,7 @@ def lease_pass(
     cache: RunCaseCache,
     judge_configured: bool,
     scan_budget: int = 5_000,
+    script_timeout: float = 600.0,
 ) -> LeasePass:
     """Lease queued attempts, oldest first, to these runners' free slots. The caller commits."""
     out = LeasePass()
@@ -306,16 +308,25 @@ def lease_pass(
             r = pick_runner(cand, runners, skip)
             if r is None:
                 continue
+            grant = Grant(row.id, r.runner_id, row.test_run_id, row.agent_id, row.try_number, row.run_case_id)
+            try:
+                message = lease_message(grant, rc, script_timeout)
+            except ValidationError as e:
+                # A frozen copy no runner could take (e.g. written by an older server): say so, once.
+                first = e.errors()[0]
+                where = ".".join(str(p) for p in first.get("loc", ()))
+                why = f"the frozen test case cannot be sent to a runner: {where}: {first.get('msg')}"
+                if fail_attempt(session, row.id, why, retry=False, now=now, expect_status="queued") is not None:
+                    out.failed_runs.add(row.test_run_id)
+                continue
             claimed = conn.execute(_CLAIM, {"b_id": row.id, "runner_id": r.runner_id, "leased_at": now})
             if claimed.rowcount != 1:
                 continue  # another process took it
             r.free -= 1
             free -= 1
             started_runs.add(row.test_run_id)
-            out.grants.append(
-                Grant(row.id, r.runner_id, row.test_run_id, row.agent_id, row.try_number, row.run_case_id)
-            )
-            out.run_cases[row.run_case_id] = rc
+            out.grants.append(grant)
+            out.messages[row.id] = message
             if free <= 0:
                 break
         after = (page[-1].created_at, page[-1].id)
@@ -861,19 +872,15 @@ class Scheduler:
         if not runner_ids:
             return 0
         skip, cache, judge = self.refusals, self.cache, self.judge_configured
-        result = await self.dbq.run(lambda s: lease_pass(s, runner_ids, skip, cache, judge))
+        timeout = self.script_timeout
+        result = await self.dbq.run(lambda s: lease_pass(s, runner_ids, skip, cache, judge, script_timeout=timeout))
         self.passes += 1
         for run in result.failed_runs:
             self._dirty_runs.add(run)
         if result.failed_runs:
             self.wakeup.set()
         # Concurrently: one slow socket must not hold up every other runner's leases.
-        oks = await asyncio.gather(
-            *(
-                self.sink.send(g.runner_id, lease_message(g, result.run_cases[g.run_case_id], self.script_timeout))
-                for g in result.grants
-            )
-        )
+        oks = await asyncio.gather(*(self.sink.send(g.runner_id, result.messages[g.attempt_id]) for g in result.grants))
         undelivered = [g for g, ok in zip(result.grants, oks, strict=True) if not ok]
         if undelivered:
             await self.dbq.run(lambda s: [release_lease(s, g.attempt_id, g.runner_id) for g in undelivered])

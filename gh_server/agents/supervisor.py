@@ -33,7 +33,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MACHINE_API_PATH = "/v1/agent/machine"
-TIME_SLACK_S = 60.0  # past limits.minutes the runner has stopped the task; this is a backstop
+# At limits.minutes the agent is stopped here too and the task ended (no error: running out of time is the
+# agent's failure, and the check after decides), so the runner need not wait out its own grace period.
+TIME_SLACK_S = 0.0
 
 
 @dataclass

@@ -348,3 +348,18 @@ async def test_runner_refusing_in_a_row_is_paused_until_its_heartbeat(server: Gw
         assert (await r.expect("lease")).attempt_id == late  # the refused two stay skipped for a while
     finally:
         await r.close()
+
+
+async def test_frozen_case_no_runner_could_take_is_an_error_not_a_stall(server: GwServer) -> None:
+    _, token = server.add_runner()
+    r = await SimRunner(server.ws_url, token, slots=2, images=["linux-tiny"]).connect()
+    try:
+        run_id, (bad, good) = server.add_run([{"limits": {"minutes": 99, "steps": None}}, {}])
+        assert (await r.expect("lease")).attempt_id == good
+        a = await await_for(lambda: server.attempt(bad).status == "done" and server.attempt(bad), what="errored")
+        assert a.outcome == "error" and "frozen test case cannot be sent" in (a.error or "")
+        assert "minutes: Input should be less than or equal to 60" in (a.error or "")
+        assert len(server.attempts_of(run_id)) == 2  # not retried: the same copy would fail again
+        await no_lease(r)
+    finally:
+        await r.close()
