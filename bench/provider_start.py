@@ -8,7 +8,7 @@ Ways to a ready machine (ready = the guest agent answers guest-ping):
   overlay     qcow2 overlay over the base, then cold boot (the provider's default)
   snapshot    libvirt internal snapshot (memory + disk) revert of a persistent domain
   restore     overlay over a start-state version, then restore its memory image (warm start)
-Everything it makes is named gh-bench-* and removed at the end, even on failure.
+Everything it makes is named gh-benchstart-* and removed at the end, even on failure.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from providers.qemu.domain import DomainSpec, Ownership, build_domain_xml
 from providers.qemu.guest_agent import GuestAgent
 from providers.qemu.overlays import create_overlay, write_version_disk
 
-RUNNER = "bench"
+RUNNER = "benchstart"
 T = TypeVar("T")
 READY_TIMEOUT = 180.0
 

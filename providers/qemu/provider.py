@@ -314,7 +314,9 @@ class QemuProvider(Provider):
                     raise
             if persistent:
                 try:
-                    dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
+                    dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM
+                                      | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
+                                      | libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
                 except libvirt.libvirtError as e:
                     if e.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
                         raise
