@@ -680,10 +680,17 @@ def complete_runs(session: Session, run_ids: Iterable[str] | None = None) -> lis
         if has_any is None and run.status == "queued":
             continue  # still being created
         now = utcnow()
-        run.status = "completed"
-        run.started_at = run.started_at or now
-        run.finished_at = now
-        session.flush()
+        # Guarded by the status read: when two gh-server processes see the run finish, one completes it
+        # (and sends its webhook).
+        res = session.execute(
+            update(TestRun)
+            .where(TestRun.id == run.id, TestRun.status == run.status)
+            .values(status="completed", started_at=run.started_at or now, finished_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        if cast(CursorResult[Any], res).rowcount != 1:
+            continue
+        session.refresh(run)
         _enqueue_completed(session, run)
         done.append(run.id)
     return done

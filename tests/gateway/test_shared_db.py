@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from gh_runner import protocol
-from gh_server.models import Runner
+from gh_server.models import Runner, WebhookDelivery
 
 from .conftest import GwServer, await_for
 from .simrunner import SimRunner
@@ -32,6 +33,10 @@ def pair(request: pytest.FixtureRequest, server_factory: Any) -> tuple[GwServer,
 
 async def test_two_servers_share_one_run_without_double_leases(pair: tuple[GwServer, GwServer]) -> None:
     one, two = pair
+    async with httpx.AsyncClient(timeout=30) as c:  # so completing the run enqueues its webhook
+        resp = await c.put(one.base_url + "/v1/webhook", headers={"Authorization": f"Bearer {one.admin_key}"},
+                           json={"url": "http://127.0.0.1:9/nowhere", "events": ["test_run.completed"]})
+        assert resp.status_code == 200, resp.text
     leases: list[str] = []
     runners = []
     tasks: set[asyncio.Task[Any]] = set()  # held so they are not collected mid-flight
@@ -56,6 +61,10 @@ async def test_two_servers_share_one_run_without_double_leases(pair: tuple[GwSer
         assert len(rows) == 40 and all(a.outcome == "passed" for a in rows)
         by_runner = {a.runner_id for a in rows}
         assert len(by_runner) >= 2
+        # Both servers saw the run finish; one completed it and one webhook went out.
+        with one.session() as s:
+            events = s.scalars(select(WebhookDelivery).where(WebhookDelivery.event_type == "test_run.completed"))
+            assert [e.payload["data"]["test_run"]["test_run_id"] for e in events] == [run_id]
     finally:
         for r in runners:
             await r.close()
