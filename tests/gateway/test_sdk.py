@@ -181,3 +181,21 @@ async def test_completed_run_sends_signed_webhook(server: GwServer) -> None:
     obj = event["data"]["test_run"]
     assert obj["test_run_id"] == run["test_run_id"] and obj["status"] == "completed"
     assert obj["progress"]["failed"] == 1 and obj["pass_rate"] == {"noop": 0.0}
+
+
+async def test_deleting_a_busy_runner_errors_and_retries_its_attempts(server: GwServer) -> None:
+    client = sdk(server)
+    created = await call(client.runners.create, "doomed")
+    r = await SimRunner(server.ws_url, created["token"], name="doomed", slots=1, images=["linux-tiny"]).connect()
+    try:
+        run_id, (aid,) = server.add_run([{}])
+        await r.expect("lease")
+        await r.status(aid, "running")
+        await call(client.runners.delete, created["runner_id"])
+        assert await r.wait_closed(timeout=10) == protocol.CLOSE_TOKEN_REVOKED
+        a = await await_for(lambda: server.attempt(aid).status == "done" and server.attempt(aid), what="errored")
+        assert a.outcome == "error" and a.error == "runner doomed was deleted while the attempt ran"
+        retry = [x for x in server.attempts_of(run_id) if x.retry_of == aid]
+        assert len(retry) == 1 and retry[0].status == "queued"
+    finally:
+        await r.close()
