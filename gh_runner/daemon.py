@@ -529,8 +529,10 @@ class Daemon:
             return "attempt id must be 1-128 letters, digits, '_', '.', '-' (it names files and machines)"
         if self.busy >= self.config.slots:
             return f"no free slot: {self.busy} of {self.config.slots} busy"
-        if lease.case.runs_on != "vm":
-            return f"runs_on {lease.case.runs_on!r} is not supported by this runner (only 'vm')"
+        # `vm` asks for any virtual machine; any other value must be one of our labels.
+        if lease.case.runs_on != "vm" and lease.case.runs_on not in self.config.labels:
+            labels = ", ".join(self.config.labels) or "none"
+            return f"runs_on {lease.case.runs_on!r} is not a label of this runner (labels: {labels}; 'vm' always fits)"
         ref = lease.start_state
         if ref.kind == "image":
             if ref.image not in {i.name for i in self._images}:

@@ -56,6 +56,16 @@ async def test_leases_for_missing_images_or_unsafe_ids_are_refused(peer: Peer, s
     assert "attempt id must be" in r.reason
 
 
+async def test_runs_on_matches_vm_or_one_of_the_runners_labels(peer: Peer, start_daemon: Any) -> None:
+    await start_daemon(peer.url)  # labels lab, lenovo
+    await peer.wait_type("hello")
+    await peer.send(make_lease("at_lab", runs_on="lenovo"))
+    await peer.wait_type("lease_accept", where=lambda m: m.attempt_id == "at_lab")
+    await peer.send(make_lease("at_gpu", runs_on="gpu-rig"))
+    r = await peer.wait_type("lease_refuse", where=lambda m: m.attempt_id == "at_gpu")
+    assert r.reason == "runs_on 'gpu-rig' is not a label of this runner (labels: lab, lenovo; 'vm' always fits)"
+
+
 async def test_same_lease_twice_is_accepted_once(peer: Peer, start_daemon: Any) -> None:
     r = await start_daemon(peer.url)
     await peer.wait_type("hello")
