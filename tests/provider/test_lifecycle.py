@@ -161,3 +161,10 @@ async def test_errors_are_plain_and_destroy_is_idempotent(provider: QemuProvider
     with pytest.raises(ProviderError, match="cannot connect to libvirt"):
         await bad.start()
     assert "libvirt:" not in capfd.readouterr().err  # no libvirt noise on stderr
+
+
+async def test_probe_reports_libvirt_accelerator_and_reachable_dirs(provider: QemuProvider) -> None:
+    checks = await provider.probe()
+    assert checks["libvirt"]["ok"] and checks["accelerator"]["ok"]
+    assert provider.accelerator in ("kvm", "tcg") and provider.accelerator in checks["accelerator"]["detail"]
+    assert checks["state_dir"]["ok"] and checks["images_dir"]["ok"]

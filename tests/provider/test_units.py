@@ -278,3 +278,46 @@ def test_correct_png_passes_through_untouched() -> None:
     raw = _png((1, 2, 3), (33, 17))
     png, size = to_png(raw, "image/png", swap_png=False)
     assert png is raw and size == (33, 17)
+
+
+# -- images directory ---------------------------------------------------------------------------------
+
+def _image(root: Path, name: str, disk: bytes, sha: str | None = None) -> Path:
+    import hashlib
+
+    d = root / name
+    d.mkdir()
+    (d / "disk.qcow2").write_bytes(disk)
+    (d / "vmlinuz").write_bytes(b"k")
+    (d / "initrd.img").write_bytes(b"i")
+    digest = sha or hashlib.sha256(disk).hexdigest()
+    (d / "image.yaml").write_text(MANIFEST.replace("linux-tiny", name).replace("0" * 64, digest))
+    return d
+
+
+def test_bad_images_are_skipped_and_checksums_cached(tmp_path: Path) -> None:
+    from providers.qemu.images import ImageCatalog
+
+    good = _image(tmp_path, "good", b"disk-bytes")
+    _image(tmp_path, "tampered", b"other", sha="1" * 64)
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "image.yaml").write_text("name: [unclosed")
+    cat = ImageCatalog(tmp_path)
+    images = cat.scan_blocking()
+    assert [i.info.name for i in images] == ["good"]
+    assert images[0].info.checksum.startswith("sha256:") and len(images[0].info.checksum) == 71
+    skipped = {p.name: why for p, why in cat.skipped().items()}
+    assert "checksum mismatch" in skipped["tampered"] and "not valid YAML" in skipped["broken"]
+    # Listing again does not re-hash an unchanged disk; a changed one is caught.
+    calls: list[Path] = []
+    import providers.qemu.images as images_mod
+
+    real = images_mod.sha256_file
+    images_mod.sha256_file = lambda p, *a: calls.append(p) or real(p)  # type: ignore[assignment, func-returns-value]
+    try:
+        cat.scan_blocking()
+        assert calls == []  # unchanged disks (good or not) are not hashed again
+        (good / "disk.qcow2").write_bytes(b"changed!!!")
+        assert [i.info.name for i in cat.scan_blocking()] == []
+    finally:
+        images_mod.sha256_file = real
