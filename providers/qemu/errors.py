@@ -68,7 +68,7 @@ def is_connection_error(e: BaseException) -> bool:
     """True when the libvirt connection itself broke (libvirtd restarted), as opposed to a call failing."""
     if not isinstance(e, libvirt.libvirtError):
         return False
-    if e.get_error_domain() == libvirt.VIR_FROM_RPC:
+    if e.get_error_domain() == libvirt.VIR_FROM_RPC or e.get_error_code() == libvirt.VIR_ERR_INVALID_CONN:
         return True
     msg = (e.get_error_message() or "").lower()
     return any(s in msg for s in ("client socket is closed", "end of file while reading", "connection reset",

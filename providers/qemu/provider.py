@@ -69,7 +69,7 @@ rm -f /dev/shm/.gh-zero /tmp/.gh-zero
 sync; echo 3 > /proc/sys/vm/drop_caches
 exit 0
 """
-QEMU_UID = 64055
+SCREEN_SIZE_TTL_S = 5.0
 
 
 def _mkdir_traversable(path: Path) -> None:
@@ -362,6 +362,7 @@ class QemuMachine(Machine):
         self._clock_task: asyncio.Task[None] | None = None
         self._destroyed = False
         self._screen_size: tuple[int, int] | None = None
+        self._screen_size_at = 0.0
         self.agent = GuestAgent(provider.conn, name)
         self.input = InputDriver(provider.conn, name, self._current_screen_size)
         self._winrm: Any = None
@@ -449,11 +450,14 @@ class QemuMachine(Machine):
         if mime == "image/png":
             swap = bool(await self.provider._png_swapped(self, raw))
         png, size = await asyncio.to_thread(to_png, raw, mime, swap_png=swap)
-        self._screen_size = size
+        self._screen_size, self._screen_size_at = size, time.monotonic()
         return png
 
     async def _current_screen_size(self) -> tuple[int, int]:
-        if self._screen_size is None:
+        # Pointer coordinates are in the pixels of the screenshots the agent sees; the guest may
+        # change resolution (a Windows sign-in, a driver), so a size older than a few seconds is
+        # refreshed with a new screenshot (~50 ms) rather than trusted.
+        if self._screen_size is None or time.monotonic() - self._screen_size_at > SCREEN_SIZE_TTL_S:
             await self.screenshot()
         assert self._screen_size is not None
         return self._screen_size

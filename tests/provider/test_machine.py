@@ -154,3 +154,12 @@ async def test_ready_machine_answers_again_quickly(shared_machine: QemuMachine) 
     started = time.monotonic()
     await shared_machine.wait_ready(30)
     assert time.monotonic() - started < 10
+
+
+async def test_a_dropped_libvirt_connection_is_reopened(shared_machine: QemuMachine) -> None:
+    # What a libvirtd restart leaves behind: a connection object that no longer works.
+    conn = shared_machine.provider.conn.get()
+    conn.close()
+    r = await shared_machine.run_script("echo still-here", timeout=60)
+    assert r.stdout == "still-here\n"
+    assert shared_machine.provider.conn.get() is not conn
