@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+import time
 from pathlib import Path
 
 import pytest
@@ -38,14 +38,51 @@ def images_dir() -> Path:
     return IMAGES_DIR
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _no_domains_left_behind() -> Iterator[None]:
-    before = set(gh_domains())
-    yield
-    left = sorted(set(gh_domains()) - before)
-    if left:
-        for name in left:  # clean up so the next run starts clean, then fail loudly
+# The leak check runs as session hooks rather than a fixture so that no folder can override it:
+# whatever a test did, the whole run fails if a gh- domain or a new disk file is left behind.
+_SCRATCH = Path("/var/tmp")
+_session: dict[str, object] = {}
+
+
+def _new_disks(since: float) -> list[Path]:
+    """qcow2/memory-image files written under /var/tmp during the run, outside the images dir."""
+    found: list[Path] = []
+    for pattern in ("**/*.qcow2", "**/memory.img"):
+        for p in _SCRATCH.glob(pattern):
+            try:
+                if IMAGES_DIR in p.parents or p.stat().st_mtime < since:
+                    continue
+            except OSError:
+                continue  # removed while we looked
+            found.append(p)
+    return sorted(found)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _session["domains"] = set(gh_domains())
+    _session["started"] = time.time()
+    _session["disks"] = set(_new_disks(0.0))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if "started" not in _session or getattr(session.config, "workerinput", None) is not None:
+        return
+    left = sorted(set(gh_domains()) - set(_session["domains"]))  # type: ignore[arg-type]
+    disks = [d for d in _new_disks(float(_session["started"])) if d not in _session["disks"]]  # type: ignore[operator,arg-type]
+    if not left and not disks:
+        return
+    # In CI nothing else runs on this host, so whatever is left is ours: clean it so the next run starts
+    # clean. On a shared development host other people's machines may be running: only report.
+    if os.environ.get("CI") or os.environ.get("GH_TEST_REAP"):
+        for name in left:
             subprocess.run(["virsh", "-c", LIBVIRT_URI, "destroy", name], capture_output=True, timeout=30)
-            subprocess.run(["virsh", "-c", LIBVIRT_URI, "undefine", name, "--nvram"],
-                           capture_output=True, timeout=30)
-        pytest.fail(f"the suite left libvirt domains behind: {left}")
+            subprocess.run(["virsh", "-c", LIBVIRT_URI, "undefine", name, "--nvram"], capture_output=True, timeout=30)
+        for d in disks:
+            d.unlink(missing_ok=True)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    msg = f"LEAK: the suite left libvirt domains {left} and disk files {[str(d) for d in disks][:20]} behind"
+    if reporter is not None:
+        reporter.write_line(msg, red=True, bold=True)
+    else:
+        print(msg)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
