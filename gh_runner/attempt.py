@@ -382,8 +382,15 @@ class Attempt:
                 self._metrics.active_seconds = round(time.monotonic() - started, 3)
             self._task_over = True
             self._close_requests("the task is over")
+            self._replay.stop_watching()
             watcher.cancel()
-            await asyncio.gather(watcher, return_exceptions=True)
+            # Bounded: the watcher also stops on the flag at its next look, so never wait on it for ever.
+            done, _ = await asyncio.wait({watcher}, timeout=self.timeouts.screen + WATCH_INTERVAL)
+            if not done:
+                self._log.warning("replay watcher did not stop in time; it ends at its next look")
+            for t in done:
+                if not t.cancelled() and t.exception() is not None:
+                    self._log.info("replay watcher failed", error=str(t.exception())[:200])
         end = self._task_end
         if end is not None:
             self._metrics.steps, self._metrics.questions, self._metrics.approvals = (

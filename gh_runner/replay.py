@@ -97,6 +97,7 @@ class ReplayRecorder:
     def __init__(self, sink: FrameSink, *, attempt_id: str, send_timeout: float = 15.0) -> None:
         self._sink = sink
         self._attempt_id = attempt_id
+        self._watching = False
         self._send_timeout = send_timeout
         self._last: _Screen | None = None
         self._lock = asyncio.Lock()  # frames leave in the order they were taken
@@ -137,10 +138,15 @@ class ReplayRecorder:
             self.sent += 1
             return True
 
+    def stop_watching(self) -> None:
+        self._watching = False
+
     async def watch(self, shoot: Callable[[], Awaitable[bytes]], interval: float = 1.0) -> None:
         """Until cancelled: look at the screen every `interval` seconds and send it when it changed.
-        At most one frame per interval, so a busy screen cannot flood the link."""
-        while True:
+        At most one frame per interval, so a busy screen cannot flood the link. `stop_watching()` ends it
+        too, at the next look: a cancel alone can be lost on Python 3.11 when it lands as a call completes."""
+        self._watching = True
+        while self._watching:
             started = time.monotonic()
             try:
                 png = await shoot()

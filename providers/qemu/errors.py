@@ -77,8 +77,11 @@ def is_connection_error(e: BaseException) -> bool:
 
 async def in_thread(what: str, fn: Callable[..., T], *args: Any, timeout: float) -> T:
     """Run a blocking libvirt call in a worker thread; libvirt errors and deadlines become ProviderError."""
+    # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that lands as the
+    # call completes, and a caller's cancelled loop would then never stop.
     try:
-        return await asyncio.wait_for(asyncio.to_thread(fn, *args), timeout)
+        async with asyncio.timeout(timeout):
+            return await asyncio.to_thread(fn, *args)
     except TimeoutError:
         raise ProviderError(f"{what}: the hypervisor did not answer within {timeout:g}s") from None
     except libvirt.libvirtError as e:

@@ -22,7 +22,8 @@ async def run_cmd(argv: list[str], *, timeout: float, what: str) -> str:
     except FileNotFoundError:
         raise ProviderError(f"{what}: {argv[0]} is not installed") from None
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        async with asyncio.timeout(timeout):  # not wait_for: it can lose a cancel on Python 3.11
+            out, err = await proc.communicate()
     except TimeoutError:
         try:
             os.killpg(proc.pid, signal.SIGKILL)

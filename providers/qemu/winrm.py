@@ -147,8 +147,8 @@ class WinRMRunner:
                          output_cap: int = DEFAULT_OUTPUT_CAP) -> ScriptResult:
         try:
             # The blocking loop checks the deadline itself; the outer bound covers a hung HTTP call.
-            return await asyncio.wait_for(
-                asyncio.to_thread(self.run_blocking, script, env, timeout, output_cap), timeout + 2 * self.poll_timeout)
+            async with asyncio.timeout(timeout + 2 * self.poll_timeout):  # not wait_for: loses cancels on 3.11
+                return await asyncio.to_thread(self.run_blocking, script, env, timeout, output_cap)
         except TimeoutError:
             raise ProviderError(f"WinRM did not answer within {timeout:g}s") from None
         except ProviderError:

@@ -459,3 +459,31 @@ async def test_machine_made_after_teardown_gave_up_is_still_destroyed(provider: 
     provider.create_gate.set()  # the machine appears after everyone stopped waiting: it must still go
     await asyncio.wait_for(provider.destroyed.wait(), WAIT)
     assert provider.machines[0].destroyed == 1
+
+
+async def test_task_ends_even_when_a_screenshot_swallows_the_watchers_cancel(
+    provider: FakeProvider, link: FakeLink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On Python 3.11, asyncio.wait_for around a call that completes as the cancel lands returns the
+    # result and loses the cancel. Simulate that in the screenshot the replay watcher takes: the
+    # attempt must still leave its task phase and finish.
+    swallowed = asyncio.Event()
+
+    async def screenshot_losing_cancels(self: FakeMachine) -> bytes:
+        try:
+            await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            swallowed.set()
+        return self.screen
+
+    monkeypatch.setattr(FakeMachine, "screenshot", screenshot_losing_cancels)
+    monkeypatch.setattr(attempt_mod, "WATCH_INTERVAL", 0.01)
+    a = Attempt(make_lease(), provider, link, FAST)
+    run = await start(a)
+    await link.reached("task")
+    await asyncio.sleep(0.1)  # let the watcher loop a few times (not synchronisation: any moment works)
+    a.task_end(TaskEnd(attempt_id="at_test1", answer="done"))
+    result = await finish(run)
+    assert swallowed.is_set()  # the race really happened
+    assert result.outcome == "failed" and result.error is None  # nothing fixed the machine: checked, not hung
+    assert provider.machines[0].destroyed == 1
