@@ -420,7 +420,8 @@ class Daemon:
                 return
             self._changed.clear()
             try:
-                await asyncio.wait_for(self._changed.wait(), timeout=min(left, 1.0))
+                async with asyncio.timeout(min(left, 1.0)):  # not wait_for: it can lose a cancel on 3.11
+                    await self._changed.wait()
             except TimeoutError:
                 pass
 

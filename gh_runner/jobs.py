@@ -106,7 +106,8 @@ class StartStateJobs:
 
     async def _destroy(self, machine: Machine) -> None:
         try:
-            await asyncio.wait_for(machine.destroy(), self._t.destroy)
+            async with asyncio.timeout(self._t.destroy):
+                await machine.destroy()
         except (ProviderError, TimeoutError) as e:  # the reaper gets it later; say so
             log.warning("machine not destroyed; the reaper will retry", machine_id=machine.machine_id, reason=str(e))
 
@@ -126,7 +127,8 @@ class StartStateJobs:
                     job_id=job.job_id, ok=False, start_state_id=job.start_state_id,
                     error=f"script exited with {res.exit_code}; stderr: {_tail(res.stderr)!r}; "
                           f"stdout: {_tail(res.stdout)!r}")
-            saved = await asyncio.wait_for(machine.save(job.start_state_id, job.version), self._t.save)
+            async with asyncio.timeout(self._t.save):
+                saved = await machine.save(job.start_state_id, job.version)
         finally:
             await self._destroy(machine)
         return protocol.JobResult(job_id=job.job_id, ok=True, start_state_id=job.start_state_id,
@@ -150,7 +152,8 @@ class StartStateJobs:
     async def _await_boot(self, start_state_id: str) -> None:
         booting = self._booting.get(start_state_id)
         if booting is not None:
-            await asyncio.wait_for(booting.wait(), self._t.machine + self._t.ready)
+            async with asyncio.timeout(self._t.machine + self._t.ready):
+                await booting.wait()
 
     async def _save(self, job: protocol.Job) -> protocol.JobResult:
         if job.version is None:
@@ -161,7 +164,8 @@ class StartStateJobs:
         if machine is None:
             raise ValueError(f"start state {job.start_state_id} has no open machine on this runner")
         try:
-            saved = await asyncio.wait_for(machine.save(job.start_state_id, job.version), self._t.save)
+            async with asyncio.timeout(self._t.save):
+                saved = await machine.save(job.start_state_id, job.version)
         finally:
             await self._destroy(machine)
         return protocol.JobResult(job_id=job.job_id, ok=True, start_state_id=job.start_state_id,
@@ -192,11 +196,13 @@ class StartStateJobs:
                                             error=f"start state {req.start_state_id} is not open on this runner")
         try:
             if req.op == "screen":
-                png = await asyncio.wait_for(machine.screenshot(), self._t.screen)
+                async with asyncio.timeout(self._t.screen):
+                    png = await machine.screenshot()
                 return protocol.MachineResponse(request_id=req.request_id, ok=True,
                                                 png_b64=base64.b64encode(png).decode())
             if req.op == "input":
-                await asyncio.wait_for(machine.send_input(req.events), req.timeout)
+                async with asyncio.timeout(req.timeout):
+                    await machine.send_input(req.events)
                 return protocol.MachineResponse(request_id=req.request_id, ok=True)
             if not req.script:
                 return protocol.MachineResponse(request_id=req.request_id, ok=False, error="exec needs a script")

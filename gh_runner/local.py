@@ -393,7 +393,8 @@ class LocalRun:
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), seconds)
+            async with asyncio.timeout(seconds):  # not wait_for: it can lose a cancel on Python 3.11
+                await self._stop.wait()
 
     def _deadline(self, total: int) -> float:
         minutes = max(int((c.get("limits") or {}).get("minutes") or 10) for c in self.cf.cases)

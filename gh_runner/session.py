@@ -130,7 +130,8 @@ class Session:
 
     async def _wait_stop(self, delay: float) -> None:
         try:
-            await asyncio.wait_for(self._stop.wait(), timeout=delay)
+            async with asyncio.timeout(delay):  # not wait_for: it can lose a cancel on Python 3.11
+                await self._stop.wait()
         except TimeoutError:
             pass
 

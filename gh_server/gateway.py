@@ -486,7 +486,8 @@ class Gateway:
         dead_after = self.settings.dead_after
         while not conn.closed.is_set():
             try:
-                raw = await asyncio.wait_for(self._receive(conn.ws), dead_after)
+                async with asyncio.timeout(dead_after):  # not wait_for: it can lose a cancel on 3.11
+                    raw = await self._receive(conn.ws)
             except TimeoutError:
                 log.warning("runner %s silent for %g s: closing", conn.name, dead_after)
                 await conn.close(protocol.CLOSE_HEARTBEAT_TIMEOUT, f"silent for {dead_after:g} s")

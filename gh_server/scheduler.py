@@ -840,7 +840,8 @@ class Scheduler:
         while True:
             timeout = COMPLETION_CHECK_EVERY_S if self._dirty_runs else self.poll_s
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wakeup.wait(), timeout=timeout)
+                async with asyncio.timeout(timeout):  # not wait_for: it can lose a cancel on Python 3.11
+                    await self.wakeup.wait()
             self.wakeup.clear()
             try:
                 await self.tick()

@@ -157,7 +157,8 @@ async def worker(st: ServerState, poll_seconds: float = 5.0) -> None:
             except Exception:
                 log.exception("webhook delivery pass failed")
             try:
-                await asyncio.wait_for(st.webhook_wakeup.wait(), timeout=poll_seconds)
+                async with asyncio.timeout(poll_seconds):  # not wait_for: it can lose a cancel on 3.11
+                    await st.webhook_wakeup.wait()
             except TimeoutError:
                 pass
             st.webhook_wakeup.clear()
