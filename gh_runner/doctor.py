@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
-import ipaddress
 import os
 import pwd
 import secrets
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, TextIO, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from gh_runner.config import is_loopback
 from providers.manifest import MANIFEST_NAME, DirectKernelBoot, ImageManifest, ManifestError, load_manifest
 
 T = TypeVar("T")
@@ -446,16 +446,6 @@ def check_state(ctx: Context) -> Check:
 # ---------------------------------------------------------------------------------------------
 
 
-def _is_loopback(host: str) -> bool:
-    # Same rule as the runner's session: a proxy from the environment is used except for loopback.
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def _connect_url(server: str) -> str:
     # RunnerConfig already normalises; a bare ws://host:port from elsewhere gets the runner path.
     u = urlsplit(server)
@@ -503,7 +493,7 @@ def check_server(ctx: Context, probe: ServerProbe) -> Check:
     try:
         with connect(server, additional_headers={"Authorization": f"Bearer {token}"},
                      open_timeout=ctx.net_timeout, close_timeout=2,
-                     proxy=None if _is_loopback(urlsplit(server).hostname or "") else True) as ws:
+                     proxy=None if is_loopback(urlsplit(server).hostname or "") else True) as ws:  # as the session
             # A server may accept the handshake and then close with 4001 for a revoked token. We
             # never send hello, so a runner already connected with this token is not displaced.
             try:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import structlog
 
 from gh_runner import protocol
-from providers.base import Machine, MachineSource, Provider, ProviderError
+from providers.base import Machine, MachineSource, Provider, ProviderError, ScriptResult
 
 log = structlog.get_logger("gh_runner.jobs")
 
@@ -49,6 +49,14 @@ def _source(ref: protocol.StartStateRef | None) -> MachineSource:
 def _tail(text: str, lines: int = 20, limit: int = 2000) -> str:
     kept = "\n".join(text.rstrip().splitlines()[-lines:])
     return kept[-limit:]
+
+
+def _script_failure(res: ScriptResult, timeout: float) -> str | None:
+    if res.timed_out:
+        return f"script did not finish within {timeout:.0f} s; last output: {_tail(res.stdout + res.stderr)!r}"
+    if res.exit_code != 0:
+        return f"script exited with {res.exit_code}; stderr: {_tail(res.stderr)!r}; stdout: {_tail(res.stdout)!r}"
+    return None
 
 
 class StartStateJobs:
@@ -117,18 +125,20 @@ class StartStateJobs:
         machine = await self._boot(job.job_id, _source(job.source))
         try:
             res = await machine.run_script(job.script, timeout=job.script_timeout)
-            if res.timed_out:
-                return protocol.JobResult(
-                    job_id=job.job_id, ok=False, start_state_id=job.start_state_id,
-                    error=f"script did not finish within {job.script_timeout:.0f} s; last output: "
-                          f"{_tail(res.stdout + res.stderr)!r}")
-            if res.exit_code != 0:
-                return protocol.JobResult(
-                    job_id=job.job_id, ok=False, start_state_id=job.start_state_id,
-                    error=f"script exited with {res.exit_code}; stderr: {_tail(res.stderr)!r}; "
-                          f"stdout: {_tail(res.stdout)!r}")
+        except BaseException:
+            await self._destroy(machine)
+            raise
+        why = _script_failure(res, job.script_timeout)
+        if why is not None:
+            await self._destroy(machine)
+            return protocol.JobResult(job_id=job.job_id, ok=False, start_state_id=job.start_state_id, error=why)
+        return await self._save_and_close(machine, job, job.version)
+
+    async def _save_and_close(self, machine: Machine, job: protocol.Job, version: int) -> protocol.JobResult:
+        """Keep the machine as `version`, then destroy it: a saved state is `ready`, not open."""
+        try:
             async with asyncio.timeout(self._t.save):
-                saved = await machine.save(job.start_state_id, job.version)
+                saved = await machine.save(job.start_state_id, version)
         finally:
             await self._destroy(machine)
         return protocol.JobResult(job_id=job.job_id, ok=True, start_state_id=job.start_state_id,
@@ -163,13 +173,7 @@ class StartStateJobs:
             machine = self._open.pop(job.start_state_id, None)
         if machine is None:
             raise ValueError(f"start state {job.start_state_id} has no open machine on this runner")
-        try:
-            async with asyncio.timeout(self._t.save):
-                saved = await machine.save(job.start_state_id, job.version)
-        finally:
-            await self._destroy(machine)
-        return protocol.JobResult(job_id=job.job_id, ok=True, start_state_id=job.start_state_id,
-                                  version=saved.version, size_bytes=saved.size_bytes)
+        return await self._save_and_close(machine, job, job.version)
 
     async def _close(self, job: protocol.Job) -> protocol.JobResult:
         await self._await_boot(job.start_state_id)
