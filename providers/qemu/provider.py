@@ -77,6 +77,22 @@ def _mkdir_traversable(path: Path) -> None:
     path.chmod(0o755)
 
 
+def _create_replacing(c: libvirt.virConnect, name: str, xml: str) -> libvirt.virDomain:
+    """createXML; if a domain of that name became active meanwhile (a dead runner process's start that
+    libvirt finished late), destroy it and start ours once more."""
+    try:
+        return c.createXML(xml, 0)
+    except libvirt.libvirtError as e:
+        if e.get_error_code() != libvirt.VIR_ERR_OPERATION_INVALID:
+            raise
+        try:
+            c.lookupByName(name).destroy()
+        except libvirt.libvirtError:
+            raise e from None
+        log.warning("replaced a leftover machine that became active while ours started", domain=name)
+        return c.createXML(xml, 0)
+
+
 class QemuProvider(Provider):
     def __init__(self, images_dir: Path, state_dir: Path, runner_name: str, libvirt_uri: str = "qemu:///system",
                  *, accelerator: str | None = None, flatten_versions: bool = False) -> None:
@@ -170,8 +186,13 @@ class QemuProvider(Provider):
         await self.start()
         image = await self.catalog.get(source.image)
         name = domain_name(self.runner_name, machine_id)
-        if await in_thread("looking up machine", self._lookup_blocking, name, timeout=CALL_TIMEOUT) is not None:
+        if machine_id in self._machines:
             raise ProviderError(f"machine {machine_id} already exists (domain {name})")
+        if await in_thread("looking up machine", self._lookup_blocking, name, timeout=CALL_TIMEOUT) is not None:
+            # Ours by name, yet no machine of this process: a previous runner process's leftover (the
+            # server re-leased an attempt that process was starting when it died). Replace it.
+            log.warning("removing a leftover machine with this id", machine_id=machine_id, domain=name)
+            await self._destroy_domain(name)
         version: VersionFiles | None = None
         if source.start_state_id is not None:
             if source.version is None:
@@ -206,7 +227,7 @@ class QemuProvider(Provider):
                 xml = build_domain_xml(DomainSpec(name=name, manifest=image.manifest, image_dir=image.dir,
                                                   overlay=overlay, console_log=console, ownership=own,
                                                   accelerator=self.accelerator))
-                await in_thread("starting machine", lambda: self.conn.call(lambda c: c.createXML(xml, 0)),
+                await in_thread("starting machine", lambda: self.conn.call(lambda c: _create_replacing(c, name, xml)),
                                 timeout=max(5.0, deadline - time.monotonic()))
         except BaseException:
             await machine.destroy()

@@ -142,6 +142,31 @@ async def test_reap_removes_leftover_domains_and_overlays(images_dir: Path, stat
     assert not domain_exists(kept.domain_name) and not kept.dir.exists()
 
 
+def domain_uuid(name: str) -> str:
+    out = subprocess.run(["virsh", "-c", LIBVIRT_URI, "domuuid", name], capture_output=True, text=True, timeout=30)
+    return out.stdout.strip()
+
+
+async def test_a_dead_processs_leftover_with_the_same_id_is_replaced(images_dir: Path, state_root: Path) -> None:
+    # A runner killed while starting an attempt's machine; the server re-leases that attempt (same id)
+    # to the restarted runner, whose provider must replace the leftover rather than fail.
+    dead, restarted = (make_provider(images_dir, state_root, "provtestdup", "dup") for _ in range(2))
+    old_ms, new_ms = Machines(dead), Machines(restarted)
+    try:
+        old = await old_ms.create(machine_id="at_again", ready=False)
+        old_uuid = await asyncio.to_thread(domain_uuid, old.domain_name)
+        new = await new_ms.create(machine_id="at_again")
+        assert new.domain_name == old.domain_name
+        assert await asyncio.to_thread(domain_uuid, new.domain_name) not in ("", old_uuid)
+        assert (await new.run_script("echo fresh", timeout=60)).stdout == "fresh\n"
+    finally:
+        await new_ms.destroy_all()
+        await old_ms.destroy_all()
+        await dead.close()
+        await restarted.close()
+    assert not domain_exists("gh-provtestdup-at_again")
+
+
 async def test_errors_are_plain_and_destroy_is_idempotent(provider: QemuProvider, machines: Machines,
                                                           capfd: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ProviderError, match="no image named 'nope'"):

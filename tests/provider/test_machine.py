@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import io
+import subprocess
 import time
+from collections.abc import Callable
 
 import pytest
 from PIL import Image
 
 from providers.base import ClickEvent, InputNotSupported, KeyEvent, MoveEvent, ScrollEvent, TypeEvent
 from providers.qemu import QemuMachine
+
+from .conftest import LIBVIRT_URI
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -163,3 +167,36 @@ async def test_a_dropped_libvirt_connection_is_reopened(shared_machine: QemuMach
     r = await shared_machine.run_script("echo still-here", timeout=60)
     assert r.stdout == "still-here\n"
     assert shared_machine.provider.conn.get() is not conn
+
+
+def _libvirtd_pids() -> set[str]:
+    out = subprocess.run(["pgrep", "-x", "libvirtd"], capture_output=True, text=True, timeout=10)
+    return set(out.stdout.split())
+
+
+async def _poll(what: str, ok: Callable[[], bool], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not ok():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} within {seconds:g} s")
+        await asyncio.sleep(0.2)
+
+
+async def test_a_real_libvirtd_restart_while_the_machine_runs(shared_machine: QemuMachine) -> None:
+    if LIBVIRT_URI != "qemu:///system":
+        pytest.skip("restarts the host's libvirtd: only meaningful against qemu:///system")
+    old = _libvirtd_pids()
+    assert old, "libvirtd is not running as a process this test can restart"
+    await shared_machine.run_script("echo before > /tmp/restart-mark", timeout=60)
+    await asyncio.to_thread(subprocess.run, ["pkill", "-TERM", "-x", "libvirtd"], timeout=10, check=True)
+    try:
+        await _poll("libvirtd did not stop", lambda: not (_libvirtd_pids() & old), 60)
+    finally:
+        if not _libvirtd_pids():
+            await asyncio.to_thread(subprocess.run, ["libvirtd", "-d"], timeout=30, check=True)
+    await _poll("libvirtd did not answer again", lambda: subprocess.run(
+        ["virsh", "-c", LIBVIRT_URI, "version"], capture_output=True, timeout=10).returncode == 0, 60)
+    # The guest kept running through the restart; the provider reconnects on its next call.
+    r = await shared_machine.run_script("cat /tmp/restart-mark", timeout=60)
+    assert r.exit_code == 0 and r.stdout == "before\n"
+    assert len(await shared_machine.screenshot()) > 100
