@@ -77,22 +77,6 @@ def _mkdir_traversable(path: Path) -> None:
     path.chmod(0o755)
 
 
-def _create_replacing(c: libvirt.virConnect, name: str, xml: str) -> libvirt.virDomain:
-    """createXML; if a domain of that name became active meanwhile (a dead runner process's start that
-    libvirt finished late), destroy it and start ours once more."""
-    try:
-        return c.createXML(xml, 0)
-    except libvirt.libvirtError as e:
-        if e.get_error_code() != libvirt.VIR_ERR_OPERATION_INVALID:
-            raise
-        try:
-            c.lookupByName(name).destroy()
-        except libvirt.libvirtError:
-            raise e from None
-        log.warning("replaced a leftover machine that became active while ours started", domain=name)
-        return c.createXML(xml, 0)
-
-
 class QemuProvider(Provider):
     def __init__(self, images_dir: Path, state_dir: Path, runner_name: str, libvirt_uri: str = "qemu:///system",
                  *, accelerator: str | None = None, flatten_versions: bool = False) -> None:
@@ -227,7 +211,7 @@ class QemuProvider(Provider):
                 xml = build_domain_xml(DomainSpec(name=name, manifest=image.manifest, image_dir=image.dir,
                                                   overlay=overlay, console_log=console, ownership=own,
                                                   accelerator=self.accelerator))
-                await in_thread("starting machine", lambda: self.conn.call(lambda c: _create_replacing(c, name, xml)),
+                await in_thread("starting machine", lambda: self.conn.call(lambda c: c.createXML(xml, 0)),
                                 timeout=max(5.0, deadline - time.monotonic()))
         except BaseException:
             await machine.destroy()

@@ -228,14 +228,17 @@ def test_setup_that_breaks_nothing_is_an_error_after_two_retries(scenario: Scena
     assert all(a["try"] == 1 for a in chain)
     # An operator can tell what happened: the check printed True before the task.
     told = [a for a in (first[0], second, third) if not _interrupted_by_the_kill(scenario, a)]
-    assert len(told) >= 2
+    assert told  # at least one attempt of the chain ran its check
     for a in told:
         assert "True" in (a["error"] or "") and "before" in (a["error"] or ""), a["error"]
 
 
 def _interrupted_by_the_kill(scenario: Scenario, a: dict[str, Any]) -> bool:
+    """Attempts that ended as errors of ours before their case ran: interrupted by the SIGKILL above, or
+    a machine that could not be made (an infrastructure error, retried like any other)."""
     error = a["error"] or ""
-    return a["attempt_id"] in scenario.interrupted or error.startswith("interrupted: the runner stopped") or (
+    return a["attempt_id"] in scenario.interrupted or error.startswith(("interrupted: the runner stopped",
+                                                                       "machine:")) or (
         "reconnected without this attempt" in error)
 
 
@@ -244,7 +247,7 @@ def test_check_printing_garbage_is_an_error(scenario: Scenario) -> None:
     assert len(chain) == 3 and all(a["outcome"] == "error" for a in chain)
     # An attempt the SIGKILL above interrupted is an error of its own (the runner's, with no check).
     checked = [a for a in chain if not _interrupted_by_the_kill(scenario, a)]
-    assert len(checked) >= 2  # one SIGKILL interrupts at most one attempt of a try
+    assert checked  # at least one attempt of the chain ran its checks
     for a in checked:
         assert a["check"]["before"] == "False"
         assert a["check"]["after"] == "maybe" or "maybe" in (a["error"] or "")
@@ -327,7 +330,7 @@ def test_each_attempt_has_a_replay_that_loads(scenario: Scenario) -> None:
                 frame = http.get(scenario.server.base_url + data["frames"][0]["src"])
                 assert frame.status_code == 200 and frame.content[:8] == b"\x89PNG\r\n\x1a\n"
                 assert {p["name"] for p in data["phases"]} >= {"machine", "setup", "task", "check_after"}
-            if a["agent_id"] == "slow-fixer":
+            if a["agent_id"] == "slow-fixer" and a["outcome"] in ("passed", "failed"):
                 assert any(f["event"] and f["event"]["type"] == "type" for f in data["frames"])
             shown.setdefault(a["outcome"], a)
         # Without its token the page is refused.
