@@ -64,17 +64,6 @@ def plain_reason(e: BaseException) -> str:
     return str(e) or e.__class__.__name__
 
 
-def is_connection_error(e: BaseException) -> bool:
-    """True when the libvirt connection itself broke (libvirtd restarted), as opposed to a call failing."""
-    if not isinstance(e, libvirt.libvirtError):
-        return False
-    if e.get_error_domain() == libvirt.VIR_FROM_RPC or e.get_error_code() == libvirt.VIR_ERR_INVALID_CONN:
-        return True
-    msg = (e.get_error_message() or "").lower()
-    return any(s in msg for s in ("client socket is closed", "end of file while reading", "connection reset",
-                                  "broken pipe", "cannot recv data", "is not connected"))
-
-
 async def in_thread(what: str, fn: Callable[..., T], *args: Any, timeout: float) -> T:
     """Run a blocking libvirt call in a worker thread; libvirt errors and deadlines become ProviderError."""
     # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that lands as the

@@ -88,7 +88,7 @@ class GuestAgent:
         self.domain_name = domain_name
         self.call_timeout = call_timeout
 
-    def _command_blocking(self, payload: str, agent_timeout: int) -> str:
+    def _command_blocking(self, payload: str, agent_timeout: int, retry: bool) -> str:
         def go(c: libvirt.virConnect) -> str:
             dom = c.lookupByName(self.domain_name)
             out = libvirt_qemu.qemuAgentCommand(dom, payload, agent_timeout, 0)
@@ -96,7 +96,7 @@ class GuestAgent:
                 raise ProviderError("the guest agent returned nothing")
             return str(out)
 
-        return self.conn.call(go)
+        return self.conn.call(go, retry=retry)
 
     async def command(self, execute: str, arguments: dict[str, Any] | None = None, *,
                       timeout: float | None = None) -> Any:
@@ -105,8 +105,9 @@ class GuestAgent:
         if arguments is not None:
             msg["arguments"] = arguments
         agent_timeout = max(1, int(t))
+        # guest-exec starts a process: after a lost connection it may have run, so it is not sent again.
         raw = await in_thread(f"guest agent {execute}", self._command_blocking, json.dumps(msg), agent_timeout,
-                              timeout=t + 5)
+                              execute != "guest-exec", timeout=t + 5)
         try:
             reply = json.loads(raw)
         except json.JSONDecodeError:

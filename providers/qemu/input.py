@@ -89,14 +89,14 @@ class InputDriver:
             dom = c.lookupByName(self.domain_name)
             return str(libvirt_qemu.qemuMonitorCommand(dom, cmd, 0))
 
-        return self.conn.call(go)
+        return self.conn.call(go, retry=False)  # an event sent twice is a second click
 
     def _send_key_blocking(self, codes: list[int]) -> None:
         def go(c: libvirt.virConnect) -> None:
             dom = c.lookupByName(self.domain_name)
             dom.sendKey(libvirt.VIR_KEYCODE_SET_LINUX, HOLD_MS, codes, len(codes), 0)
 
-        self.conn.call(go)
+        self.conn.call(go, retry=False)  # keys sent twice type twice
 
     async def _send_pointer(self, events: list[dict[str, Any]]) -> None:
         cmd = json.dumps({"execute": "input-send-event", "arguments": {"events": events}})

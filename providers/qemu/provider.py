@@ -211,7 +211,8 @@ class QemuProvider(Provider):
                 xml = build_domain_xml(DomainSpec(name=name, manifest=image.manifest, image_dir=image.dir,
                                                   overlay=overlay, console_log=console, ownership=own,
                                                   accelerator=self.accelerator))
-                await in_thread("starting machine", lambda: self.conn.call(lambda c: c.createXML(xml, 0)),
+                await in_thread("starting machine",
+                                lambda: self.conn.call(lambda c: c.createXML(xml, 0), retry=False),
                                 timeout=max(5.0, deadline - time.monotonic()))
         except BaseException:
             await machine.destroy()
@@ -234,7 +235,7 @@ class QemuProvider(Provider):
             await in_thread(
                 "restoring machine from memory image",
                 lambda: self.conn.call(lambda c: c.restoreFlags(str(restore_file), None,
-                                                                libvirt.VIR_DOMAIN_SAVE_RUNNING)),
+                                                                libvirt.VIR_DOMAIN_SAVE_RUNNING), retry=False),
                 timeout=max(5.0, deadline - time.monotonic()))
         finally:
             restore_file.unlink(missing_ok=True)
@@ -498,7 +499,8 @@ class QemuMachine(Machine):
                     # out), delete it, and drop the clean page cache.
                     await self.agent.run_sh(ZERO_FREE_MEMORY, env=None, timeout=120)
                 await in_thread("saving machine memory",
-                                lambda: p.conn.call(lambda c: c.lookupByName(self.domain_name).save(str(mem))),
+                                lambda: p.conn.call(lambda c: c.lookupByName(self.domain_name).save(str(mem)),
+                                                    retry=False),
                                 timeout=600)
                 try:
                     await overlays.write_version_disk(self.overlay, self.image.disk, partial / "disk.qcow2",
@@ -506,7 +508,8 @@ class QemuMachine(Machine):
                 finally:
                     await in_thread("resuming machine after save",
                                     lambda: p.conn.call(lambda c: c.restoreFlags(str(mem), None,
-                                                                                 libvirt.VIR_DOMAIN_SAVE_RUNNING)),
+                                                                                 libvirt.VIR_DOMAIN_SAVE_RUNNING),
+                                                        retry=False),
                                     timeout=600)
                 mem.chmod(0o444)
             else:

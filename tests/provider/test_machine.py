@@ -8,13 +8,15 @@ import subprocess
 import time
 from collections.abc import Callable
 
+import libvirt
 import pytest
 from PIL import Image
 
 from providers.base import ClickEvent, InputNotSupported, KeyEvent, MoveEvent, ScrollEvent, TypeEvent
 from providers.qemu import QemuMachine
+from providers.qemu.connection import Connection
 
-from .conftest import LIBVIRT_URI
+from .conftest import LIBVIRT_URI, ensure_libvirtd
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -167,6 +169,52 @@ async def test_a_dropped_libvirt_connection_is_reopened(shared_machine: QemuMach
     r = await shared_machine.run_script("echo still-here", timeout=60)
     assert r.stdout == "still-here\n"
     assert shared_machine.provider.conn.get() is not conn
+
+
+def _closes_its_connection_once() -> tuple[list[int], Callable[[libvirt.virConnect], int]]:
+    calls: list[int] = []
+
+    def fn(c: libvirt.virConnect) -> int:
+        calls.append(1)
+        if len(calls) == 1:
+            c.close()  # the connection breaks while the call is in flight
+        return int(c.getVersion())
+
+    return calls, fn
+
+
+async def test_a_call_that_must_not_run_twice_is_not_retried_after_the_connection_broke() -> None:
+    ensure_libvirtd()
+    conn = Connection(LIBVIRT_URI)
+    try:
+        calls, fn = _closes_its_connection_once()
+        with pytest.raises(libvirt.libvirtError):
+            conn.call(fn, retry=False)
+        assert len(calls) == 1
+        assert conn.get().getVersion() > 0  # and the next call reconnects
+        calls, fn = _closes_its_connection_once()
+        assert conn.call(fn) > 0
+        assert len(calls) == 2
+    finally:
+        conn.close()
+
+
+async def test_an_error_on_a_live_connection_is_raised_not_retried() -> None:
+    ensure_libvirtd()
+    conn = Connection(LIBVIRT_URI)
+    try:
+        first = conn.get()
+        calls: list[int] = []
+
+        def fn(c: libvirt.virConnect) -> None:
+            calls.append(1)
+            c.lookupByName("gh-no-such-domain-anywhere")
+
+        with pytest.raises(libvirt.libvirtError):
+            conn.call(fn)
+        assert len(calls) == 1 and conn.get() is first
+    finally:
+        conn.close()
 
 
 def _libvirtd_pids() -> set[str]:

@@ -235,13 +235,13 @@ def test_connection_reconnects_once_when_libvirtd_went_away(monkeypatch: pytest.
 
     class FakeConn:
         def __init__(self, n: int) -> None:
-            self.n, self.alive = n, True
+            self.n, self.alive, self.closed = n, True, False
 
         def isAlive(self) -> bool:
             return self.alive
 
         def close(self) -> int:
-            self.alive = False
+            self.closed = True
             return 0
 
     opened: list[FakeConn] = []
@@ -250,28 +250,37 @@ def test_connection_reconnects_once_when_libvirtd_went_away(monkeypatch: pytest.
         opened.append(FakeConn(len(opened)))
         return opened[-1]
 
+    def libvirt_error(code: int, domain: int, msg: str) -> libvirt.libvirtError:
+        err = libvirt.libvirtError(msg)
+        err.err = (code, domain, msg, 2, None, None, None, 0, 0)
+        return err
+
     monkeypatch.setattr(libvirt, "open", fake_open)
     c = Connection("qemu:///system")
 
     def call(conn: FakeConn) -> int:
         if conn.n == 0:
-            err = libvirt.libvirtError("End of file while reading data: Input/output error")
-            err.err = (libvirt.VIR_ERR_SYSTEM_ERROR, libvirt.VIR_FROM_RPC, "End of file while reading data", 2,
-                       None, None, None, 0, 0)
-            raise err
+            conn.alive = False  # what libvirt's client knows once the daemon closed the socket
+            raise libvirt_error(libvirt.VIR_ERR_SYSTEM_ERROR, libvirt.VIR_FROM_RPC, "End of file while reading data")
         return conn.n
 
     assert c.call(call) == 1  # type: ignore[arg-type]
-    assert len(opened) == 2 and not opened[0].alive
+    # Dropped, not closed: other threads may still be inside a call on it.
+    assert len(opened) == 2 and not opened[0].closed
 
-    def not_found(conn: FakeConn) -> int:
-        err = libvirt.libvirtError("Domain not found")
-        err.err = (libvirt.VIR_ERR_NO_DOMAIN, libvirt.VIR_FROM_QEMU, "Domain not found", 2, None, None, None, 0, 0)
-        raise err
+    def agent_not_connected(conn: FakeConn) -> int:
+        # Its text once read as a broken connection ("is not connected") and reset the shared one.
+        raise libvirt_error(libvirt.VIR_ERR_AGENT_UNRESPONSIVE, libvirt.VIR_FROM_QEMU,
+                            "Guest agent is not responding: QEMU guest agent is not connected")
 
     with pytest.raises(libvirt.libvirtError):
-        c.call(not_found)  # type: ignore[arg-type]
-    assert len(opened) == 2  # an ordinary error does not reconnect
+        c.call(agent_not_connected)  # type: ignore[arg-type]
+    assert len(opened) == 2 and not opened[1].closed  # an error on a live connection does not reconnect
+
+    opened[1].alive = False
+    assert c.call(call) == 2  # type: ignore[arg-type]  # a dead connection is replaced before the call
+    c.close()
+    assert opened[2].closed and not opened[1].closed
 
 
 def test_correct_png_passes_through_untouched() -> None:
