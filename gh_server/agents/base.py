@@ -89,6 +89,7 @@ class AgentContext:
     machine_api_url: str  # for external agents: the HTTP machine API and its per-attempt token
     machine_api_token: str
     ask_customer: Callable[[str], Awaitable[str]] | None = None
+    ask_approval: Callable[[str], Awaitable[str]] | None = None  # "approve" or "deny" (operator.approvals)
 
     @property
     def prompt(self) -> str:

@@ -34,6 +34,10 @@ class AskBody(BaseModel):
     question: str = Field(min_length=1, max_length=8_000)
 
 
+class ApprovalBody(BaseModel):
+    request: str = Field(min_length=1, max_length=8_000, description="what the agent asks leave to do")
+
+
 def _error(status: int, etype: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"type": etype, "message": message}}, status_code=status)
 
@@ -122,5 +126,15 @@ def router(sup: AgentSupervisor) -> APIRouter:
         except AgentError as e:
             return _error(503, "server_error", str(e))
         return JSONResponse({"answer": answer, "simulated": True})
+
+    @r.post("/approval")
+    async def approval(request: Request) -> Response:
+        grant = grant_of(request)
+        if isinstance(grant, JSONResponse):
+            return grant
+        b = await body(request, ApprovalBody)
+        if isinstance(b, JSONResponse):
+            return b
+        return JSONResponse({"decision": await sup.approve(grant, b.request), "simulated": True})
 
     return r

@@ -2,8 +2,9 @@
 
 Both are optional in the settings. The judge sees the rubric, the customer's prompt, the agent's
 final answer, the check's output and the first and last screens of the replay; the customer sees its
-persona, the names (never the secret values) of its facts and the agent's question, and never the
-expected fix or the check.
+persona, the names (never the secret values) of its facts, the agent's question and the machine's
+screen, and never the expected fix or the check. It acts through the runner, never through the model:
+it types a fact's value into the focused field or accepts an admin prompt when its reply asks to.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -34,8 +36,38 @@ JUDGE_SYSTEM = (
 CUSTOMER_SYSTEM = (
     "You play a customer who asked a support agent for help with their computer. Answer the agent's question "
     "the way this person would, briefly. You do not know how to fix the problem. Persona: {persona}\n"
-    "Facts you know (by name): {facts}. If a fact is marked secret you do not know its value: say you will type it."
+    "Facts you know (by name): {facts}. You do not know the value of a fact marked secret, but you can type it "
+    "into the field that has focus on the screen, the way a person types a password.\n{steps}{admin}"
+    "Reply with only a JSON object: {{\"answer\": \"what you say\", \"type_fact\": \"the name of a fact to "
+    "type now, or null\", \"click_yes\": true only to accept an administrator prompt on the screen now}}."
 )
+DOES_STEPS = "When the agent asks you to do something on the computer, you do it if you can.\n"
+HANDS_STEPS_BACK = ("When the agent asks you to do the fix or its steps yourself, you hand them back: "
+                    "\"Could you do that for me?\"\n")
+CLICKS_ADMIN = "When the agent asks you to accept an administrator prompt, you click Yes.\n"
+NO_ADMIN = "You never accept administrator prompts: you do not know that password.\n"
+
+
+@dataclass
+class CustomerReply:
+    answer: str
+    type_fact: str | None = None  # the name of a fact to type into the focused field
+    click_yes: bool = False  # accept an administrator prompt
+
+
+def parse_customer_reply(text: str) -> CustomerReply:
+    """The JSON asked for; a model that answered in prose still answers (with no action)."""
+    m = re.search(r"\{.*\}", text, re.S)
+    try:
+        data = json.loads(m.group(0)) if m else None
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("answer"), str):
+        return CustomerReply(answer=text.strip())
+    fact = data.get("type_fact")
+    return CustomerReply(answer=data["answer"].strip(), type_fact=fact if isinstance(fact, str) and fact else None,
+                         click_yes=data.get("click_yes") is True)
+
 
 # Tests and callers may swap the transport (e.g. httpx.MockTransport) at this boundary.
 transport: httpx.AsyncBaseTransport | None = None
@@ -99,11 +131,20 @@ async def judge_attempt(endpoint: ModelEndpoint, dbq: DbQueue, attempt_id: str, 
         return {"error": f"rubric judge: {e}"}
 
 
-async def ask_customer(endpoint: ModelEndpoint, case: dict[str, Any], question: str) -> str:
+async def ask_customer(endpoint: ModelEndpoint, case: dict[str, Any], question: str,
+                       screen: bytes | None = None) -> CustomerReply:
     customer = case.get("customer") or {}
     facts = customer.get("facts") or {}
     names = ", ".join(f"{k} (secret)" if isinstance(v, dict) else f"{k}: {v}" for k, v in facts.items()) or "none"
-    system = CUSTOMER_SYSTEM.format(persona=customer.get("persona") or "An ordinary computer user.", facts=names)
-    return await chat(endpoint, [{"role": "system", "content": system},
-                                 {"role": "user", "content": f"Your request was: {case.get('prompt', '')}\n\n"
-                                  f"The agent asks: {question}"}])
+    system = CUSTOMER_SYSTEM.format(
+        persona=customer.get("persona") or "An ordinary computer user.", facts=names,
+        steps=DOES_STEPS if customer.get("does_steps", True) else HANDS_STEPS_BACK,
+        admin=CLICKS_ADMIN if customer.get("clicks_admin_prompts") else NO_ADMIN)
+    content: list[dict[str, Any]] = [{"type": "text", "text": f"Your request was: {case.get('prompt', '')}\n\n"
+                                      f"The agent asks: {question}"}]
+    if screen:
+        content.append({"type": "image_url",
+                        "image_url": {"url": "data:image/png;base64," + base64.b64encode(screen).decode()}})
+    reply = await chat(endpoint, [{"role": "system", "content": system}, {"role": "user", "content": content}],
+                       json_mode=True)
+    return parse_customer_reply(reply)

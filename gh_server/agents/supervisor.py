@@ -23,9 +23,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gh_runner import protocol
-from gh_server.agents.base import AgentContext, AgentError, AgentOutcome, Machine
+from gh_server.agents.base import AgentContext, AgentError, AgentOutcome, Machine, MachineError
+from gh_server.agents.models import CustomerReply
 from gh_server.agents.registry import AgentRegistry
 from gh_server.models import Attempt, RunCase
+from providers.base import InputEvent, KeyEvent, TypeEvent
 
 if TYPE_CHECKING:
     from gh_server.gateway import Gateway
@@ -49,6 +51,7 @@ class Grant:
     max_steps: int | None
     steps: int = 0
     questions: int = 0
+    approvals: int = 0
     customer_error: str | None = None
 
 
@@ -162,6 +165,7 @@ class AgentSupervisor:
         )
         grant = Grant(attempt_id, runner_id, machine, ctx, ctx.max_steps)
         ctx.ask_customer = lambda q: self.ask(grant, q)
+        ctx.ask_approval = lambda what: self.approve(grant, what)
         key = _token_key(token)
         self.grants[key] = grant
         end: protocol.TaskEnd
@@ -175,13 +179,14 @@ class AgentSupervisor:
                 answer=out.answer,
                 steps=max(out.steps, grant.steps),
                 questions=max(out.questions, grant.questions),
-                approvals=out.approvals,
+                approvals=max(out.approvals, grant.approvals),
             )
         except asyncio.CancelledError:
             self.grants.pop(key, None)
             raise
         except TimeoutError:
-            end = protocol.TaskEnd(attempt_id=attempt_id, answer="", steps=grant.steps, questions=grant.questions)
+            end = protocol.TaskEnd(attempt_id=attempt_id, answer="", steps=grant.steps, questions=grant.questions,
+                                   approvals=grant.approvals)
         except AgentError as e:
             end = protocol.TaskEnd(attempt_id=attempt_id, error=str(e)[:2000], steps=grant.steps)
         except Exception as e:
@@ -204,7 +209,12 @@ class AgentSupervisor:
         return self.grants.get(_token_key(token))
 
     async def ask(self, grant: Grant, question: str) -> str:
-        """The simulated customer answers (an OpenAI-compatible model). Without one, the attempt is an error."""
+        """The simulated customer answers (an OpenAI-compatible model). Without one, the attempt is an error.
+
+        It sees the screen, and may act on the machine the way a person at it would: type a fact's
+        value into the focused field (the runner keeps secret values out of the replay) or accept an
+        admin prompt when the case lets it. The turn records what it did by fact name, never by value.
+        """
         from gh_server.agents.models import ask_customer
 
         grant.questions += 1
@@ -216,10 +226,45 @@ class AgentSupervisor:
             )
             raise AgentError(grant.customer_error)
         try:
-            answer = await ask_customer(endpoint, grant.ctx.case, question)
+            screen = await grant.machine.screen(timeout=10)
+        except MachineError as e:
+            log.info("customer answers %s without the screen: %s", grant.attempt_id, e)
+            screen = None
+        try:
+            reply = await ask_customer(endpoint, grant.ctx.case, question, screen)
+            actions = await self._customer_acts(grant, reply)
         except AgentError as e:
             grant.customer_error = str(e)
             raise
-        turn = {"question": question[:8000], "answer": answer[:8000], "actions": []}
+        turn = {"question": question[:8000], "answer": reply.answer[:8000], "actions": actions}
         await self.gw.dbq.run(lambda s: _add_turn(s, grant.attempt_id, turn))
-        return answer
+        return reply.answer
+
+    async def _customer_acts(self, grant: Grant, reply: CustomerReply) -> list[dict[str, Any]]:
+        customer = grant.ctx.case.get("customer") or {}
+        facts = customer.get("facts") or {}
+        actions: list[dict[str, Any]] = []
+        events: list[InputEvent] = []
+        if reply.type_fact is not None:
+            if reply.type_fact in facts:
+                v = facts[reply.type_fact]
+                events.append(TypeEvent(text=str(v.get("secret", "")) if isinstance(v, dict) else str(v)))
+                actions.append({"type": "type_fact", "fact": reply.type_fact})
+            else:
+                log.info("customer of %s asked to type an unknown fact; ignored", grant.attempt_id)
+        if reply.click_yes and customer.get("clicks_admin_prompts"):
+            events.append(KeyEvent(keys=["ALT", "Y"]))  # the Yes button of an admin (UAC) prompt
+            actions.append({"type": "click_yes"})
+        if events:
+            try:
+                await grant.machine.input(events)
+            except MachineError as e:
+                raise AgentError(f"the simulated customer could not act on the machine: {e}") from None
+        return actions
+
+    async def approve(self, grant: Grant, request: str) -> str:
+        """An approval request the agent raises during the task, decided by the case's operator.approvals."""
+        grant.approvals += 1
+        decision = str((grant.ctx.case.get("operator") or {}).get("approvals") or "approve")
+        log.info("approval %d on %s: %s", grant.approvals, grant.attempt_id, decision)
+        return decision

@@ -32,6 +32,11 @@ def main() -> None:
         sys.exit(3)
     if mode == "hang":
         time.sleep(600)
+    if mode == "approve":
+        status, body = call(url, token, "/approval", {"request": "restart the print spooler"})
+        status2, _ = call(url, token, "/approval", {"request": ""})
+        print(f"approval {status} {json.loads(body).get('decision')} empty {status2}")
+        return
     if mode == "ask":
         status, body = call(url, token, "/ask", {"question": "What is your Wi-Fi called?"})
         print(f"ask {status} {json.loads(body).get('answer', '')}")

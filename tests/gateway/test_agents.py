@@ -35,9 +35,10 @@ def tiny_png() -> str:
 class Machine:
     """Answers machine requests like a runner would, and remembers them."""
 
-    def __init__(self, r: SimRunner, exec_ok: bool = True) -> None:
+    def __init__(self, r: SimRunner, exec_ok: bool = True, input_ok: bool = True) -> None:
         self.r = r
         self.exec_ok = exec_ok
+        self.input_ok = input_ok
         self.requests: list[protocol.MachineRequest] = []
         r.on_message = self.handle
 
@@ -48,7 +49,8 @@ class Machine:
         if msg.op == "screen":
             resp = protocol.MachineResponse(request_id=msg.request_id, ok=True, png_b64=tiny_png())
         elif msg.op == "input":
-            resp = protocol.MachineResponse(request_id=msg.request_id, ok=True)
+            resp = protocol.MachineResponse(request_id=msg.request_id, ok=self.input_ok,
+                                            error=None if self.input_ok else "the machine is gone")
         elif self.exec_ok:
             resp = protocol.MachineResponse(request_id=msg.request_id, ok=True, exit_code=0, stdout="host-1\n",
                                             stderr="")
@@ -254,6 +256,7 @@ async def test_customer_question_with_model(server_factory: Any) -> None:
         server: GwServer = server_factory(agents=cmd_agent("ask", Path(d) / "doc.json"),
                                           customer_model=ModelEndpoint(base_url=url + "/v1", model="cust"))
         r = await connect(server)
+        Machine(r)
         try:
             case = {"customer": {"persona": "Retired teacher", "facts": {"Wi-Fi network": "HomeNet",
                                                                          "Wi-Fi password": {"secret": "blue-kite-42"}}}}
@@ -264,6 +267,83 @@ async def test_customer_question_with_model(server_factory: Any) -> None:
                 {"question": "What is your Wi-Fi called?", "answer": "It's HomeNet, dear.", "actions": []}]
             sent = json.dumps(seen[0][1])
             assert "Retired teacher" in sent and "Wi-Fi password (secret)" in sent and "blue-kite-42" not in sent
+        finally:
+            await r.close()
+
+
+WIFI_CASE = {"customer": {"persona": "Retired teacher", "facts": {"Wi-Fi network": "HomeNet",
+                                                                  "Wi-Fi password": {"secret": "blue-kite-42"}}}}
+
+
+async def _customer_turn(server_factory: Any, reply: dict[str, Any], case: dict[str, Any],
+                         ) -> tuple[protocol.TaskEnd, dict[str, Any], Machine, list[tuple[str, dict[str, Any]]]]:
+    with serve(chat_reply(json.dumps(reply))) as (url, seen), tempfile.TemporaryDirectory() as d:
+        server: GwServer = server_factory(agents=cmd_agent("ask", Path(d) / "doc.json"),
+                                          customer_model=ModelEndpoint(base_url=url + "/v1", model="cust"))
+        r = await connect(server)
+        m = Machine(r)
+        try:
+            _, aid = await start_task(server, r, case, "cmd")
+            end = await r.expect("task_end", timeout=60)
+            (turn,) = server.attempt(aid).customer_turns or []
+            return end, turn, m, seen
+        finally:
+            await r.close()
+
+
+async def test_customer_types_a_secret_fact_it_never_saw(server_factory: Any) -> None:
+    end, turn, m, seen = await _customer_turn(
+        server_factory, {"answer": "I'll type it for you.", "type_fact": "Wi-Fi password", "click_yes": True},
+        WIFI_CASE)
+    assert end.error is None and end.answer == "ask 200 I'll type it for you."
+    assert turn == {"question": "What is your Wi-Fi called?", "answer": "I'll type it for you.",
+                    "actions": [{"type": "type_fact", "fact": "Wi-Fi password"}]}  # no admin prompts for this one
+    (typed,) = [q for q in m.requests if q.op == "input"]
+    assert [e.model_dump() for e in typed.events] == [{"type": "type", "text": "blue-kite-42"}]
+    assert "blue-kite-42" in typed.redact  # the runner keeps it out of the replay
+    sent = json.dumps(seen[0][1])
+    assert "blue-kite-42" not in sent and "data:image/png;base64," in sent  # the model saw the screen, not the value
+    assert "never accept administrator prompts" in sent
+
+
+async def test_customer_clicks_yes_only_when_the_case_lets_it(server_factory: Any) -> None:
+    case = {"customer": {**WIFI_CASE["customer"], "clicks_admin_prompts": True, "does_steps": False}}
+    end, turn, m, seen = await _customer_turn(
+        server_factory, {"answer": "Done, I clicked Yes.", "type_fact": "No such fact", "click_yes": True}, case)
+    assert end.error is None
+    assert turn["actions"] == [{"type": "click_yes"}]  # the unknown fact is not typed
+    (sent_input,) = [q for q in m.requests if q.op == "input"]
+    assert [e.model_dump() for e in sent_input.events] == [{"type": "key", "keys": ["ALT", "Y"]}]
+    prompt = json.dumps(seen[0][1])
+    assert "you click Yes" in prompt and "Could you do that for me?" in prompt
+
+
+async def test_customer_that_cannot_type_makes_the_attempt_an_error(server_factory: Any) -> None:
+    with serve(chat_reply(json.dumps({"answer": "Typing it.", "type_fact": "Wi-Fi password"}))) as (url, _), \
+            tempfile.TemporaryDirectory() as d:
+        server: GwServer = server_factory(agents=cmd_agent("ask", Path(d) / "doc.json"),
+                                          customer_model=ModelEndpoint(base_url=url + "/v1", model="cust"))
+        r = await connect(server)
+        Machine(r, exec_ok=False, input_ok=False)
+        try:
+            await start_task(server, r, WIFI_CASE, "cmd")
+            end = await r.expect("task_end", timeout=60)
+            assert end.error is not None and "simulated customer could not act on the machine" in end.error
+            assert "blue-kite-42" not in end.error
+        finally:
+            await r.close()
+
+
+async def test_approvals_are_decided_by_the_cases_operator(server_factory: Any) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        server: GwServer = server_factory(agents=cmd_agent("approve", Path(d) / "doc.json"))
+        r = await connect(server, slots=2)
+        try:
+            for decision in ("deny", "approve"):
+                await start_task(server, r, {"operator": {"approvals": decision}}, "cmd")
+                end = await r.expect("task_end", timeout=60)
+                assert end.error is None and end.answer == f"approval 200 {decision} empty 400"
+                assert end.approvals == 1
         finally:
             await r.close()
 
