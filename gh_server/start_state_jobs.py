@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
@@ -270,6 +271,7 @@ def expire_instructions(session: Session, now: datetime | None = None) -> list[s
 
 async def run_instruction(st: ServerState, claim: dict[str, Any]) -> None:
     from gh_server.agents.registry import AgentRegistry
+    from gh_server.agents.supervisor import Grant
     from gh_server.api.start_states import _dispatch
 
     ssid, task_id, agent_id = claim["start_state_id"], claim["task_id"], claim["agent_id"]
@@ -282,11 +284,16 @@ async def run_instruction(st: ServerState, claim: dict[str, Any]) -> None:
         # (the `reference` agent runs its `reference_fix`).
         case = {"test_case_id": ssid, "name": f"set up {ssid}", "prompt": claim["instruction"],
                 "limits": {"minutes": INSTRUCTION_MINUTES}, "metadata": claim["metadata"]}
+        # External agents reach the machine through the machine API, as in a case's task.
+        sup = st.gateway.agents
+        token = secrets.token_urlsafe(32)
         ctx = AgentContext(attempt_id=task_id, runner_id=claim["runner_id"], agent_id=agent_id, test_run_id="",
-                           case=case, machine=machine, machine_api_url="", machine_api_token="")
+                           case=case, machine=machine, machine_api_url=sup.machine_api_url,
+                           machine_api_token=token)
         try:
             agent = AgentRegistry(st.settings.agents).get(agent_id)
-            outcome = await asyncio.wait_for(agent.run(ctx), INSTRUCTION_MINUTES * 60 + 60)
+            with sup.granted(token, Grant(task_id, claim["runner_id"], machine, ctx, max_steps=None)):
+                outcome = await asyncio.wait_for(agent.run(ctx), INSTRUCTION_MINUTES * 60 + 60)
             log.info("start state %s: agent %s finished its instruction (task %s, %d steps)",
                      ssid, agent_id, task_id, outcome.steps)
         except TimeoutError:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pydantic
 from sqlalchemy import Engine
@@ -16,6 +16,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gh_runner import protocol
 from gh_server.settings import Settings
+
+if TYPE_CHECKING:
+    from gh_server.agents.supervisor import AgentSupervisor
 
 
 class GatewayPort(Protocol):
@@ -30,6 +33,10 @@ class GatewayPort(Protocol):
         """False if the runner is not connected to this process."""
 
     def connected(self, runner_id: str) -> bool: ...
+
+    @property
+    def agents(self) -> AgentSupervisor:
+        """The agents of this process and their machine API (instruction start states use it too)."""
 
 
 @dataclass

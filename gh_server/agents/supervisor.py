@@ -16,6 +16,7 @@ import hashlib
 import logging
 import secrets
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -204,6 +205,17 @@ class AgentSupervisor:
             self._ended.pop(next(iter(self._ended)))
         if not await self.gw.send(runner_id, end):
             log.info("task_end for %s kept until runner %s is back", attempt_id, runner_id)
+
+    @contextlib.contextmanager
+    def granted(self, token: str, grant: Grant) -> Iterator[None]:
+        """`token` opens the machine API on `grant`'s machine while the block runs (an instruction
+        start state's agent: no attempt, the same machine API as a case's agent)."""
+        key = _token_key(token)
+        self.grants[key] = grant
+        try:
+            yield
+        finally:
+            self.grants.pop(key, None)
 
     def grant_for(self, token: str) -> Grant | None:
         return self.grants.get(_token_key(token))

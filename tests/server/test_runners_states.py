@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
+from typing import Any
 
 import pydantic
 import pytest
@@ -45,6 +46,10 @@ class FakeGateway:
 
     def connected(self, runner_id: str) -> bool:
         return runner_id in self._connected
+
+    @property
+    def agents(self) -> Any:
+        raise AssertionError("these API tests run no agents")
 
 
 @pytest.fixture

@@ -181,8 +181,10 @@ class Stack:
         gate = [sys.executable, str(HERE / "gate_agent.py"), str(self.gate_dir)]
         settings = Settings(
             data_dir=self.tmp / "server", host="127.0.0.1", port=port, admin_api_key=self.admin_key,
-            runner_grace_seconds=120.0, agents={"gate": AgentConfig(id="gate", kind="command", command=gate,
-                                                                     timeout=600)},
+            runner_grace_seconds=120.0, agents={
+                "gate": AgentConfig(id="gate", kind="command", command=gate, timeout=600),
+                "note-taker": AgentConfig(id="note-taker", kind="command",
+                                          command=[sys.executable, str(HERE / "note_agent.py")], timeout=300)},
         )
         st = create_state(settings)
         # Long enough that no test's hand work is closed under it; the idle test lowers it.

@@ -272,6 +272,20 @@ def test_instruction_state_is_set_up_by_the_agent_then_saved(stack: Stack, gh: E
     gh.start_states.delete(ssid)
 
 
+def test_instruction_state_set_up_by_an_external_agent_through_the_machine_api(stack: Stack, gh: Eager) -> None:
+    ss = gh.start_states.create("set up from outside", "linux-tiny", instruction="noted from outside",
+                                agent_id="note-taker")
+    ssid = ss["start_state_id"]
+    ready = gh.start_states.wait(ssid, timeout=RUN_TIMEOUT, poll_interval=1)
+    assert ready["status"] == "ready" and ready["version"] == 1, ready
+    case = make_case(gh, "the external agent's note is there", ssid,
+                     '[ "$(cat /root/by-external)" = "noted from outside" ]')
+    r = run(gh, [case])
+    assert outcomes(gh, r["test_run_id"]) == {case: "passed"}
+    gh.test_cases.delete(case)
+    gh.start_states.delete(ssid)
+
+
 def test_instruction_with_an_unknown_agent_fails_and_closes_the_machine(stack: Stack, gh: Eager) -> None:
     ss = gh.start_states.create("nobody to do it", "linux-tiny", instruction="Do something", agent_id="nobody")
     ssid = ss["start_state_id"]
