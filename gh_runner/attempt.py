@@ -473,6 +473,8 @@ class Attempt:
         machine = self._machine()
         for i, event in enumerate(req.events):
             shown = redact_event(event, req.redact)
+            if is_secret_event(event, req.redact):
+                self._replay.mask_from_now()  # before the keys go in: the watcher may look at any moment
             try:
                 async with asyncio.timeout(self.timeouts.screen):
                     await machine.send_input([event])

@@ -2,7 +2,9 @@
 
 Frames are best effort: a failed screenshot or a slow link is logged and dropped, never allowed to
 fail an attempt. Secrets the server names in a request's `redact` list never leave this module in
-a frame's event, a log line or an error message.
+a frame's event, a log line or an error message. A frame is an image, so text cannot be taken out
+of it: once a secret has been typed, every later frame of the attempt is sent as a coarse mosaic
+(layout and colour stay, text does not), because a guest may echo what was typed.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
-from PIL import Image, ImageChops
+from PIL import Image, ImageChops, ImageDraw
 
 from providers.base import InputEvent
 
@@ -30,6 +32,32 @@ REDACTED = "•••"
 MIN_CHANGE_AREA = 256
 # Greyscale difference below this is compression noise or a colour fade, not a change.
 PIXEL_THRESHOLD = 24
+
+
+MASK_NOTE = "masked: a secret was typed"
+
+
+def mask_block(width: int) -> int:
+    """The mosaic's block size in pixels: wider than a character cell at any resolution."""
+    return max(16, width // 48)
+
+
+def mask_png(png: bytes) -> bytes:
+    """The screen as a mosaic of blocks wider than a character cell, with a note saying why."""
+    with Image.open(io.BytesIO(png)) as im:
+        rgb = im.convert("RGB")
+    w, h = rgb.size
+    block = mask_block(w)
+    cols, rows = -(-w // block), -(-h // block)
+    small = rgb.resize((cols, rows), Image.Resampling.BOX)
+    out = small.resize((cols * block, rows * block), Image.Resampling.NEAREST).crop((0, 0, w, h))
+    draw = ImageDraw.Draw(out)
+    # Within the first row of blocks (the rectangle includes its end coordinates).
+    draw.rectangle((0, 0, min(w, 6 * len(MASK_NOTE) + 12) - 1, min(h, 16) - 1), fill=(0, 0, 0))
+    draw.text((6, 2), MASK_NOTE, fill=(255, 255, 255))
+    buf = io.BytesIO()
+    out.save(buf, "PNG", compress_level=1)
+    return buf.getvalue()
 
 
 class FrameSink(Protocol):
@@ -101,7 +129,12 @@ class ReplayRecorder:
         self._send_timeout = send_timeout
         self._last: _Screen | None = None
         self._lock = asyncio.Lock()  # frames leave in the order they were taken
+        self._masked = False
         self.sent = 0
+
+    def mask_from_now(self) -> None:
+        """A secret is about to be typed: no later frame may show the screen as it is."""
+        self._masked = True
 
     async def send(self, label: str, png: bytes, event: dict[str, Any] | None = None) -> bool:
         """Send one frame; False (and a log line) if it could not be sent. Callers pass a redacted event."""
@@ -124,6 +157,13 @@ class ReplayRecorder:
 
     async def _emit(self, label: str, png: bytes, event: dict[str, Any] | None, screen: _Screen | None) -> bool:
         async with self._lock:
+            if self._masked:
+                try:
+                    png = await asyncio.to_thread(mask_png, png)
+                except Exception as e:  # a frame that cannot be masked is not sent at all
+                    log.warning("replay frame dropped: it could not be masked", attempt_id=self._attempt_id,
+                                label=label, error=f"{type(e).__name__}: {str(e)[:200]}")
+                    return False
             try:
                 async with asyncio.timeout(self._send_timeout):
                     await self._sink.frame(label, png, event)

@@ -24,6 +24,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gh_runner import protocol
+from gh_runner.replay import mask_png
 from gh_server.agents.base import AgentContext, AgentError, AgentOutcome, Machine, MachineError
 from gh_server.agents.models import CustomerReply
 from gh_server.agents.registry import AgentRegistry
@@ -53,6 +54,7 @@ class Grant:
     steps: int = 0
     questions: int = 0
     approvals: int = 0
+    secret_typed: bool = False  # from then on the models get the screen masked (a guest may echo it)
     customer_error: str | None = None
 
 
@@ -237,11 +239,17 @@ class AgentSupervisor:
                 "configured on this server (set customer_model in the server settings)"
             )
             raise AgentError(grant.customer_error)
+        screen: bytes | None
         try:
             screen = await grant.machine.screen(timeout=10)
         except MachineError as e:
             log.info("customer answers %s without the screen: %s", grant.attempt_id, e)
             screen = None
+        if screen is not None and grant.secret_typed:
+            try:
+                screen = await asyncio.to_thread(mask_png, screen)
+            except Exception:  # never the unmasked screen
+                screen = None
         try:
             reply = await ask_customer(endpoint, grant.ctx.case, question, screen)
             actions = await self._customer_acts(grant, reply)
@@ -261,6 +269,7 @@ class AgentSupervisor:
             if reply.type_fact in facts:
                 v = facts[reply.type_fact]
                 events.append(TypeEvent(text=str(v.get("secret", "")) if isinstance(v, dict) else str(v)))
+                grant.secret_typed = grant.secret_typed or isinstance(v, dict)
                 actions.append({"type": "type_fact", "fact": reply.type_fact})
             else:
                 log.info("customer of %s asked to type an unknown fact; ignored", grant.attempt_id)

@@ -39,6 +39,21 @@ def png(color: tuple[int, int, int] = (0, 0, 0), box: tuple[int, int, int, int] 
     return buf.getvalue()
 
 
+def is_mosaic(png_bytes: bytes) -> bool:
+    """True for a frame masked by `gh_runner.replay.mask_png`: every block below its note is one colour."""
+    from gh_runner.replay import mask_block
+
+    with Image.open(io.BytesIO(png_bytes)) as im:
+        rgb = im.convert("RGB")
+    w, h = rgb.size
+    block = mask_block(w)
+    for y0 in range(block, h - block + 1, block):  # the first row of blocks carries the note
+        for x0 in range(0, w - block + 1, block):
+            if rgb.crop((x0, y0, x0 + block, y0 + block)).getcolors(1) is None:
+                return False
+    return True
+
+
 ScriptHandler = Callable[["FakeMachine", Mapping[str, str], float], Awaitable[ScriptResult] | ScriptResult]
 
 

@@ -14,7 +14,7 @@ from gh_runner.attempt import Attempt, PhaseTimeouts
 from gh_runner.protocol import MachineRequest, TaskEnd
 from providers.base import KeyEvent, ScriptResult, TypeEvent
 
-from .fakes import WAIT, FakeLink, FakeMachine, FakeProvider, make_lease, ok
+from .fakes import WAIT, FakeLink, FakeMachine, FakeProvider, is_mosaic, make_lease, ok
 
 FAST = PhaseTimeouts(machine=5, ready=5, setup=5, check=5, task_grace=0.3, screen=5, teardown=5)
 
@@ -367,6 +367,9 @@ async def test_input_frames_and_redaction(provider: FakeProvider, link: FakeLink
     ]
     # Each input frame shows the screen after its event (the fake's screen changes with every event).
     assert len({f[1] for f in inputs}) == len(inputs)
+    # From the first secret on, a frame shows the screen only as a mosaic: a guest may echo what was typed.
+    assert [is_mosaic(f[1]) for f in inputs] == [False, False, True, True, True, True]
+    assert is_mosaic(next(f[1] for f in link.frames if f[0] == "last"))
     # The secret reached the machine, and nowhere else.
     assert [e.text for e in provider.machines[0].inputs if e.type == "type"][1] == secret
     assert secret not in repr(link.frames) and secret not in repr(logs) and secret not in repr(result)

@@ -6,8 +6,10 @@ import io
 
 from PIL import Image, ImageDraw
 
-from gh_runner.replay import REDACTED, _decode, changed, redact_event, redact_text
+from gh_runner.replay import REDACTED, ReplayRecorder, _decode, changed, mask_png, redact_event, redact_text
 from providers.base import ClickEvent, KeyEvent, TypeEvent
+
+from .fakes import is_mosaic
 
 
 def screen(*boxes: tuple[int, int, int, int], fill: int = 255, size: tuple[int, int] = (720, 400)) -> bytes:
@@ -41,3 +43,53 @@ def test_redaction() -> None:
     assert redact_event(ClickEvent(x=1, y=2), secrets) == {"type": "click", "x": 1, "y": 2, "button": "left"}
     redacted = redact_text("cannot type 's3cret-longer' here, s3cret", secrets)
     assert redacted == f"cannot type '{REDACTED}' here, {REDACTED}"
+
+
+def _console(size: tuple[int, int] = (1024, 768)) -> bytes:
+    im = Image.new("RGB", size, (0, 0, 0))
+    draw = ImageDraw.Draw(im)
+    for row in range(40):
+        draw.text((8, 40 + row * 16), f"root@linux-tiny:~# echo blue-kite-{row:02d} > /etc/wifi", fill=(200, 200, 200))
+    buf = io.BytesIO()
+    im.save(buf, "PNG")
+    return buf.getvalue()
+
+
+def test_a_masked_frame_keeps_size_and_layout_but_no_text() -> None:
+    for size in ((1024, 768), (720, 400), (1366, 768), (320, 200)):
+        raw = _console(size)
+        masked = mask_png(raw)
+        assert not is_mosaic(raw) and is_mosaic(masked), size
+        with Image.open(io.BytesIO(masked)) as im:
+            assert im.size == size
+            # Where the text was is still brighter than the empty screen below it: layout survives.
+            if size[1] > 700:
+                assert im.getpixel((40, 200))[0] > im.getpixel((40, 720))[0] == 0
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.frames: list[tuple[str, bytes]] = []
+
+    async def frame(self, label: str, png: bytes, event: dict[str, object] | None) -> None:
+        self.frames.append((label, png))
+
+
+async def test_every_frame_after_a_secret_is_masked() -> None:
+    sink = _Sink()
+    rec = ReplayRecorder(sink, attempt_id="at_1")
+    raw = _console()
+    assert await rec.send("first", raw)
+    rec.mask_from_now()
+    assert await rec.send("input", raw, {"type": "type", "text": REDACTED})
+    assert await rec.send("last", raw)
+    assert [(label, is_mosaic(p)) for label, p in sink.frames] == [("first", False), ("input", True), ("last", True)]
+    assert sink.frames[0][1] == raw
+
+
+async def test_a_frame_that_cannot_be_masked_is_not_sent() -> None:
+    sink = _Sink()
+    rec = ReplayRecorder(sink, attempt_id="at_1")
+    rec.mask_from_now()
+    assert not await rec.send("last", b"not a png")
+    assert sink.frames == []

@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from attempt.fakes import is_mosaic
 from gateway.fakehttp import chat_reply, serve
 from guidinghand import Eager
 
@@ -49,6 +50,12 @@ def _case() -> dict[str, Any]:
         "customer": {"persona": "Retired teacher, patient, not technical.",
                      "facts": {"Wi-Fi network": "HomeNet", "Wi-Fi password": {"secret": SECRET}}},
     }
+
+
+def _replay_data(page: str) -> dict[str, Any]:
+    m = re.search(r'id="replay-data">(.*?)</script>', page, re.S)
+    assert m, page[:300]
+    return dict(json.loads(m.group(1)))
 
 
 @pytest.fixture(scope="module")
@@ -80,9 +87,12 @@ def outcome(images_dir: Path) -> Iterator[dict[str, Any]]:
             attempts = [dict(a) for a in client.test_runs.list_all_attempts(run["test_run_id"])]
             with httpx.Client(timeout=60) as http:
                 pages = [http.get(str(a["replay_url"])).text for a in attempts if a.get("replay_url")]
+                frames = [(f["label"], f["event"], is_mosaic(http.get(server.base_url + f["src"]).content))
+                          for page in pages for f in _replay_data(page)["frames"]]
             runner.stop(timeout=120)
             runner_log = Path(runner.log.name).read_text(errors="replace")
-            yield {"run": done, "attempts": attempts, "pages": pages, "model_seen": json.dumps(model_seen),
+            yield {"run": done, "attempts": attempts, "pages": pages, "frames": frames,
+                   "model_seen": json.dumps(model_seen),
                    "logs": runner_log + Path(server.log.name).read_text(errors="replace"),
                    "leftover": domains(f"gh-{runner_name}-")}
         finally:
@@ -113,8 +123,16 @@ def test_the_secret_reaches_the_guest_and_nothing_else(outcome: dict[str, Any]) 
     assert SECRET not in json.dumps(outcome["attempts"])
     assert SECRET not in outcome["logs"]
     (page,) = outcome["pages"]
-    m = re.search(r'id="replay-data">(.*?)</script>', page, re.S)
-    assert m and SECRET not in page
-    typed = [f["event"] for f in json.loads(m.group(1))["frames"] if f["event"] and f["event"]["type"] == "type"]
+    assert SECRET not in page
+    typed = [f["event"] for f in _replay_data(page)["frames"] if f["event"] and f["event"]["type"] == "type"]
     assert {"type": "type", "text": "cat > /root/typed\n"} in typed  # the agent's own typing is shown
     assert {"type": "type", "text": "•••"} in typed  # the customer's is not
+
+
+def test_frames_after_the_secret_show_no_text(outcome: dict[str, Any]) -> None:
+    # The guest's console echoes what is typed: from the secret on, frames are mosaics.
+    frames = outcome["frames"]
+    at = next(i for i, (_, event, _) in enumerate(frames) if event == {"type": "type", "text": "•••"})
+    assert [masked for _, _, masked in frames[:at]] == [False] * at, frames
+    assert all(masked for _, _, masked in frames[at:]), frames
+    assert frames[-1][0] == "last"

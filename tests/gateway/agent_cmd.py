@@ -37,8 +37,10 @@ def main() -> None:
         status2, _ = call(url, token, "/approval", {"request": ""})
         print(f"approval {status} {json.loads(body).get('decision')} empty {status2}")
         return
-    if mode == "ask":
+    if mode in ("ask", "ask-twice"):
         status, body = call(url, token, "/ask", {"question": "What is your Wi-Fi called?"})
+        if mode == "ask-twice":
+            status, body = call(url, token, "/ask", {"question": "Is it connected now?"})
         print(f"ask {status} {json.loads(body).get('answer', '')}")
         return
     status, png = call(url, token, "/screen")

@@ -306,6 +306,25 @@ async def test_customer_types_a_secret_fact_it_never_saw(server_factory: Any) ->
     assert "never accept administrator prompts" in sent
 
 
+async def test_after_a_secret_is_typed_the_customer_model_sees_the_screen_masked(server_factory: Any) -> None:
+    reply = {"answer": "Typing it.", "type_fact": "Wi-Fi password"}
+    with serve(chat_reply(json.dumps(reply))) as (url, seen), tempfile.TemporaryDirectory() as d:
+        server: GwServer = server_factory(agents=cmd_agent("ask-twice", Path(d) / "doc.json"),
+                                          customer_model=ModelEndpoint(base_url=url + "/v1", model="cust"))
+        r = await connect(server)
+        Machine(r)
+        try:
+            await start_task(server, r, WIFI_CASE, "cmd")
+            end = await r.expect("task_end", timeout=60)
+            assert end.error is None and end.questions == 2
+        finally:
+            await r.close()
+    shown = [part["image_url"]["url"] for _, body in seen for part in body["messages"][1]["content"]
+             if part["type"] == "image_url"]
+    raw = "data:image/png;base64," + tiny_png()
+    assert len(shown) == 2 and shown[0] == raw and shown[1] != raw  # the guest may echo what was typed
+
+
 async def test_customer_clicks_yes_only_when_the_case_lets_it(server_factory: Any) -> None:
     case = {"customer": {**WIFI_CASE["customer"], "clicks_admin_prompts": True, "does_steps": False}}
     end, turn, m, seen = await _customer_turn(
