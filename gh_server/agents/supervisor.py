@@ -169,12 +169,11 @@ class AgentSupervisor:
         grant = Grant(attempt_id, runner_id, machine, ctx, ctx.max_steps)
         ctx.ask_customer = lambda q: self.ask(grant, q)
         ctx.ask_approval = lambda what: self.approve(grant, what)
-        key = _token_key(token)
-        self.grants[key] = grant
         end: protocol.TaskEnd
         try:
-            agent = self.registry.get(agent_id)
-            out: AgentOutcome = await asyncio.wait_for(agent.run(ctx), ctx.minutes * 60.0 + TIME_SLACK_S)
+            with self.granted(token, grant):
+                agent = self.registry.get(agent_id)
+                out: AgentOutcome = await asyncio.wait_for(agent.run(ctx), ctx.minutes * 60.0 + TIME_SLACK_S)
             if grant.customer_error:
                 raise AgentError(grant.customer_error)
             end = protocol.TaskEnd(
@@ -184,9 +183,6 @@ class AgentSupervisor:
                 questions=max(out.questions, grant.questions),
                 approvals=max(out.approvals, grant.approvals),
             )
-        except asyncio.CancelledError:
-            self.grants.pop(key, None)
-            raise
         except TimeoutError:
             end = protocol.TaskEnd(attempt_id=attempt_id, answer="", steps=grant.steps, questions=grant.questions,
                                    approvals=grant.approvals)
@@ -199,8 +195,6 @@ class AgentSupervisor:
                 steps=grant.steps,
                 error=f"agent {agent_id} crashed: {type(e).__name__}: {str(e)[:500]}",
             )
-        finally:
-            self.grants.pop(key, None)
         self.tasks.pop(attempt_id, None)
         self._ended[attempt_id] = (runner_id, end)
         while len(self._ended) > 10_000:  # runners that never came back: forget the oldest
@@ -210,8 +204,8 @@ class AgentSupervisor:
 
     @contextlib.contextmanager
     def granted(self, token: str, grant: Grant) -> Iterator[None]:
-        """`token` opens the machine API on `grant`'s machine while the block runs (an instruction
-        start state's agent: no attempt, the same machine API as a case's agent)."""
+        """`token` opens the machine API on `grant`'s machine while the block runs: a case's task, or
+        the agent of an instruction start state."""
         key = _token_key(token)
         self.grants[key] = grant
         try:
