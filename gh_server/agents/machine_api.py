@@ -68,6 +68,16 @@ def router(sup: AgentSupervisor) -> APIRouter:
         except ValueError:
             return _error(400, "invalid_request", "the body must be JSON")
 
+    async def granted_body(request: Request, model: type[BaseModel]) -> tuple[Grant, Any] | JSONResponse:
+        """The request's grant and its validated body, or the error to answer with."""
+        grant = grant_of(request)
+        if isinstance(grant, JSONResponse):
+            return grant
+        b = await body(request, model)
+        if isinstance(b, JSONResponse):
+            return b
+        return grant, b
+
     @r.get("/screen", response_class=Response, responses={200: {"content": {"image/png": {}}}})
     async def screen(request: Request) -> Response:
         grant = grant_of(request)
@@ -81,12 +91,10 @@ def router(sup: AgentSupervisor) -> APIRouter:
 
     @r.post("/input")
     async def send_input(request: Request) -> Response:
-        grant = grant_of(request)
-        if isinstance(grant, JSONResponse):
-            return grant
-        b = await body(request, InputBody)
-        if isinstance(b, JSONResponse):
-            return b
+        got = await granted_body(request, InputBody)
+        if isinstance(got, JSONResponse):
+            return got
+        grant, b = got
         if (limited := step(grant)) is not None:
             return limited
         try:
@@ -97,12 +105,10 @@ def router(sup: AgentSupervisor) -> APIRouter:
 
     @r.post("/exec")
     async def run_exec(request: Request) -> Response:
-        grant = grant_of(request)
-        if isinstance(grant, JSONResponse):
-            return grant
-        b = await body(request, ExecBody)
-        if isinstance(b, JSONResponse):
-            return b
+        got = await granted_body(request, ExecBody)
+        if isinstance(got, JSONResponse):
+            return got
+        grant, b = got
         if (limited := step(grant)) is not None:
             return limited
         try:
@@ -113,12 +119,10 @@ def router(sup: AgentSupervisor) -> APIRouter:
 
     @r.post("/ask")
     async def ask(request: Request) -> Response:
-        grant = grant_of(request)
-        if isinstance(grant, JSONResponse):
-            return grant
-        b = await body(request, AskBody)
-        if isinstance(b, JSONResponse):
-            return b
+        got = await granted_body(request, AskBody)
+        if isinstance(got, JSONResponse):
+            return got
+        grant, b = got
         from gh_server.agents.base import AgentError
 
         try:
@@ -129,12 +133,10 @@ def router(sup: AgentSupervisor) -> APIRouter:
 
     @r.post("/approval")
     async def approval(request: Request) -> Response:
-        grant = grant_of(request)
-        if isinstance(grant, JSONResponse):
-            return grant
-        b = await body(request, ApprovalBody)
-        if isinstance(b, JSONResponse):
-            return b
+        got = await granted_body(request, ApprovalBody)
+        if isinstance(got, JSONResponse):
+            return got
+        grant, b = got
         return JSONResponse({"decision": await sup.approve(grant, b.request), "simulated": True})
 
     return r

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 import httpx
 
@@ -18,6 +19,10 @@ from .chromium import OUTPUT_DIR
 
 BIN = Path(sys.executable).parent
 LIBVIRT_URI = os.environ.get("GH_TEST_LIBVIRT_URI", "qemu:///system")
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
 
 
 def free_port() -> int:
@@ -102,3 +107,16 @@ def domains(prefix: str) -> list[str]:
     out = subprocess.run(["virsh", "-c", LIBVIRT_URI, "list", "--all", "--name"],
                          capture_output=True, text=True, timeout=30, check=False)
     return [n for n in out.stdout.split() if n.startswith(prefix)]
+
+
+def tear_down(runners: list[Runner], client: Closable | None, server: Server, runner_name: str, work: Path) -> None:
+    """Stop everything a scenario started, and clear whatever a failed run left, so the next session
+    starts clean (the scenario's own checks report leftovers before this runs)."""
+    for r in runners:
+        r.stop(timeout=120)
+    if client is not None:
+        client.close()
+    server.stop()
+    for name in domains(f"gh-{runner_name}-"):
+        subprocess.run(["virsh", "-c", LIBVIRT_URI, "destroy", name], capture_output=True, timeout=60)
+    shutil.rmtree(work, ignore_errors=True)

@@ -15,8 +15,6 @@ import hashlib
 import json
 import re
 import secrets
-import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -30,7 +28,7 @@ from attempt.fakes import is_mosaic
 from gateway.fakehttp import chat_reply, serve
 from guidinghand import Eager
 
-from .procs import Runner, Server, domains
+from .procs import Runner, Server, domains, tear_down
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -96,14 +94,7 @@ def outcome(images_dir: Path) -> Iterator[dict[str, Any]]:
                    "logs": runner_log + Path(server.log.name).read_text(errors="replace"),
                    "leftover": domains(f"gh-{runner_name}-")}
         finally:
-            if runner is not None:
-                runner.stop(timeout=120)
-            if client is not None:
-                client.close()
-            server.stop()
-            for name in domains(f"gh-{runner_name}-"):
-                subprocess.run(["virsh", "destroy", name], capture_output=True, timeout=60)
-            shutil.rmtree(work, ignore_errors=True)
+            tear_down([] if runner is None else [runner], client, server, runner_name, work)
 
 
 def test_the_customer_types_the_password_and_the_case_passes(outcome: dict[str, Any]) -> None:

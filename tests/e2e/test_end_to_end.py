@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +35,7 @@ from guidinghand import Eager
 from PIL import Image
 
 from . import chromium
-from .procs import Runner, Server, domains
+from .procs import Runner, Server, domains, tear_down
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -178,15 +176,7 @@ def scenario(images_dir: Path) -> Iterator[Scenario]:
                                    (("runner token", token), ("admin API key", server.api_key)) if value in text]
         yield sc
     finally:
-        for r in runners:
-            r.stop(timeout=120)
-        if client is not None:
-            client.close()
-        server.stop()
-        # Whatever a failed run left, so the next session starts clean (the checks above report it).
-        for name in domains(f"gh-{runner_name}-"):
-            subprocess.run(["virsh", "destroy", name], capture_output=True, timeout=60)
-        shutil.rmtree(work, ignore_errors=True)
+        tear_down(runners, client, server, runner_name, work)
 
 
 def _last(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
