@@ -26,11 +26,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 import httpx
+import pydantic
 
 from gh_runner.casefile import CaseFile, CaseFileError, load_case_file, parse_agents, parse_repeat
 from gh_runner.report import build_report, render_table, rows_from_attempts, summarize_agents, write_report
@@ -61,6 +62,29 @@ class Options:
     state_dir: Path | None = None
     libvirt_uri: str | None = None
     slots: int | None = None
+    server_settings: dict[str, Any] = field(default_factory=dict)
+
+
+# What --server-config may set: the embedded control plane owns its address, keys and storage.
+SERVER_CONFIG_KEYS = ("agents", "judge", "customer_model")
+
+
+def load_server_config(path: Path) -> dict[str, Any]:
+    """The --server-config file's settings, validated as gh-server would; ValueError names what is wrong."""
+    from gh_server.settings import Settings
+
+    data = Settings.from_file(path)
+    other = sorted(set(data) - set(SERVER_CONFIG_KEYS))
+    if other:
+        raise ValueError(f"--server-config {path}: {', '.join(other)} cannot be set for the embedded control plane "
+                         f"(allowed: {', '.join(SERVER_CONFIG_KEYS)})")
+    try:
+        Settings(data_dir=Path("."), **data)
+    except pydantic.ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise ValueError(f"--server-config {path}: {where}: {first.get('msg')}") from None
+    return data
 
 
 def options_from_args(args: Any) -> Options:
@@ -75,9 +99,10 @@ def options_from_args(args: Any) -> Options:
     agents = parse_agents(get("agents"), "--agents") if get("agents") else None
     repeat = parse_repeat(int(get("repeat")), "--repeat") if get("repeat") is not None else None
     slots = int(get("slots")) if get("slots") is not None else None
+    server_config = path("server_config")
     return Options(cases=Path(get("cases")), agents=agents, repeat=repeat, report=path("report"),
                    images_dir=path("images_dir"), state_dir=path("state_dir"), libvirt_uri=get("libvirt_uri"),
-                   slots=slots)
+                   slots=slots, server_settings=load_server_config(server_config) if server_config else {})
 
 
 def main(args: Any) -> int:
@@ -327,7 +352,7 @@ class LocalRun:
         port = sock.getsockname()[1]
         admin_key = "gh_live_" + secrets.token_urlsafe(32)
         settings = Settings(data_dir=self._tmp / "server", host="127.0.0.1", port=port, admin_api_key=admin_key,
-                            runner_grace_seconds=60.0)
+                            runner_grace_seconds=60.0, **self.opts.server_settings)
         app = await asyncio.to_thread(create_app, settings)
         with contextlib.suppress(ImportError):
             from gh_server import replays

@@ -4,22 +4,34 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class AgentConfig(BaseModel):
-    """An external agent: a command (stdin/stdout JSON) or an HTTP endpoint. See docs/agents.md."""
+    """An external agent: a command (stdin/stdout JSON) or an HTTP endpoint. See docs/agents.md.
+
+    Checked when the server starts, so a typo fails there rather than in the first attempt."""
+
+    model_config = ConfigDict(extra="forbid")
 
     id: str
-    kind: str = "builtin"  # builtin | command | http
-    builtin: str | None = None  # for kind=builtin: noop | reference
+    kind: Literal["builtin", "command", "http"] = "builtin"
+    builtin: Literal["noop", "reference"] | None = None  # for kind=builtin
     command: list[str] | None = None
     url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
-    timeout: float = 3600.0
+    timeout: float = Field(default=3600.0, gt=0)
+
+    @model_validator(mode="after")
+    def _complete(self) -> AgentConfig:
+        if self.kind == "command" and not self.command:
+            raise ValueError("kind command needs a non-empty `command` (argv list)")
+        if self.kind == "http" and not self.url:
+            raise ValueError("kind http needs a `url`")
+        return self
 
 
 class ModelEndpoint(BaseModel):

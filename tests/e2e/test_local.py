@@ -112,6 +112,35 @@ def test_missing_image_is_a_run_that_cannot_be_carried_out(work: Path) -> None:
     assert "image-builder/build linux-tiny" in out
 
 
+def test_bad_server_config_exits_2_naming_the_setting(work: Path, images_dir: Path) -> None:
+    cases = _cases_file(work, ["PRM-01"])
+    for text, expected in (("port: 9000\n", "port cannot be set for the embedded control plane"),
+                           ("agents: {mine: {kind: telepathy}}\n", "agents.mine.kind"),
+                           ("agents: {mine: {kind: command}}\n", "kind command needs a non-empty `command`")):
+        config = work / "server.yaml"
+        config.write_text(text)
+        proc = _local([str(cases), "--server-config", str(config)], images_dir)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2, (out, err)
+        assert expected in err, err
+        assert "runner local-" not in out
+
+
+@pytest.mark.timeout(900)
+def test_own_agent_from_server_config(work: Path, images_dir: Path) -> None:
+    config = work / "server.yaml"
+    config.write_text(yaml.safe_dump({"agents": {"mine": {
+        "kind": "command", "command": [sys.executable, str(Path(__file__).parent / "agents" / "slow_fixer.py"),
+                                       "--quick"]}}}))
+    proc = _local([str(_cases_file(work, ["PRM-01"], agents=["mine"], repeat=1)), "--server-config", str(config)],
+                  images_dir)
+    out, err = proc.communicate(timeout=800)
+    assert proc.returncode == 0, (out[-3000:], err[-3000:])
+    table = out[out.index("case "):]
+    assert table.splitlines()[2].split()[:6] == ["PRM-01", "mine", "1", "1", "0", "0"]
+    assert domains(f"gh-{_runner_name(out)}-") == []
+
+
 @pytest.mark.timeout(1200)
 def test_local_runs_cases_and_reports(work: Path, images_dir: Path) -> None:
     path = _cases_file(work, ["PRM-01", "ASK-01"], agents=["noop"], repeat=1)

@@ -8,6 +8,7 @@ import io
 import json
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -19,7 +20,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
+import pydantic
 import pytest
+import yaml
 from guidinghand import (
     AuthenticationError,
     InvalidRequestError,
@@ -346,6 +349,20 @@ def test_settings_precedence_and_config_file(tmp_path: Path, monkeypatch: pytest
         timeout=60,
     )
     assert r.returncode == 2 and "bad settings" in r.stderr
+
+
+@pytest.mark.parametrize(("agent", "message"), [
+    ({"kind": "telepathy"}, "Input should be 'builtin', 'command' or 'http'"),
+    ({"kind": "command"}, "kind command needs a non-empty `command`"),
+    ({"kind": "http"}, "kind http needs a `url`"),
+    ({"kind": "command", "comand": ["./agent.sh"]}, "Extra inputs are not permitted"),
+    ({"kind": "builtin", "builtin": "oracle"}, "Input should be 'noop' or 'reference'"),
+])
+def test_a_misconfigured_agent_is_refused_at_start(tmp_path: Path, agent: dict[str, object], message: str) -> None:
+    cfg = tmp_path / "server.yaml"
+    cfg.write_text(yaml.safe_dump({"agents": {"mine": agent}}))
+    with pytest.raises(pydantic.ValidationError, match=re.escape(message)):
+        Settings.from_env(config_file=cfg, data_dir=tmp_path)
 
 
 def test_changed_env_admin_key_revokes_the_old_one() -> None:

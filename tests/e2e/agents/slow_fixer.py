@@ -1,6 +1,7 @@
 """A test agent (command kind, docs/agents.md) that fixes the machine at once through the machine
 API, types something (so the replay has an input frame), then keeps working past the case's
-`limits.minutes`: the runner must stop the task at the limit and still run the check after."""
+`limits.minutes`: the runner must stop the task at the limit and still run the check after. With
+`--quick` it answers as soon as the fix is in."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ def main() -> int:
             print(f"fix failed: {r.text}", file=sys.stderr)
             return 1
         http.post(f"{url}/input", json={"events": [{"type": "type", "text": "echo fixed\n"}]}, headers=headers)
+    if "--quick" in sys.argv:  # an ordinary agent: done once the fix is in
+        print("I made the script executable again.")
+        return 0
     time.sleep(limit_seconds(doc) * 10)  # far past the limit: only the runner's limit can end the task
     print("done")
     return 0
