@@ -116,39 +116,37 @@ def judge_setup(res: ScriptResult, timeout: float) -> str | None:
     return script_failure("setup script", res, timeout)
 
 
-def judge_before(res: ScriptResult, timeout: float) -> Judgement:
-    """Before the task the check must print False. `passed` here means "the setup broke the machine"."""
+def _verdict(res: ScriptResult, timeout: float) -> Verdict | Judgement:
+    """The check's verdict, or the error judgement when it has none (crashed, timed out, garbage)."""
     crash = script_failure("check script", res, timeout)
     if crash:
         return Judgement("error", crash)
     if res.stdout_truncated:
         return Judgement("error", "the check script's stdout was over the output cap, so its last line is unknown")
     verdict = parse_verdict(res.stdout)
-    if verdict == "False":
-        return Judgement("passed")
+    if verdict is None:
+        return Judgement("error", f"the check script {_printed(res.stdout)}; it must print exactly True or False"
+                                  f"{_output_excerpt(res)}")
+    return verdict
+
+
+def judge_before(res: ScriptResult, timeout: float) -> Judgement:
+    """Before the task the check must print False. `passed` here means "the setup broke the machine"."""
+    verdict = _verdict(res, timeout)
+    if isinstance(verdict, Judgement):
+        return verdict
     if verdict == "True":
         return Judgement(
             "error",
             "the check printed True before the task: the setup did not break the machine "
             "(before the task the check must print False)",
         )
-    return Judgement(
-        "error", f"the check script {_printed(res.stdout)}; it must print exactly True or False{_output_excerpt(res)}"
-    )
+    return Judgement("passed")
 
 
 def judge_after(res: ScriptResult, timeout: float) -> Judgement:
     """After the task: True -> passed, False -> failed, anything else -> error."""
-    crash = script_failure("check script", res, timeout)
-    if crash:
-        return Judgement("error", crash)
-    if res.stdout_truncated:
-        return Judgement("error", "the check script's stdout was over the output cap, so its last line is unknown")
-    verdict = parse_verdict(res.stdout)
-    if verdict == "True":
-        return Judgement("passed")
-    if verdict == "False":
-        return Judgement("failed")
-    return Judgement(
-        "error", f"the check script {_printed(res.stdout)}; it must print exactly True or False{_output_excerpt(res)}"
-    )
+    verdict = _verdict(res, timeout)
+    if isinstance(verdict, Judgement):
+        return verdict
+    return Judgement("passed" if verdict == "True" else "failed")

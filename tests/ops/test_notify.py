@@ -5,27 +5,11 @@ from __future__ import annotations
 import os
 import socket
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gh_runner.notify import Notifier, parse_watchdog_interval
-
-
-@pytest.fixture
-def manager() -> Iterator[tuple[socket.socket, str]]:
-    d = tempfile.mkdtemp(prefix="gh-notify-")
-    path = str(Path(d) / "notify.sock")
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    s.bind(path)
-    s.settimeout(5)
-    try:
-        yield s, path
-    finally:
-        s.close()
-        os.unlink(path)
-        os.rmdir(d)
 
 
 def test_ready_status_stopping(manager: tuple[socket.socket, str]) -> None:

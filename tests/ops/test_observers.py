@@ -3,34 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gh_runner.metrics import RunnerMetrics
 from gh_runner.notify import Notifier
 from gh_runner.observers import OpsObserver
 from gh_runner.protocol import AttemptMetrics, AttemptResult, Welcome
-
-
-@pytest.fixture
-def manager() -> Iterator[tuple[socket.socket, str]]:
-    d = tempfile.mkdtemp(prefix="gh-obs-")
-    path = str(Path(d) / "notify.sock")
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    s.bind(path)
-    s.settimeout(5)
-    try:
-        yield s, path
-    finally:
-        s.close()
-        os.unlink(path)
-        os.rmdir(d)
 
 
 def drain(sock: socket.socket) -> list[str]:
