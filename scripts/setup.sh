@@ -24,6 +24,23 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# /dev/kvm as udev would leave it (root:kvm 0660). A host without udev may leave it root:root 0600:
+# libvirtd then probes QEMU as root (KVM works) but checks the result as libvirt-qemu (it does not),
+# finds its capability cache stale and probes again on every call, so every start waits tens of
+# seconds. Only when nothing manages the device: udev's rules own it where udev runs.
+if [ -e /dev/kvm ] && ! { [ -S /run/udev/control ] || pgrep -x systemd-udevd >/dev/null; }; then
+  getent group kvm >/dev/null || { log "creating group kvm"; $SUDO groupadd --system kvm; }
+  if [ "$(stat -c '%G %a' /dev/kvm)" != "kvm 660" ]; then
+    log "/dev/kvm was $(stat -c '%U:%G %a' /dev/kvm): setting root:kvm 0660, as udev would"
+    $SUDO chgrp kvm /dev/kvm
+    $SUDO chmod 0660 /dev/kvm
+  fi
+  if id libvirt-qemu >/dev/null 2>&1 && ! id -nG libvirt-qemu | tr ' ' '\n' | grep -qx kvm; then
+    log "adding libvirt-qemu to group kvm"
+    $SUDO usermod -aG kvm libvirt-qemu
+  fi
+fi
+
 # libvirt: start the daemons ourselves when nothing else (systemd) does.
 if ! pgrep -x virtlogd >/dev/null; then log "starting virtlogd"; $SUDO virtlogd -d; fi
 if ! pgrep -x libvirtd >/dev/null; then log "starting libvirtd"; $SUDO libvirtd -d; fi
