@@ -30,6 +30,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 from gh_runner.config import is_loopback
 from providers.manifest import MANIFEST_NAME, DirectKernelBoot, ImageManifest, ManifestError, load_manifest
+from providers.qemu.hostcheck import (
+    KVM_DEVICE,
+    KVM_DEVICE_FIX,
+    QEMU_USER,
+    describe_mode,
+    kvm_device_problem,
+    may,
+    user_ids,
+)
 
 T = TypeVar("T")
 Status = Literal["OK", "WARN", "FAIL", "SKIP"]
@@ -40,7 +49,6 @@ MIB = 1024**2
 # installers and page file make it large) plus a saved start state's disk delta.
 OVERLAY_RESERVE = {"windows": 12 * GIB, "linux": 1 * GIB}
 CLOCK_SKEW_FAIL = 30.0  # seconds; beyond this TLS, token lifetimes and result timestamps go wrong
-QEMU_USER = "libvirt-qemu"
 PROBE_PREFIX = "gh-doctor-"
 
 
@@ -270,6 +278,70 @@ def _probe_kernel(ctx: Context) -> Path | None:
     return None
 
 
+def check_kvm_device(ctx: Context) -> Check:
+    """/dev/kvm as the user QEMU runs as sees it (root can always open it, which proves nothing)."""
+    if not KVM_DEVICE.exists():
+        return Check("kvmdev", "SKIP", f"no {KVM_DEVICE}: guests run under TCG (see the kvm check)")
+    problem = kvm_device_problem(QEMU_USER, KVM_DEVICE)
+    if problem:
+        return Check("kvmdev", "FAIL", problem, KVM_DEVICE_FIX)
+    return Check("kvmdev", "OK", f"{KVM_DEVICE} is {describe_mode(KVM_DEVICE)}: {QEMU_USER} can open it")
+
+
+CAPS_CACHE = Path("/var/cache/libvirt/qemu/capabilities")
+CAPS_SLOW_S = 2.0  # a cached capability query answers in tens of milliseconds
+
+
+def _caps_cache_mtimes() -> dict[str, int]:
+    try:
+        return {p.name: p.stat().st_mtime_ns for p in CAPS_CACHE.glob("*.xml")}
+    except OSError:
+        return {}
+
+
+def check_capabilities(ctx: Context) -> Check:
+    """libvirt's capability probing storm, named as such.
+
+    libvirtd caches what each QEMU binary can do and re-probes QEMU (seconds) when it finds the
+    cache stale. When it finds it stale on every call, as with a /dev/kvm its QEMU user cannot open,
+    each query re-probes and rewrites the cache: that is the storm, and every createXML waits on it.
+    The first query may legitimately re-probe once (after a QEMU upgrade), so the second one judges.
+    """
+    if ctx.conn is None:
+        return Check("caps", "SKIP", "libvirt unreachable (see above)")
+    if not ctx.config.libvirt_uri.startswith("qemu:///system"):
+        return Check("caps", "SKIP", f"{ctx.config.libvirt_uri}: only the system daemon's cache is checked")
+    times: list[float] = []
+    mtimes = []
+    for i in range(2):
+        t0 = time.monotonic()
+        try:
+            _with_deadline(lambda: ctx.conn.getDomainCapabilities(None, None, None, None, 0), ctx.net_timeout * 4,
+                           "a capability query")
+        except TimeoutError as e:
+            times.append(time.monotonic() - t0)
+            mtimes.append(_caps_cache_mtimes())
+            detail = f"{e} (query {i + 1})"
+            break
+        times.append(time.monotonic() - t0)
+        mtimes.append(_caps_cache_mtimes())
+    else:
+        detail = ""
+    rewritten = len(mtimes) == 2 and mtimes[0] and mtimes[0] != mtimes[1]
+    slow = times[-1] >= CAPS_SLOW_S or bool(detail)
+    if not slow and not rewritten:
+        return Check("caps", "OK", f"capability queries answer from libvirt's cache ({times[-1] * 1000:.0f} ms)")
+    what = detail or f"a capability query took {times[-1]:.1f} s"
+    if rewritten:
+        what += " and rewrote libvirt's capability cache"
+    cause = kvm_device_problem(QEMU_USER, KVM_DEVICE)
+    fix = (f"{KVM_DEVICE_FIX}; then restart libvirtd" if cause else
+           "restart libvirtd; if it goes on, set log_filters=\"1:qemu_capabilities\" in /etc/libvirt/libvirtd.conf "
+           "and look for 'is not available now' in its log")
+    return Check("caps", "FAIL", f"libvirt re-probes QEMU's capabilities on every call (a capability probing "
+                 f"storm): {what}; every machine start waits as long" + (f"; cause: {cause}" if cause else ""), fix)
+
+
 def check_kvm(ctx: Context) -> Check:
     """KVM as the runner will judge it (the provider's own probe, so doctor and the runner agree);
     when it fails, prove the TCG fallback really runs a guest through libvirt."""
@@ -303,10 +375,8 @@ def check_kvm(ctx: Context) -> Check:
 
 def qemu_can_traverse(path: Path) -> tuple[bool, Path | None]:
     """Can libvirt-qemu reach `path`? Returns (ok, first directory that blocks it)."""
-    try:
-        pw = pwd.getpwnam(QEMU_USER)
-        uid, gids = pw.pw_uid, {pw.pw_gid, *(g for g in os.getgrouplist(QEMU_USER, pw.pw_gid))}
-    except KeyError:
+    ids = user_ids(QEMU_USER)
+    if ids is None:
         return True, None  # another distro's QEMU user: cannot judge, do not cry wolf
     p = path.resolve()
     for d in [*reversed(p.parents), p]:
@@ -314,14 +384,7 @@ def qemu_can_traverse(path: Path) -> tuple[bool, Path | None]:
             st = d.stat()
         except OSError:
             return True, None  # missing: other checks say so
-        mode = st.st_mode
-        if st.st_uid == uid:
-            ok = bool(mode & stat.S_IXUSR)
-        elif st.st_gid in gids:
-            ok = bool(mode & stat.S_IXGRP)
-        else:
-            ok = bool(mode & stat.S_IXOTH)
-        if not ok:
+        if not may(ids, st, execute=True):
             return False, d
     return True, None
 
@@ -547,6 +610,8 @@ def run_checks(ctx: Context, out: TextIO) -> list[Check]:
     probe = ServerProbe()
     steps: list[tuple[str, Callable[[], Check]]] = [
         ("libvirt", lambda: check_libvirt(ctx)),
+        ("kvmdev", lambda: check_kvm_device(ctx)),
+        ("caps", lambda: check_capabilities(ctx)),
         ("images", lambda: check_images(ctx)),  # before kvm: the probe boots an image's kernel if there is one
         ("kvm", lambda: check_kvm(ctx)),
         ("disk", lambda: check_disk(ctx)),

@@ -69,6 +69,10 @@ class StartStateJobs:
         # start_state_id -> set once its machine has booted (or failed to): a save or close that
         # arrives while it boots waits for it instead of missing it (and leaking the machine).
         self._booting: dict[str, asyncio.Event] = {}
+        # start_state_id -> its machine while it boots: the status is `open` from the moment the job is
+        # sent, and screen and input go through the hypervisor, so they work on the boot screen too.
+        self._starting: dict[str, Machine] = {}
+        self._made: dict[str, asyncio.Event] = {}  # set once create_machine returned (or failed)
         self._lock = asyncio.Lock()
 
     @property
@@ -81,6 +85,13 @@ class StartStateJobs:
 
     def is_open(self, start_state_id: str) -> bool:
         return start_state_id in self._open
+
+    def expect(self, job: protocol.Job) -> None:
+        """Called as the job arrives, before its task runs: a screen or input request that reaches the
+        runner right after an `open` waits for that machine instead of finding nothing."""
+        if job.op == "open" and job.start_state_id not in self._open:
+            self._booting.setdefault(job.start_state_id, asyncio.Event())
+            self._made.setdefault(job.start_state_id, asyncio.Event())
 
     async def run(self, job: protocol.Job) -> protocol.JobResult:
         """Do one job. Never raises (except CancelledError): failures are a result with a reason."""
@@ -145,19 +156,49 @@ class StartStateJobs:
                                   version=saved.version, size_bytes=saved.size_bytes)
 
     async def _open_machine(self, job: protocol.Job) -> protocol.JobResult:
+        ssid = job.start_state_id
         async with self._lock:
-            if job.start_state_id in self._open:
-                return protocol.JobResult(job_id=job.job_id, ok=True, start_state_id=job.start_state_id)
-            booted = self._booting.setdefault(job.start_state_id, asyncio.Event())
+            if ssid in self._open:
+                return protocol.JobResult(job_id=job.job_id, ok=True, start_state_id=ssid)
+            booted = self._booting.setdefault(ssid, asyncio.Event())
+            made = self._made.setdefault(ssid, asyncio.Event())
         try:
-            machine = await self._boot(job.job_id, _source(job.source))
+            try:
+                machine = await self._provider.create_machine(job.job_id, _source(job.source), timeout=self._t.machine)
+                self._starting[ssid] = machine
+            finally:
+                made.set()
+            try:
+                await machine.wait_ready(self._t.ready)
+            except BaseException:
+                await self._destroy(machine)
+                raise
             async with self._lock:
-                self._open[job.start_state_id] = machine
+                self._open[ssid] = machine
         finally:
+            self._starting.pop(ssid, None)
             booted.set()
-            if self._booting.get(job.start_state_id) is booted:
-                del self._booting[job.start_state_id]
-        return protocol.JobResult(job_id=job.job_id, ok=True, start_state_id=job.start_state_id)
+            if self._booting.get(ssid) is booted:
+                del self._booting[ssid]
+            if self._made.get(ssid) is made:
+                del self._made[ssid]
+        return protocol.JobResult(job_id=job.job_id, ok=True, start_state_id=ssid)
+
+    async def _machine_for(self, req: protocol.MachineRequest) -> Machine | None:
+        """The open machine a request is for; while it boots, screen and input get the booting machine
+        (the hypervisor shows the boot screen), exec waits for its guest."""
+        ssid = req.start_state_id or ""
+        if ssid in self._open:
+            return self._open[ssid]
+        made = self._made.get(ssid)
+        if made is None:
+            return None
+        if req.op in ("screen", "input"):
+            async with asyncio.timeout(self._t.machine):
+                await made.wait()
+            return self._starting.get(ssid) or self._open.get(ssid)
+        await self._await_boot(ssid)
+        return self._open.get(ssid)
 
     async def _await_boot(self, start_state_id: str) -> None:
         booting = self._booting.get(start_state_id)
@@ -194,7 +235,10 @@ class StartStateJobs:
 
     async def handle_request(self, req: protocol.MachineRequest) -> protocol.MachineResponse:
         """Screen, input or exec on an open start state's machine."""
-        machine = self._open.get(req.start_state_id or "")
+        try:
+            machine = await self._machine_for(req)
+        except TimeoutError:
+            machine = None
         if machine is None:
             return protocol.MachineResponse(request_id=req.request_id, ok=False,
                                             error=f"start state {req.start_state_id} is not open on this runner")

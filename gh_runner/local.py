@@ -454,9 +454,12 @@ class LocalRun:
         listed = await _list_all(http, f"/v1/test_runs/{self.run_id}/attempts")
         # Results count the last attempt of each try; the retried ones go to the report on their own.
         attempts = [a for a in listed if a.get("is_last", True)]
-        out_dir = (self.opts.report.parent if self.opts.report else DEFAULT_OUTPUT_ROOT / self.run_id)
-        report_path = self.opts.report or out_dir / "report.json"
-        replays_dir = out_dir / "replays"
+        # Replays go to a folder named after the run, so two runs reported into one folder never mix.
+        if self.opts.report is not None:
+            report_path, replays_dir = self.opts.report, self.opts.report.parent / f"{self.run_id}-replays"
+        else:
+            report_path = DEFAULT_OUTPUT_ROOT / self.run_id / "report.json"
+            replays_dir = report_path.parent / "replays"
         all_attempts = await asyncio.to_thread(self._export_replays, replays_dir)
         for a in attempts:
             page = replays_dir / str(a["attempt_id"]) / "index.html"

@@ -209,8 +209,23 @@ def build_report(
     }
 
 
+REPORT_DECIMALS = 3  # milliseconds for times, a tenth of a percent for rates
+
+
+def rounded(value: Any, decimals: int = REPORT_DECIMALS) -> Any:
+    """`value` with every float rounded: a report says 5.95 s, not 5.9495000000000005."""
+    if isinstance(value, float):
+        return round(value, decimals)
+    if isinstance(value, Mapping):
+        return {k: rounded(v, decimals) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [rounded(v, decimals) for v in value]
+    return value
+
+
 def write_report(path: Path, report: Mapping[str, Any]) -> None:
-    """Write atomically, so an interrupted run never leaves half a report behind."""
+    """Write atomically, so an interrupted run never leaves half a report behind; floats rounded."""
+    report = rounded(report)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".report-", dir=path.parent)
     try:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up this host for gh-runner development, tests and the demo. Idempotent; safe to run often.
-# On a fresh Debian 12 machine it installs the apt packages, makes the venv, starts virtlogd and
-# libvirtd when they are not running (no systemd as PID 1 here), and builds the linux-tiny image.
+# On a fresh Debian 12 machine it installs the apt packages, leaves /dev/kvm as udev would, makes
+# libvirt answer (systemd's units where systemd is PID 1, `libvirtd -d` only where it is not), makes
+# the venv and builds the linux-tiny image.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -41,14 +42,8 @@ if [ -e /dev/kvm ] && ! { [ -S /run/udev/control ] || pgrep -x systemd-udevd >/d
   fi
 fi
 
-# libvirt: start the daemons ourselves when nothing else (systemd) does.
-if ! pgrep -x virtlogd >/dev/null; then log "starting virtlogd"; $SUDO virtlogd -d; fi
-if ! pgrep -x libvirtd >/dev/null; then log "starting libvirtd"; $SUDO libvirtd -d; fi
-for _ in $(seq 1 100); do
-  timeout 5 virsh -c qemu:///system version >/dev/null 2>&1 && break
-  sleep 0.1
-done
-timeout 10 virsh -c qemu:///system version >/dev/null || { log "libvirtd does not answer on qemu:///system"; exit 1; }
+# libvirt: the system's units where systemd runs, our own daemons only where nothing manages them.
+bash scripts/libvirt-up.sh
 
 # Python: one venv in the repository, reinstalled when pyproject.toml changes.
 PY=${PYTHON:-python3}

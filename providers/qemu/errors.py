@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import libvirt
 
 from providers.base import ProviderError
+from providers.qemu.hostcheck import SlowCall, slow_hypervisor
 
 T = TypeVar("T")
 
@@ -64,14 +66,24 @@ def plain_reason(e: BaseException) -> str:
     return str(e) or e.__class__.__name__
 
 
-async def in_thread(what: str, fn: Callable[..., T], *args: Any, timeout: float) -> T:
-    """Run a blocking libvirt call in a worker thread; libvirt errors and deadlines become ProviderError."""
+async def in_thread(what: str, fn: Callable[..., T], *args: Any, timeout: float, slow: SlowCall | None = None) -> T:
+    """Run a blocking libvirt call in a worker thread; libvirt errors and deadlines become ProviderError.
+
+    `slow` marks a call whose slowness means the hypervisor itself is unwell: past its bound the
+    provider says once, plainly, what is wrong (`hostcheck.slow_hypervisor`).
+    """
     # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that lands as the
     # call completes, and a caller's cancelled loop would then never stop.
+    t0 = time.monotonic()
     try:
         async with asyncio.timeout(timeout):
-            return await asyncio.to_thread(fn, *args)
+            result = await asyncio.to_thread(fn, *args)
     except TimeoutError:
+        if slow is not None:
+            slow_hypervisor.observe(slow, what, time.monotonic() - t0, timed_out=True)
         raise ProviderError(f"{what}: the hypervisor did not answer within {timeout:g}s") from None
     except libvirt.libvirtError as e:
         raise ProviderError(f"{what}: {plain_reason(e)}") from None
+    if slow is not None:
+        slow_hypervisor.observe(slow, what, time.monotonic() - t0)
+    return result

@@ -47,6 +47,7 @@ from providers.qemu.domain import (
 )
 from providers.qemu.errors import in_thread, plain_reason
 from providers.qemu.guest_agent import GuestAgent
+from providers.qemu.hostcheck import KVM_DEVICE_FIX, SlowCall, kvm_device_problem
 from providers.qemu.images import Image, ImageCatalog
 from providers.qemu.input import InputDriver
 from providers.qemu.saveimage import SaveImageError, read_save_image, write_machine_copy
@@ -119,6 +120,8 @@ class QemuProvider(Provider):
                 self.state_dir / "accelerator.json", kernel=kernel, force=self._force_accel)
             log.info("qemu provider ready", uri=self.libvirt_uri, accelerator=self.accelerator,
                      reason=self.accelerator_reason)
+            if self.libvirt_uri.startswith("qemu:///system") and (problem := kvm_device_problem()):
+                log.warning(f"{problem}; fix: {KVM_DEVICE_FIX}")
 
     async def probe(self) -> dict[str, Any]:
         """Host checks for `gh-runner doctor`: each entry is {ok, detail, fix?}."""
@@ -213,7 +216,7 @@ class QemuProvider(Provider):
                                                   accelerator=self.accelerator))
                 await in_thread("starting machine",
                                 lambda: self.conn.call(lambda c: c.createXML(xml, 0), retry=False),
-                                timeout=max(5.0, deadline - time.monotonic()))
+                                timeout=max(5.0, deadline - time.monotonic()), slow=SlowCall.CREATE)
         except BaseException:
             await machine.destroy()
             raise
@@ -236,7 +239,7 @@ class QemuProvider(Provider):
                 "restoring machine from memory image",
                 lambda: self.conn.call(lambda c: c.restoreFlags(str(restore_file), None,
                                                                 libvirt.VIR_DOMAIN_SAVE_RUNNING), retry=False),
-                timeout=max(5.0, deadline - time.monotonic()))
+                timeout=max(5.0, deadline - time.monotonic()), slow=SlowCall.CREATE)
         finally:
             restore_file.unlink(missing_ok=True)
 
@@ -387,7 +390,8 @@ class QemuMachine(Machine):
                     return None
                 raise
 
-        return await in_thread("reading machine state", lambda: self.provider.conn.call(go), timeout=CALL_TIMEOUT)
+        return await in_thread("reading machine state", lambda: self.provider.conn.call(go), timeout=CALL_TIMEOUT,
+                               slow=SlowCall.STATE)
 
     async def _require_running(self) -> None:
         st = await self._state()

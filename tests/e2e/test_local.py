@@ -54,6 +54,47 @@ def _local(args: list[str], images_dir: Path, **kw: object) -> subprocess.Popen[
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)  # type: ignore[call-overload]
 
 
+def _local_on_a_terminal(args: list[str], images_dir: Path, work: Path, timeout: float) -> tuple[int, str, str]:
+    """`gh-runner local` with its stdout on a pseudo-terminal; (exit code, what the terminal showed, stderr)."""
+    import pty
+
+    master, slave = pty.openpty()
+    err_path = work / "stderr.txt"
+    with err_path.open("w") as err:
+        proc = subprocess.Popen([GH_RUNNER, "local", *args, "--images-dir", str(images_dir)],
+                                stdout=slave, stderr=err, stdin=subprocess.DEVNULL, close_fds=True)
+    os.close(slave)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the terminal's last writer
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=60)
+    return rc, b"".join(chunks).decode(errors="replace"), err_path.read_text()
+
+
+def _floats(value: object) -> Iterator[float]:
+    if isinstance(value, float):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _floats(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _floats(v)
+
+
 def _runner_name(out: str) -> str:
     m = re.search(r"runner (local-\d+) with", out)
     assert m, out
@@ -132,10 +173,17 @@ def test_own_agent_from_server_config(work: Path, images_dir: Path) -> None:
     config.write_text(yaml.safe_dump({"agents": {"mine": {
         "kind": "command", "command": [sys.executable, str(Path(__file__).parent / "agents" / "slow_fixer.py"),
                                        "--quick"]}}}))
-    proc = _local([str(_cases_file(work, ["PRM-01"], agents=["mine"], repeat=1)), "--server-config", str(config)],
-                  images_dir)
-    out, err = proc.communicate(timeout=800)
-    assert proc.returncode == 0, (out[-3000:], err[-3000:])
+    # On a terminal, as an operator runs it: the progress is one line redrawn in place.
+    rc, out, err = _local_on_a_terminal(
+        [str(_cases_file(work, ["PRM-01"], agents=["mine"], repeat=1)), "--server-config", str(config)],
+        images_dir, work, timeout=800)
+    assert rc == 0, (out[-3000:], err[-3000:])
+    progress = out[:out.index("case ")]
+    redraws = progress.count("\r[")
+    assert redraws >= 2, progress
+    assert progress.count(" done  passed") == redraws, progress  # every progress text is a redraw of the bar
+    assert "\033[K" in progress
+    out = out.replace("\r\n", "\n")  # the terminal's line discipline turns \n into \r\n
     table = out[out.index("case "):]
     assert table.splitlines()[2].split()[:6] == ["PRM-01", "mine", "1", "1", "0", "0"]
     assert domains(f"gh-{_runner_name(out)}-") == []
@@ -158,9 +206,16 @@ def test_local_runs_cases_and_reports(work: Path, images_dir: Path) -> None:
     data = json.loads(report.read_text())
     assert data["agents"]["reference"]["pass_rate"] == 1.0
     assert len(data["attempts"]) == 4
+    # Every number in the report is rounded (no 5.9495000000000005).
+    floats = list(_floats(data))
+    assert floats and all(round(f, 3) == f for f in floats), [f for f in floats if round(f, 3) != f][:5]
+    # The replays sit beside the report in a folder named after the run: two runs never mix.
+    run_id = data["test_run_id"]
+    replays = report.parent / f"{run_id}-replays"
     for a in data["attempts"]:
         page = Path(a["replay_path"])
         assert page.is_file() and (page.parent / "frames").is_dir()
+        assert page.parent.parent == replays
         assert "replay-data" in page.read_text()
     assert f"report:  {report}" in out
     assert domains(f"gh-{_runner_name(out)}-") == []

@@ -52,17 +52,11 @@ def outcomes(gh: Eager, run_id: str) -> dict[str, str | None]:
     return out
 
 
-def wait_screen(gh: Eager, ssid: str) -> bytes:
-    """The open machine's screen, once it has booted (until then the runner says it is not open)."""
-
-    def shot() -> bytes | None:
-        try:
-            return gh.start_states.screen(ssid)
-        except ConflictError:
-            return None
-
-    png = await_for(shot, what=f"the screen of {ssid}")
-    assert png is not None
+def screen_at_once(gh: Eager, ssid: str) -> bytes:
+    """The open machine's screen, asked once: from the moment the status says `open` the runner
+    answers from the hypervisor (the boot screen while it boots), never 409 "not open"."""
+    png = gh.start_states.screen(ssid)
+    assert png.startswith(b"\x89PNG")
     return png
 
 
@@ -149,8 +143,9 @@ def test_hand_state_typed_saved_and_close_discards(stack: Stack, gh: Eager) -> N
     left = _when(view["expires_at"]) - datetime.now(UTC)
     assert timedelta(seconds=800) < left <= timedelta(seconds=900)
 
-    png = wait_screen(gh, ssid)
-    assert png.startswith(b"\x89PNG")
+    screen_at_once(gh, ssid)
+    # Input too works from the first moment (a pointer move is harmless on any screen).
+    assert gh.start_states.input(ssid, [{"type": "move", "x": 10, "y": 10}])["ok"] is True
     type_until(stack, gh, ssid, "touch /root/hand-made", "test -f /root/hand-made")
     typed_view = gh.start_states.retrieve(ssid)["view"]
     assert typed_view is not None  # input moved the idle deadline on
@@ -164,7 +159,7 @@ def test_hand_state_typed_saved_and_close_discards(stack: Stack, gh: Eager) -> N
     # Open it again, make a change, close: the change is discarded and the version stays 1.
     opened = gh.start_states.open(ssid)
     assert opened["status"] == "open" and opened["view"] is not None
-    wait_screen(gh, ssid)
+    screen_at_once(gh, ssid)
     type_until(stack, gh, ssid, "touch /root/discarded", "test -f /root/discarded")
     closed = gh.start_states.close(ssid)
     assert closed["status"] == "ready" and closed["version"] == 1
@@ -193,7 +188,7 @@ def test_a_run_keeps_the_version_it_started_with(stack: Stack, gh: Eager) -> Non
     await_for(lambda: list(gate.glob("*.entered")), what="the pinned attempt's task phase", timeout=RUN_TIMEOUT)
 
     gh.start_states.open(ssid)
-    wait_screen(gh, ssid)
+    screen_at_once(gh, ssid)
     type_until(stack, gh, ssid, "echo v2 > /root/marker", '[ "$(cat /root/marker)" = v2 ]')
     gh.start_states.save(ssid)
     v2 = gh.start_states.wait(ssid, timeout=RUN_TIMEOUT, poll_interval=1)
@@ -223,7 +218,7 @@ def test_a_run_keeps_the_version_it_started_with(stack: Stack, gh: Eager) -> Non
 def test_idle_open_machine_closes_itself(stack: Stack, gh: Eager) -> None:
     ss = gh.start_states.create("left open", "linux-tiny")
     ssid = ss["start_state_id"]
-    wait_screen(gh, ssid)
+    screen_at_once(gh, ssid)
     assert stack.daemon.jobs.is_open(ssid)
     try:
         stack.set_idle(3.0)
