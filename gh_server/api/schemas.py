@@ -81,8 +81,8 @@ class Success(_Body):
     def _script(cls, v: Any) -> str | None:
         return decode_script(v)
 
-    # "A check_script or a rubric (or both)" is checked on the merged case (gh_server.api.test_cases):
-    # a PATCH may send only the rubric and keep the stored script.
+    # "A check_script or a rubric (or both)" is checked where the whole case is known: in what a create
+    # sends (TestCaseCreate), and on the merged case for a PATCH, which may send only the rubric.
 
 
 # Nested objects are partial on every write (gh_server.api.merge): null clears a field, back to its default.
@@ -153,6 +153,15 @@ class TestCaseCreate(TestCaseFields):
     prompt: str = Field(min_length=1, max_length=8000)  # type: ignore[assignment]
     start_state: str = Field(min_length=1, max_length=200)  # type: ignore[assignment]
     success: Success  # type: ignore[assignment]
+
+    @field_validator("success")
+    @classmethod
+    def _one(cls, v: Success) -> Success:
+        # A new case (or a batch item, which may be one) needs a way to be judged in what it sends; a
+        # PATCH is checked after it is merged into the stored case.
+        if not (v.check_script or "").strip() and not (v.rubric or "").strip():
+            raise ValueError("needs a check_script or a rubric (or both)")
+        return v
 
 
 class TestCaseBatchBody(_Body):
