@@ -4,8 +4,8 @@ The product documentation promises "only the fields you send change", and the SD
 partial (`limits={"steps": 5}` is a whole, valid argument), so a nested object sent in a PATCH or a
 batch update is merged into the stored one: a field sent with a value replaces that field, a field sent
 as `null` is cleared (back to its default where it has one), and a field not sent stays. Values inside
-a field (a customer's `facts` mapping) are replaced whole: facts are one list the author keeps, and a
-fact merged into a stale one would be a fact nobody wrote.
+a field (a customer's `facts` mapping) are replaced whole, so the stored facts are always a set that
+someone sent as such.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def merge_nested(current: Mapping[str, Any] | None, sent: BaseModel, defaults: M
 
     A field whose default is absent from `defaults` is dropped when cleared (so a stored customer keeps
     only what was said about it). Fields the client did not send are left exactly as stored."""
-    out = {k: v for k, v in (current or {}).items()}
+    out = dict(current or {})
     for name in sent.model_fields_set:
         value = getattr(sent, name)
         if value is None:

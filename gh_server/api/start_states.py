@@ -39,7 +39,7 @@ def get_state(session: Session, ident: str) -> StartState:
     if row is None:
         if ident in images(session):
             raise conflict(
-                f"{ident!r} is a runners' image, not a start state: it can be read, not changed or opened. "
+                f"{ident!r} is an image the runners advertise, not a start state: it can be read, not changed. "
                 f'Make a start state from it (POST /v1/start_states {{"from": "{ident}"}}) and use that.',
                 code="image",
             )
