@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gh_server.ids import unaddressable
 
 
 class AgentConfig(BaseModel):
@@ -24,6 +26,15 @@ class AgentConfig(BaseModel):
     url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     timeout: float = Field(default=3600.0, gt=0)
+
+    @field_validator("id")
+    @classmethod
+    def _addressable(cls, v: str) -> str:
+        # GET /v1/test_runs/{id}/agents/{agent_id} takes it as a path segment.
+        problem = unaddressable(v) if v else "must not be empty"
+        if problem:
+            raise ValueError(f"agent id {v!r} {problem}")
+        return v
 
     @model_validator(mode="after")
     def _complete(self) -> AgentConfig:

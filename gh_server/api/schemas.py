@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gh_server.ids import unaddressable
+
 KEY_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 SCRIPT_MAX = 100_000
 
@@ -79,19 +81,17 @@ class Success(_Body):
     def _script(cls, v: Any) -> str | None:
         return decode_script(v)
 
-    @model_validator(mode="after")
-    def _one(self) -> Success:
-        if not (self.check_script or "").strip() and not (self.rubric or "").strip():
-            raise ValueError("needs a check_script or a rubric (or both)")
-        return self
+    # "A check_script or a rubric (or both)" is checked where the whole case is known: in what a create
+    # sends (TestCaseCreate), and on the merged case for a PATCH, which may send only the rubric.
 
 
+# Nested objects are partial on every write (gh_server.api.merge): null clears a field, back to its default.
 class Operator(_Body):
-    approvals: Literal["approve", "deny"] = "approve"
+    approvals: Literal["approve", "deny"] | None = "approve"
 
 
 class Limits(_Body):
-    minutes: int = Field(default=10, ge=1, le=60)
+    minutes: int | None = Field(default=10, ge=1, le=60)
     steps: int | None = Field(default=None, ge=1, le=500)
 
 
@@ -100,6 +100,9 @@ def check_key(v: str | None) -> str | None:
         return v
     if not KEY_RE.match(v):
         raise ValueError("must be 1 to 64 of A-Za-z0-9._-")
+    problem = unaddressable(v)
+    if problem:
+        raise ValueError(problem)
     if v.startswith("tc_"):
         raise ValueError('must not start with "tc_" (that is how ids start)')
     return v
@@ -150,6 +153,15 @@ class TestCaseCreate(TestCaseFields):
     prompt: str = Field(min_length=1, max_length=8000)  # type: ignore[assignment]
     start_state: str = Field(min_length=1, max_length=200)  # type: ignore[assignment]
     success: Success  # type: ignore[assignment]
+
+    @field_validator("success")
+    @classmethod
+    def _one(cls, v: Success) -> Success:
+        # A new case (or a batch item, which may be one) needs a way to be judged in what it sends; a
+        # PATCH is checked after it is merged into the stored case.
+        if not (v.check_script or "").strip() and not (v.rubric or "").strip():
+            raise ValueError("needs a check_script or a rubric (or both)")
+        return v
 
 
 class TestCaseBatchBody(_Body):

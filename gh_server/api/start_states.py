@@ -24,7 +24,7 @@ from gh_server import serialize
 from gh_server.api.common import DB, Admin, Member, PageParams, like, page_body, paginate, state_of
 from gh_server.api.runners import is_online
 from gh_server.api.schemas import InputBody, StartStateCreate, StartStateUpdate
-from gh_server.auth import Principal
+from gh_server.auth import Principal, require_member
 from gh_server.errors import ApiError, conflict, invalid, not_found
 from gh_server.models import Runner, RunnerJob, StartState, StartStateVersion, TestCase, new_id, utcnow
 from gh_server.state import ServerState
@@ -37,8 +37,31 @@ MACHINE_TIMEOUT = 60.0
 def get_state(session: Session, ident: str) -> StartState:
     row = session.get(StartState, ident)
     if row is None:
+        if ident in images(session):
+            raise conflict(
+                f"{ident!r} is an image the runners advertise, not a start state: it can be read, not changed. "
+                f'Make a start state from it (POST /v1/start_states {{"from": "{ident}"}}) and use that.',
+                code="image",
+            )
         raise not_found("start state", ident)
     return row
+
+
+# A decision the product documentation leaves open ("anyone in the org can read start states"): the
+# screen of an open machine is not the start state's record but the live machine an admin is setting up
+# by hand, with whatever they type or open on it (a password at the sign-in screen, a licence key).
+# Watching it is part of changing the start state, so it takes the role that changes one.
+SCREEN_NEEDS_ADMIN = (
+    "Reading an open machine's screen needs an admin API key: it is the live machine an admin is setting up, "
+    "and shows whatever they type or open on it (passwords at a sign-in screen too). Member keys can list and "
+    "retrieve start states."
+)
+
+
+def require_screen_reader(principal: Principal = Depends(require_member)) -> Principal:
+    if not principal.is_admin:
+        raise ApiError(403, SCREEN_NEEDS_ADMIN)
+    return principal
 
 
 def images(session: Session) -> dict[str, dict[str, Any]]:
@@ -232,7 +255,14 @@ async def create_start_state(body: StartStateCreate, request: Request, _p: Princ
 
 @router.get("/v1/start_states/{start_state_id}", summary="Retrieve a start state")
 def retrieve_start_state(start_state_id: str, s: Session = DB, _p: Principal = Member) -> dict[str, Any]:
-    row = get_state(s, start_state_id)
+    row = s.get(StartState, start_state_id)
+    if row is None:
+        # list shows images with their name as start_state_id, so retrieve (and the SDK's wait) takes it too.
+        imgs = images(s)
+        img = imgs.get(start_state_id)
+        if img is None:
+            raise not_found("start state", start_state_id)
+        return serialize.image(start_state_id, img["os"], img["labels"], img["version"])
     return serialize.start_state(row, os_name=images(s).get(row.image, {}).get("os", ""))
 
 
@@ -389,7 +419,9 @@ async def _machine(request: Request, start_state_id: str, req: dict[str, Any]) -
     response_class=Response,
     responses={200: {"content": {"image/png": {}}}},
 )
-async def start_state_screen(start_state_id: str, request: Request, _p: Principal = Admin) -> Response:
+async def start_state_screen(
+    start_state_id: str, request: Request, _p: Principal = Depends(require_screen_reader)
+) -> Response:
     resp = await _machine(request, start_state_id, {"op": "screen"})
     try:
         png = base64.b64decode(resp.png_b64 or "", validate=True)

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from gh_server import serialize
 from gh_server.api.common import DB, Admin, Member, PageParams, like, page_body, paginate
+from gh_server.api.merge import merge_nested
 from gh_server.api.schemas import TestCaseBatchBody, TestCaseCreate, TestCaseFields
 from gh_server.auth import Principal
 from gh_server.errors import conflict, invalid, not_found
@@ -19,6 +20,10 @@ router = APIRouter(tags=["Test cases"])
 
 # Fields PATCH may set to null (the others must have a value).
 NULLABLE = {"key", "setup_script", "customer", "category", "tags", "metadata"}
+# What a nested field cleared with null goes back to (a new case starts from these).
+LIMITS_DEFAULTS: dict[str, Any] = {"minutes": 10, "steps": None}
+OPERATOR_DEFAULTS: dict[str, Any] = {"approvals": "approve"}
+SUCCESS_DEFAULTS: dict[str, Any] = {"check_script": None, "rubric": None}
 
 
 def resolve_case(session: Session, ident: str) -> TestCase:
@@ -52,14 +57,17 @@ def apply_fields(session: Session, row: TestCase, body: TestCaseFields, param_pr
     for name in simple:
         if name in sent:
             setattr(row, name, getattr(body, name))
+    # Nested objects merge field by field (gh_server.api.merge): `limits={"steps": 5}` keeps `minutes`.
     if "success" in sent and body.success is not None:
-        row.success = body.success.model_dump()
+        row.success = merge_nested(row.success, body.success, SUCCESS_DEFAULTS)
+        if not any((row.success.get(f) or "").strip() for f in SUCCESS_DEFAULTS):
+            raise invalid(param_prefix + "success", "needs a check_script or a rubric (or both)")
     if "customer" in sent:
-        row.customer = body.customer.model_dump(exclude_none=True) if body.customer is not None else None
+        row.customer = merge_nested(row.customer, body.customer, {}) if body.customer is not None else None
     if "operator" in sent and body.operator is not None:
-        row.operator = body.operator.model_dump()
+        row.operator = merge_nested(row.operator, body.operator, OPERATOR_DEFAULTS)
     if "limits" in sent and body.limits is not None:
-        row.limits = body.limits.model_dump()
+        row.limits = merge_nested(row.limits, body.limits, LIMITS_DEFAULTS)
     if "metadata" in sent:
         row.metadata_ = dict(body.metadata or {})
     if "tags" in sent:
@@ -78,9 +86,9 @@ def new_case(session: Session, body: TestCaseCreate, param_prefix: str = "") -> 
         name=body.name,
         prompt=body.prompt,
         start_state=body.start_state,
-        success={},
-        limits={"minutes": 10, "steps": None},
-        operator={"approvals": "approve"},
+        success=dict(SUCCESS_DEFAULTS),
+        limits=dict(LIMITS_DEFAULTS),
+        operator=dict(OPERATOR_DEFAULTS),
         tags=[],
         metadata_={},
     )
@@ -192,9 +200,6 @@ def retrieve_test_case(test_case_id: str, s: Session = DB, _p: Principal = Membe
 def update_test_case(test_case_id: str, body: TestCaseFields, s: Session = DB, _p: Principal = Admin) -> dict[str, Any]:
     row = resolve_case(s, test_case_id)
     apply_fields(s, row, body)
-    success = row.success or {}
-    if not (success.get("check_script") or "").strip() and not (success.get("rubric") or "").strip():
-        raise invalid("success", "needs a check_script or a rubric (or both)")
     s.commit()
     return serialize.test_case(row)
 

@@ -395,6 +395,23 @@ def _case_keys(s: Session, run_id: str) -> dict[str, str | None]:
     }
 
 
+def _case_in_run(s: Session, ident: str, keys: dict[str, str | None]) -> str:
+    """The case id an attempts filter means: an id of the run's cases, else the case that has this key
+    now (keys change; the run keeps its case ids), else the case that had it when the run froze it
+    (the case may be gone since). Not a case at all is a 404 rather than an empty page."""
+    if ident in keys:
+        return ident
+    now = s.scalar(select(TestCase.id).where(TestCase.key == ident)) if not ident.startswith("tc_") else None
+    if now is not None:
+        return now
+    frozen = [c for c, k in keys.items() if k == ident]
+    if frozen:
+        return frozen[0]
+    if ident.startswith("tc_") and s.get(TestCase, ident) is not None:
+        return ident  # a case this run did not play: no attempts
+    raise not_found("test case", ident)
+
+
 @router.get("/v1/test_runs/{test_run_id}/attempts", summary="A page of the run's attempts (retries included)")
 def run_attempts(
     test_run_id: str,
@@ -410,11 +427,7 @@ def run_attempts(
     keys = _case_keys(s, run.id)
     stmt = select(Attempt).where(Attempt.test_run_id == run.id)
     if test_case_id is not None:
-        cid = test_case_id
-        if cid not in keys:
-            by_key = [c for c, k in keys.items() if k == test_case_id]
-            cid = by_key[0] if by_key else cid
-        stmt = stmt.where(Attempt.test_case_id == cid)
+        stmt = stmt.where(Attempt.test_case_id == _case_in_run(s, test_case_id, keys))
     if agent_id is not None:
         stmt = stmt.where(Attempt.agent_id == agent_id)
     if outcome is not None:

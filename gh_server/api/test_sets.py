@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from gh_server import serialize
 from gh_server.api.common import DB, Admin, Member, PageParams, like, page_body, paginate
+from gh_server.api.merge import merge_nested
 from gh_server.api.schemas import AddCases, TestSetCaseInput, TestSetCreate, TestSetFields
 from gh_server.api.test_cases import resolve_case
 from gh_server.auth import Principal
@@ -72,7 +73,8 @@ def _apply(session: Session, row: TestSet, body: TestSetFields) -> None:
     if "repeat" in sent and body.repeat is not None:
         row.repeat = body.repeat
     if "customer" in sent:
-        row.customer = body.customer.model_dump(exclude_none=True) if body.customer is not None else None
+        # Merged field by field, as a test case's nested objects are (gh_server.api.merge).
+        row.customer = merge_nested(row.customer, body.customer, {}) if body.customer is not None else None
     if "metadata" in sent:
         row.metadata_ = dict(body.metadata or {})
     if "cases" in sent:
