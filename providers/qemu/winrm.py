@@ -181,16 +181,19 @@ class WinRMChannel(WinRMRunner):
         m = machine.image.manifest
         if m.winrm is None:
             raise ProviderError("this image has no WinRM section")
-        cred_path = machine.provider.images_dir / m.winrm.credentials
         port = m.winrm.port
         address: dict[str, str] = {}
 
         def make() -> WinRMProtocol:
             from winrm.protocol import Protocol as PyWinRMProtocol
 
+            if machine.credentials is None:
+                # The image's own password is never used: every machine logs on with the one it got
+                # through qemu-ga when it became ready (providers/qemu/credentials.py).
+                raise ProviderError("the machine has no password of its own yet (wait_ready sets it)")
             if "ip" not in address:
                 address["ip"] = machine_address(machine)
-            user, password = load_credentials(cred_path)
+            user, password = machine.credentials.username, machine.credentials.password
             return PyWinRMProtocol(  # type: ignore[return-value]
                 endpoint=f"http://{address['ip']}:{port}/wsman", transport="ntlm", username=user, password=password,
                 server_cert_validation="ignore", read_timeout_sec=30, operation_timeout_sec=20,
@@ -198,6 +201,13 @@ class WinRMChannel(WinRMRunner):
             )
 
         return cls(make)
+
+
+def credentials_path(machine: QemuMachine) -> Path:
+    m = machine.image.manifest
+    if m.winrm is None:
+        raise ProviderError(f"image {m.name!r} has no WinRM section")
+    return machine.provider.images_dir / m.winrm.credentials
 
 
 def machine_address(machine: QemuMachine) -> str:
