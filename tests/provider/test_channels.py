@@ -121,7 +121,7 @@ class FakePyWinRM:
     def close_shell(self, shell_id: str) -> None:
         pass
 
-    def run_command(self, shell_id: str, command: str, arguments: Any = ()) -> str:
+    def run_command(self, shell_id: str, command: str, arguments: Any = (), console_mode_stdin: bool = True) -> str:
         self.commands.append((command, list(arguments)))
         return f"c{len(self.commands)}"
 
