@@ -14,6 +14,7 @@ import pytest
 import yaml
 from imagebuilder import windows10
 from imagebuilder.domain_xml import domain_xml
+from imagebuilder.errors import BuildError
 from imagebuilder.unattend_schema import check_unattend
 from imagebuilder.winrm_channel import WinRMBuildChannel
 
@@ -181,6 +182,9 @@ class FakeProtocol:
     def cleanup_command(self, shell: str, cid: str) -> None:
         pass
 
+    def get_command_output_raw(self, shell: str, cid: str) -> tuple[bytes, bytes, int, bool]:
+        return (*self.get_command_output(shell, cid), True)
+
     def get_command_output(self, shell: str, cid: str) -> tuple[bytes, bytes, int]:
         command, args = self.last
         if command == "cmd.exe" and args[1].startswith("echo "):
@@ -204,6 +208,29 @@ def test_winrm_channel_uploads_long_scripts_in_chunks_and_runs_them_from_a_file(
     echoes = [a for c, a in fake.commands if c == "cmd.exe" and a[1].startswith("echo ")]
     assert len(echoes) > 10 and all(len(" ".join(a)) < 8000 for a in echoes)
     assert all(PASSWORD not in " ".join(a) for _, a in fake.commands)
+
+
+def test_a_hung_build_command_is_stopped_at_its_deadline_not_when_it_returns() -> None:
+    from winrm.exceptions import WinRMOperationTimeoutError
+
+    class Hung(FakeProtocol):
+        """A command that never ends: pywinrm's Receive raises OperationTimeout each time it waits."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.cleaned: list[str] = []
+
+        def get_command_output_raw(self, shell: str, cid: str) -> tuple[bytes, bytes, int, bool]:
+            raise WinRMOperationTimeoutError()
+
+        def cleanup_command(self, shell: str, cid: str) -> None:
+            self.cleaned.append(cid)
+
+    ch = WinRMBuildChannel("127.0.0.1", 5985, "gh", PASSWORD)
+    ch._protocol = hung = Hung()
+    with pytest.raises(BuildError, match="did not finish within 0 s"):
+        ch._run("powershell.exe", ["-NoProfile", "-File", "x.ps1"], 0.2)
+    assert hung.cleaned == ["cid"]  # the command was signalled to terminate
 
 
 def test_dry_run_prints_the_definition_and_steps_and_creates_nothing(tmp_path: Path) -> None:
