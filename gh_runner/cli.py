@@ -28,7 +28,8 @@ agent's screen/input/exec, and reports the result.
   gh-runner --server wss://evals.example.com --token gh_rn_... --labels lab,lenovo --slots 4
 
 Subcommands: `images` lists what this runner would advertise, `doctor` checks the host and says
-how to fix what is wrong, `local CASES.yaml` runs cases on this host with an embedded control plane.
+how to fix what is wrong, `selftest` proves each image end to end on real machines, `local CASES.yaml`
+runs cases on this host with an embedded control plane.
 """
 
 EPILOG = f"""\
