@@ -416,8 +416,8 @@ class QemuMachine(Machine):
         started = time.monotonic()
         deadline = started + timeout
         routes = self.image.routes
-        for channel in routes.ready_order:  # qemu-ga first where it sets the password WinRM logs on with
-            left = max(1.0, deadline - time.monotonic())
+        for i, channel in enumerate(routes.ready_order):  # qemu-ga first where it sets the password WinRM uses
+            left = timeout if i == 0 else max(1.0, deadline - time.monotonic())
             if channel is Channel.QEMU_GA:
                 await self.agent.wait_ready(left, alive=self._require_running)
                 if routes.per_machine_password and self.credentials is None:
