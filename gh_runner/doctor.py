@@ -31,6 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from gh_runner.config import is_loopback
 from providers.manifest import MANIFEST_NAME, DirectKernelBoot, ImageManifest, ManifestError, load_manifest
+from providers.qemu.channels import routes_for
 from providers.qemu.hostcheck import (
     KVM_DEVICE,
     KVM_DEVICE_FIX,
@@ -409,6 +410,7 @@ def check_images(ctx: Context) -> Check:
     for d in dirs:
         try:
             m = load_manifest(d, verify_checksum=True)
+            routes_for(m)  # the provider refuses an image no guest channel can run: say so here too
         except ManifestError as e:
             bad.append(str(e))
             continue

@@ -1,4 +1,5 @@
-"""doctor's check of WinRM credentials files: readable by the runner's service user, by no one else."""
+"""doctor and Windows images: the credentials file is readable by the runner's service user and by
+no one else; an image no guest channel can run is named."""
 
 from __future__ import annotations
 
@@ -69,3 +70,24 @@ def test_a_missing_file_fails_and_images_without_winrm_skip(ctx: doctor.Context)
     assert c.status == "FAIL" and "No such file" in c.detail and "image-builder/build windows-10" in (c.fix or "")
     ctx.manifests.clear()
     assert doctor.check_credentials(ctx).status == "SKIP"
+
+
+def test_an_image_no_guest_channel_can_run_fails_the_images_check() -> None:
+    import hashlib
+    import shutil
+    import tempfile
+
+    from providers.manifest import dump_manifest
+
+    images = Path(tempfile.mkdtemp(prefix="gh-doctor-win-", dir="/var/tmp"))
+    try:
+        images.chmod(0o755)
+        (images / "win10-22h2").mkdir()
+        (images / "win10-22h2" / "disk.qcow2").write_bytes(b"disk")
+        m = windows10.manifest("22h2-x", hashlib.sha256(b"disk").hexdigest(), 1 << 30)
+        m = m.model_copy(update={"guest_channels": ["qemu-ga"]})
+        (images / "win10-22h2" / "image.yaml").write_text(dump_manifest(m))
+        c = doctor.check_images(doctor.Context(Cfg(images_dir=images, state_dir=images / "state")))
+        assert c.status == "FAIL" and "image 'win10-22h2': no guest channel runs its powershell scripts" in c.detail
+    finally:
+        shutil.rmtree(images)
