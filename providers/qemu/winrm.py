@@ -14,8 +14,8 @@ follows `-Command` into the command text. So nothing here passes data as trailin
 - output: stdout decoded as UTF-8 (UTF-16 when it carries a UTF-16 BOM); CLIXML on stderr (how
   powershell.exe serialises its error and progress records to a pipe) turned into plain text.
 - timeout: each Receive waits at most OPERATION_TIMEOUT_S, so the deadline is checked while the
-  command runs; at the deadline the command is signalled, and its process tree (pid written by
-  run.ps1) killed with taskkill, so the guest is usable for the next script.
+  command runs; at the deadline its process tree (pid written by run.ps1) is killed with taskkill
+  and the command signalled, so the guest is usable for the next script.
 
 The account is the image's auto-logon user, a local administrator with remote UAC filtering off
 (LocalAccountTokenFilterPolicy=1, set by the image build): a WinRM logon gets its full token and its
@@ -221,7 +221,7 @@ class WinRMRunner:
                                 + (f": {detail}" if detail else ""))
 
     def _kill_tree(self, p: WinRMProtocol, shell: str, work: str) -> None:
-        """After a timeout: the signal ends powershell.exe, not what it started; taskkill /T does."""
+        """After a timeout: the terminate signal ends powershell.exe, not what it started; taskkill /T does."""
         cmd = p.run_command(shell, POWERSHELL, [*PS_FLAGS, "-EncodedCommand",
                                                 encoded_command(_KILL_TREE.format(pidfile=ps_quote(work + "\\pid")))])
         deadline = time.monotonic() + self.poll_timeout
@@ -256,12 +256,14 @@ class WinRMRunner:
                 if time.monotonic() >= deadline:
                     timed_out = True
                     break
-            p.cleanup_command(shell, cmd)
             if timed_out:
+                # The tree first, while powershell.exe still links its children: the terminate
+                # signal below ends powershell.exe only, and would leave what it started running.
                 try:
                     self._kill_tree(p, shell, work)
-                except Exception:  # best effort: the signal above already ended powershell.exe
+                except Exception:  # best effort: the signal still ends powershell.exe
                     pass
+            p.cleanup_command(shell, cmd)
             try:
                 rm = p.run_command(shell, "cmd", ["/c", "rmdir", "/s", "/q", work])
                 p.cleanup_command(shell, rm)

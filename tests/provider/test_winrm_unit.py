@@ -275,9 +275,9 @@ def test_a_silent_command_is_polled_through_operation_timeouts_then_stopped_at_t
     r = runner_over(stub).run_blocking("while ($true) {}", None, 0.5, 1000)
     assert r.timed_out and r.exit_code is None and r.stdout == "partial"
     run = next(c for c in stub.commands if "-File" in c["arguments"])
-    assert run["id"] in stub.signalled
-    # Then the process tree is killed by the pid the wrapper wrote, so the guest is usable again.
+    # The process tree is killed by the pid the wrapper wrote, then the command is signalled.
     kill = stub.commands[stub.commands.index(run) + 1]
+    assert stub.signalled.index(kill["id"]) < stub.signalled.index(run["id"])
     text = base64.b64decode(kill["arguments"].split()[-1]).decode("utf-16-le")
     wdir = run["arguments"].rsplit(" ", 1)[1].removesuffix("\\run.ps1")
     assert f"$f = '{wdir}\\pid'" in text and "taskkill.exe /F /T /PID $p" in text
