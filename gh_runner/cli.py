@@ -28,7 +28,8 @@ agent's screen/input/exec, and reports the result.
   gh-runner --server wss://evals.example.com --token gh_rn_... --labels lab,lenovo --slots 4
 
 Subcommands: `images` lists what this runner would advertise, `doctor` checks the host and says
-how to fix what is wrong, `local CASES.yaml` runs cases on this host with an embedded control plane.
+how to fix what is wrong, `selftest` proves each image end to end on real machines, `local CASES.yaml`
+runs cases on this host with an embedded control plane.
 """
 
 EPILOG = f"""\
@@ -99,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gh-runner", description=DESCRIPTION, epilog=EPILOG, parents=[common],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"gh-runner {__version__} (protocol {PROTOCOL_VERSION})")
-    sub = parser.add_subparsers(dest="command", metavar="{images,doctor,local}")
+    sub = parser.add_subparsers(dest="command", metavar="{images,doctor,local,selftest}")
     images = sub.add_parser("images", parents=[common], help="list the images this runner would advertise",
                             description="List images (name, os, version, checksum) and held start-state versions.")
     images.add_argument("--json", action="store_true", help="machine-readable output")
@@ -119,6 +120,20 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--server-config", type=Path, default=None, metavar="FILE",
                        help="settings for the embedded control plane, in gh-server's --config format: `agents` "
                             "(your own command or HTTP agents), `judge`, `customer_model`")
+    selftest = sub.add_parser(
+        "selftest", parents=[_common_options(machine_only=True)],
+        help="make real machines from each image and check every step a run needs",
+        description="For each image (default: all it would advertise) make real machines and check, step by "
+                    "step with a time each: cold start and guest channel, a per-user setting as the signed-in "
+                    "user (elevated), the verdict reader, the check's environment, screenshot, typing, click, "
+                    "memory save and warm start, and that the destroyed machines left nothing. Exit 0 only "
+                    "when every step passed.")
+    selftest.add_argument("--image", action="append", default=None, metavar="NAME",
+                          help="test this image (repeat for more); default: every image")
+    selftest.add_argument("--json", type=Path, default=None, metavar="FILE",
+                          help="write the report: one {image, step, ok, seconds, detail} per step")
+    selftest.add_argument("--name", default=argparse.SUPPRESS,
+                          help="runner name; its machines are named <name>-selftest")
     return parser
 
 
@@ -155,6 +170,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.images_dir, args.state_dir, args.libvirt_uri = config.images_dir, config.state_dir, config.libvirt_uri
         args.runner_config = config
         return _dispatch("gh_runner.local", "local", args)
+    if command == "selftest":
+        args.runner_config = config
+        return _dispatch("gh_runner.selftest", "selftest", args)
     return run_daemon(config)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import grp
 import os
 import pwd
 import secrets
@@ -30,6 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from gh_runner.config import is_loopback
 from providers.manifest import MANIFEST_NAME, DirectKernelBoot, ImageManifest, ManifestError, load_manifest
+from providers.qemu.channels import routes_for
 from providers.qemu.hostcheck import (
     KVM_DEVICE,
     KVM_DEVICE_FIX,
@@ -408,6 +410,7 @@ def check_images(ctx: Context) -> Check:
     for d in dirs:
         try:
             m = load_manifest(d, verify_checksum=True)
+            routes_for(m)  # the provider refuses an image no guest channel can run: say so here too
         except ManifestError as e:
             bad.append(str(e))
             continue
@@ -502,6 +505,60 @@ def check_state(ctx: Context) -> Check:
         return Check("state", "FAIL", "; ".join(p for p, _ in problems), "; ".join(f for _, f in problems))
     note = "" if state.exists() else " (will be created)"
     return Check("state", "OK", f"{state} writable{note}; token file permissions fine")
+
+
+SERVICE_USER = "gh-runner"  # the packaged service's user and group (systemd/gh-runner.sysusers)
+
+
+def _can_read(st: os.stat_result, user: pwd.struct_passwd) -> bool:
+    if user.pw_uid == 0:
+        return True
+    if st.st_uid == user.pw_uid:
+        return bool(st.st_mode & stat.S_IRUSR)
+    groups = {user.pw_gid} | {g.gr_gid for g in grp.getgrall() if user.pw_name in g.gr_mem}
+    if st.st_gid in groups:
+        return bool(st.st_mode & stat.S_IRGRP)
+    return bool(st.st_mode & stat.S_IROTH)
+
+
+def check_credentials(ctx: Context) -> Check:
+    """A WinRM image's credentials file must be readable by the runner and by nobody else: a build
+    run with sudo leaves it root-only, and the runner then cannot give any machine its password."""
+    refs = {m.name: m.winrm.credentials for m in ctx.manifests.values() if m.winrm is not None}
+    if not refs:
+        return Check("creds", "SKIP", "no image uses WinRM credentials")
+    try:
+        runner = pwd.getpwnam(SERVICE_USER)  # the service reads them, whoever runs doctor
+    except KeyError:
+        runner = pwd.getpwuid(os.geteuid())
+    problems: list[tuple[str, str]] = []
+    for name, ref in sorted(refs.items()):
+        path = ctx.config.images_dir / ref
+        fix = f"chgrp {SERVICE_USER} {path} && chmod 0640 {path}"
+        try:
+            st = path.stat()
+        except OSError as e:
+            problems.append((f"{name}: credentials file {path}: {e.strerror or e}",
+                             f"rebuild {name} with image-builder/build windows-10 --out {ctx.config.images_dir}"))
+            continue
+        mode = stat.S_IMODE(st.st_mode)
+        if mode & 0o007:
+            problems.append((f"{name}: credentials file {path} is mode {mode:04o}: every user can read it", fix))
+        elif not _can_read(st, runner):
+            owner = _name(pwd.getpwuid, st.st_uid)
+            group = _name(grp.getgrgid, st.st_gid)
+            problems.append((f"{name}: {runner.pw_name} cannot read the credentials file {path} "
+                             f"({owner}:{group} {mode:04o})", fix))
+    if problems:
+        return Check("creds", "FAIL", "; ".join(p for p, _ in problems), "; ".join(f for _, f in problems))
+    return Check("creds", "OK", f"credentials readable by {runner.pw_name} only: {', '.join(sorted(refs))}")
+
+
+def _name(lookup: Callable[[int], Any], ident: int) -> str:
+    try:
+        return str(lookup(ident)[0])
+    except KeyError:
+        return str(ident)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -613,6 +670,7 @@ def run_checks(ctx: Context, out: TextIO) -> list[Check]:
         ("kvmdev", lambda: check_kvm_device(ctx)),
         ("caps", lambda: check_capabilities(ctx)),
         ("images", lambda: check_images(ctx)),  # before kvm: the probe boots an image's kernel if there is one
+        ("creds", lambda: check_credentials(ctx)),
         ("kvm", lambda: check_kvm(ctx)),
         ("disk", lambda: check_disk(ctx)),
         ("state", lambda: check_state(ctx)),

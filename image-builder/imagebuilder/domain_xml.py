@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+from providers.qemu.domain import ISOLATED_NETWORK
+
 from .vm import MachineSpec
 
 HYPERV_FEATURES = {"relaxed": {}, "vapic": {}, "spinlocks": {"retries": "8191"}, "vpindex": {}, "synic": {},
@@ -78,9 +80,12 @@ def domain_xml(spec: MachineSpec, accel: str = "kvm") -> str:
     if spec.qga_channel:
         ch = _sub(dev, "channel", type="unix")
         _sub(ch, "target", type="virtio", name="org.qemu.guest_agent.0")
-    if spec.network != "none":
+    if spec.network == "isolated":
         iface = _sub(dev, "interface", type="network")
-        _sub(iface, "source", network="gh-isolated")
+        _sub(iface, "source", network=ISOLATED_NETWORK)  # the provider's network, by the provider's name
+        _sub(iface, "model", type="virtio")
+    elif spec.network == "user":
+        iface = _sub(dev, "interface", type="user")
         _sub(iface, "model", type="virtio")
     _sub(dev, "memballoon", model="none")
     ET.indent(dom)

@@ -40,7 +40,9 @@ class MachineSpec:
     drives: list[Drive] = field(default_factory=list)
     tablet: str = "usb"  # usb | virtio | none
     hyperv: bool = False
-    network: str = "none"  # none | user (isolated: no route out, forwarded ports only)
+    # none | user (the build VM: QEMU user networking, restrict=on, only forwarded ports) |
+    # isolated (the finished image as the provider runs it: libvirt's gh-isolated network)
+    network: str = "none"
     host_forwards: list[tuple[int, int]] = field(default_factory=list)  # (host port, guest port)
     qga_channel: bool = True
     serial_log: bool = True

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import base64
+import grp
 import hashlib
 import os
+import pwd
 import secrets
 import shlex
 import shutil
@@ -42,6 +44,7 @@ from .winrm_channel import WinRMBuildChannel
 NAME = "win10-22h2"
 ASSETS = Path(__file__).parent / "assets" / "windows-10"
 CREDENTIALS_FILE = f"{NAME}.credentials.yaml"
+SERVICE_GROUP = "gh-runner"  # the runner service's group (systemd/gh-runner.sysusers)
 # Microsoft's published generic key for Windows 10 Pro: it selects the edition, it does not activate.
 GENERIC_PRO_KEY = "VK7JG-NPHTM-C97JM-9MPGT-3V66T"
 DISK_GIB = 64
@@ -151,7 +154,7 @@ def runtime_spec(images_dir: Path) -> MachineSpec:
     return MachineSpec(
         name=NAME, machine="q35", memory_mib=MEMORY_MIB, vcpus=VCPUS, video="vga", firmware="bios",
         drives=[Drive(images_dir / NAME / "disk.qcow2", "qcow2", "disk", "virtio")],
-        tablet="usb", hyperv=True, network="user", qga_channel=True,
+        tablet="usb", hyperv=True, network="isolated", qga_channel=True,
     )
 
 
@@ -165,6 +168,31 @@ def manifest(version: str, disk_sha256: str, virtual_size: int | None) -> ImageM
         network="isolated", tablet="usb", hyperv=True,
         winrm=WinRMChannel(port=WINRM_PORT, transport="ntlm", credentials=CREDENTIALS_FILE),
     )
+
+
+def write_credentials(path: Path, username: str, password: str) -> None:
+    """The image's account, readable by the runner's service user and nobody else: group
+    `gh-runner`, mode 0640 (a build run with sudo would otherwise leave a root-only file the
+    service cannot read). Without that group (a developer host), owner-only 0600."""
+    try:
+        gid: int | None = grp.getgrnam(SERVICE_GROUP).gr_gid
+    except KeyError:
+        gid = None
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
+        if gid is not None:
+            os.fchown(fd, -1, gid)  # before any secret is written, and before the mode opens to the group
+            os.fchmod(fd, 0o640)
+        with os.fdopen(fd, "w") as f:
+            fd = -1
+            yaml.safe_dump({"username": username, "password": password}, f)
+    finally:
+        if fd != -1:
+            os.close(fd)
+    if gid is None:
+        log(f"warning: no group {SERVICE_GROUP!r} here: {path.name} is 0600, readable only by "
+            f"{pwd.getpwuid(os.getuid()).pw_name}; on a lab host run `chgrp {SERVICE_GROUP} FILE && chmod 0640 FILE`")
 
 
 def _free_port() -> int:
@@ -315,9 +343,7 @@ def build(args: argparse.Namespace) -> int:
         staging = pipeline.staging_dir(out, NAME)
         pipeline.convert_compressed(work / "disk.qcow2", "qcow2", staging / "disk.qcow2")
         m = manifest(version, sha256_file(staging / "disk.qcow2"), DISK_GIB << 30)
-        fd = os.open(cred_tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            yaml.safe_dump({"username": settings.username, "password": password}, f)
+        write_credentials(cred_tmp, settings.username, password)
         pipeline.publish(staging, m, record, digest)
         staging = None
         os.replace(cred_tmp, out / CREDENTIALS_FILE)

@@ -8,9 +8,12 @@ import base64
 import time
 from typing import Any
 
+from providers.qemu.winrm import clixml_to_text, decode_stream
+
 from .errors import BuildError
 from .qga import ExecResult
 
+OPERATION_TIMEOUT_S = 20  # how long one Receive waits for output: the granularity of every deadline
 _CHUNK = 2000  # base64 characters per `echo`, well under cmd.exe's 8191-character line
 
 
@@ -26,21 +29,35 @@ class WinRMBuildChannel:
 
         return Protocol(
             endpoint=self.endpoint, transport="ntlm", username=self.username, password=self._password,
-            server_cert_validation="ignore", read_timeout_sec=70, operation_timeout_sec=60,
+            server_cert_validation="ignore", read_timeout_sec=30, operation_timeout_sec=OPERATION_TIMEOUT_S,
             message_encryption="auto",
         )
 
     def _run(self, command: str, args: list[str], timeout: float) -> ExecResult:
+        """Run one command; the deadline is checked between Receives (each returns within the
+        operation timeout when the command prints nothing), so a hung command cannot hang the build."""
+        from winrm.exceptions import WinRMOperationTimeoutError
+
         p = self._protocol
         shell = p.open_shell()
         try:
             cid = p.run_command(shell, command, args)
             deadline = time.monotonic() + timeout
-            out, err, code = p.get_command_output(shell, cid)
-            if time.monotonic() > deadline:
-                raise BuildError(f"WinRM command did not finish within {timeout:.0f} s")
+            out, err = bytearray(), bytearray()
+            while True:
+                try:
+                    o, e, code, done = p.get_command_output_raw(shell, cid)
+                except WinRMOperationTimeoutError:
+                    o, e, code, done = b"", b"", -1, False
+                out += o
+                err += e
+                if done:
+                    break
+                if time.monotonic() > deadline:
+                    p.cleanup_command(shell, cid)  # the terminate signal ends the command
+                    raise BuildError(f"WinRM command did not finish within {timeout:.0f} s")
             p.cleanup_command(shell, cid)
-            return ExecResult(int(code), out.decode(errors="replace"), err.decode(errors="replace"))
+            return ExecResult(int(code), decode_stream(bytes(out)), clixml_to_text(decode_stream(bytes(err))))
         finally:
             p.close_shell(shell)
 

@@ -1,4 +1,5 @@
-"""The images directory: manifests validated, disk checksums verified once per (path, size, mtime)."""
+"""The images directory: manifests validated (files, checksums verified once per (path, size, mtime),
+and a guest channel for every duty, see `channels`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import structlog
 
 from providers.base import ImageInfo, ProviderError
 from providers.manifest import ImageManifest, ManifestError, load_manifest, sha256_file
+from providers.qemu.channels import Routes, routes_for
 
 log = structlog.get_logger("providers.qemu.images")
 
@@ -19,6 +21,7 @@ class Image:
     info: ImageInfo
     manifest: ImageManifest
     dir: Path
+    routes: Routes  # which guest channel does what (validated when the image is loaded)
 
     @property
     def disk(self) -> Path:
@@ -42,6 +45,7 @@ class ImageCatalog:
 
     def _load_one(self, d: Path) -> Image:
         manifest = load_manifest(d, verify_checksum=False)
+        routes = routes_for(manifest)  # before the checksum: an image no channel can run is refused cheaply
         disk = d / manifest.disk.file
         actual = self._checksum(disk)
         if actual != manifest.disk.sha256:
@@ -51,7 +55,7 @@ class ImageCatalog:
             )
         info = ImageInfo(name=manifest.name, os=manifest.os, version=manifest.version,
                          checksum=manifest.checksum, shell=manifest.shell, path=d)
-        return Image(info=info, manifest=manifest, dir=d)
+        return Image(info=info, manifest=manifest, dir=d, routes=routes)
 
     def scan_blocking(self) -> list[Image]:
         out: list[Image] = []

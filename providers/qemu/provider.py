@@ -33,7 +33,9 @@ from providers.base import (
 from providers.manifest import DirectKernelBoot
 from providers.qemu import overlays
 from providers.qemu.accel import choose_accelerator
+from providers.qemu.channels import Channel, Duty
 from providers.qemu.connection import Connection
+from providers.qemu.credentials import Credentials, give_machine_password
 from providers.qemu.domain import (
     ISOLATED_NETWORK,
     DomainSpec,
@@ -375,11 +377,11 @@ class QemuMachine(Machine):
         self.agent = GuestAgent(provider.conn, name)
         self.input = InputDriver(provider.conn, name, self._current_screen_size)
         self._winrm: Any = None
+        self.credentials: Credentials | None = None  # this machine's own WinRM password, in memory only
 
     @property
     def _uses_winrm(self) -> bool:
-        m = self.image.manifest
-        return "winrm" in m.guest_channels and "qemu-ga" not in m.guest_channels
+        return self.image.routes.script is Channel.WINRM
 
     async def _state(self) -> int | None:
         def go(c: libvirt.virConnect) -> int | None:
@@ -412,15 +414,23 @@ class QemuMachine(Machine):
         if self._destroyed:
             raise MachineNotReady("the machine was destroyed")
         started = time.monotonic()
-        if self._uses_winrm:
-            await self._winrm_channel().wait_ready(timeout, alive=self._require_running)
-        else:
-            await self.agent.wait_ready(timeout, alive=self._require_running)
-            if self.restored and self._clock_task is None:
-                # A restored guest's clock stands where it was saved. Setting it costs a round trip
-                # plus an hwclock run in the guest (~0.2 s under TCG), so it runs beside whatever the
-                # caller does next; every script waits for it first, so no script sees a stale clock.
-                self._clock_task = asyncio.create_task(self._set_clock())
+        deadline = started + timeout
+        routes = self.image.routes
+        for i, channel in enumerate(routes.ready_order):  # qemu-ga first where it sets the password WinRM uses
+            left = timeout if i == 0 else max(1.0, deadline - time.monotonic())
+            if channel is Channel.QEMU_GA:
+                await self.agent.wait_ready(left, alive=self._require_running)
+                if routes.per_machine_password and self.credentials is None:
+                    self.credentials = await give_machine_password(
+                        self.agent, self._winrm_username(), timeout=max(1.0, deadline - time.monotonic()),
+                        alive=self._require_running)
+            else:
+                await self._winrm_channel().wait_ready(left, alive=self._require_running)
+        if self.restored and self._clock_task is None and routes.channel(Duty.CLOCK) is Channel.QEMU_GA:
+            # A restored guest's clock stands where it was saved. Setting it costs a round trip
+            # plus an hwclock run in the guest (~0.2 s under TCG), so it runs beside whatever the
+            # caller does next; every script waits for it first, so no script sees a stale clock.
+            self._clock_task = asyncio.create_task(self._set_clock())
         log.info("machine ready", machine_id=self.machine_id, seconds=round(time.monotonic() - started, 2))
 
     async def _set_clock(self) -> None:
@@ -433,6 +443,11 @@ class QemuMachine(Machine):
         if self._clock_task is not None:
             await asyncio.shield(self._clock_task)
 
+    def _winrm_username(self) -> str:
+        from providers.qemu.winrm import credentials_path, load_credentials
+
+        return load_credentials(credentials_path(self))[0]
+
     def _winrm_channel(self) -> Any:
         if self._winrm is None:
             from providers.qemu.winrm import WinRMChannel
@@ -444,13 +459,11 @@ class QemuMachine(Machine):
                          output_cap: int = DEFAULT_OUTPUT_CAP) -> ScriptResult:
         if self._destroyed:
             raise ProviderError("the machine was destroyed")
+        await self._clock_set()
         if self._uses_winrm:
             result: ScriptResult = await self._winrm_channel().run_script(script, env=env, timeout=timeout,
                                                                          output_cap=output_cap)
             return result
-        if self.image.manifest.shell != "sh":
-            raise ProviderError("PowerShell scripts need the image's WinRM channel; this image has only qemu-ga")
-        await self._clock_set()
         return await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap)
 
     async def screenshot(self) -> bytes:

@@ -1,19 +1,37 @@
-"""PowerShell scripts over WinRM (pywinrm, NTLM) for Windows images that ask for it.
+"""PowerShell scripts over WinRM (pywinrm, NTLM), run the way Windows runs a `.ps1`.
 
-The script is never put on a command line (Windows caps those at 8 KB): a short PowerShell command
-reads base64 from stdin and writes the file, and the stdin is sent in chunks. A second small file
-sets the environment and calls the script, so its exit code is kept. The account in the image's
-credentials file is the auto-logon user and a local administrator with remote UAC filtering off
-(LocalAccountTokenFilterPolicy=1, set by the image build), so scripts run elevated as the signed-in
-user. Credentials are read from a file under the images directory and never logged.
+What pywinrm sends: `run_command(shell, command, args)` becomes one Windows command line, the
+arguments joined with spaces and no quoting (`rsp:Arguments`), and powershell.exe joins whatever
+follows `-Command` into the command text. So nothing here passes data as trailing arguments:
+- upload: `powershell.exe ... -EncodedCommand <UTF-16LE base64>` (pywinrm's own `run_ps` form)
+  reads base64 from stdin (`$input`, as Ansible's bootstrap does, with console-mode stdin off) and
+  writes the file whose path is inside the encoded text; stdin goes in chunks, so no command line
+  comes near Windows' 8 KB limit whatever the script's size.
+- run: `powershell.exe -NoProfile -NonInteractive -ExecutionPolicy Bypass -File <dir>\run.ps1`.
+  run.ps1 (see `wrapper_script`) makes stdout UTF-8, sets the environment (values quoted), defines
+  `Start-GhInteractive`, calls the script and exits with `$LASTEXITCODE`; a thrown (terminating)
+  error is printed as text and exits 1.
+- output: stdout decoded as UTF-8 (UTF-16 when it carries a UTF-16 BOM); CLIXML on stderr (how
+  powershell.exe serialises its error and progress records to a pipe) turned into plain text.
+- timeout: each Receive waits at most OPERATION_TIMEOUT_S, so the deadline is checked while the
+  command runs; at the deadline its process tree (pid written by run.ps1) is killed with taskkill
+  and the command signalled, so the guest is usable for the next script.
+
+The account is the image's auto-logon user, a local administrator with remote UAC filtering off
+(LocalAccountTokenFilterPolicy=1, set by the image build): a WinRM logon gets its full token and its
+own HKCU. It is a network logon, though: a program a script starts has no window on the console;
+`Start-GhInteractive` starts one in the signed-in session (a scheduled task). The password is the
+machine's own (providers/qemu/credentials.py), held in memory and never logged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import re
 import secrets
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -25,13 +43,43 @@ from providers.base import DEFAULT_OUTPUT_CAP, MachineNotReady, ProviderError, S
 if TYPE_CHECKING:
     from providers.qemu.provider import QemuMachine
 
-UPLOAD_CHUNK = 48 * 1024  # base64 characters per stdin message
+UPLOAD_CHUNK = 48 * 1024  # base64 characters per stdin message (pywinrm's envelope cap is 150 KB)
 WORK_ROOT = r"C:\Windows\Temp"
+OPERATION_TIMEOUT_S = 5  # a Receive with no output returns after this: the deadline's granularity
+READ_TIMEOUT_S = 15  # HTTP read timeout; must exceed the operation timeout
+POWERSHELL = "powershell.exe"
+PS_FLAGS = ["-NoProfile", "-NonInteractive"]
+CLIXML_MARK = "#< CLIXML"
+
 _WRITE_FILE = (
-    "$ErrorActionPreference='Stop'; $d=[Console]::In.ReadToEnd(); "
-    "New-Item -ItemType Directory -Force -Path (Split-Path -Parent $args[0]) | Out-Null; "
-    "[IO.File]::WriteAllBytes($args[0], [Convert]::FromBase64String(($d -replace '\\s','')))"
+    "$ErrorActionPreference = 'Stop'; $p = {path}; $d = ($input | Out-String) -replace '\\s', ''; "
+    "New-Item -ItemType Directory -Force -Path (Split-Path -Parent $p) | Out-Null; "
+    "[IO.File]::WriteAllBytes($p, [Convert]::FromBase64String($d))"
 )
+_KILL_TREE = (
+    "$f = {pidfile}; if (Test-Path $f) {{ $p = (Get-Content $f -Raw).Trim(); "
+    "if ($p) {{ & taskkill.exe /F /T /PID $p 2>&1 | Out-Null }} }}"
+)
+
+# Start-GhInteractive: for setup scripts that must show something on the console (a WinRM logon has
+# no desktop). A one-shot scheduled task in the signed-in user's interactive session, elevated. It is
+# left registered: the machine is thrown away after the attempt, and deleting a task that is still
+# starting could stop it.
+START_INTERACTIVE = r"""
+function Start-GhInteractive {
+    param([Parameter(Mandatory = $true)][string]$FilePath, [string[]]$ArgumentList = @())
+    $user = (Get-CimInstance -ClassName Win32_ComputerSystem).UserName
+    if (-not $user) { throw 'Start-GhInteractive: nobody is signed in on the console' }
+    $argLine = ($ArgumentList | ForEach-Object {
+        if ($_ -match '[\s"]') { '"' + ($_ -replace '"', '\"') + '"' } else { $_ } }) -join ' '
+    $action = if ($argLine) { New-ScheduledTaskAction -Execute $FilePath -Argument $argLine }
+              else { New-ScheduledTaskAction -Execute $FilePath }
+    $principal = New-ScheduledTaskPrincipal -UserId $user -LogonType Interactive -RunLevel Highest
+    $name = 'gh-interactive-' + [guid]::NewGuid().ToString('N')
+    Register-ScheduledTask -TaskName $name -Action $action -Principal $principal -Force | Out-Null
+    Start-ScheduledTask -TaskName $name
+}
+""".strip("\n")
 
 
 class WinRMProtocol(Protocol):
@@ -39,23 +87,82 @@ class WinRMProtocol(Protocol):
 
     def open_shell(self) -> str: ...
     def close_shell(self, shell_id: str) -> None: ...
-    def run_command(self, shell_id: str, command: str, arguments: Any = ...) -> str: ...
+    def run_command(self, shell_id: str, command: str, arguments: Any = ..., console_mode_stdin: bool = ...,
+                    ) -> str: ...
     def send_command_input(self, shell_id: str, command_id: str, stdin_input: str | bytes, end: bool = ...) -> None: ...
     def get_command_output_raw(self, shell_id: str, command_id: str) -> tuple[bytes, bytes, int, bool]: ...
     def cleanup_command(self, shell_id: str, command_id: str) -> None: ...
 
 
 def ps_quote(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
+    """A PowerShell single-quoted literal: nothing inside is expanded; ' is doubled. PowerShell also
+    ends such a literal at the typographic quotes U+2018/U+2019/U+201A/U+201B, so those are doubled too."""
+    return "'" + re.sub("(['\u2018\u2019\u201a\u201b])", r"\1\1", value) + "'"
+
+
+def encoded_command(script: str) -> str:
+    """powershell.exe's -EncodedCommand argument: base64 of the UTF-16LE text."""
+    return base64.b64encode(script.encode("utf-16-le")).decode("ascii")
 
 
 def env_prologue(env: Mapping[str, str]) -> str:
     lines = []
     for k, v in env.items():
-        if not k or any(c in k for c in "=\0'`$") or "\0" in v:
+        if not k or any(c in k for c in "=\0'`$\u2018\u2019\u201a\u201b") or "\0" in v:
             raise ProviderError(f"invalid environment variable name or value for {k!r}")
         lines.append(f"[Environment]::SetEnvironmentVariable({ps_quote(k)}, {ps_quote(v)}, 'Process')")
     return "\r\n".join(lines)
+
+
+def wrapper_script(work: str, env: Mapping[str, str]) -> str:
+    """run.ps1: the script's surroundings, so that it behaves as it would run from a console."""
+    lines = [
+        "$ErrorActionPreference = 'Continue'",
+        "$ProgressPreference = 'SilentlyContinue'  # progress records would reach stderr as CLIXML",
+        "try { [Console]::OutputEncoding = New-Object System.Text.UTF8Encoding $false } catch { }",
+        "$OutputEncoding = New-Object System.Text.UTF8Encoding $false",
+        f"Set-Content -Path {ps_quote(work + chr(92) + 'pid')} -Value $PID",
+        env_prologue(env),
+        START_INTERACTIVE,
+        "$global:LASTEXITCODE = 0",
+        f"try {{ & {ps_quote(work + chr(92) + 'script.ps1')} }}",
+        "catch { [Console]::Error.WriteLine(($_ | Out-String).TrimEnd()); exit 1 }",
+        "exit $LASTEXITCODE",
+    ]
+    return "\r\n".join(line for line in lines if line) + "\r\n"
+
+
+def decode_stream(data: bytes) -> str:
+    """stdout/stderr bytes as text: UTF-8 (what run.ps1 asks for), or UTF-16LE when a program wrote
+    a UTF-16 byte-order mark (cmd /u, a [Console]::OutputEncoding of Unicode)."""
+    if data.startswith(b"\xff\xfe"):
+        return data[2:].decode("utf-16-le", errors="replace")
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    return data.decode("utf-8", errors="replace")
+
+
+_CLIXML_ESCAPE = re.compile(r"_x([0-9A-Fa-f]{4})_")
+_PS_NS = "{http://schemas.microsoft.com/powershell/2004/04}"
+
+
+def clixml_to_text(text: str) -> str:
+    """stderr with powershell.exe's CLIXML records turned into the plain text a console shows:
+    the string records (`<S S="Error">`, warnings, verbose) unescaped (`_x000D__x000A_` is CRLF),
+    progress records dropped. Text that is not CLIXML, or not well-formed, is returned as it is."""
+    at = text.find(CLIXML_MARK)
+    if at < 0:
+        return text
+    before, rest = text[:at], text[at + len(CLIXML_MARK):]
+    try:
+        root = ET.fromstring(rest.strip())
+    except ET.ParseError:
+        return text
+    parts: list[str] = []
+    for node in root.iter():
+        if node.tag in (f"{_PS_NS}S", "S") and node.get("S") and node.text:
+            parts.append(_CLIXML_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), node.text))
+    return before + "".join(parts).replace("\r\n", "\n").rstrip("\n") + ("\n" if parts else "")
 
 
 def load_credentials(path: Path) -> tuple[str, str]:
@@ -68,6 +175,14 @@ def load_credentials(path: Path) -> tuple[str, str]:
     return str(data["username"]), data["password"]
 
 
+def _operation_timeout() -> type[Exception]:
+    try:
+        from winrm.exceptions import WinRMOperationTimeoutError
+    except ImportError:  # pragma: no cover - pywinrm is a dependency
+        return TimeoutError
+    return WinRMOperationTimeoutError
+
+
 class WinRMRunner:
     """Runs scripts through a pywinrm Protocol; blocking, so callers use `run_script` (async)."""
 
@@ -75,53 +190,79 @@ class WinRMRunner:
         self.make_protocol = make_protocol
         self.poll_timeout = poll_timeout
 
-    def _upload(self, p: WinRMProtocol, shell: str, path: str, data: bytes) -> None:
-        cmd = p.run_command(shell, "powershell", ["-NoProfile", "-NonInteractive", "-Command", _WRITE_FILE, path])
+    def _receive(self, p: WinRMProtocol, shell: str, cmd: str) -> tuple[bytes, bytes, int, bool]:
+        """One Receive; pywinrm raises when the command printed nothing for the operation timeout."""
+        try:
+            return p.get_command_output_raw(shell, cmd)
+        except _operation_timeout():
+            return b"", b"", -1, False
+
+    def _upload(self, p: WinRMProtocol, shell: str, path: str, data: bytes, deadline: float) -> None:
+        cmd = p.run_command(shell, POWERSHELL, [*PS_FLAGS, "-EncodedCommand",
+                                                encoded_command(_WRITE_FILE.format(path=ps_quote(path)))],
+                            console_mode_stdin=False)
         b64 = base64.b64encode(data).decode()
         chunks = [b64[i:i + UPLOAD_CHUNK] for i in range(0, len(b64), UPLOAD_CHUNK)] or [""]
         for i, chunk in enumerate(chunks):
             p.send_command_input(shell, cmd, chunk, end=(i == len(chunks) - 1))
-        deadline = time.monotonic() + self.poll_timeout
         err = b""
         while True:
-            _, e, code, done = p.get_command_output_raw(shell, cmd)
-            err += e
+            _, e, code, done = self._receive(p, shell, cmd)
+            err += e[:4096]
             if done:
                 break
             if time.monotonic() > deadline:
+                p.cleanup_command(shell, cmd)
                 raise ProviderError("uploading the script over WinRM timed out")
         p.cleanup_command(shell, cmd)
         if code != 0:
-            raise ProviderError(f"uploading the script over WinRM failed (exit {code})")
+            detail = clixml_to_text(decode_stream(err)).strip()[-300:]
+            raise ProviderError(f"uploading the script over WinRM failed (exit {code})"
+                                + (f": {detail}" if detail else ""))
+
+    def _kill_tree(self, p: WinRMProtocol, shell: str, work: str) -> None:
+        """After a timeout: the terminate signal ends powershell.exe, not what it started; taskkill /T does."""
+        cmd = p.run_command(shell, POWERSHELL, [*PS_FLAGS, "-EncodedCommand",
+                                                encoded_command(_KILL_TREE.format(pidfile=ps_quote(work + "\\pid")))])
+        deadline = time.monotonic() + self.poll_timeout
+        while not self._receive(p, shell, cmd)[3] and time.monotonic() < deadline:
+            pass
+        p.cleanup_command(shell, cmd)
 
     def run_blocking(self, script: str, env: Mapping[str, str] | None, timeout: float, output_cap: int) -> ScriptResult:
         started = time.monotonic()
-        prologue = env_prologue(env or {})
+        deadline = started + timeout
+        work = f"{WORK_ROOT}\\gh-{secrets.token_hex(6)}"
+        wrapper = wrapper_script(work, env or {})  # refuses a bad environment before anything is sent
         p = self.make_protocol()
         shell = p.open_shell()
-        work = f"{WORK_ROOT}\\gh-{secrets.token_hex(6)}"
         try:
             # A BOM makes Windows PowerShell 5 read the file as UTF-8 rather than the ANSI code page.
-            self._upload(p, shell, f"{work}\\script.ps1", b"\xef\xbb\xbf" + script.encode("utf-8"))
-            runner = f"{prologue}\r\n& (Join-Path $PSScriptRoot 'script.ps1')\r\nexit $LASTEXITCODE\r\n"
-            self._upload(p, shell, f"{work}\\run.ps1", b"\xef\xbb\xbf" + runner.encode("utf-8"))
-            cmd = p.run_command(shell, "powershell", ["-NoProfile", "-NonInteractive", "-ExecutionPolicy", "Bypass",
-                                                      "-File", f"{work}\\run.ps1"])
+            self._upload(p, shell, f"{work}\\script.ps1", b"\xef\xbb\xbf" + script.encode("utf-8"), deadline)
+            self._upload(p, shell, f"{work}\\run.ps1", b"\xef\xbb\xbf" + wrapper.encode("utf-8"), deadline)
+            cmd = p.run_command(shell, POWERSHELL, [*PS_FLAGS, "-ExecutionPolicy", "Bypass", "-File",
+                                                    f"{work}\\run.ps1"])
             out, err = bytearray(), bytearray()
-            deadline = started + timeout
             code: int | None = None
             timed_out = False
             while True:
-                o, e, c, done = p.get_command_output_raw(shell, cmd)
+                o, e, c, done = self._receive(p, shell, cmd)
                 # Keep one byte past the cap so truncation is detectable, never more in memory.
                 out += o[: max(0, output_cap + 1 - len(out))]
-                err += e[: max(0, output_cap + 1 - len(err))]
+                err += e[: max(0, 2 * output_cap + 1 - len(err))]  # CLIXML is wordier than its text
                 if done:
                     code = c
                     break
                 if time.monotonic() >= deadline:
                     timed_out = True
                     break
+            if timed_out:
+                # The tree first, while powershell.exe still links its children: the terminate
+                # signal below ends powershell.exe only, and would leave what it started running.
+                try:
+                    self._kill_tree(p, shell, work)
+                except Exception:  # best effort: the signal still ends powershell.exe
+                    pass
             p.cleanup_command(shell, cmd)
             try:
                 rm = p.run_command(shell, "cmd", ["/c", "rmdir", "/s", "/q", work])
@@ -133,12 +274,14 @@ class WinRMRunner:
                 p.close_shell(shell)
             except Exception:
                 pass
+        stderr = clixml_to_text(decode_stream(bytes(err)))
+        stderr_bytes = stderr.encode("utf-8")
         return ScriptResult(
             exit_code=None if timed_out else code,
-            stdout=bytes(out[:output_cap]).decode("utf-8", errors="replace"),
-            stderr=bytes(err[:output_cap]).decode("utf-8", errors="replace"),
+            stdout=decode_stream(bytes(out[:output_cap])),
+            stderr=stderr_bytes[:output_cap].decode("utf-8", errors="ignore"),
             stdout_truncated=len(out) > output_cap,
-            stderr_truncated=len(err) > output_cap,
+            stderr_truncated=len(stderr_bytes) > output_cap or len(err) > 2 * output_cap,
             timed_out=timed_out,
             duration_s=time.monotonic() - started,
         )
@@ -181,23 +324,34 @@ class WinRMChannel(WinRMRunner):
         m = machine.image.manifest
         if m.winrm is None:
             raise ProviderError("this image has no WinRM section")
-        cred_path = machine.provider.images_dir / m.winrm.credentials
         port = m.winrm.port
         address: dict[str, str] = {}
 
         def make() -> WinRMProtocol:
             from winrm.protocol import Protocol as PyWinRMProtocol
 
+            if machine.credentials is None:
+                # The image's own password is never used: every machine logs on with the one it got
+                # through qemu-ga when it became ready (providers/qemu/credentials.py).
+                raise ProviderError("the machine has no password of its own yet (wait_ready sets it)")
             if "ip" not in address:
                 address["ip"] = machine_address(machine)
-            user, password = load_credentials(cred_path)
+            user, password = machine.credentials.username, machine.credentials.password
             return PyWinRMProtocol(  # type: ignore[return-value]
                 endpoint=f"http://{address['ip']}:{port}/wsman", transport="ntlm", username=user, password=password,
-                server_cert_validation="ignore", read_timeout_sec=30, operation_timeout_sec=20,
+                server_cert_validation="ignore", read_timeout_sec=READ_TIMEOUT_S,
+                operation_timeout_sec=OPERATION_TIMEOUT_S,
                 message_encryption="auto",
             )
 
         return cls(make)
+
+
+def credentials_path(machine: QemuMachine) -> Path:
+    m = machine.image.manifest
+    if m.winrm is None:
+        raise ProviderError(f"image {m.name!r} has no WinRM section")
+    return machine.provider.images_dir / m.winrm.credentials
 
 
 def machine_address(machine: QemuMachine) -> str:

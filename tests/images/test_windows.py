@@ -14,6 +14,7 @@ import pytest
 import yaml
 from imagebuilder import windows10
 from imagebuilder.domain_xml import domain_xml
+from imagebuilder.errors import BuildError
 from imagebuilder.unattend_schema import check_unattend
 from imagebuilder.winrm_channel import WinRMBuildChannel
 
@@ -181,6 +182,9 @@ class FakeProtocol:
     def cleanup_command(self, shell: str, cid: str) -> None:
         pass
 
+    def get_command_output_raw(self, shell: str, cid: str) -> tuple[bytes, bytes, int, bool]:
+        return (*self.get_command_output(shell, cid), True)
+
     def get_command_output(self, shell: str, cid: str) -> tuple[bytes, bytes, int]:
         command, args = self.last
         if command == "cmd.exe" and args[1].startswith("echo "):
@@ -204,6 +208,75 @@ def test_winrm_channel_uploads_long_scripts_in_chunks_and_runs_them_from_a_file(
     echoes = [a for c, a in fake.commands if c == "cmd.exe" and a[1].startswith("echo ")]
     assert len(echoes) > 10 and all(len(" ".join(a)) < 8000 for a in echoes)
     assert all(PASSWORD not in " ".join(a) for _, a in fake.commands)
+
+
+def test_builder_manifest_and_provider_agree_on_the_isolated_network(tmp_path: Path) -> None:
+    from providers.qemu.domain import ISOLATED_NETWORK, DomainSpec, Ownership, build_domain_xml
+
+    m = windows10.manifest("22h2-abc", "a" * 64, 64 << 30)
+    spec = windows10.runtime_spec(tmp_path)
+    assert spec.network == m.network == "isolated"
+    built = ET.fromstring(domain_xml(spec)).find("devices/interface")
+    provider = ET.fromstring(build_domain_xml(DomainSpec(
+        name="gh-r-at_1", manifest=m, image_dir=tmp_path, overlay=tmp_path / "o.qcow2",
+        console_log=tmp_path / "c.log", ownership=Ownership("r", "at_1", str(tmp_path)), accelerator="kvm",
+    ))).find("devices/interface")
+    for iface in (built, provider):
+        assert iface is not None and iface.get("type") == "network"
+        src = iface.find("source")
+        assert src is not None and src.get("network") == ISOLATED_NETWORK
+
+
+def test_sysprep_removes_its_answer_file_once_sysprep_has_read_it() -> None:
+    text = (windows10.ASSETS / "scripts" / "sysprep.ps1").read_text()
+    sysprep_at = text.index("sysprep.exe")
+    # sysprep runs to completion (/quit, -Wait) before the answer file is removed, then powers off.
+    assert "'/quit'" in text and "-Wait" in text and "'/shutdown'" not in text
+    assert text.index("Remove-Item -Force -ErrorAction SilentlyContinue $answer") > sysprep_at
+    assert "if (Test-Path $answer) { throw" in text
+    assert text.index("shutdown.exe") > text.index("Remove-Item -Force -ErrorAction SilentlyContinue $answer")
+    # The copy sysprep cached for the image's first boot goes once OOBE has used it.
+    assert r'del /q /f "%WINDIR%\Panther\unattend.xml"' in text and "SetupComplete.cmd" in text
+
+
+def test_the_credentials_file_is_for_the_service_group_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import grp
+    import os
+    import stat
+
+    me = grp.getgrgid(os.getgid())
+    monkeypatch.setattr(windows10, "SERVICE_GROUP", me.gr_name)  # a group this test may chown to
+    path = tmp_path / "win10-22h2.credentials.yaml"
+    windows10.write_credentials(path, "gh", PASSWORD)
+    st = path.stat()
+    assert stat.S_IMODE(st.st_mode) == 0o640 and st.st_gid == me.gr_gid
+    assert yaml.safe_load(path.read_text()) == {"username": "gh", "password": PASSWORD}
+    monkeypatch.setattr(windows10, "SERVICE_GROUP", "gh-no-such-group-here")
+    windows10.write_credentials(path, "gh", PASSWORD)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_a_hung_build_command_is_stopped_at_its_deadline_not_when_it_returns() -> None:
+    from winrm.exceptions import WinRMOperationTimeoutError
+
+    class Hung(FakeProtocol):
+        """A command that never ends: pywinrm's Receive raises OperationTimeout each time it waits."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.cleaned: list[str] = []
+
+        def get_command_output_raw(self, shell: str, cid: str) -> tuple[bytes, bytes, int, bool]:
+            raise WinRMOperationTimeoutError()
+
+        def cleanup_command(self, shell: str, cid: str) -> None:
+            self.cleaned.append(cid)
+
+    ch = WinRMBuildChannel("127.0.0.1", 5985, "gh", PASSWORD)
+    ch._protocol = hung = Hung()
+    with pytest.raises(BuildError, match="did not finish within 0 s"):
+        ch._run("powershell.exe", ["-NoProfile", "-File", "x.ps1"], 0.2)
+    assert hung.cleaned == ["cid"]  # the command was signalled to terminate
 
 
 def test_dry_run_prints_the_definition_and_steps_and_creates_nothing(tmp_path: Path) -> None:

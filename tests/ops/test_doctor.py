@@ -145,8 +145,8 @@ def test_good_host(workdir: Path, control_plane: FakeControlPlane) -> None:
               token=SecretStr(GOOD_TOKEN), token_file=token)
     rc, text, status = run_doctor(cfg)
     assert rc == 0, text
-    assert status == {"libvirt": "OK", "images": "OK", "kvm": status["kvm"], "disk": "OK", "state": "OK",
-                      "server": "OK", "clock": "OK"}, text
+    assert status == {"libvirt": "OK", "kvmdev": "OK", "caps": "OK", "images": "OK", "creds": "SKIP",
+                      "kvm": status["kvm"], "disk": "OK", "state": "OK", "server": "OK", "clock": "OK"}, text
     assert status["kvm"] in ("OK", "WARN"), text
     if status["kvm"] == "WARN":
         assert "falls back to TCG" in text
