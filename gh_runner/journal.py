@@ -118,11 +118,11 @@ class Journal:
         self.problems: list[str] = []
 
     def open(self) -> None:
-        # The state dir itself stays traversable: the provider keeps disks under it that QEMU (another
-        # user under qemu:///system) must reach. Only the journal is private.
+        # The state dir itself stays traversable (never readable): the provider keeps disks under it
+        # that QEMU (another user under qemu:///system) must reach. The journal is private.
         if not self.root.parent.exists():
             self.root.parent.mkdir(parents=True)
-            os.chmod(self.root.parent, 0o755)  # whatever the umask
+            os.chmod(self.root.parent, 0o711)  # traversable (QEMU reaches disks below), not listable
         for d in (self.root, self.inflight_dir, self.results_dir):
             d.mkdir(mode=0o700, exist_ok=True)
         # Temp files from a write interrupted by a crash never became a record.
