@@ -94,6 +94,7 @@ class QemuProvider(Provider):
         self.accelerator_reason = ""
         self.hypervisor_version = 0
         self._start_lock = asyncio.Lock()
+        self._network_lock = asyncio.Lock()
         self._machines: dict[str, QemuMachine] = {}
         self.png_swapped: bool | None = None  # learnt from the first colourful screenshot
         self._calibrations = 0
@@ -261,8 +262,9 @@ class QemuProvider(Provider):
                 net.create()
             net.setAutostart(True)
 
-        await in_thread("preparing the isolated network", lambda: self.conn.call(go), timeout=CALL_TIMEOUT)
-        await network.apply_host_firewall()
+        async with self._network_lock:  # machines start concurrently: one of them replaces an old network
+            await in_thread("preparing the isolated network", lambda: self.conn.call(go), timeout=CALL_TIMEOUT)
+            await network.apply_host_firewall()
 
     async def reap(self, keep: set[str]) -> list[str]:
         """Destroy this runner's domains and machine directories whose machine id is not in `keep`."""

@@ -220,3 +220,25 @@ async def test_isolated_guests_reach_neither_each_other_nor_the_host(iso_provide
         t.join(timeout=5)
         listener.close()
         await ms.destroy_all()
+
+
+async def test_console_log_is_capped_and_read_by_its_tail(machines: Machines) -> None:
+    """virtlogd writes the serial console (libvirt's stdio_handler "logd") and rotates it at its
+    max_size (2 MiB by default, max_backups 3): a guest printing without end fills at most a few
+    MiB. The runner reads only the tail, whatever the size."""
+    import tracemalloc
+
+    m = await machines.create()
+    r = await m.run_script("head -c 5000000 /dev/zero | tr '\\0' 'x' > /dev/ttyS0; echo END-OF-FLOOD > /dev/ttyS0; "
+                           "echo done", timeout=600)
+    assert r.stdout.strip() == "done", r.stderr
+    files = sorted(p.name for p in m.dir.iterdir() if p.name.startswith("console.log"))
+    sizes = {p.name: p.stat().st_size for p in m.dir.iterdir() if p.name.startswith("console.log")}
+    assert "console.log.0" in files, sizes  # rotated
+    assert all(size <= 2 * 1024 * 1024 for size in sizes.values()), sizes
+    assert sum(sizes.values()) <= 4 * 2 * 1024 * 1024, sizes
+    tracemalloc.start()
+    tail = m.console_tail(300)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert tail.endswith("END-OF-FLOOD") and peak < 64 * 1024, peak
