@@ -8,7 +8,8 @@ Three layers, each enough for its own part:
   isolated port, so two guests cannot reach each other even at layer 2;
 - an nftables table of ours (`inet gh_isolated`) drops everything a guest sends to the host
   except DHCP (the guest's address comes from the lease; WinRM finds the guest by it) and the
-  replies to connections the host opened (WinRM 5985/5986 is host -> guest). libvirt itself
+  replies to connections the host opened; and of what the host opens towards guests it lets out
+  only WinRM (5985/5986), DHCP answers and ICMP (neighbour discovery, errors). libvirt itself
   accepts DNS and DHCP from the bridge; a drop in any base chain is final, so ours wins.
 
 `nft` comes from Debian's `nftables` package (scripts/setup.sh installs it); without it an
@@ -61,6 +62,14 @@ table inet {NFT_TABLE} {{
         iifname "{bridge}" ct state established,related accept
         iifname "{bridge}" udp dport 67 accept
         iifname "{bridge}" counter drop
+    }}
+    chain output {{
+        type filter hook output priority -50; policy accept;
+        oifname "{bridge}" ct state established,related accept
+        oifname "{bridge}" udp sport 67 udp dport 68 accept
+        oifname "{bridge}" tcp dport {{ 5985, 5986 }} accept
+        oifname "{bridge}" meta l4proto {{ icmp, ipv6-icmp }} accept
+        oifname "{bridge}" counter drop
     }}
     chain forward {{
         type filter hook forward priority -50; policy accept;

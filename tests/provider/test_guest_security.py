@@ -4,7 +4,8 @@
   opens them (the machine boots; a machine boots from a saved version);
 - a machine that writes past its cap is stopped with a typed error;
 - on the `isolated` network two guests cannot reach each other and a guest cannot reach a
-  listening host port, while the host still reaches each guest (the WinRM direction).
+  listening host port, while the host still reaches each guest on the WinRM port (and no other),
+  and a guest still gets its address by DHCP and is found by its lease (as WinRM finds it).
 
 linux-tiny has no network driver in its image (its manifest says `network: none`), so the network
 test loads virtio_net from the very kernel package the image was built from (the builder's cache)
@@ -35,6 +36,7 @@ from providers.base import MachineSource
 from providers.qemu import QemuMachine, QemuProvider
 from providers.qemu.diskcap import MachineLimit, MachineLimitExceeded
 from providers.qemu.network import BRIDGE
+from providers.qemu.winrm import machine_address
 
 from .conftest import Machines, make_provider
 
@@ -142,7 +144,14 @@ async def iso_provider(images_dir: Path, state_root: Path, runner_name: str) -> 
         shutil.rmtree(imgs, ignore_errors=True)
 
 
-async def _net_up(m: QemuMachine, modules: dict[str, bytes], address: str) -> None:
+DHCP_SCRIPT = """#!/bin/sh
+[ "$1" = bound ] || [ "$1" = renew ] || exit 0
+ifconfig "$interface" "$ip" netmask "$subnet" up
+"""
+
+
+async def _net_up(m: QemuMachine, modules: dict[str, bytes], address: str | None) -> None:
+    """Load the NIC driver, configure eth0 (a static address, or DHCP when None), listen on 5985."""
     for rel in NET_MODULES:
         b64 = base64.b64encode(modules[rel]).decode()
         name = rel.rsplit("/", 1)[1]
@@ -153,11 +162,16 @@ async def _net_up(m: QemuMachine, modules: dict[str, bytes], address: str) -> No
             assert r.exit_code == 0, r.stderr
         r = await m.run_script(f"base64 -d /tmp/{name}.b64 > /tmp/{name} && insmod /tmp/{name}", timeout=60)
         assert r.exit_code == 0, r.stdout + r.stderr
+    if address is None:
+        configure = (f"printf '%s' '{DHCP_SCRIPT}' > /tmp/dhcp.sh && chmod +x /tmp/dhcp.sh && "
+                     "ip link set eth0 up && udhcpc -i eth0 -s /tmp/dhcp.sh -n -q -t 10 -T 2 >/dev/null 2>&1 && ")
+    else:
+        configure = f"ip link set eth0 up && ip addr add {address}/24 dev eth0 && "
     r = await m.run_script(
-        "for i in $(seq 50); do [ -e /sys/class/net/eth0 ] && break; sleep 0.1; done; "
-        f"ip link set eth0 up && ip addr add {address}/24 dev eth0 && "
+        "for i in $(seq 50); do [ -e /sys/class/net/eth0 ] && break; sleep 0.1; done; " + configure +
         # a listener on the WinRM port: the host must still reach it (host-initiated), guests must not
-        "(echo hello-from-guest | nc -l -p 5985 >/dev/null 2>&1 &) ; echo up", timeout=60)
+        "(echo hello-from-guest | nc -l -p 5985 >/dev/null 2>&1 &) ; "
+        "(echo other-port | nc -l -p 8080 >/dev/null 2>&1 &) ; echo up", timeout=60)
     assert r.stdout.strip().endswith("up"), r.stdout + r.stderr
 
 
@@ -200,18 +214,23 @@ async def test_isolated_guests_reach_neither_each_other_nor_the_host(iso_provide
     t.start()
     try:
         a, b = await asyncio.gather(ms.create(), ms.create())
-        await asyncio.gather(_net_up(a, net_modules, "192.168.239.5"), _net_up(b, net_modules, "192.168.239.6"))
+        # b takes its address by DHCP and is found by its lease, as the WinRM channel finds a guest.
+        await asyncio.gather(_net_up(a, net_modules, "192.168.239.5"), _net_up(b, net_modules, None))
+        b_addr = await asyncio.to_thread(machine_address, b)
         probe = ("for t in 1 2 3; do nc -w 3 {addr} {port} </dev/null && echo CONNECTED; done; "
                  "ping -c 2 -W 2 {addr} >/dev/null 2>&1 && echo PINGED; echo probed")
-        to_b = await a.run_script(probe.format(addr="192.168.239.6", port=5985), timeout=120)
+        to_b = await a.run_script(probe.format(addr=b_addr, port=5985), timeout=120)
         assert to_b.stdout.strip().endswith("probed"), to_b.stderr
         assert "hello-from" not in to_b.stdout and "CONNECTED" not in to_b.stdout and "PINGED" not in to_b.stdout
         to_host = await a.run_script(probe.format(addr="192.168.239.1", port=host_port), timeout=120)
         assert "CONNECTED" not in to_host.stdout and "PINGED" not in to_host.stdout
         assert accepted == []
         # The controls: both guests' links are up, and host-initiated connections (WinRM's) get through.
-        assert (await asyncio.to_thread(_host_reaches, "192.168.239.6")).startswith(b"hello-from")
+        assert (await asyncio.to_thread(_host_reaches, b_addr)).startswith(b"hello-from")
         assert (await asyncio.to_thread(_host_reaches, "192.168.239.5")).startswith(b"hello-from")
+        # Of what the host opens towards a guest, only WinRM's ports leave the host.
+        with pytest.raises(OSError):
+            await asyncio.to_thread(socket.create_connection, (b_addr, 8080), 5)
         ports = (await asyncio.to_thread(subprocess.run, ["bridge", "-d", "link", "show", "master", BRIDGE],
                                          capture_output=True, text=True, timeout=30)).stdout
         assert ports.count("isolated on") >= 2, ports
