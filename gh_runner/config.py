@@ -78,6 +78,8 @@ class RunnerConfig(BaseModel):
     connect_timeout: float = Field(default=15.0, gt=0, le=300)
     reap_interval: float = Field(default=300.0, gt=0, le=86400)
     result_resend: float = Field(default=30.0, gt=0, le=3600, description="resend unacked results this often")
+    disk_reserve_mib: int = Field(default=2048, ge=0, description="refuse leases when the state dir has less free")
+    machine_disk_cap_mib: int = Field(default=20480, ge=64, description="stop a machine whose overlay grows past this")
     timeouts: Timeouts = Field(default_factory=Timeouts)
 
     @field_validator("labels", mode="before")

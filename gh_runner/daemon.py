@@ -40,7 +40,7 @@ from typing import Any, Protocol, TypeVar
 
 import structlog
 
-from gh_runner import __version__
+from gh_runner import __version__, diskguard
 from gh_runner.config import RunnerConfig, Timeouts
 from gh_runner.journal import InflightRecord, Journal, is_safe_id
 from gh_runner.log import bind_attempt, get_logger, redactor
@@ -58,6 +58,7 @@ from gh_runner.protocol import (
     JobResult,
     Lease,
     LeaseAccept,
+    LeaseRefusal,
     LeaseRefuse,
     MachineRequest,
     MachineResponse,
@@ -156,7 +157,8 @@ def make_provider(config: RunnerConfig) -> Provider:
         return provider
     from providers.qemu import QemuProvider  # type: ignore[attr-defined]
 
-    qemu: Provider = QemuProvider(config.images_dir, config.state_dir, config.name, config.libvirt_uri)
+    qemu: Provider = QemuProvider(config.images_dir, config.state_dir, config.name, config.libvirt_uri,
+                                  write_cap_bytes=config.machine_disk_cap_mib * diskguard.MIB)
     return qemu
 
 
@@ -544,10 +546,10 @@ class Daemon:
             return f"start state {ref.start_state_id} version {ref.version} is not held by this runner"
         return None
 
-    async def _refuse(self, attempt_id: str, reason: str) -> None:
-        self.log.info("lease refused", attempt_id=attempt_id[:128], reason=reason)
+    async def _refuse(self, attempt_id: str, reason: str, code: LeaseRefusal | None = None) -> None:
+        self.log.info("lease refused", attempt_id=attempt_id[:128], reason=reason, code=code)
         self._emit("lease_refused", attempt_id, reason)
-        await self.session.send(LeaseRefuse(attempt_id=attempt_id, reason=reason))
+        await self.session.send(LeaseRefuse(attempt_id=attempt_id, reason=reason, code=code))
 
     async def _on_lease(self, lease: Lease) -> None:
         aid = lease.attempt_id
@@ -564,6 +566,9 @@ class Daemon:
             reason = self._refusal(lease)
         if reason is not None:
             await self._refuse(aid, reason)
+            return
+        if (low := diskguard.lease_refusal(self.config.state_dir, self.config.disk_reserve_mib * diskguard.MIB)):
+            await self._refuse(aid, low.message, low.code)
             return
         try:
             record = await self._journal(self.journal.record_inflight, aid, aid, lease.test_run_id)

@@ -17,6 +17,7 @@ The calls block on the disk briefly (small files; fsync only for what must survi
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -59,16 +60,50 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+class DiskFull(JournalError, OSError):
+    """The journal could not be written because the disk (or the filesystem's quota) is full."""
+
+    def __init__(self, path: Path, written: int, wanted: int) -> None:
+        OSError.__init__(self, errno.ENOSPC, f"disk full writing {path.name}: {written} of {wanted} bytes written; "
+                                             f"free space under {path.parent}")
+        self.path = path
+
+
+def _write_all(fd: int, data: bytes, path: Path) -> None:
+    """os.write until every byte is written: a write may be short (a full disk, a signal), and a short
+    write fsync'd and renamed would journal a truncated result as if it were whole."""
+    view = memoryview(data)
+    done = 0
+    while done < len(data):
+        try:
+            n = os.write(fd, view[done:])
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFull(path, done, len(data)) from None
+            raise
+        if n <= 0:  # no progress and no error: treat as full rather than spin
+            raise DiskFull(path, done, len(data))
+        done += n
+
+
 def _write_atomic(path: Path, data: bytes, durable: bool = True) -> None:
+    """Write `data` to a temp file, then rename it over `path`; on any failure the temp file is
+    removed and `path` is untouched. Raises DiskFull when the disk is full, OSError otherwise."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.write(fd, data)
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            _write_all(fd, data, path)
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and not isinstance(e, DiskFull) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFull(path, 0, len(data)) from None  # ENOSPC from fsync or close (delayed allocation)
+        raise
     if durable:
         _fsync_dir(path.parent)
 
@@ -83,11 +118,11 @@ class Journal:
         self.problems: list[str] = []
 
     def open(self) -> None:
-        # The state dir itself stays traversable: the provider keeps disks under it that QEMU (another
-        # user under qemu:///system) must reach. Only the journal is private.
+        # The state dir itself stays traversable (never readable): the provider keeps disks under it
+        # that QEMU (another user under qemu:///system) must reach. The journal is private.
         if not self.root.parent.exists():
             self.root.parent.mkdir(parents=True)
-            os.chmod(self.root.parent, 0o755)  # whatever the umask
+            os.chmod(self.root.parent, 0o711)  # traversable (QEMU reaches disks below), not listable
         for d in (self.root, self.inflight_dir, self.results_dir):
             d.mkdir(mode=0o700, exist_ok=True)
         # Temp files from a write interrupted by a crash never became a record.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -30,6 +31,30 @@ CLOSE_HEARTBEAT_TIMEOUT = 4008  # the peer was silent past the dead-peer bound
 
 ATTEMPT_STATUSES = ("preparing", "running", "checking", "done")
 Outcome = Literal["passed", "failed", "error"]
+
+
+class MachineRefusal(StrEnum):
+    """Why a machine request was answered `ok=False` without reaching (or leaving) the machine."""
+
+    REQUEST_TOO_LARGE = "request_too_large"  # the request, encoded, is over the websocket frame limit
+    RESPONSE_TOO_LARGE = "response_too_large"  # the answer (exec output, screenshot) is over it
+
+
+class LeaseRefusal(StrEnum):
+    """Typed reasons a runner refuses a lease (the `reason` text says the details)."""
+
+    DISK_LOW = "disk_low"  # the runner's state dir has less free space than it keeps in reserve
+
+
+class FrameTooLarge(Exception):
+    """A message whose encoded frame is over `MAX_FRAME_BYTES`: it must not be sent, since the peer
+    (websockets' `max_size`, uvicorn's `ws_max_size`) would close the whole connection with 1009."""
+
+    def __init__(self, msg_type: str, size: int, limit: int) -> None:
+        super().__init__(f"{msg_type} frame of {size} bytes is over the websocket limit of {limit} bytes")
+        self.msg_type = msg_type
+        self.size = size
+        self.limit = limit
 
 
 class ProtocolError(Exception):
@@ -154,6 +179,7 @@ class LeaseRefuse(_Msg):
     type: Literal["lease_refuse"] = "lease_refuse"
     attempt_id: str
     reason: str
+    code: LeaseRefusal | None = None  # set when the refusal has a typed reason
 
 
 class AttemptStatus(_Msg):
@@ -186,6 +212,7 @@ class MachineResponse(_Msg):
     request_id: str
     ok: bool
     error: str | None = None
+    refusal: MachineRefusal | None = None  # set when the request was refused rather than failed
     png_b64: str | None = None  # for screen
     exit_code: int | None = None  # for exec
     stdout: str | None = None
@@ -372,3 +399,36 @@ def parse_server_message(raw: str | bytes) -> Any:
 
 def encode(msg: BaseModel) -> str:
     return msg.model_dump_json(exclude_none=False)
+
+
+def frame_bytes(frame: str) -> int:
+    """The size a websocket peer counts against its limit: the UTF-8 payload."""
+    return len(frame) if frame.isascii() else len(frame.encode("utf-8", "surrogatepass"))
+
+
+def encode_checked(msg: BaseModel, limit: int = MAX_FRAME_BYTES) -> str:
+    """`encode`, refusing a frame the peer would not accept.
+
+    Every sender calls this before `send`, on both sides: a frame over the peer's `max_size` makes
+    the peer close the connection (1009), which fails every other request on it.
+
+    Raises:
+        FrameTooLarge: the encoded frame is over `limit` bytes.
+    """
+    frame = encode(msg)
+    size = frame_bytes(frame)
+    if size > limit:
+        raise FrameTooLarge(str(getattr(msg, "type", type(msg).__name__)), size, limit)
+    return frame
+
+
+def too_large_reply(msg: BaseModel, err: FrameTooLarge) -> BaseModel | None:
+    """What the sender of a too-large message sends instead, if anything: a machine answer becomes
+    a typed refusal of that request (small, so it always fits); other messages have no stand-in."""
+    if isinstance(msg, MachineResponse):
+        return MachineResponse(
+            request_id=msg.request_id, ok=False, refusal=MachineRefusal.RESPONSE_TOO_LARGE,
+            error=f"the machine's answer is {err.size} bytes encoded, over the runner-server frame limit of "
+                  f"{err.limit} bytes; ask for less output (a smaller screen, a shorter exec output)",
+        )
+    return None

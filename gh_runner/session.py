@@ -13,6 +13,9 @@ daemon's) business. Guarantees it gives the handler:
   mismatch (4002) are logged once, clearly, and retried only every `revoked_retry` seconds.
 - A frame that cannot be parsed, or whose handling fails, is answered with an `error` message;
   the session stays up. An `error` from the server is logged, never answered (no error ping-pong).
+- Nothing is sent over the frame limit (`encode_checked`): a machine answer too big to send goes
+  out as that request's typed refusal, anything else too big is dropped with a log line; the
+  connection, and every other request on it, stays up.
 """
 
 from __future__ import annotations
@@ -40,12 +43,15 @@ from gh_runner.protocol import (
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
     ErrorMsg,
+    FrameTooLarge,
     Heartbeat,
     Hello,
     ProtocolError,
     Welcome,
     encode,
+    encode_checked,
     parse_server_message,
+    too_large_reply,
 )
 
 
@@ -170,7 +176,16 @@ class Session:
         if ws is None or (not self._welcomed and not isinstance(msg, Hello)):
             return False
         try:
-            await ws.send(encode(msg))
+            frame = encode_checked(msg)
+        except FrameTooLarge as e:
+            stand_in = too_large_reply(msg, e)
+            self.log.warning("message too large to send", type=e.msg_type, bytes=e.size, limit=e.limit,
+                             replaced=stand_in is not None)
+            if stand_in is None:
+                return False
+            frame = encode(stand_in)
+        try:
+            await ws.send(frame)
             return True
         except ConnectionClosed:
             return False

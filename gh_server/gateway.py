@@ -68,11 +68,21 @@ class _Conn:
         return not self.closed.is_set() and not self.draining and self.refused_in_row < PAUSE_AFTER_REFUSALS
 
     async def send(self, msg: pydantic.BaseModel) -> bool:
+        """Send one message; False when the socket is gone or the frame is over the limit (never sent:
+        the runner would close the whole connection, failing every other request on it)."""
+        try:
+            frame = protocol.encode_checked(msg)
+        except protocol.FrameTooLarge as e:
+            log.warning("not sending to runner %s: %s", self.name, e)
+            return False
+        return await self.send_frame(frame)
+
+    async def send_frame(self, frame: str) -> bool:
         if self.closed.is_set():
             return False
         try:
             async with self.lock:
-                await asyncio.wait_for(self.ws.send_text(protocol.encode(msg)), SEND_TIMEOUT_S)
+                await asyncio.wait_for(self.ws.send_text(frame), SEND_TIMEOUT_S)
             return True
         except Exception:  # a socket that broke under us: the reader will notice and clean up
             self.closed.set()
@@ -312,7 +322,15 @@ class Gateway:
         conn = self.conns.get(runner_id)
         self._pending[req.request_id] = (runner_id, conn.session_id if conn else "", fut)
         try:
-            if conn is None or not await conn.send(req):
+            try:
+                frame = protocol.encode_checked(req)
+            except protocol.FrameTooLarge as e:
+                return protocol.MachineResponse(
+                    request_id=req.request_id, ok=False, refusal=protocol.MachineRefusal.REQUEST_TOO_LARGE,
+                    error=f"the {req.op} request is {e.size} bytes encoded, over the runner frame limit of "
+                          f"{e.limit} bytes; send a smaller script, env or event list",
+                )
+            if conn is None or not await conn.send_frame(frame):
                 return protocol.MachineResponse(
                     request_id=req.request_id, ok=False, error="the runner holding this machine is not connected"
                 )

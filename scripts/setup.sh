@@ -13,6 +13,7 @@ log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 APT_PACKAGES=(
   qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients libvirt-dev pkg-config
   e2fsprogs cpio zstd xz-utils genisoimage chromium postgresql systemd
+  nftables dnsmasq-base  # the isolated network: its host firewall (nft), its DHCP (libvirt runs dnsmasq)
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

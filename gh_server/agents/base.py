@@ -18,6 +18,10 @@ class AgentError(Exception):
 class MachineError(AgentError):
     """A screen, input or exec request on the attempt's machine was refused or failed."""
 
+    def __init__(self, message: str, refusal: protocol.MachineRefusal | None = None) -> None:
+        super().__init__(message)
+        self.refusal = refusal  # set when it was refused for a typed reason (e.g. too large to relay)
+
 
 @dataclass(frozen=True)
 class ExecResult:
@@ -54,7 +58,7 @@ class Machine:
         self.requests += 1
         resp = await self._relay(self.runner_id, req, timeout + SLACK_S)
         if not resp.ok:
-            raise MachineError(f"{req.op} on the machine failed: {resp.error or 'no reason given'}")
+            raise MachineError(f"{req.op} on the machine failed: {resp.error or 'no reason given'}", resp.refusal)
         return resp
 
     def _req(self, op: str, **kw: Any) -> protocol.MachineRequest:

@@ -42,6 +42,14 @@ def _error(status: int, etype: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"type": etype, "message": message}}, status_code=status)
 
 
+def _machine_error(e: MachineError) -> JSONResponse:
+    # Too large to relay over the runner's websocket: the caller's request (or what it asked for) is
+    # what to change, so it is told so, not given a server error.
+    if e.refusal is not None:
+        return _error(413, "invalid_request", str(e))
+    return _error(502, "server_error", str(e))
+
+
 def router(sup: AgentSupervisor) -> APIRouter:
     r = APIRouter(prefix=MACHINE_API_PATH, include_in_schema=True, tags=["agent machine API"])
 
@@ -86,7 +94,7 @@ def router(sup: AgentSupervisor) -> APIRouter:
         try:
             png = await grant.machine.screen()
         except MachineError as e:
-            return _error(502, "server_error", str(e))
+            return _machine_error(e)
         return Response(png, media_type="image/png")
 
     @r.post("/input")
@@ -100,7 +108,7 @@ def router(sup: AgentSupervisor) -> APIRouter:
         try:
             await grant.machine.input(b.events)
         except MachineError as e:
-            return _error(502, "server_error", str(e))
+            return _machine_error(e)
         return JSONResponse({"ok": True})
 
     @r.post("/exec")
@@ -114,7 +122,7 @@ def router(sup: AgentSupervisor) -> APIRouter:
         try:
             res = await grant.machine.exec(b.script, b.env, b.timeout)
         except MachineError as e:
-            return _error(502, "server_error", str(e))
+            return _machine_error(e)
         return JSONResponse(res.as_dict())
 
     @r.post("/ask")

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from providers.manifest import DirectKernelBoot, ImageManifest
+from providers.qemu.network import ISOLATED_NETWORK
 
 METADATA_NS = "https://gh-runner.dev/xmlns/machine/1"
 METADATA_PREFIX = "gh"
 GUEST_AGENT_CHANNEL = "org.qemu.guest_agent.0"
-ISOLATED_NETWORK = "gh-isolated"
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
@@ -138,6 +138,7 @@ def build_domain_xml(spec: DomainSpec) -> str:
         _sub(iface, "source", network=ISOLATED_NETWORK)
         _sub(iface, "model", type="virtio" if m.os == "linux" else "e1000e")
         _sub(iface, "filterref", filter="clean-traffic")
+        _sub(iface, "port", isolated="yes")  # no guest-to-guest traffic on the bridge (providers/qemu/network.py)
     # Absolute pointer: QMP input-send-event abs moves reach the guest only through a tablet, on
     # the bus the image has a driver for (a kernel without USB gets a virtio tablet, and no USB).
     tablet_bus = getattr(m, "tablet", "usb")
@@ -223,12 +224,3 @@ def _set_text(root: ET.Element, tag: str, text: str) -> None:
     el.text = text
 
 
-def isolated_network_xml() -> str:
-    """A network with no <forward>: guests reach only the host bridge address (for WinRM), never the LAN."""
-    return (
-        f"<network><name>{ISOLATED_NETWORK}</name>"
-        "<bridge name='gh-iso0' stp='on' delay='0'/><dns enable='no'/>"
-        "<ip address='192.168.239.1' netmask='255.255.255.0'>"
-        "<dhcp><range start='192.168.239.10' end='192.168.239.250'/></dhcp></ip>"
-        "</network>"
-    )

@@ -9,6 +9,7 @@ import signal
 from pathlib import Path
 
 from providers.base import ProviderError
+from providers.qemu import fileperms
 
 QEMU_IMG = "qemu-img"
 
@@ -44,7 +45,7 @@ async def create_overlay(base: Path, overlay: Path, *, timeout: float = 30) -> N
         [QEMU_IMG, "create", "-q", "-f", "qcow2", "-b", str(base), "-F", "qcow2", str(overlay)],
         timeout=timeout, what=f"creating overlay {overlay.name}",
     )
-    await asyncio.to_thread(overlay.chmod, 0o644)
+    await asyncio.to_thread(fileperms.disk_file, overlay)
 
 
 async def image_info(path: Path, *, timeout: float = 30) -> dict[str, object]:
@@ -77,7 +78,7 @@ async def write_version_disk(overlay: Path, base: Path, dest: Path, *, flatten: 
                           what=f"copying overlay for {dest}")
             await run_cmd([QEMU_IMG, "rebase", "-q", "-b", str(base), "-F", "qcow2", str(tmp)],
                           timeout=timeout, what=f"writing version disk {dest}")
-        tmp.chmod(0o444)
+        fileperms.disk_file(tmp, read_only=True)
         tmp.rename(dest)
     finally:
         tmp.unlink(missing_ok=True)

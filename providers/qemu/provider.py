@@ -1,6 +1,6 @@
 """The QEMU/KVM provider on libvirt: machines as qcow2 overlays plus transient domains.
 
-Layout under `state_dir` (every directory 0755 so QEMU, running as libvirt-qemu, can reach disks):
+Layout under `state_dir` (0711 down to the disks' own 0750 directories: see `fileperms`):
   machines/<domain name>/  overlay `disk.qcow2`, `owner.json`, serial `console.log`, transient restore file
   states/<start_state_id>/v<N>/  immutable `disk.qcow2`, optional `memory.img`, `meta.json`
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import time
 from collections.abc import Mapping, Sequence
@@ -31,19 +32,18 @@ from providers.base import (
     ScriptResult,
 )
 from providers.manifest import DirectKernelBoot
-from providers.qemu import overlays
+from providers.qemu import fileperms, network, overlays
 from providers.qemu.accel import choose_accelerator
 from providers.qemu.channels import Channel, Duty
 from providers.qemu.connection import Connection
 from providers.qemu.credentials import Credentials, give_machine_password
+from providers.qemu.diskcap import MachineLimitExceeded, WriteCap
 from providers.qemu.domain import (
-    ISOLATED_NETWORK,
     DomainSpec,
     Ownership,
     build_domain_xml,
     domain_name,
     domain_prefix,
-    isolated_network_xml,
     ownership_from_domain_xml,
     rewrite_saved_xml,
 )
@@ -75,14 +75,10 @@ exit 0
 SCREEN_SIZE_TTL_S = 5.0
 
 
-def _mkdir_traversable(path: Path) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    path.chmod(0o755)
-
-
 class QemuProvider(Provider):
     def __init__(self, images_dir: Path, state_dir: Path, runner_name: str, libvirt_uri: str = "qemu:///system",
-                 *, accelerator: str | None = None, flatten_versions: bool = False) -> None:
+                 *, accelerator: str | None = None, flatten_versions: bool = False,
+                 write_cap_bytes: int | None = None) -> None:
         self.images_dir = Path(images_dir)
         self.state_dir = Path(state_dir)
         self.runner_name = runner_name
@@ -92,11 +88,13 @@ class QemuProvider(Provider):
         self.states = StateStore(self.state_dir)
         self.machines_dir = self.state_dir / "machines"
         self.flatten_versions = flatten_versions
+        self.write_cap_bytes = write_cap_bytes  # per machine: overlay + console log (diskcap.WriteCap)
         self._force_accel = accelerator
         self.accelerator: str | None = None  # "kvm" | "tcg" once started
         self.accelerator_reason = ""
         self.hypervisor_version = 0
         self._start_lock = asyncio.Lock()
+        self._network_lock = asyncio.Lock()
         self._machines: dict[str, QemuMachine] = {}
         self.png_swapped: bool | None = None  # learnt from the first colourful screenshot
         self._calibrations = 0
@@ -108,9 +106,8 @@ class QemuProvider(Provider):
         async with self._start_lock:
             if self.accelerator is not None:
                 return
-            _mkdir_traversable(self.state_dir)
-            _mkdir_traversable(self.machines_dir)
-            _mkdir_traversable(self.states.root)
+            for d in (self.state_dir, self.machines_dir, self.states.root):
+                fileperms.traverse_only_dir(d)
             self.hypervisor_version = await in_thread(
                 "connecting to libvirt", lambda: self.conn.call(lambda c: c.getVersion()), timeout=CALL_TIMEOUT)
             kernel = None
@@ -196,7 +193,7 @@ class QemuProvider(Provider):
         mdir = self.machines_dir / name
         if mdir.exists():
             await asyncio.to_thread(shutil.rmtree, mdir, True)
-        _mkdir_traversable(mdir)
+        fileperms.machine_dir(mdir)
         own = Ownership(runner=self.runner_name, machine_id=machine_id, machine_dir=str(mdir))
         (mdir / OWNER_FILE).write_text(json.dumps({"runner": own.runner, "machine_id": own.machine_id,
                                                     "domain": name}))
@@ -223,6 +220,9 @@ class QemuProvider(Provider):
             await machine.destroy()
             raise
         self._machines[machine_id] = machine
+        if self.write_cap_bytes is not None:
+            machine.write_cap = WriteCap(mdir, self.write_cap_bytes, machine._stop_over_limit)
+            machine.write_cap.start()
         log.info("machine created", machine_id=machine_id, domain=name, image=image.manifest.name,
                  start_state=source.start_state_id, version=source.version, warm=machine.restored)
         return machine
@@ -248,14 +248,23 @@ class QemuProvider(Provider):
     async def _ensure_isolated_network(self) -> None:
         def go(c: libvirt.virConnect) -> None:
             try:
-                net = c.networkLookupByName(ISOLATED_NETWORK)
+                net = c.networkLookupByName(network.ISOLATED_NETWORK)
             except libvirt.libvirtError:
-                net = c.networkDefineXML(isolated_network_xml())
+                net = c.networkDefineXML(network.network_xml())
+            if not network.is_port_isolated(net.XMLDesc(0)):
+                # Defined by an older runner without port isolation: replace it (its guests lose the link).
+                log.warning("replacing the isolated network: it had no port isolation")
+                if net.isActive():
+                    net.destroy()
+                net.undefine()
+                net = c.networkDefineXML(network.network_xml())
             if not net.isActive():
                 net.create()
             net.setAutostart(True)
 
-        await in_thread("preparing the isolated network", lambda: self.conn.call(go), timeout=CALL_TIMEOUT)
+        async with self._network_lock:  # machines start concurrently: one of them replaces an old network
+            await in_thread("preparing the isolated network", lambda: self.conn.call(go), timeout=CALL_TIMEOUT)
+            await network.apply_host_firewall()
 
     async def reap(self, keep: set[str]) -> list[str]:
         """Destroy this runner's domains and machine directories whose machine id is not in `keep`."""
@@ -378,6 +387,15 @@ class QemuMachine(Machine):
         self.input = InputDriver(provider.conn, name, self._current_screen_size)
         self._winrm: Any = None
         self.credentials: Credentials | None = None  # this machine's own WinRM password, in memory only
+        self.write_cap: WriteCap | None = None
+
+    async def _stop_over_limit(self, exc: MachineLimitExceeded) -> None:
+        # The domain goes at once (it may be writing still); its files stay until destroy().
+        await self.provider._destroy_domain(self.domain_name)
+
+    def _over_limit(self) -> None:
+        if self.write_cap is not None and self.write_cap.exceeded is not None:
+            raise self.write_cap.exceeded
 
     @property
     def _uses_winrm(self) -> bool:
@@ -404,8 +422,12 @@ class QemuMachine(Machine):
         raise MachineNotReady(f"the machine {what} before its guest answered" + (f"; console: {tail}" if tail else ""))
 
     def console_tail(self, limit: int = 300) -> str:
+        # Only the tail is read: the guest decides how much it prints (virtlogd rotates the file at
+        # its max_size, 2 MiB by default, and keeps max_backups old ones: that bounds the disk).
         try:
-            data = (self.dir / "console.log").read_bytes()[-limit:]
+            with open(self.dir / "console.log", "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - limit))
+                data = f.read(limit)
         except OSError:
             return ""
         return data.decode(errors="replace").strip().replace("\r", "")
@@ -457,6 +479,15 @@ class QemuMachine(Machine):
 
     async def run_script(self, script: str, *, env: Mapping[str, str] | None = None, timeout: float,
                          output_cap: int = DEFAULT_OUTPUT_CAP) -> ScriptResult:
+        try:
+            return await self._run_script(script, env=env, timeout=timeout, output_cap=output_cap)
+        except ProviderError:
+            self._over_limit()  # the script failed because its machine was stopped over a limit: say so
+            raise
+
+    async def _run_script(self, script: str, *, env: Mapping[str, str] | None, timeout: float,
+                          output_cap: int) -> ScriptResult:
+        self._over_limit()
         if self._destroyed:
             raise ProviderError("the machine was destroyed")
         await self._clock_set()
@@ -467,6 +498,7 @@ class QemuMachine(Machine):
         return await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap)
 
     async def screenshot(self) -> bytes:
+        self._over_limit()
         raw, mime = await in_thread("taking a screenshot", screenshot_blocking, self.provider.conn, self.domain_name,
                                     timeout=CALL_TIMEOUT)
         swap = False
@@ -486,6 +518,7 @@ class QemuMachine(Machine):
         return self._screen_size
 
     async def send_input(self, events: Sequence[InputEvent]) -> None:
+        self._over_limit()
         await self.input.send(events)
 
     async def save(self, start_state_id: str, version: int, *, with_memory: bool = True) -> SavedVersion:
@@ -504,8 +537,8 @@ class QemuMachine(Machine):
                 f"start state {start_state_id} version {version} already exists (versions are immutable)")
         partial = vf.dir.with_name(vf.dir.name + ".partial")
         await asyncio.to_thread(shutil.rmtree, partial, True)
-        _mkdir_traversable(partial.parent)
-        _mkdir_traversable(partial)
+        fileperms.machine_dir(partial.parent)
+        fileperms.machine_dir(partial)
         started = time.monotonic()
         mem = partial / "memory.img"
         try:
@@ -528,7 +561,7 @@ class QemuMachine(Machine):
                                                                                  libvirt.VIR_DOMAIN_SAVE_RUNNING),
                                                         retry=False),
                                     timeout=600)
-                mem.chmod(0o444)
+                fileperms.disk_file(mem, read_only=True)
             else:
                 if not self._uses_winrm:
                     await self.agent.run_sh("sync", env=None, timeout=60)
@@ -559,6 +592,8 @@ class QemuMachine(Machine):
         p = self.provider
         if self._clock_task is not None and not self._clock_task.done():
             self._clock_task.cancel()
+        if self.write_cap is not None:
+            await self.write_cap.close()
         try:
             await p._destroy_domain(self.domain_name)
         except ProviderError as e:

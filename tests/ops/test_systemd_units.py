@@ -138,6 +138,7 @@ def test_sysusers_and_tmpfiles_make_the_expected_host(root: Path) -> None:
     assert passwd["gh-runner"][6] == "/usr/sbin/nologin"
     assert "gh-runner" in groups["libvirt"][3].split(",")
     assert "gh-runner" in groups["kvm"][3].split(",")
+    assert "gh-runner" in groups["libvirt-qemu"][3].split(",")  # disks are 0640 with QEMU's group
 
     r = run(tool("systemd-tmpfiles"), f"--root={root}", "--create", str(SYSTEMD_DIR / "gh-runner.tmpfiles"))
     assert r.returncode == 0, r.stderr

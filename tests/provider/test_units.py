@@ -85,6 +85,7 @@ def test_kvm_and_isolated_network_xml() -> None:
     assert root.get("type") == "kvm"
     iface = root.find("devices/interface")
     assert iface is not None and iface.find("filterref").get("filter") == "clean-traffic"  # type: ignore[union-attr]
+    assert iface.find("port").get("isolated") == "yes"  # type: ignore[union-attr]
 
 
 def test_rewrite_saved_xml_changes_only_identity_disk_and_owner() -> None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import io
 import json
 import os
 import stat
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -90,7 +92,7 @@ def test_journal_lifecycle(tmp_path: Path) -> None:
     j = Journal(tmp_path / "state")
     j.open()
     assert stat.S_IMODE(os.stat(j.root).st_mode) == 0o700
-    assert stat.S_IMODE(os.stat(tmp_path / "state").st_mode) & 0o055 == 0o055  # QEMU must traverse it
+    assert stat.S_IMODE(os.stat(tmp_path / "state").st_mode) == 0o711  # QEMU must traverse it, nobody list it
     rec = j.record_inflight("at_1", "at_1", "tr_1")
     j.update_phase(rec, "checking", "check_before")
     assert [(r.attempt_id, r.phase) for r in Journal(tmp_path / "state").inflight()] == [("at_1", "check_before")]
@@ -122,3 +124,44 @@ def test_journal_recovery_keeps_results_and_quarantines_garbage(tmp_path: Path) 
     assert any("at_bad.json" in p for p in j2.problems)
     assert len(list(j2.corrupt_dir.iterdir())) == 1
     assert not list(j2.inflight_dir.glob(".*.tmp"))
+
+
+def test_journal_write_loops_over_short_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """os.write may write less than asked (the kernel says so for signals and near-full disks)."""
+    import gh_runner.journal as journal_mod
+
+    real_write = os.write
+
+    def short_write(fd: int, data: Any) -> int:
+        return real_write(fd, bytes(data[:7]))  # never more than 7 bytes at a time
+
+    j = Journal(tmp_path / "state")
+    j.open()
+    result = _result("at_short").model_copy(update={"answer": "a" * 5000})
+    monkeypatch.setattr(journal_mod.os, "write", short_write)
+    j.finish(result)
+    monkeypatch.undo()
+    assert [r.answer for r in j.pending_results()] == ["a" * 5000]
+
+
+def test_journal_reports_a_full_disk_and_leaves_no_temp_file(tmp_path: Path) -> None:
+    """A real 64 KiB tmpfs: the result does not fit, the write says "disk full", nothing half-written stays."""
+    import subprocess
+
+    from gh_runner.journal import DiskFull
+
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], check=True, timeout=30)
+    try:
+        j = Journal(mnt / "state")
+        j.open()
+        j.finish(_result("at_fits"))
+        big = _result("at_big").model_copy(update={"answer": "b" * (256 * 1024)})
+        with pytest.raises(DiskFull, match="disk full") as caught:
+            j.finish(big)
+        assert caught.value.errno == errno.ENOSPC  # still an OSError for callers that catch those
+        assert not list(j.results_dir.glob(".*.tmp")) and not (j.results_dir / "at_big.json").exists()
+        assert [r.attempt_id for r in j.pending_results()] == ["at_fits"]
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True, timeout=30)
