@@ -47,8 +47,12 @@ _session: dict[str, object] = {}
 def _new_disks(since: float) -> list[Path]:
     """qcow2/memory-image files written under /var/tmp during the run, outside the images dir."""
     found: list[Path] = []
-    for pattern in ("**/*.qcow2", "**/memory.img"):
-        for p in _SCRATCH.glob(pattern):
+    # os.walk, not Path.glob: it skips a directory removed while we look instead of raising.
+    for root, _dirs, files in os.walk(_SCRATCH):
+        for name in files:
+            if not (name.endswith(".qcow2") or name == "memory.img"):
+                continue
+            p = Path(root) / name
             try:
                 if IMAGES_DIR in p.parents or p.stat().st_mtime < since:
                     continue
