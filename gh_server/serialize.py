@@ -138,6 +138,8 @@ def attempt(row: Attempt, key: str | None, base_url: str, settings: Any = None) 
         "answer": row.answer,
         "error": row.error,
         "metrics": metrics,
+        # Why the agent's task ended (finished, time_limit, step_limit, agent_failed) and what it said.
+        "task_end": (row.metrics or {}).get("task_end"),
         "runner_id": row.runner_id,
         "created_at": ts(row.created_at),
         "started_at": ts(row.started_at),

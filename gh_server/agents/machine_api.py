@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field, ValidationError
 
-from gh_server.agents.base import MachineError
+from gh_server.agents.base import MachineError, TaskStopped
 from gh_server.agents.supervisor import MACHINE_API_PATH, Grant
 from providers.base import InputEvent
 
@@ -42,11 +42,16 @@ def _error(status: int, etype: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"type": etype, "message": message}}, status_code=status)
 
 
-def _machine_error(e: MachineError) -> JSONResponse:
-    # Too large to relay over the runner's websocket: the caller's request (or what it asked for) is
-    # what to change, so it is told so, not given a server error.
+def _machine_failed(grant: Grant, e: MachineError) -> JSONResponse:
+    """A refused request: 409 when the task was stopped (the agent's end); 413 when it is too large to
+    relay over the runner's websocket (the caller's request, or what it asked for, is what to change);
+    502 when the machine failed under the agent, remembered so that an agent which then gives up is our
+    error, not its failure."""
+    if isinstance(e, TaskStopped):
+        return _error(409, "conflict", str(e))
     if e.refusal is not None:
         return _error(413, "invalid_request", str(e))
+    grant.machine_failure = grant.machine_failure or str(e)
     return _error(502, "server_error", str(e))
 
 
@@ -62,6 +67,7 @@ def router(sup: AgentSupervisor) -> APIRouter:
 
     def step(grant: Grant) -> JSONResponse | None:
         if grant.max_steps is not None and grant.steps >= grant.max_steps:
+            grant.step_limit_hit.set()  # the task ends here: the supervisor stops the agent
             return _error(409, "conflict", f"the case's step limit ({grant.max_steps}) is reached")
         grant.steps += 1
         return None
@@ -94,7 +100,7 @@ def router(sup: AgentSupervisor) -> APIRouter:
         try:
             png = await grant.machine.screen()
         except MachineError as e:
-            return _machine_error(e)
+            return _machine_failed(grant, e)
         return Response(png, media_type="image/png")
 
     @r.post("/input")
@@ -108,7 +114,7 @@ def router(sup: AgentSupervisor) -> APIRouter:
         try:
             await grant.machine.input(b.events)
         except MachineError as e:
-            return _machine_error(e)
+            return _machine_failed(grant, e)
         return JSONResponse({"ok": True})
 
     @r.post("/exec")
@@ -122,7 +128,7 @@ def router(sup: AgentSupervisor) -> APIRouter:
         try:
             res = await grant.machine.exec(b.script, b.env, b.timeout)
         except MachineError as e:
-            return _machine_error(e)
+            return _machine_failed(grant, e)
         return JSONResponse(res.as_dict())
 
     @r.post("/ask")

@@ -17,7 +17,7 @@ import logging
 import secrets
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
@@ -25,7 +25,16 @@ from sqlalchemy.orm import Session
 
 from gh_runner import protocol
 from gh_runner.replay import mask_png
-from gh_server.agents.base import AgentContext, AgentError, AgentOutcome, Machine, MachineError
+from gh_server.agents.base import (
+    Agent,
+    AgentContext,
+    AgentError,
+    AgentFailed,
+    AgentOutcome,
+    Machine,
+    MachineError,
+    TaskStopped,
+)
 from gh_server.agents.models import CustomerReply
 from gh_server.agents.registry import AgentRegistry
 from gh_server.models import Attempt, RunCase
@@ -56,6 +65,8 @@ class Grant:
     approvals: int = 0
     secret_typed: bool = False  # from then on the models get the screen masked (a guest may echo it)
     customer_error: str | None = None
+    machine_failure: str | None = None  # a request the machine failed (ours), as the agent was told
+    step_limit_hit: asyncio.Event = field(default_factory=asyncio.Event)  # a step past limits.steps was asked
 
 
 def _token_key(token: str) -> str:
@@ -89,6 +100,35 @@ def _add_turn(session: Session, attempt_id: str, turn: dict[str, Any]) -> None:
 def _secret_values(case: dict[str, Any]) -> list[str]:
     facts = (case.get("customer") or {}).get("facts") or {}
     return [str(v["secret"]) for v in facts.values() if isinstance(v, dict) and v.get("secret")]
+
+
+def _ended(attempt_id: str, grant: Grant, reason: protocol.TaskEndReason, note: str | None = None) -> protocol.TaskEnd:
+    """The task ended on the agent's side without an answer: the check after still decides."""
+    return protocol.TaskEnd(attempt_id=attempt_id, answer="", steps=grant.steps, questions=grant.questions,
+                            approvals=grant.approvals, reason=reason, note=note)
+
+
+async def _until_stopped(agent: Agent, ctx: AgentContext, grant: Grant) -> AgentOutcome:
+    """The agent's run, until it ends, limits.minutes passes (TimeoutError) or it asks for a step past
+    limits.steps (the task ends there, as a person would be stopped)."""
+    run = asyncio.ensure_future(agent.run(ctx))
+    stop = asyncio.ensure_future(grant.step_limit_hit.wait())
+    try:
+        done, _ = await asyncio.wait({run, stop}, timeout=ctx.minutes * 60.0 + TIME_SLACK_S,
+                                     return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        if not run.done():
+            run.cancel()
+            # Bounded: an agent's own clean-up (killing its process group) gets a moment, never for ever.
+            await asyncio.wait({run}, timeout=10.0)
+    if run in done:
+        return run.result()
+    if stop in done:
+        return AgentOutcome(answer="", steps=grant.steps, questions=grant.questions, approvals=grant.approvals,
+                            reason=protocol.TaskEndReason.STEP_LIMIT,
+                            note=f"stopped at the case's step limit ({grant.max_steps})")
+    raise TimeoutError
 
 
 class AgentSupervisor:
@@ -173,7 +213,7 @@ class AgentSupervisor:
         try:
             with self.granted(token, grant):
                 agent = self.registry.get(agent_id)
-                out: AgentOutcome = await asyncio.wait_for(agent.run(ctx), ctx.minutes * 60.0 + TIME_SLACK_S)
+                out: AgentOutcome = await _until_stopped(agent, ctx, grant)
             if grant.customer_error:
                 raise AgentError(grant.customer_error)
             end = protocol.TaskEnd(
@@ -182,10 +222,21 @@ class AgentSupervisor:
                 steps=max(out.steps, grant.steps),
                 questions=max(out.questions, grant.questions),
                 approvals=max(out.approvals, grant.approvals),
+                reason=out.reason,
+                note=out.note,
             )
         except TimeoutError:
-            end = protocol.TaskEnd(attempt_id=attempt_id, answer="", steps=grant.steps, questions=grant.questions,
-                                   approvals=grant.approvals)
+            end = _ended(attempt_id, grant, protocol.TaskEndReason.TIME_LIMIT)
+        except TaskStopped as e:  # the runner stopped the task (its limit) while a request was in flight
+            end = _ended(attempt_id, grant, e.reason, str(e))
+        except AgentFailed as e:
+            if grant.customer_error or grant.machine_failure:
+                # It gave up because our side failed under it: that is ours to retry, not its failure.
+                ours = grant.customer_error or grant.machine_failure
+                end = protocol.TaskEnd(attempt_id=attempt_id, steps=grant.steps,
+                                       error=f"{ours} (then {str(e)[:500]})"[:2000])
+            else:
+                end = _ended(attempt_id, grant, protocol.TaskEndReason.AGENT_FAILED, str(e)[:2000])
         except AgentError as e:
             end = protocol.TaskEnd(attempt_id=attempt_id, error=str(e)[:2000], steps=grant.steps)
         except Exception as e:

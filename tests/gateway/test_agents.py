@@ -176,14 +176,17 @@ async def test_command_agent_uses_machine_api(server_factory: Any) -> None:
             await r.close()
 
 
-async def test_command_agent_crash_is_task_error(server_factory: Any) -> None:
+async def test_command_agent_exit_nonzero_is_its_failure_not_an_error(server_factory: Any) -> None:
+    # Issue 16: the agent's own failure ends the task (the check after scores it), noted with a reason.
     with tempfile.TemporaryDirectory() as d:
         server: GwServer = server_factory(agents=cmd_agent("fail", Path(d) / "doc.json"))
         r = await connect(server)
         try:
             await start_task(server, r, {}, "cmd")
             end = await r.expect("task_end", timeout=60)
-            assert end.error == "agent cmd exited with code 3: boom: could not think"
+            assert end.error is None
+            assert end.reason == protocol.TaskEndReason.AGENT_FAILED
+            assert end.note == "agent cmd exited with code 3: boom: could not think"
         finally:
             await r.close()
 
