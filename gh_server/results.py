@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from gh_server import trust
 from gh_server.models import Attempt, RunCase, TestRun, utcnow
 from gh_server.serialize import ts
 
@@ -215,7 +216,7 @@ def results(session: Session, run: TestRun) -> dict[str, Any]:
         "finished_at": ts(run.finished_at),
         "wall_seconds": wall,
     }
-    return {
+    out = {
         "object": "test_run_results",
         "test_run_id": run.id,
         "data": data,
@@ -225,6 +226,7 @@ def results(session: Session, run: TestRun) -> dict[str, Any]:
         "totals": totals,
         "timeline": timeline(run, finished),
     }
+    return trust.enrich(session, run, out)  # intervals, pass@k, flaky, infrastructure errors apart
 
 
 def timeline(run: TestRun, finished: list[tuple[datetime, str]], steps: int = 40) -> list[dict[str, Any]]:
@@ -316,4 +318,5 @@ def compare(session: Session, runs: list[TestRun]) -> dict[str, Any]:
         "runs": compared,
         "changes": changes,
         "cases": list(cases.values()),
+        "paired": trust.paired_runs(session, runs, per_run),  # per run but the baseline, per agent
     }

@@ -1,0 +1,152 @@
+"""What makes a run's results trustworthy, added to `results` and `compare` (issue 16).
+
+- per agent: the Wilson 95% interval of its pass rate, pass@k and pass^k for k up to its tries;
+- per (case, agent): `flaky` when its scored tries disagree, and how the tasks ended;
+- infrastructure errors apart: every attempt that ended `error` (retried ones too), as a rate of the
+  run's attempts and by phase; never in an agent's denominator (pass_rate = passed / (passed + failed));
+- paired differences between two agents of a run, or one agent across two runs: per case and overall,
+  with an exact McNemar test on tries paired by case and try order, and a paired bootstrap interval
+  of the mean per-case difference, so that "B beats A" comes with its uncertainty.
+
+Everything is additive: the fields the SDK's types name keep their meaning.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gh_server import stats
+from gh_server.models import Attempt, RunCase, TestRun
+
+# (test_case_id, agent) -> scored outcomes of its counted tries, in try order (True = passed)
+Scored = dict[tuple[str, str], list[bool]]
+
+
+def _interval(passed: int, n: int) -> list[float] | None:
+    ci = stats.wilson(passed, n)
+    return None if ci is None else [round(ci[0], 4), round(ci[1], 4)]
+
+
+def _attempts(session: Session, run_ids: list[str]) -> list[Any]:
+    t = Attempt.__table__
+    rc = RunCase.__table__
+    stmt = (
+        select(t.c.test_run_id, rc.c.test_case_id, t.c.agent_id, t.c["try"], t.c.status, t.c.outcome,
+               t.c.is_last, t.c.metrics["error_phase"].as_string(), t.c.metrics["task_end"]["reason"].as_string())
+        .join(rc, rc.c.id == t.c.run_case_id)
+        .where(t.c.test_run_id.in_(run_ids))
+        .order_by(t.c["try"], t.c.created_at)
+    )
+    return list(session.connection().execute(stmt).all())
+
+
+def scored_tries(session: Session, run_ids: list[str]) -> dict[str, Scored]:
+    """Per run, the counted tries that were scored (passed or failed), in try order."""
+    out: dict[str, Scored] = {r: defaultdict(list) for r in run_ids}
+    for run_id, case_id, agent, _try, status, outcome, is_last, _phase, _end in _attempts(session, run_ids):
+        if is_last and status == "done" and outcome in ("passed", "failed"):
+            out[run_id][(case_id, agent)].append(outcome == "passed")
+    return out
+
+
+def enrich(session: Session, run: TestRun, res: dict[str, Any]) -> dict[str, Any]:
+    """Add the statistics to a run's results (in place; also returned)."""
+    rows = _attempts(session, [run.id])
+    scored: Scored = defaultdict(list)
+    task_ends: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    by_phase: dict[str, int] = defaultdict(int)
+    agent_errors: dict[str, int] = defaultdict(int)
+    errors = 0
+    for _run, case_id, agent, _try, status, outcome, is_last, phase, end in rows:
+        if status == "done" and outcome == "error":
+            errors += 1
+            agent_errors[agent] += 1
+            by_phase[phase or "runner"] += 1  # an attempt errored by the server (runner lost) has no phase
+        if is_last and status == "done" and outcome in ("passed", "failed"):
+            scored[(case_id, agent)].append(outcome == "passed")
+        if is_last and end:
+            task_ends[(case_id, agent)][end] += 1
+    per_agent_cases: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    flaky_cases: dict[str, int] = defaultdict(int)
+    for row in res["data"]:
+        key = (row["test_case_id"], row["agent_id"])
+        tries = scored.get(key, [])
+        n, c = len(tries), sum(tries)
+        row["flaky"] = 0 < c < n
+        row["ci95"] = _interval(c, n)
+        row["task_ends"] = dict(task_ends.get(key, {}))
+        if n:
+            per_agent_cases[row["agent_id"]].append((n, c))
+        flaky_cases[row["agent_id"]] += int(row["flaky"])
+    for agent, a in res["by_agent"].items():
+        a["ci95"] = _interval(a["passed"], a["passed"] + a["failed"])
+        a["pass_at_k"], a["pass_hat_k"] = stats.pass_curves(per_agent_cases.get(agent, []))
+        a["flaky_cases"] = flaky_cases.get(agent, 0)
+        a["infrastructure_errors"] = agent_errors.get(agent, 0)
+    attempts = len(rows)
+    res["totals"]["infrastructure"] = {
+        "errors": errors,
+        "attempts": attempts,
+        "rate": round(errors / attempts, 4) if attempts else None,
+        "by_phase": dict(sorted(by_phase.items())),
+    }
+    agents = list(run.agents or [])
+    if len(agents) > 1:
+        first = {cid: t for (cid, a), t in scored.items() if a == agents[0]}
+        res["paired_agents"] = {
+            "baseline": agents[0],
+            "agents": {b: paired(first, {cid: t for (cid, a), t in scored.items() if a == b}, res["data"])
+                       for b in agents[1:]},
+        }
+    return res
+
+
+def paired(base: dict[str, list[bool]], other: dict[str, list[bool]], data: list[dict[str, Any]]) -> dict[str, Any]:
+    """`other` against `base` on the cases both scored: per-case pass-rate differences, their mean with a
+    paired bootstrap 95% interval, and an exact McNemar test on tries paired by case and try order."""
+    keys = {r["test_case_id"]: r.get("key") for r in data}
+    cases = []
+    diffs: list[float] = []
+    b_only = o_only = 0
+    for cid in sorted(set(base) & set(other), key=lambda c: (keys.get(c) or "", c)):
+        tb, to = base[cid], other[cid]
+        if not tb or not to:
+            continue
+        rb, ro = sum(tb) / len(tb), sum(to) / len(to)
+        diffs.append(ro - rb)
+        cases.append({"test_case_id": cid, "key": keys.get(cid), "baseline_rate": round(rb, 4),
+                      "rate": round(ro, 4), "difference": round(ro - rb, 4)})
+        for x, y in zip(tb, to, strict=False):
+            b_only += int(x and not y)
+            o_only += int(y and not x)
+    mc = stats.mcnemar_exact(b_only, o_only)
+    ci = stats.paired_bootstrap(diffs)
+    return {
+        "cases": cases,
+        "compared": len(cases),
+        "mean_difference": round(sum(diffs) / len(diffs), 4) if diffs else None,
+        "ci95": None if ci is None else [round(ci[0], 4), round(ci[1], 4)],
+        "mcnemar": {"baseline_only": mc.b, "other_only": mc.c, "p_value": round(mc.p_value, 6),
+                    "mid_p": round(mc.mid_p, 6)},
+    }
+
+
+def paired_runs(session: Session, runs: list[TestRun], per_run: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each run but the first against the first, per agent both ran."""
+    ids = [r.id for r in runs]
+    scored = scored_tries(session, ids)
+    base_id = ids[0]
+    out: dict[str, Any] = {}
+    for r in runs[1:]:
+        per_agent: dict[str, Any] = {}
+        for agent in r.agents or []:
+            base = {cid: t for (cid, a), t in scored[base_id].items() if a == agent}
+            mine = {cid: t for (cid, a), t in scored[r.id].items() if a == agent}
+            if base and mine:
+                per_agent[agent] = paired(base, mine, per_run[r.id]["data"] + per_run[base_id]["data"])
+        out[r.id] = per_agent
+    return out
