@@ -533,7 +533,8 @@ def apply_result(
     }
     values["judge"] = None
     if judge is not None and not judge.get("error"):
-        values["judge"] = {"passed": bool(judge.get("passed")), "reason": str(judge.get("reason", ""))}
+        values["judge"] = {"passed": bool(judge.get("passed")), "reason": str(judge.get("reason", "")),
+                           "judge_id": judge.get("judge_id"), "usage": judge.get("usage")}
     if conn.execute(_APPLY_RESULT, {**values, "b_id": aid, "b_status": row.status}).rowcount != 1:
         return Applied(aid, False, row.test_run_id, note="attempt changed while its result was applied")
     retry_id = None

@@ -38,7 +38,16 @@ def test_case(row: TestCase) -> dict[str, Any]:
         "metadata": dict(row.metadata_ or {}),
         "created_at": ts(row.created_at),
         "updated_at": ts(row.updated_at),
+        # Whether noop fails, reference passes and the check before prints False, every time (issue 16).
+        "validation": case_validation(row),
     }
+
+
+UNVALIDATED: dict[str, Any] = {"status": "unvalidated", "runs": 0, "reasons": [], "at": None, "test_run_id": None}
+
+
+def case_validation(row: TestCase) -> dict[str, Any]:
+    return dict(row.validation) if row.validation else dict(UNVALIDATED)
 
 
 def test_set(row: TestSet, cases: list[tuple[str, str | None, int | None]]) -> dict[str, Any]:

@@ -296,12 +296,14 @@ class AgentSupervisor:
             except Exception:  # never the unmasked screen
                 screen = None
         try:
-            reply = await ask_customer(endpoint, grant.ctx.case, question, screen)
+            usage: dict[str, float] = {}
+            reply = await ask_customer(endpoint, grant.ctx.case, question, screen, usage)
             actions = await self._customer_acts(grant, reply)
         except AgentError as e:
             grant.customer_error = str(e)
             raise
-        turn = {"question": question[:8000], "answer": reply.answer[:8000], "actions": actions}
+        # `usage`: the customer model's seconds and tokens, the evaluator's overhead (never the agent's).
+        turn = {"question": question[:8000], "answer": reply.answer[:8000], "actions": actions, "usage": usage}
         await self.gw.dbq.run(lambda s: _add_turn(s, grant.attempt_id, turn))
         return reply.answer
 

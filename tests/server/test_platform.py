@@ -232,7 +232,7 @@ def test_upgrade_keeps_data(db_url: str | None) -> None:
                 {"t": "2026-01-01 00:00:00"},
             )
         db.upgrade(engine)
-        assert db.current_revision(engine) == "0002_start_state_description"
+        assert db.current_revision(engine) == "0003_trust"
         with engine.connect() as conn:
             assert conn.execute(text("SELECT name FROM test_cases WHERE key = 'KEEP-1'")).scalar() == "kept"
             assert conn.execute(text("SELECT description FROM start_states")).scalar() == ""
