@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .test_local import _local
+from .test_local import GH_RUNNER, _local
 
 SLOW_FIX = {
     "key": "SLOW-01",
@@ -52,3 +53,28 @@ def test_limit_mid_exec_is_checked_not_an_error(work: Path, images_dir: Path) ->
     assert row["task_ends"] == {"time_limit": 1}
     assert res["totals"]["attempts"] == 1  # never retried: the agent's failure is not ours
     assert res["totals"]["infrastructure"]["errors"] == 0
+
+
+@pytest.mark.timeout(1500)
+def test_validate_catches_the_broken_and_the_flaky_example(work: Path, images_dir: Path) -> None:
+    """examples/validation.yaml on real machines. VAL-FLAKY's setup rolls a die (breaks 1 time in 3): with
+    3 tries of each agent it is called valid only if all 6 first machines broke ((1/3)^6, 0.14%) and broken
+    only if none of at least 18 machines did ((2/3)^18, 0.07%): this test is wrong about 1 run in 500."""
+    data = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "validation.yaml").read_text())
+    data["cases"] = [c for c in data["cases"] if c["key"] in ("VAL-BROKEN", "VAL-FLAKY")]
+    cases = work / "validation.yaml"
+    cases.write_text(yaml.safe_dump(data))
+    report = work / "report.json"
+    proc = subprocess.run([GH_RUNNER, "validate", str(cases), "--repeat", "3", "--strict", "--report", str(report),
+                           "--images-dir", str(images_dir)], capture_output=True, text=True, timeout=1400)
+    assert proc.returncode == 3, (proc.stdout[-3000:], proc.stderr[-3000:])  # --strict: a case is not valid
+    out = proc.stdout
+    assert "validation (noop must fail" in out
+    by = {d["key"]: d["validation"] for d in json.loads(report.read_text())["validation"]["data"]}
+    assert by["VAL-BROKEN"]["status"] == "broken", by
+    assert [r["reason"] for r in by["VAL-BROKEN"]["reasons"]] == ["reference_failed"]
+    assert by["VAL-FLAKY"]["status"] == "flaky", by
+    assert by["VAL-FLAKY"]["reasons"][0]["reason"] == "check_before_true"
+    assert 0 < by["VAL-FLAKY"]["reasons"][0]["count"] < by["VAL-FLAKY"]["reasons"][0]["of"]
+    for key in ("VAL-BROKEN", "VAL-FLAKY"):
+        assert any(line.split()[:2] == [key, by[key]["status"]] for line in out.splitlines()), out
