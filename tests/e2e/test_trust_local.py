@@ -4,6 +4,7 @@ the middle of an exec is checked (failed), not an error retried twice."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import tempfile
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from . import chromium
 from .test_local import GH_RUNNER, _local
 
 SLOW_FIX = {
@@ -53,6 +55,13 @@ def test_limit_mid_exec_is_checked_not_an_error(work: Path, images_dir: Path) ->
     assert row["task_ends"] == {"time_limit": 1}
     assert res["totals"]["attempts"] == 1  # never retried: the agent's failure is not ours
     assert res["totals"]["infrastructure"]["errors"] == 0
+    # report.html beside report.json opens from disk in Chromium, its try linking to the exported replay.
+    page = report.with_suffix(".html")
+    assert f"page:    {page}" in out
+    loaded = chromium.load(page.as_uri(), chromium.OUTPUT_DIR / "report-local.png")
+    assert 'data-rendered="1"' in loaded.dom and "SLOW-01" in loaded.dom
+    (href,) = re.findall(r'href="(replays/[^"]+/index.html)"', loaded.dom)
+    assert (page.parent / href).is_file()
 
 
 @pytest.mark.timeout(1500)
