@@ -67,7 +67,8 @@ def enrich(session: Session, run: TestRun, res: dict[str, Any]) -> dict[str, Any
     by_phase: dict[str, int] = defaultdict(int)
     agent_errors: dict[str, int] = defaultdict(int)
     errors = 0
-    trust_of = calibration.trust_by_judge(session)
+    # Calibration reads every label: only when this run has rubric verdicts to mark.
+    trust_of = calibration.trust_by_judge(session) if any(r[10] for r in rows) else {}
     ax = _Axes()
     asked: list[tuple[str, str, str]] = []
     for (_run, case_id, agent, _try, status, outcome, is_last, phase, end, checked, judge_id, judged,
