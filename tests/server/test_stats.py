@@ -77,3 +77,13 @@ def test_paired_bootstrap_is_deterministic_and_brackets_the_mean() -> None:
     assert stats.paired_bootstrap(diffs) == (lo, hi)
     assert stats.paired_bootstrap([0.0] * 5) == (0.0, 0.0)
     assert stats.paired_bootstrap([]) is None
+
+
+def test_paired_bootstrap_past_max_cases_is_its_normal_limit() -> None:
+    # 0/1 differences, 300 cases: the resampled interval and its normal limit agree closely.
+    diffs = [1.0] * 180 + [0.0] * 120
+    lo, hi = stats.paired_bootstrap(diffs) or (0.0, 0.0)
+    blo, bhi = stats.paired_bootstrap(diffs, max_cases=10_000) or (0.0, 0.0)
+    half = stats.Z95 * math.sqrt(0.6 * 0.4 / 300)
+    assert (lo, hi) == pytest.approx((0.6 - half, 0.6 + half))
+    assert abs(lo - blo) < 0.01 and abs(hi - bhi) < 0.01
