@@ -50,8 +50,9 @@ class ValidateRun(LocalRun):
         self.validation: dict[str, Any] | None = None
 
     async def _finish(self, http: httpx.AsyncClient, run: dict[str, Any]) -> int:
-        code = await super()._finish(http, run)
+        # Validated first: that records each case's validation, so the results (and report.html) mark them.
         r = await http.get(f"/v1/test_runs/{self.run_id}/validation")
+        code = await super()._finish(http, run)
         if r.status_code != 200:
             self.say(f"gh-runner validate: the control plane could not validate the run: HTTP {r.status_code}")
             return code or 1

@@ -87,3 +87,8 @@ def test_validate_catches_the_broken_and_the_flaky_example(work: Path, images_di
     assert 0 < by["VAL-FLAKY"]["reasons"][0]["count"] < by["VAL-FLAKY"]["reasons"][0]["of"]
     for key in ("VAL-BROKEN", "VAL-FLAKY"):
         assert any(line.split()[:2] == [key, by[key]["status"]] for line in out.splitlines()), out
+    # The results (and report.html) mark the rows whose case is not valid.
+    marks = {r["key"]: r["case_validation"] for r in json.loads(report.read_text())["results"]["data"]}
+    assert marks == {"VAL-BROKEN": "broken", "VAL-FLAKY": "flaky"}
+    page = report.with_suffix(".html").read_text()
+    assert '"case_validation": "broken"' in page and '"case_validation": "flaky"' in page
