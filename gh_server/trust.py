@@ -79,13 +79,12 @@ def enrich(session: Session, run: TestRun, res: dict[str, Any]) -> dict[str, Any
         if questions:
             asked.append((attempt_id, case_id, agent))
         if is_last and status == "done" and outcome in ("passed", "failed"):
+            scored[(case_id, agent)].append(outcome == "passed")
             ax.count(case_id, agent, checked, judge_id, judged, questions, trust_of)
         if status == "done" and outcome == "error":
             errors += 1
             agent_errors[agent] += 1
             by_phase[phase or "runner"] += 1  # an attempt errored by the server (runner lost) has no phase
-        if is_last and status == "done" and outcome in ("passed", "failed"):
-            scored[(case_id, agent)].append(outcome == "passed")
         if is_last and end:
             task_ends[(case_id, agent)][end] += 1
     valid = validation.case_statuses(session, sorted({r["test_case_id"] for r in res["data"]}))
