@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ Z95 = 1.959963984540054  # the 0.975 quantile of the standard normal
 BOOTSTRAP_REPS = 2000
 BOOTSTRAP_SEED = 16
 BOOTSTRAP_MAX_CASES = 40
+EXACT_INTEGERS_UP_TO = 200  # McNemar's discordant pairs summed as integers; beyond, in log space
 
 
 def wilson(passed: int, n: int, z: float = Z95) -> tuple[float, float] | None:
@@ -59,12 +61,14 @@ def pass_curves(per_case: Sequence[tuple[int, int]]) -> tuple[dict[str, float], 
     """pass@k and pass^k averaged over cases, for k from 1 to the most scored tries of any case; a case
     counts for k when it has at least k scored tries. `per_case` is (scored tries, passed) per case."""
     top = max((n for n, _ in per_case), default=0)
+    counts = Counter(per_case)  # cases repeat the same few (tries, passed) pairs: each is computed once
     at: dict[str, float] = {}
     hat: dict[str, float] = {}
     for k in range(1, top + 1):
-        cases = [(n, c) for n, c in per_case if n >= k]
-        at[str(k)] = round(sum(pass_at_k(n, c, k) for n, c in cases) / len(cases), 4)
-        hat[str(k)] = round(sum(pass_hat_k(n, c, k) for n, c in cases) / len(cases), 4)
+        cases = [(nc, w) for nc, w in counts.items() if nc[0] >= k]
+        total = sum(w for _, w in cases)
+        at[str(k)] = round(sum(w * pass_at_k(n, c, k) for (n, c), w in cases) / total, 4)
+        hat[str(k)] = round(sum(w * pass_hat_k(n, c, k) for (n, c), w in cases) / total, 4)
     return at, hat
 
 
@@ -82,9 +86,20 @@ def mcnemar_exact(b: int, c: int) -> McNemar:
     if n == 0:
         return McNemar(b, c, 1.0, 1.0)
     m = min(b, c)
-    tail = sum(math.comb(n, i) for i in range(m + 1)) / 2**n
-    point = math.comb(n, m) / 2**n
+    if n <= EXACT_INTEGERS_UP_TO:
+        tail = sum(math.comb(n, i) for i in range(m + 1)) / 2**n
+        point = math.comb(n, m) / 2**n
+    else:  # the same sum in log space: integers of thousands of bits cost results tens of milliseconds
+        logs = [_log_half_binom(n, i) for i in range(m + 1)]
+        top = max(logs)
+        tail = math.exp(top) * sum(math.exp(x - top) for x in logs)
+        point = math.exp(logs[-1])
     return McNemar(b, c, min(1.0, 2 * tail), min(1.0, 2 * (tail - point / 2)))
+
+
+def _log_half_binom(n: int, i: int) -> float:
+    """log(C(n, i) / 2^n)."""
+    return math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) - n * math.log(2)
 
 
 def paired_bootstrap(diffs: Sequence[float], reps: int = BOOTSTRAP_REPS, seed: int = BOOTSTRAP_SEED,

@@ -16,13 +16,13 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gh_server import calibration, stats, validation
-from gh_server.models import Attempt, RunCase, TestRun
+from gh_server.models import Attempt, TestRun
 
 # (test_case_id, agent) -> scored outcomes of its counted tries, in try order (True = passed)
 Scored = dict[tuple[str, str], list[bool]]
@@ -33,45 +33,60 @@ def _interval(passed: int, n: int) -> list[float] | None:
     return None if ci is None else [round(ci[0], 4), round(ci[1], 4)]
 
 
-def _attempts(session: Session, run_ids: list[str]) -> list[Any]:
-    t = Attempt.__table__
-    rc = RunCase.__table__
-    stmt = (
-        select(t.c.test_run_id, rc.c.test_case_id, t.c.agent_id, t.c["try"], t.c.status, t.c.outcome,
-               t.c.is_last, t.c.metrics["error_phase"].as_string(), t.c.metrics["task_end"]["reason"].as_string(),
-               # The axes' numbers, extracted in SQL (no JSON decoding per row in Python).
-               t.c.check["passed"].as_boolean(), t.c.judge["judge_id"].as_string(), t.c.judge["passed"].as_boolean(),
-               t.c.judge["usage"]["seconds"].as_float(), t.c.judge["usage"]["tokens"].as_integer(),
-               t.c.metrics["questions"].as_integer(), t.c.id)
-        .join(rc, rc.c.id == t.c.run_case_id)
-        .where(t.c.test_run_id.in_(run_ids))
-        .order_by(t.c["try"], t.c.created_at)
-    )
-    return list(session.connection().execute(stmt).all())
+def columns(t: Any) -> list[Any]:
+    """The attempt columns `TrustRow` reads (after the agent), selected with results' own pass over the
+    attempts; the numbers are extracted in SQL (no JSON decoding per row in Python)."""
+    return [t.c.test_case_id, t.c["try"], t.c.status, t.c.outcome, t.c.is_last,
+            t.c.metrics["error_phase"].as_string(), t.c.metrics["task_end"]["reason"].as_string(),
+            t.c.check["passed"].as_boolean(), t.c.judge["judge_id"].as_string(), t.c.judge["passed"].as_boolean(),
+            t.c.judge["usage"]["seconds"].as_float(), t.c.judge["usage"]["tokens"].as_integer(),
+            t.c.metrics["questions"].as_integer(), t.c.id]
+
+
+class TrustRow(NamedTuple):
+    agent: str
+    case_id: str
+    try_number: int
+    status: str
+    outcome: str | None
+    is_last: bool
+    error_phase: str | None
+    task_end: str | None
+    checked: bool | None
+    judge_id: str | None
+    judged: bool | None
+    judge_seconds: float | None
+    judge_tokens: int | None
+    questions: int | None
+    attempt_id: str
 
 
 def scored_tries(session: Session, run_ids: list[str]) -> dict[str, Scored]:
     """Per run, the counted tries that were scored (passed or failed), in try order."""
+    t = Attempt.__table__
+    stmt = (select(t.c.test_run_id, t.c.test_case_id, t.c.agent_id, t.c.outcome)
+            .where(t.c.test_run_id.in_(run_ids), t.c.is_last.is_(True), t.c.status == "done",
+                   t.c.outcome.in_(("passed", "failed")))
+            .order_by(t.c["try"], t.c.created_at))
     out: dict[str, Scored] = {r: defaultdict(list) for r in run_ids}
-    for run_id, case_id, agent, _try, status, outcome, is_last, *_ in _attempts(session, run_ids):
-        if is_last and status == "done" and outcome in ("passed", "failed"):
-            out[run_id][(case_id, agent)].append(outcome == "passed")
+    for run_id, case_id, agent, outcome in session.connection().execute(stmt):
+        out[run_id][(case_id, agent)].append(outcome == "passed")
     return out
 
 
-def enrich(session: Session, run: TestRun, res: dict[str, Any]) -> dict[str, Any]:
-    """Add the statistics to a run's results (in place; also returned)."""
-    rows = _attempts(session, [run.id])
+def enrich(session: Session, run: TestRun, res: dict[str, Any], rows: list[TrustRow]) -> dict[str, Any]:
+    """Add the statistics to a run's results (in place; also returned). `rows`: every attempt of the run,
+    in try order."""
     scored: Scored = defaultdict(list)
     task_ends: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     by_phase: dict[str, int] = defaultdict(int)
     agent_errors: dict[str, int] = defaultdict(int)
     errors = 0
     # Calibration reads every label: only when this run has rubric verdicts to mark.
-    trust_of = calibration.trust_by_judge(session) if any(r[10] for r in rows) else {}
+    trust_of = calibration.trust_by_judge(session) if any(r.judge_id for r in rows) else {}
     ax = _Axes()
     asked: list[tuple[str, str, str]] = []
-    for (_run, case_id, agent, _try, status, outcome, is_last, phase, end, checked, judge_id, judged,
+    for (agent, case_id, _try, status, outcome, is_last, phase, end, checked, judge_id, judged,
          judge_s, judge_tok, questions, attempt_id) in rows:
         # The evaluator's own overhead counts every attempt it was spent on, retried ones too.
         ax.judge_seconds[agent] += float(judge_s or 0)

@@ -87,3 +87,10 @@ def test_paired_bootstrap_past_max_cases_is_its_normal_limit() -> None:
     half = stats.Z95 * math.sqrt(0.6 * 0.4 / 300)
     assert (lo, hi) == pytest.approx((0.6 - half, 0.6 + half))
     assert abs(lo - blo) < 0.01 and abs(hi - bhi) < 0.01
+
+
+def test_mcnemar_in_log_space_agrees_with_the_integer_sum() -> None:
+    for b, c in ((90, 130), (400, 460), (3, 250)):
+        n, m = b + c, min(b, c)
+        exact = 2 * sum(math.comb(n, i) for i in range(m + 1)) / 2**n
+        assert stats.mcnemar_exact(b, c).p_value == pytest.approx(min(1.0, exact), rel=1e-9, abs=1e-300)
