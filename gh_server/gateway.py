@@ -35,6 +35,7 @@ from gh_server.auth import hash_secret
 from gh_server.dbqueue import DbQueue
 from gh_server.models import Attempt, Runner, RunnerJob, utcnow
 from gh_server.models import ReplayFrame as ReplayRow
+from gh_server.workpool import PoolTimeout, WorkPool
 
 if TYPE_CHECKING:
     from gh_server.state import ServerState
@@ -47,6 +48,7 @@ HELLO_TIMEOUT_S = 30.0
 # more until its next heartbeat: the DB's count of its attempts cannot see everything that holds its slots.
 PAUSE_AFTER_REFUSALS = 2
 SEND_TIMEOUT_S = 30.0
+JUDGE_SLACK_S = 10.0  # on top of the judge endpoint's timeout: reading the replay frames, the queue
 
 
 @dataclass
@@ -232,6 +234,9 @@ class Gateway:
         # request id -> (runner id, session id it was sent on, answer)
         self._pending: dict[str, tuple[str, str, asyncio.Future[protocol.MachineResponse]]] = {}
         self._judging: set[str] = set()
+        # The judge's time bound is its endpoint's (the whole call, replay frames included) plus a slack.
+        judge_timeout = (self.settings.judge.timeout if self.settings.judge else 120.0) + JUDGE_SLACK_S
+        self.judge_pool = WorkPool("judge", self.settings.judge_workers, judge_timeout)
         self.scheduler: sched.Scheduler | None = None
         self.agents = AgentSupervisor(self)
         self._started = False
@@ -265,6 +270,7 @@ class Gateway:
 
     async def shutdown(self) -> None:
         await self.agents.stop_all()
+        await self.judge_pool.stop()  # an unacked result is resent by its runner and judged where it lands
         if self.scheduler is not None:
             await self.scheduler.stop()
         conns = list(self.conns.values())
@@ -626,26 +632,48 @@ class Gateway:
                 await self.dbq.run(lambda s, jid=job_id: _mark_job_sent(s, jid))  # type: ignore[misc]
 
     async def _result(self, conn: _Conn, result: protocol.AttemptResult) -> None:
+        """Apply a result (once, by attempt id) and ack it. A result that needs the rubric judge is judged
+        in the judge pool, off this read loop: the runner's other slots keep being answered meanwhile,
+        and the ack goes out when the verdict is applied (a copy resent meanwhile is not judged twice)."""
         aid = result.attempt_id
         self.agents.stop(aid)
         if aid in self._judging:
             return  # the first copy is being judged; it is acked when applied
-        judge: dict[str, Any] | None = None
+        rubric_case: dict[str, Any] | None = None
         if self.settings.judge is not None and result.outcome != "error":
             rubric_case = await self.dbq.run(lambda s: _rubric_case(s, conn.runner_id, aid))
-            if rubric_case is not None:
-                self._judging.add(aid)
-                try:
-                    from gh_server.agents.models import judge_attempt
+        if rubric_case is None:
+            await self._apply_result(conn.runner_id, conn.name, result, None)
+            return
+        self._judging.add(aid)
+        self.judge_pool.spawn(self._judge_then_apply(conn.runner_id, conn.name, result, rubric_case),
+                              name=f"gh-judge-{aid}")
 
-                    judge = await judge_attempt(self.settings.judge, self.dbq, aid, rubric_case, result)
-                finally:
-                    self._judging.discard(aid)
-        applied = await self.dbq.run(lambda s: sched.apply_result(s, conn.runner_id, result, judge))
-        # Ack always, even a duplicate or a stranger's: the runner journals until acked.
-        await self.send(conn.runner_id, protocol.ResultAck(attempt_id=aid))
+    async def _judge_then_apply(self, runner_id: str, name: str, result: protocol.AttemptResult,
+                                case: dict[str, Any]) -> None:
+        from gh_server.agents.models import judge_attempt
+
+        endpoint = self.settings.judge
+        assert endpoint is not None
+        aid = result.attempt_id
+        try:
+            try:
+                judge = await self.judge_pool.run(lambda: judge_attempt(endpoint, self.dbq, aid, case, result))
+            except PoolTimeout as e:
+                judge = {"error": f"rubric judge: no verdict within {e.timeout:g} s"}
+            await self._apply_result(runner_id, name, result, judge)
+        finally:
+            self._judging.discard(aid)
+
+    async def _apply_result(self, runner_id: str, name: str, result: protocol.AttemptResult,
+                            judge: dict[str, Any] | None) -> None:
+        aid = result.attempt_id
+        applied = await self.dbq.run(lambda s: sched.apply_result(s, runner_id, result, judge))
+        # Ack always, even a duplicate or a stranger's: the runner journals until acked. By runner id, not
+        # by socket: after a judge's wait the runner may be on a new connection.
+        await self.send(runner_id, protocol.ResultAck(attempt_id=aid))
         if applied.note:
-            log.warning("result for %s from runner %s not applied: %s", aid, conn.name, applied.note)
+            log.warning("result for %s from runner %s not applied: %s", aid, name, applied.note)
         if applied.applied:
             self._run_changed(applied.test_run_id)
             self._poke()

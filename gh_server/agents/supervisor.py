@@ -29,6 +29,7 @@ from gh_server.agents.base import AgentContext, AgentError, AgentOutcome, Machin
 from gh_server.agents.models import CustomerReply
 from gh_server.agents.registry import AgentRegistry
 from gh_server.models import Attempt, RunCase
+from gh_server.workpool import PoolTimeout, WorkPool
 from providers.base import InputEvent, KeyEvent, TypeEvent
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ MACHINE_API_PATH = "/v1/agent/machine"
 # At limits.minutes the agent is stopped here too and the task ended (no error: running out of time is the
 # agent's failure, and the check after decides), so the runner need not wait out its own grace period.
 TIME_SLACK_S = 0.0
+CUSTOMER_SLACK_S = 5.0  # on top of the customer endpoint's timeout: waiting for a free worker
 
 
 @dataclass
@@ -99,6 +101,11 @@ class AgentSupervisor:
         self.grants: dict[str, Grant] = {}  # token hash -> grant
         self._started: OrderedDict[str, None] = OrderedDict()  # attempts that had an agent (bounded)
         self._ended: dict[str, tuple[str, protocol.TaskEnd]] = {}  # task_ends to resend after a reconnect
+        st = gateway.settings
+        # Agents get their case's time limit each (passed per run); the customer its endpoint's timeout.
+        self.agent_pool = WorkPool("agent", st.agent_workers, 3600.0)
+        customer_timeout = (st.customer_model.timeout if st.customer_model else 120.0) + CUSTOMER_SLACK_S
+        self.customer_pool = WorkPool("customer", st.customer_workers, customer_timeout)
 
     @property
     def machine_api_url(self) -> str:
@@ -173,7 +180,9 @@ class AgentSupervisor:
         try:
             with self.granted(token, grant):
                 agent = self.registry.get(agent_id)
-                out: AgentOutcome = await asyncio.wait_for(agent.run(ctx), ctx.minutes * 60.0 + TIME_SLACK_S)
+                # Out of time (PoolTimeout, a TimeoutError) is the agent's failure: the check after decides.
+                out: AgentOutcome = await self.agent_pool.run(lambda: agent.run(ctx),
+                                                              timeout=ctx.minutes * 60.0 + TIME_SLACK_S)
             if grant.customer_error:
                 raise AgentError(grant.customer_error)
             end = protocol.TaskEnd(
@@ -245,7 +254,10 @@ class AgentSupervisor:
             except Exception:  # never the unmasked screen
                 screen = None
         try:
-            reply = await ask_customer(endpoint, grant.ctx.case, question, screen)
+            try:
+                reply = await self.customer_pool.run(lambda: ask_customer(endpoint, grant.ctx.case, question, screen))
+            except PoolTimeout as e:
+                raise AgentError(f"the simulated customer did not answer within {e.timeout:g} s") from None
             actions = await self._customer_acts(grant, reply)
         except AgentError as e:
             grant.customer_error = str(e)

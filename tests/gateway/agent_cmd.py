@@ -43,6 +43,12 @@ def main() -> None:
             status, body = call(url, token, "/ask", {"question": "Is it connected now?"})
         print(f"ask {status} {json.loads(body).get('answer', '')}")
         return
+    if mode == "many":  # 50 machine requests in a row, each answered or the agent fails
+        for i in range(50):
+            status, body = call(url, token, "/exec", {"script": f"echo {i}", "timeout": 1})
+            assert status == 200, (i, status, body)
+        print("50 answered")
+        return
     status, png = call(url, token, "/screen")
     assert status == 200 and png.startswith(b"\x89PNG"), (status, png[:20])
     status, _bad = call(url, "wrong-token", "/exec", {"script": "true"})
