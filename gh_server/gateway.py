@@ -35,6 +35,7 @@ from gh_server.auth import hash_secret
 from gh_server.dbqueue import DbQueue
 from gh_server.models import Attempt, Runner, RunnerJob, utcnow
 from gh_server.models import ReplayFrame as ReplayRow
+from gh_server.relay import PgRelay
 from gh_server.workpool import PoolTimeout, WorkPool
 
 if TYPE_CHECKING:
@@ -238,6 +239,7 @@ class Gateway:
         judge_timeout = (self.settings.judge.timeout if self.settings.judge else 120.0) + JUDGE_SLACK_S
         self.judge_pool = WorkPool("judge", self.settings.judge_workers, judge_timeout)
         self.scheduler: sched.Scheduler | None = None
+        self.relay: PgRelay | None = None  # PostgreSQL: machine requests for runners held by other processes
         self.agents = AgentSupervisor(self)
         self._started = False
 
@@ -263,6 +265,10 @@ class Gateway:
             judge_configured=s.judge is not None,
         )
         self.scheduler.start()
+        if self.state.engine.dialect.name == "postgresql":
+            conninfo = self.state.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+            self.relay = PgRelay(conninfo, self.dbq, self.local_runner_ids_all, self._machine_request_here)
+            self.relay.start()
         try:
             await asyncio.Event().wait()
         finally:
@@ -270,6 +276,8 @@ class Gateway:
 
     async def shutdown(self) -> None:
         await self.agents.stop_all()
+        if self.relay is not None:
+            await self.relay.stop()
         await self.judge_pool.stop()  # an unacked result is resent by its runner and judged where it lands
         if self.scheduler is not None:
             await self.scheduler.stop()
@@ -306,6 +314,10 @@ class Gateway:
         c = self.conns.get(runner_id)
         return c is not None and not c.closed.is_set()
 
+    def local_runner_ids_all(self) -> list[str]:
+        """The runners whose sockets this process holds (leasable or not)."""
+        return [rid for rid, c in self.conns.items() if not c.closed.is_set()]
+
     def local_runner_ids(self) -> list[str]:
         """The runners the scheduler of this process may lease to now."""
         return [rid for rid, c in self.conns.items() if c.leasable]
@@ -322,7 +334,16 @@ class Gateway:
     async def machine_request(
         self, runner_id: str, req: protocol.MachineRequest, timeout: float
     ) -> protocol.MachineResponse:
-        """Relay a request and wait for its answer; never raises (a failure is `ok=False` with why)."""
+        """Relay a request and wait for its answer; never raises (a failure is `ok=False` with why).
+
+        A runner connected to another process (PostgreSQL) is reached through that process (gh_server.relay)."""
+        if runner_id not in self.conns and self.relay is not None:
+            return await self.relay.forward(runner_id, req, timeout)
+        return await self._machine_request_here(runner_id, req, timeout)
+
+    async def _machine_request_here(
+        self, runner_id: str, req: protocol.MachineRequest, timeout: float
+    ) -> protocol.MachineResponse:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[protocol.MachineResponse] = loop.create_future()
         conn = self.conns.get(runner_id)

@@ -271,7 +271,7 @@ def expire_instructions(session: Session, now: datetime | None = None) -> list[s
 
 async def run_instruction(st: ServerState, claim: dict[str, Any]) -> None:
     from gh_server.agents.registry import AgentRegistry
-    from gh_server.agents.supervisor import Grant
+    from gh_server.agents.supervisor import GrantSpec
     from gh_server.api.start_states import _dispatch
 
     ssid, task_id, agent_id = claim["start_state_id"], claim["task_id"], claim["agent_id"]
@@ -292,7 +292,8 @@ async def run_instruction(st: ServerState, claim: dict[str, Any]) -> None:
                            machine_api_token=token)
         try:
             agent = AgentRegistry(st.settings.agents).get(agent_id)
-            with sup.granted(token, Grant(task_id, claim["runner_id"], machine, ctx, max_steps=None)):
+            async with sup.granted(token, GrantSpec(task_id, claim["runner_id"], max_steps=None,
+                                                    minutes=INSTRUCTION_MINUTES, start_state_id=ssid)):
                 outcome = await asyncio.wait_for(agent.run(ctx), INSTRUCTION_MINUTES * 60 + 60)
             log.info("start state %s: agent %s finished its instruction (task %s, %d steps)",
                      ssid, agent_id, task_id, outcome.steps)

@@ -30,24 +30,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@dataclass
-class GwServer:
-    base_url: str
-    ws_url: str
-    state: ServerState
-    admin_key: str
-    app: Any
-    server: uvicorn.Server
-    thread: threading.Thread
-
-    @property
-    def gateway(self) -> Gateway:
-        gw = self.state.gateway
-        assert isinstance(gw, Gateway)
-        return gw
+class Rows:
+    """Runners and runs put straight into a gh-server's database, and its rows read back."""
 
     def session(self) -> Any:
-        return self.state.db()
+        raise NotImplementedError
+
+    def wake(self) -> None:
+        """Nudge the scheduler (a server in another process finds new rows at its next poll)."""
 
     def add_runner(self, name: str = "sim") -> tuple[str, str]:
         token = new_runner_token()
@@ -85,7 +75,7 @@ class GwServer:
                                       agent_id=agent, try_number=t, status="queued", runs_on=full["runs_on"],
                                       required_runner_id=pin, created_at=utcnow()))
             s.commit()
-        self.state.wake()
+        self.wake()
         return run_id, ids
 
     def attempt(self, attempt_id: str) -> Attempt:
@@ -117,6 +107,43 @@ class GwServer:
             assert r is not None
             s.expunge(r)
             return r
+
+
+
+class DbRows(Rows):
+    def __init__(self, url: str) -> None:
+        from sqlalchemy import create_engine
+
+        from gh_server.db import make_sessionmaker
+
+        self.engine = create_engine(Settings(data_dir=Path("/nonexistent"), database_url=url).sqlalchemy_url)
+        self._db = make_sessionmaker(self.engine)
+
+    def session(self) -> Any:
+        return self._db()
+
+
+@dataclass
+class GwServer(Rows):
+    base_url: str
+    ws_url: str
+    state: ServerState
+    admin_key: str
+    app: Any
+    server: uvicorn.Server
+    thread: threading.Thread
+
+    @property
+    def gateway(self) -> Gateway:
+        gw = self.state.gateway
+        assert isinstance(gw, Gateway)
+        return gw
+
+    def session(self) -> Any:
+        return self.state.db()
+
+    def wake(self) -> None:
+        self.state.wake()
 
 
 def wait_for(pred: Any, timeout: float = 30.0, what: str = "condition") -> Any:
