@@ -27,6 +27,7 @@ def create_app(settings: Settings, state: ServerState | None = None) -> FastAPI:
     from gh_server.auth import ensure_admin_key
 
     ensure_admin_key(st)
+    st.metrics.watch_db(st.engine, st.db)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

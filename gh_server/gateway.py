@@ -237,7 +237,9 @@ class Gateway:
         self._judging: set[str] = set()
         # The judge's time bound is its endpoint's (the whole call, replay frames included) plus a slack.
         judge_timeout = (self.settings.judge.timeout if self.settings.judge else 120.0) + JUDGE_SLACK_S
-        self.judge_pool = WorkPool("judge", self.settings.judge_workers, judge_timeout)
+        self.metrics = state.metrics
+        self.judge_pool = WorkPool("judge", self.settings.judge_workers, judge_timeout,
+                                   observer=self.metrics.pool_observer)
         self.scheduler: sched.Scheduler | None = None
         self.relay: PgRelay | None = None  # PostgreSQL: machine requests for runners held by other processes
         self.agents = AgentSupervisor(self)
@@ -264,10 +266,12 @@ class Gateway:
             dead_after_s=s.dead_after,
             judge_configured=s.judge is not None,
         )
+        self.scheduler.on_leased = self.metrics.leased
         self.scheduler.start()
         if self.state.engine.dialect.name == "postgresql":
             conninfo = self.state.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-            self.relay = PgRelay(conninfo, self.dbq, self.local_runner_ids_all, self._machine_request_here)
+            self.relay = PgRelay(conninfo, self.dbq, self.local_runner_ids_all, self._machine_request_here,
+                                 self.metrics)
             self.relay.start()
         try:
             await asyncio.Event().wait()
@@ -682,6 +686,9 @@ class Gateway:
                 judge = await self.judge_pool.run(lambda: judge_attempt(endpoint, self.dbq, aid, case, result))
             except PoolTimeout as e:
                 judge = {"error": f"rubric judge: no verdict within {e.timeout:g} s"}
+            else:
+                if judge.get("error"):  # asked, and failed (HTTP error, no verdict): the pool saw it return
+                    self.metrics.call_errors.labels(kind="judge", reason="error").inc()
             await self._apply_result(runner_id, name, result, judge)
         finally:
             self._judging.discard(aid)
@@ -696,6 +703,7 @@ class Gateway:
         if applied.note:
             log.warning("result for %s from runner %s not applied: %s", aid, name, applied.note)
         if applied.applied:
+            self.metrics.results.labels(outcome=applied.outcome or "error").inc()
             self._run_changed(applied.test_run_id)
             self._poke()
 
@@ -720,6 +728,7 @@ def install(app: FastAPI, state: ServerState) -> None:
     from gh_server.agents.machine_api import router as machine_router
 
     gw = Gateway(state)
+    state.metrics.runners_connected.set_function(lambda: float(len(gw.local_runner_ids_all())))
     state.gateway = gw
     state.extras["gateway"] = gw
     app.add_api_websocket_route(PATH, gw.endpoint)

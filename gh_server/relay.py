@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from gh_runner import protocol
 from gh_server.dbqueue import DbQueue
+from gh_server.metrics import ServerMetrics
 from gh_server.models import MachineRelay, Runner, utcnow
 
 log = logging.getLogger(__name__)
@@ -102,7 +103,9 @@ def _forget(session: Session, request_id: str) -> None:
 class PgRelay:
     """One LISTEN connection per process; `forward` asks another process, the listener answers for ours."""
 
-    def __init__(self, conninfo: str, dbq: DbQueue, held: Callable[[], list[str]], answer: Answer) -> None:
+    def __init__(self, conninfo: str, dbq: DbQueue, held: Callable[[], list[str]], answer: Answer,
+                 metrics: ServerMetrics | None = None) -> None:
+        self._metrics = metrics
         self._conninfo = conninfo
         self._dbq = dbq
         self._held = held  # the runners whose sockets this process holds
@@ -132,6 +135,8 @@ class PgRelay:
         fut: asyncio.Future[protocol.MachineResponse] = asyncio.get_running_loop().create_future()
         self._waiting[req.request_id] = fut
         try:
+            if self._metrics is not None:
+                self._metrics.relayed.labels(direction="sent").inc()
             if not await self._dbq.run(lambda s: _ask(s, runner_id, req)):
                 return protocol.MachineResponse(
                     request_id=req.request_id, ok=False, error="the runner holding this machine is not connected"
@@ -209,6 +214,8 @@ class PgRelay:
         else:
             resp = await self._answer(runner_id, req, req.timeout + RUNNER_SLACK_S)
         self.relayed += 1
+        if self._metrics is not None:
+            self._metrics.relayed.labels(direction="served").inc()
         await self._dbq.run(lambda s: _answer(s, request_id, resp))
 
     async def _collect(self, request_ids: list[str]) -> None:

@@ -15,6 +15,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from gh_runner import protocol
+from gh_server.metrics import ServerMetrics
 from gh_server.settings import Settings
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ class ServerState:
     # (gateway.install appends its scheduler/liveness loops here; webhooks its delivery worker).
     background: list[Callable[[ServerState], Coroutine[Any, Any, None]]] = field(default_factory=list)
     extras: dict[str, object] = field(default_factory=dict)
+    metrics: ServerMetrics = field(default_factory=ServerMetrics)
 
     def wake(self) -> None:
         """Nudge the scheduler (safe from any thread: the event belongs to the server's loop)."""

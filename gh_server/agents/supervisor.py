@@ -116,9 +116,10 @@ class AgentSupervisor:
         self._ended: dict[str, tuple[str, protocol.TaskEnd]] = {}  # task_ends to resend after a reconnect
         st = gateway.settings
         # Agents get their case's time limit each (passed per run); the customer its endpoint's timeout.
-        self.agent_pool = WorkPool("agent", st.agent_workers, 3600.0)
+        observer = gateway.metrics.pool_observer
+        self.agent_pool = WorkPool("agent", st.agent_workers, 3600.0, observer=observer)
         customer_timeout = (st.customer_model.timeout if st.customer_model else 120.0) + CUSTOMER_SLACK_S
-        self.customer_pool = WorkPool("customer", st.customer_workers, customer_timeout)
+        self.customer_pool = WorkPool("customer", st.customer_workers, customer_timeout, observer=observer)
 
     @property
     def machine_api_url(self) -> str:
