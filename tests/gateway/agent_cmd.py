@@ -32,6 +32,13 @@ def main() -> None:
         sys.exit(3)
     if mode == "hang":
         time.sleep(600)
+    if mode == "hang-once":  # the first attempt hangs (its server is killed under it); its retry answers
+        marker = out_path + ".once"
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            time.sleep(600)
+        print("done on the retry")
+        return
     if mode == "approve":
         status, body = call(url, token, "/approval", {"request": "restart the print spooler"})
         status2, _ = call(url, token, "/approval", {"request": ""})
