@@ -15,7 +15,6 @@ import base64
 import binascii
 import contextlib
 import hmac
-import importlib
 import logging
 import time
 import uuid
@@ -35,6 +34,7 @@ from gh_server.auth import hash_secret
 from gh_server.dbqueue import DbQueue
 from gh_server.models import Attempt, Runner, RunnerJob, utcnow
 from gh_server.models import ReplayFrame as ReplayRow
+from gh_server.ports import JobResultApplier
 from gh_server.relay import PgRelay
 from gh_server.workpool import PoolTimeout, WorkPool
 
@@ -183,14 +183,6 @@ def _store_frame(session: Session, runner_id: str, f: protocol.ReplayFrame, png:
     return True
 
 
-def _start_state_applier() -> Any:
-    try:
-        mod = importlib.import_module("gh_server.api.start_states")
-    except ImportError:
-        return None
-    return getattr(mod, "apply_job_result", None)
-
-
 def _queued_jobs(session: Session, runner_id: str) -> list[tuple[str, dict[str, Any]]]:
     rows = session.execute(
         select(RunnerJob.id, RunnerJob.payload)
@@ -227,8 +219,10 @@ def _record_job_result(session: Session, runner_id: str, j: protocol.JobResult) 
 
 
 class Gateway:
-    def __init__(self, state: ServerState) -> None:
+    def __init__(self, state: ServerState, apply_job_result: JobResultApplier | None = None) -> None:
         self.state = state
+        # What a finished start-state job means is the start-state service's (app.py passes it in).
+        self.apply_job_result = apply_job_result
         self.settings = state.settings
         self.dbq = DbQueue(state.db)
         self.conns: dict[str, _Conn] = {}
@@ -625,18 +619,11 @@ class Gateway:
             await self._touch(conn)
 
     async def _job_result(self, conn: _Conn, msg: protocol.JobResult) -> None:
-        """The start-state API owns what a finished job means (status, version, webhook).
-
-        It plugs in as `gh_server.api.start_states.apply_job_result(session, runner_id, msg)` (run
-        here in the gateway's DB batch) or as an async `state.extras["on_job_result"](runner_id, msg)`;
-        without either, the job row alone is closed.
-        """
-        hook = self.state.extras.get("on_job_result")
-        if callable(hook):
-            await hook(conn.runner_id, msg)
-            return
+        """The start-state service owns what a finished job means (status, version, webhook): its
+        `apply_job_result(session, runner_id, msg)` runs here in the gateway's DB batch; without one,
+        the job row alone is closed."""
         rid = conn.runner_id
-        apply = _start_state_applier()
+        apply = self.apply_job_result
         if apply is not None:
             await self.dbq.run(lambda s: apply(s, rid, msg))
         else:
@@ -723,14 +710,12 @@ def _rubric_case(session: Session, runner_id: str, attempt_id: str) -> dict[str,
     return case if isinstance(rubric, str) and rubric.strip() else None
 
 
-def install(app: FastAPI, state: ServerState) -> None:
-    """Add the runner websocket and the agents' machine API; run the scheduler in the app's lifespan."""
-    from gh_server.agents.machine_api import router as machine_router
-
-    gw = Gateway(state)
+def install(app: FastAPI, state: ServerState, apply_job_result: JobResultApplier | None = None) -> Gateway:
+    """Add the runner websocket; run the scheduler in the app's lifespan. (app.py adds the machine API.)"""
+    gw = Gateway(state, apply_job_result)
     state.metrics.runners_connected.set_function(lambda: float(len(gw.local_runner_ids_all())))
     state.gateway = gw
     state.extras["gateway"] = gw
     app.add_api_websocket_route(PATH, gw.endpoint)
-    app.include_router(machine_router(gw.agents))
     state.background.append(gw.run)
+    return gw

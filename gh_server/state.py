@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import pydantic
 from sqlalchemy import Engine
@@ -16,10 +16,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gh_runner import protocol
 from gh_server.metrics import ServerMetrics
+from gh_server.ports import AgentHost
 from gh_server.settings import Settings
-
-if TYPE_CHECKING:
-    from gh_server.agents.supervisor import AgentSupervisor
 
 
 class GatewayPort(Protocol):
@@ -36,7 +34,7 @@ class GatewayPort(Protocol):
     def connected(self, runner_id: str) -> bool: ...
 
     @property
-    def agents(self) -> AgentSupervisor:
+    def agents(self) -> AgentHost:
         """The agents of this process and their machine API (instruction start states use it too)."""
 
 

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -31,11 +31,9 @@ from gh_server.agents.base import AgentContext, AgentError, AgentOutcome, Machin
 from gh_server.agents.models import CustomerReply
 from gh_server.agents.registry import AgentRegistry
 from gh_server.models import Attempt, RunCase, utcnow
+from gh_server.ports import GrantSpec, RunnerLink
 from gh_server.workpool import PoolTimeout, WorkPool
 from providers.base import InputEvent, KeyEvent, TypeEvent
-
-if TYPE_CHECKING:
-    from gh_server.gateway import Gateway
 
 log = logging.getLogger(__name__)
 
@@ -60,17 +58,6 @@ class Grant:
     machine: Machine
     case: dict[str, Any]
     max_steps: int | None
-    start_state_id: str | None = None
-
-
-@dataclass(frozen=True)
-class GrantSpec:
-    """What the process that runs an agent grants its token (see `AgentSupervisor.granted`)."""
-
-    attempt_id: str
-    runner_id: str
-    max_steps: int | None
-    minutes: float
     start_state_id: str | None = None
 
 
@@ -108,7 +95,7 @@ def _secret_values(case: dict[str, Any]) -> list[str]:
 
 
 class AgentSupervisor:
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: RunnerLink) -> None:
         self.gw = gateway
         self.registry = AgentRegistry(gateway.settings.agents)
         self.tasks: dict[str, asyncio.Task[None]] = {}
