@@ -121,10 +121,17 @@ async def chaos(cluster: PgCluster, attempts: int, n_runners: int, slots: int, k
         t0 = time.monotonic()
         pending = {run_id for run_id, _ in runs}
         next_kill = time.monotonic() + kill_every
+        next_report = time.monotonic() + 10
         while pending and time.monotonic() - t0 < 3600:
             await asyncio.sleep(0.5)
             done = await asyncio.to_thread(completed, rows, list(pending))
             pending -= done
+            if time.monotonic() >= next_report:
+                next_report = time.monotonic() + 10
+                with rows.session() as s:
+                    finished = s.scalar(select(func.count()).select_from(Attempt).where(Attempt.status == "done"))
+                print(f"  t={time.monotonic() - t0:6.1f}s {finished} attempts done, {len(pending)} runs left",
+                      flush=True)
             if time.monotonic() >= next_kill and pending:
                 next_kill = time.monotonic() + kill_every
                 victim = random.choice(topo.servers)

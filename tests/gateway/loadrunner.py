@@ -124,8 +124,9 @@ class LoadRunner:
                         t.cancel()
         finally:
             beat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beat
+            # asyncio.wait, not `suppress(CancelledError): await beat`: that would also swallow a
+            # cancel of this task (kill()) that lands while it waits here, and it would run on forever.
+            await asyncio.wait([beat])
 
     async def _beats(self) -> None:
         while True:

@@ -58,7 +58,11 @@ class ServerProc:
                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
         if wait:
-            self.wait_healthy()
+            try:
+                self.wait_healthy()
+            except BaseException:
+                self.kill()
+                raise
         return self
 
     def wait_healthy(self, timeout: float = 90.0) -> None:

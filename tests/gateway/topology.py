@@ -117,13 +117,18 @@ class Topology:
                         for i, p in enumerate(ports, 1)]
 
     def start(self) -> Topology:
-        self.servers[0].start()  # the first one migrates the schema; the others find it done
-        for s in self.servers[1:]:
-            s.start(wait=False)
-        for s in self.servers[1:]:
-            s.wait_healthy()
-        self.proxy.start()
-        self.proxy.wait_backends_up()
+        """Start everything, or stop what did start and re-raise (nothing is left running)."""
+        try:
+            self.servers[0].start()  # the first one migrates the schema; the others find it done
+            for s in self.servers[1:]:
+                s.start(wait=False)
+            for s in self.servers[1:]:
+                s.wait_healthy()
+            self.proxy.start()
+            self.proxy.wait_backends_up()
+        except BaseException:
+            self.close()
+            raise
         return self
 
     def close(self) -> None:
