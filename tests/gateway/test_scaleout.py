@@ -20,9 +20,10 @@ from gh_runner import protocol
 from gh_server.models import WebhookDelivery
 from gh_server.settings import AgentConfig
 
-from .conftest import DbRows, await_for
+from .conftest import await_for
 from .fakehttp import serve
 from .procs import ServerProc, admin_key, free_port
+from .rows import DbRows
 from .simrunner import SimRunner
 from .test_agents import AGENT_CMD, Machine
 

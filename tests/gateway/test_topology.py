@@ -17,8 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from gh_runner import protocol
 from gh_server.settings import AgentConfig
 
-from .conftest import DbRows, await_for
+from .conftest import await_for
 from .loadrunner import LoadRunner
+from .rows import DbRows
 from .simrunner import SimRunner
 from .test_agents import AGENT_CMD, Machine
 from .topology import Topology
