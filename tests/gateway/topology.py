@@ -43,7 +43,9 @@ backend gh_servers
     balance leastconn
     option httpchk GET /healthz
     http-check expect status 200
-    default-server inter 1s fall 2 rise 1 on-marked-down shutdown-sessions
+    # No on-marked-down shutdown-sessions: a health-check blip must not cut live runner sockets (a
+    # runner that moves loses its running agents); a process that dies drops them anyway.
+    default-server inter 1s fall 2 rise 1
 {servers}
 """
 
