@@ -1,7 +1,9 @@
 """The HTTP machine API external agents use on their attempt's machine (docs/agents.md).
 
 `Authorization: Bearer <token>`: the per-attempt token from the agent's request document. It works
-only while the attempt's task runs (the supervisor drops it when the agent ends or is stopped).
+only while the attempt's task runs (the supervisor drops it when the agent ends or is stopped). Grants
+are rows, so any gh-server process behind a load balancer answers; the machine request itself goes to
+the runner through whichever process holds its websocket (gateway.machine_request).
 """
 
 from __future__ import annotations
@@ -53,17 +55,19 @@ def _machine_error(e: MachineError) -> JSONResponse:
 def router(sup: AgentSupervisor) -> APIRouter:
     r = APIRouter(prefix=MACHINE_API_PATH, include_in_schema=True, tags=["agent machine API"])
 
-    def grant_of(request: Request) -> Grant | JSONResponse:
+    async def grant_of(request: Request) -> Grant | JSONResponse:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        grant = sup.grant_for(token.strip()) if scheme.lower() == "bearer" and token.strip() else None
+        grant = await sup.grant_for(token.strip()) if scheme.lower() == "bearer" and token.strip() else None
         if grant is None:
             return _error(401, "authentication", "no such machine token, or the attempt's task is over")
         return grant
 
-    def step(grant: Grant) -> JSONResponse | None:
-        if grant.max_steps is not None and grant.steps >= grant.max_steps:
+    async def step(grant: Grant) -> JSONResponse | None:
+        counted = await sup.take_step(grant)  # in the grants table: the limit holds across processes
+        if counted is None:
+            return _error(401, "authentication", "no such machine token, or the attempt's task is over")
+        if not counted:
             return _error(409, "conflict", f"the case's step limit ({grant.max_steps}) is reached")
-        grant.steps += 1
         return None
 
     async def body(request: Request, model: type[BaseModel]) -> Any:
@@ -78,7 +82,7 @@ def router(sup: AgentSupervisor) -> APIRouter:
 
     async def granted_body(request: Request, model: type[BaseModel]) -> tuple[Grant, Any] | JSONResponse:
         """The request's grant and its validated body, or the error to answer with."""
-        grant = grant_of(request)
+        grant = await grant_of(request)
         if isinstance(grant, JSONResponse):
             return grant
         b = await body(request, model)
@@ -88,7 +92,7 @@ def router(sup: AgentSupervisor) -> APIRouter:
 
     @r.get("/screen", response_class=Response, responses={200: {"content": {"image/png": {}}}})
     async def screen(request: Request) -> Response:
-        grant = grant_of(request)
+        grant = await grant_of(request)
         if isinstance(grant, JSONResponse):
             return grant
         try:
@@ -103,7 +107,7 @@ def router(sup: AgentSupervisor) -> APIRouter:
         if isinstance(got, JSONResponse):
             return got
         grant, b = got
-        if (limited := step(grant)) is not None:
+        if (limited := await step(grant)) is not None:
             return limited
         try:
             await grant.machine.input(b.events)
@@ -117,7 +121,7 @@ def router(sup: AgentSupervisor) -> APIRouter:
         if isinstance(got, JSONResponse):
             return got
         grant, b = got
-        if (limited := step(grant)) is not None:
+        if (limited := await step(grant)) is not None:
             return limited
         try:
             res = await grant.machine.exec(b.script, b.env, b.timeout)
