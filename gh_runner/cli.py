@@ -76,9 +76,10 @@ def _common_options(machine_only: bool = False) -> argparse.ArgumentParser:
     g.add_argument("--log-level", dest="log_level", choices=("debug", "info", "warning", "error"))
     if machine_only:
         return p
-    g.add_argument("--server", metavar="URL",
+    g.add_argument("--server", metavar="URL", action="append",
                    help="control plane, e.g. wss://evals.example.com (https:// works too; ws:// only to "
-                        "loopback unless --insecure)")
+                        "loopback unless --insecure); several gh-server processes: repeat it or separate "
+                        "URLs with commas, and a lost server's runner moves to the next")
     g.add_argument("--token", metavar="gh_rn_...", help="runner token (prefer GH_RUNNER_TOKEN or --token-file: "
                                                         "flags show up in `ps`)")
     g.add_argument("--token-file", dest="token_file", metavar="FILE", help="file holding the runner token")

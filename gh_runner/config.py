@@ -57,7 +57,8 @@ class Timeouts(BaseModel):
 class RunnerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    server: str | None = Field(default=None, description="control plane URL (wss://host or https://host)")
+    server: str | None = Field(default=None, description="control plane URL (wss://host or https://host); several "
+                               "gh-server processes as a comma-separated list (or a YAML list), tried in turn")
     token: SecretStr | None = None
     token_file: Path | None = None
     name: str = Field(default_factory=socket.gethostname, min_length=1, max_length=128)
@@ -97,12 +98,18 @@ class RunnerConfig(BaseModel):
                 raise ValueError(f"label {label!r} must be 1-64 characters of letters, digits, '-', '_', '.', ':'")
         return v
 
-    @field_validator("server")
+    @field_validator("server", mode="before")
     @classmethod
-    def _check_server(cls, v: str | None) -> str | None:
+    def _check_server(cls, v: Any) -> str | None:
+        """One URL, a comma-separated list, or a list (repeated --server, YAML): kept as one normalised,
+        comma-separated string, so the single-URL form reads as it always did."""
         if v is None:
             return None
-        return normalize_server_url(v)
+        parts = v if isinstance(v, list | tuple) else [v]
+        urls = [u.strip() for p in parts for u in str(p).split(",") if u.strip()]
+        if not urls:
+            raise ValueError("no server URL given")
+        return ",".join(dict.fromkeys(normalize_server_url(u) for u in urls))
 
     @field_validator("metrics_listen")
     @classmethod
@@ -121,19 +128,24 @@ class RunnerConfig(BaseModel):
                              f"reconnect_max ({self.reconnect_max})")
         return self
 
-    def connect_url(self) -> str:
+    def connect_urls(self) -> list[str]:
+        """Every server URL, in the order given (the session moves to the next when one is lost)."""
         if self.server is None:
             raise ConfigError("server: required to run the daemon (--server wss://HOST or GH_RUNNER_SERVER)")
-        return self.server
+        return self.server.split(",")
+
+    def connect_url(self) -> str:
+        return self.connect_urls()[0]
 
     def check_transport(self) -> None:
         """Refuse a cleartext websocket to a remote host unless `insecure` says so."""
-        url = urlsplit(self.connect_url())
-        if url.scheme == "ws" and not self.insecure and not is_loopback(url.hostname or ""):
-            raise ConfigError(
-                f"server: {self.server} is not encrypted; use wss:// (or https://), or pass --insecure "
-                "to send the runner token in clear text to a non-loopback host"
-            )
+        for raw in self.connect_urls():
+            url = urlsplit(raw)
+            if url.scheme == "ws" and not self.insecure and not is_loopback(url.hostname or ""):
+                raise ConfigError(
+                    f"server: {raw} is not encrypted; use wss:// (or https://), or pass --insecure "
+                    "to send the runner token in clear text to a non-loopback host"
+                )
 
     def token_value(self) -> str:
         if self.token is None:

@@ -241,7 +241,7 @@ class Daemon:
         self._signals = 0
         self.exit_code = 0
         self.session = Session(
-            config.connect_url(), config.token_value(), self,
+            config.connect_urls(), config.token_value(), self,
             backoff=backoff or Backoff(base=config.reconnect_min, cap=config.reconnect_max),
             revoked_retry=config.revoked_retry, connect_timeout=config.connect_timeout,
             sleep=session_sleep,

@@ -593,7 +593,7 @@ def check_server(ctx: Context, probe: ServerProbe) -> Check:
     if not ctx.config.server:
         return Check("server", "WARN", "no server configured (fine for `gh-runner local`)",
                      "set server: wss://HOST in /etc/gh-runner/config.yaml")
-    server = _connect_url(ctx.config.server)
+    server = _connect_url(ctx.config.server.split(",")[0])  # the first of several: the one a runner tries first
     base = _http_base(server)
     t0 = time.monotonic()
     try:

@@ -148,7 +148,8 @@ def make_observers(config: Any) -> list[Any]:
         except MetricsListenError as e:
             log.error("cannot start the metrics listener", error=str(e))
             raise SystemExit(2) from None
-    obs = OpsObserver(name=config.name, server=config.server, slots=config.slots, notifier=Notifier(),
+    server = config.connect_url() if config.server else None
+    obs = OpsObserver(name=config.name, server=server, slots=config.slots, notifier=Notifier(),
                       metrics=metrics)
     obs.start()
     return [obs]

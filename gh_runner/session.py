@@ -9,6 +9,9 @@ daemon's) business. Guarantees it gives the handler:
   is declared dead (close code 4008) and the session reconnects.
 - Reconnects wait a capped exponential backoff with jitter (`Backoff`), reset once a connection
   has stayed up for `stable_after` seconds, so a flapping server is never retried hot.
+- Given several server URLs (gh-server processes on one database), each reconnect goes to the next
+  one in turn: a runner whose server died is back on another within one backoff delay, with the same
+  hello (its in-flight attempts go on there, its journaled results are resent and applied once).
 - A revoked or unknown token (close code 4001, or HTTP 401/403 at the handshake) and a protocol
   mismatch (4002) are logged once, clearly, and retried only every `revoked_retry` seconds.
 - A frame that cannot be parsed, or whose handling fails, is answered with an `error` message;
@@ -24,7 +27,7 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -99,7 +102,7 @@ class _Outcome:
 class Session:
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         token: str,
         handler: SessionHandler,
         *,
@@ -110,7 +113,10 @@ class Session:
         stable_after: float = 10.0,
         sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
-        self.url = url
+        self.urls = [url] if isinstance(url, str) else list(url)
+        if not self.urls:
+            raise ValueError("a session needs at least one server URL")
+        self._at = 0  # which of `urls` the next connection dials
         self._token = token
         redactor.add(token)
         self.handler = handler
@@ -129,6 +135,11 @@ class Session:
         self.connections = 0
         self.last_rx = 0.0
         self.log = get_logger("gh_runner.session")
+
+    @property
+    def url(self) -> str:
+        """The server this session is connected to, or dials next."""
+        return self.urls[self._at]
 
     @property
     def connected(self) -> bool:
@@ -154,6 +165,7 @@ class Session:
             if self._stop.is_set():
                 break
             self.handler.on_disconnected(outcome.reason)
+            self._at = (self._at + 1) % len(self.urls)  # a lost or unreachable server: try the next one
             if outcome.welcomed and outcome.up_seconds >= self.stable_after:
                 self.backoff.reset()
             if outcome.slow:

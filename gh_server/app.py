@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI
 
-from gh_server import db
+from gh_server import api, db, gateway, replays, start_state_jobs, webhooks
+from gh_server.agents.machine_api import router as machine_router
+from gh_server.api.start_states import apply_job_result
+from gh_server.auth import ensure_admin_key
 from gh_server.settings import Settings
 from gh_server.state import ServerState
 
@@ -24,9 +26,8 @@ def create_app(settings: Settings, state: ServerState | None = None) -> FastAPI:
     """Build the app. The schema is upgraded here (not lazily) so a broken database fails at start."""
     st = state or create_state(settings)
     db.upgrade(st.engine)
-    from gh_server.auth import ensure_admin_key
-
     ensure_admin_key(st)
+    st.metrics.watch_db(st.engine, st.db)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -49,22 +50,18 @@ def create_app(settings: Settings, state: ServerState | None = None) -> FastAPI:
     # No /docs or /redoc: the contract is Bearer auth everywhere but /openapi.json and /healthz.
     app = FastAPI(title="gh-server Evals API", version="1", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.gh = st
-    _install_optional(app, st)
+    _wire(app, st)
     return app
 
 
-def _install_optional(app: FastAPI, st: ServerState) -> None:
-    """Parts built by other modules plug in through `install(app, state)` when present."""
-    names = ["gh_server.api", "gh_server.webhooks", "gh_server.replays", "gh_server.start_state_jobs"] + (
-        ["gh_server.gateway"] if st.settings.gateway else []
-    )
-    for name in names:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name == name:
-                continue
-            raise
-        install = getattr(mod, "install", None)
-        if install is not None:
-            install(app, st)
+def _wire(app: FastAPI, st: ServerState) -> None:
+    """The one place that puts the layers together (tests/server/test_layers.py): the routers, the
+    webhook worker, replays, start-state housekeeping, and the runner gateway with what it is given
+    (the start-state service's job results) and the agents' machine API on top of it."""
+    api.install(app, st)
+    webhooks.install(app, st)
+    replays.install(app, st)
+    start_state_jobs.install(app, st)
+    if st.settings.gateway:
+        gw = gateway.install(app, st, apply_job_result=apply_job_result)
+        app.include_router(machine_router(gw.agents))

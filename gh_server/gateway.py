@@ -15,7 +15,6 @@ import base64
 import binascii
 import contextlib
 import hmac
-import importlib
 import logging
 import time
 import uuid
@@ -35,6 +34,9 @@ from gh_server.auth import hash_secret
 from gh_server.dbqueue import DbQueue
 from gh_server.models import Attempt, Runner, RunnerJob, utcnow
 from gh_server.models import ReplayFrame as ReplayRow
+from gh_server.ports import JobResultApplier
+from gh_server.relay import PgRelay
+from gh_server.workpool import PoolTimeout, WorkPool
 
 if TYPE_CHECKING:
     from gh_server.state import ServerState
@@ -47,6 +49,7 @@ HELLO_TIMEOUT_S = 30.0
 # more until its next heartbeat: the DB's count of its attempts cannot see everything that holds its slots.
 PAUSE_AFTER_REFUSALS = 2
 SEND_TIMEOUT_S = 30.0
+JUDGE_SLACK_S = 10.0  # on top of the judge endpoint's timeout: reading the replay frames, the queue
 
 
 @dataclass
@@ -180,14 +183,6 @@ def _store_frame(session: Session, runner_id: str, f: protocol.ReplayFrame, png:
     return True
 
 
-def _start_state_applier() -> Any:
-    try:
-        mod = importlib.import_module("gh_server.api.start_states")
-    except ImportError:
-        return None
-    return getattr(mod, "apply_job_result", None)
-
-
 def _queued_jobs(session: Session, runner_id: str) -> list[tuple[str, dict[str, Any]]]:
     rows = session.execute(
         select(RunnerJob.id, RunnerJob.payload)
@@ -224,15 +219,23 @@ def _record_job_result(session: Session, runner_id: str, j: protocol.JobResult) 
 
 
 class Gateway:
-    def __init__(self, state: ServerState) -> None:
+    def __init__(self, state: ServerState, apply_job_result: JobResultApplier | None = None) -> None:
         self.state = state
+        # What a finished start-state job means is the start-state service's (app.py passes it in).
+        self.apply_job_result = apply_job_result
         self.settings = state.settings
         self.dbq = DbQueue(state.db)
         self.conns: dict[str, _Conn] = {}
         # request id -> (runner id, session id it was sent on, answer)
         self._pending: dict[str, tuple[str, str, asyncio.Future[protocol.MachineResponse]]] = {}
         self._judging: set[str] = set()
+        # The judge's time bound is its endpoint's (the whole call, replay frames included) plus a slack.
+        judge_timeout = (self.settings.judge.timeout if self.settings.judge else 120.0) + JUDGE_SLACK_S
+        self.metrics = state.metrics
+        self.judge_pool = WorkPool("judge", self.settings.judge_workers, judge_timeout,
+                                   observer=self.metrics.pool_observer)
         self.scheduler: sched.Scheduler | None = None
+        self.relay: PgRelay | None = None  # PostgreSQL: machine requests for runners held by other processes
         self.agents = AgentSupervisor(self)
         self._started = False
 
@@ -257,7 +260,13 @@ class Gateway:
             dead_after_s=s.dead_after,
             judge_configured=s.judge is not None,
         )
+        self.scheduler.on_leased = self.metrics.leased
         self.scheduler.start()
+        if self.state.engine.dialect.name == "postgresql":
+            conninfo = self.state.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+            self.relay = PgRelay(conninfo, self.dbq, self.local_runner_ids_all, self._machine_request_here,
+                                 self.metrics)
+            self.relay.start()
         try:
             await asyncio.Event().wait()
         finally:
@@ -265,6 +274,9 @@ class Gateway:
 
     async def shutdown(self) -> None:
         await self.agents.stop_all()
+        if self.relay is not None:
+            await self.relay.stop()
+        await self.judge_pool.stop()  # an unacked result is resent by its runner and judged where it lands
         if self.scheduler is not None:
             await self.scheduler.stop()
         conns = list(self.conns.values())
@@ -300,6 +312,10 @@ class Gateway:
         c = self.conns.get(runner_id)
         return c is not None and not c.closed.is_set()
 
+    def local_runner_ids_all(self) -> list[str]:
+        """The runners whose sockets this process holds (leasable or not)."""
+        return [rid for rid, c in self.conns.items() if not c.closed.is_set()]
+
     def local_runner_ids(self) -> list[str]:
         """The runners the scheduler of this process may lease to now."""
         return [rid for rid, c in self.conns.items() if c.leasable]
@@ -316,7 +332,16 @@ class Gateway:
     async def machine_request(
         self, runner_id: str, req: protocol.MachineRequest, timeout: float
     ) -> protocol.MachineResponse:
-        """Relay a request and wait for its answer; never raises (a failure is `ok=False` with why)."""
+        """Relay a request and wait for its answer; never raises (a failure is `ok=False` with why).
+
+        A runner connected to another process (PostgreSQL) is reached through that process (gh_server.relay)."""
+        if runner_id not in self.conns and self.relay is not None:
+            return await self.relay.forward(runner_id, req, timeout)
+        return await self._machine_request_here(runner_id, req, timeout)
+
+    async def _machine_request_here(
+        self, runner_id: str, req: protocol.MachineRequest, timeout: float
+    ) -> protocol.MachineResponse:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[protocol.MachineResponse] = loop.create_future()
         conn = self.conns.get(runner_id)
@@ -594,18 +619,11 @@ class Gateway:
             await self._touch(conn)
 
     async def _job_result(self, conn: _Conn, msg: protocol.JobResult) -> None:
-        """The start-state API owns what a finished job means (status, version, webhook).
-
-        It plugs in as `gh_server.api.start_states.apply_job_result(session, runner_id, msg)` (run
-        here in the gateway's DB batch) or as an async `state.extras["on_job_result"](runner_id, msg)`;
-        without either, the job row alone is closed.
-        """
-        hook = self.state.extras.get("on_job_result")
-        if callable(hook):
-            await hook(conn.runner_id, msg)
-            return
+        """The start-state service owns what a finished job means (status, version, webhook): its
+        `apply_job_result(session, runner_id, msg)` runs here in the gateway's DB batch; without one,
+        the job row alone is closed."""
         rid = conn.runner_id
-        apply = _start_state_applier()
+        apply = self.apply_job_result
         if apply is not None:
             await self.dbq.run(lambda s: apply(s, rid, msg))
         else:
@@ -626,27 +644,53 @@ class Gateway:
                 await self.dbq.run(lambda s, jid=job_id: _mark_job_sent(s, jid))  # type: ignore[misc]
 
     async def _result(self, conn: _Conn, result: protocol.AttemptResult) -> None:
+        """Apply a result (once, by attempt id) and ack it. A result that needs the rubric judge is judged
+        in the judge pool, off this read loop: the runner's other slots keep being answered meanwhile,
+        and the ack goes out when the verdict is applied (a copy resent meanwhile is not judged twice)."""
         aid = result.attempt_id
         self.agents.stop(aid)
         if aid in self._judging:
             return  # the first copy is being judged; it is acked when applied
-        judge: dict[str, Any] | None = None
+        rubric_case: dict[str, Any] | None = None
         if self.settings.judge is not None and result.outcome != "error":
             rubric_case = await self.dbq.run(lambda s: _rubric_case(s, conn.runner_id, aid))
-            if rubric_case is not None:
-                self._judging.add(aid)
-                try:
-                    from gh_server.agents.models import judge_attempt
+        if rubric_case is None:
+            await self._apply_result(conn.runner_id, conn.name, result, None)
+            return
+        self._judging.add(aid)
+        self.judge_pool.spawn(self._judge_then_apply(conn.runner_id, conn.name, result, rubric_case),
+                              name=f"gh-judge-{aid}")
 
-                    judge = await judge_attempt(self.settings.judge, self.dbq, aid, rubric_case, result)
-                finally:
-                    self._judging.discard(aid)
-        applied = await self.dbq.run(lambda s: sched.apply_result(s, conn.runner_id, result, judge))
-        # Ack always, even a duplicate or a stranger's: the runner journals until acked.
-        await self.send(conn.runner_id, protocol.ResultAck(attempt_id=aid))
+    async def _judge_then_apply(self, runner_id: str, name: str, result: protocol.AttemptResult,
+                                case: dict[str, Any]) -> None:
+        from gh_server.agents.models import judge_attempt
+
+        endpoint = self.settings.judge
+        assert endpoint is not None
+        aid = result.attempt_id
+        try:
+            try:
+                judge = await self.judge_pool.run(lambda: judge_attempt(endpoint, self.dbq, aid, case, result))
+            except PoolTimeout as e:
+                judge = {"error": f"rubric judge: no verdict within {e.timeout:g} s"}
+            else:
+                if judge.get("error"):  # asked, and failed (HTTP error, no verdict): the pool saw it return
+                    self.metrics.call_errors.labels(kind="judge", reason="error").inc()
+            await self._apply_result(runner_id, name, result, judge)
+        finally:
+            self._judging.discard(aid)
+
+    async def _apply_result(self, runner_id: str, name: str, result: protocol.AttemptResult,
+                            judge: dict[str, Any] | None) -> None:
+        aid = result.attempt_id
+        applied = await self.dbq.run(lambda s: sched.apply_result(s, runner_id, result, judge))
+        # Ack always, even a duplicate or a stranger's: the runner journals until acked. By runner id, not
+        # by socket: after a judge's wait the runner may be on a new connection.
+        await self.send(runner_id, protocol.ResultAck(attempt_id=aid))
         if applied.note:
-            log.warning("result for %s from runner %s not applied: %s", aid, conn.name, applied.note)
+            log.warning("result for %s from runner %s not applied: %s", aid, name, applied.note)
         if applied.applied:
+            self.metrics.results.labels(outcome=applied.outcome or "error").inc()
             self._run_changed(applied.test_run_id)
             self._poke()
 
@@ -666,13 +710,12 @@ def _rubric_case(session: Session, runner_id: str, attempt_id: str) -> dict[str,
     return case if isinstance(rubric, str) and rubric.strip() else None
 
 
-def install(app: FastAPI, state: ServerState) -> None:
-    """Add the runner websocket and the agents' machine API; run the scheduler in the app's lifespan."""
-    from gh_server.agents.machine_api import router as machine_router
-
-    gw = Gateway(state)
+def install(app: FastAPI, state: ServerState, apply_job_result: JobResultApplier | None = None) -> Gateway:
+    """Add the runner websocket; run the scheduler in the app's lifespan. (app.py adds the machine API.)"""
+    gw = Gateway(state, apply_job_result)
+    state.metrics.runners_connected.set_function(lambda: float(len(gw.local_runner_ids_all())))
     state.gateway = gw
     state.extras["gateway"] = gw
     app.add_api_websocket_route(PATH, gw.endpoint)
-    app.include_router(machine_router(gw.agents))
     state.background.append(gw.run)
+    return gw

@@ -334,3 +334,47 @@ class WebhookDelivery(Base):
     delivered_at: Mapped[datetime | None] = mapped_column(default=None)
     last_error: Mapped[str | None] = mapped_column(Text, default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+# ---------------------------------------------------------------------------------------------
+# Several processes on one database (docs/operations.md)
+# ---------------------------------------------------------------------------------------------
+
+
+class MachineGrant(Base):
+    """What a machine-API token allows (an attempt's machine, while its task runs), shared by every
+    gh-server process so that any of them answers an agent. The token itself is never stored."""
+
+    __tablename__ = "machine_grants"
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 hex
+    attempt_id: Mapped[str] = mapped_column(String(32), index=True)
+    runner_id: Mapped[str] = mapped_column(String(32))
+    # Set for the agent of an instruction start state (its machine is addressed by start state).
+    start_state_id: Mapped[str | None] = mapped_column(String(32), default=None)
+    max_steps: Mapped[int | None] = mapped_column(Integer, default=None)
+    steps: Mapped[int] = mapped_column(Integer, default=0)
+    questions: Mapped[int] = mapped_column(Integer, default=0)
+    approvals: Mapped[int] = mapped_column(Integer, default=0)
+    # From then on the models get the screen masked (a guest may echo a typed secret).
+    secret_typed: Mapped[bool] = mapped_column(Boolean, default=False)
+    customer_error: Mapped[str | None] = mapped_column(Text, default=None)
+    # A request the machine failed under the agent (ours: an agent that then gives up is our error).
+    machine_failure: Mapped[str | None] = mapped_column(Text, default=None)
+    # A step past max_steps was asked: the task ends (the process running the agent stops it).
+    step_limit_hit: Mapped[bool] = mapped_column(Boolean, default=False)
+    # A grant whose process died is dead at this time anyway (the task's time limit and a slack).
+    expires_at: Mapped[datetime] = mapped_column(index=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class MachineRelay(Base):
+    """A machine request waiting for the process that holds its runner's websocket (PostgreSQL only;
+    NOTIFY says one is here, a short poll catches a missed notification). The asker deletes it."""
+
+    __tablename__ = "machine_relay"
+    request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    runner_id: Mapped[str] = mapped_column(String(32), index=True)
+    request: Mapped[dict[str, Any]] = mapped_column(default=dict)  # protocol.MachineRequest
+    claimed_by: Mapped[str | None] = mapped_column(String(64), default=None)
+    response: Mapped[dict[str, Any] | None] = mapped_column(default=None)  # protocol.MachineResponse
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -240,6 +240,7 @@ class LeasePass:
     messages: dict[str, protocol.Lease] = field(default_factory=dict)  # by attempt id
     failed_runs: set[str] = field(default_factory=set)  # runs with an attempt errored here (no judge)
     scanned: int = 0
+    waited: list[float] = field(default_factory=list)  # seconds each leased attempt was queued
 
 
 _CLAIM = (
@@ -327,6 +328,7 @@ def lease_pass(
             started_runs.add(row.test_run_id)
             out.grants.append(grant)
             out.messages[row.id] = message
+            out.waited.append((now - row.created_at).total_seconds())
             if free <= 0:
                 break
         after = (page[-1].created_at, page[-1].id)
@@ -824,6 +826,7 @@ class Scheduler:
         self._last_housekeeping = 0.0
         self._last_completion_check = 0.0
         self.passes = 0
+        self.on_leased: Callable[[list[float]], None] | None = None  # seconds queued, per lease sent (metrics)
 
     def start(self) -> None:
         if self._task is None:
@@ -907,6 +910,9 @@ class Scheduler:
         if undelivered:
             await self.dbq.run(lambda s: [release_lease(s, g.attempt_id, g.runner_id) for g in undelivered])
         sent = len(result.grants) - len(undelivered)
+        if self.on_leased is not None and sent:
+            gone = {g.attempt_id for g in undelivered}
+            self.on_leased([w for g, w in zip(result.grants, result.waited, strict=True) if g.attempt_id not in gone])
         if result.grants:
             self.wakeup.set()  # there may be more to lease (pages, other runners)
         return sent

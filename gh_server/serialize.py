@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from gh_server.models import ApiKey, Attempt, Runner, StartState, TestCase, TestRun, TestSet
-
-
-def ts(value: datetime | None) -> str | None:
-    """ISO 8601 in UTC with milliseconds and a Z, as the seed's examples."""
-    if value is None:
-        return None
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+from gh_server.timestamps import ts as ts  # re-exported: the routers and results read it from here
 
 
 def test_case(row: TestCase) -> dict[str, Any]:

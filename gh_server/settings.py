@@ -71,6 +71,10 @@ class Settings(BaseModel):
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     judge: ModelEndpoint | None = None
     customer_model: ModelEndpoint | None = None
+    # Bounded worker pools (gh_server.workpool): how many of each slow call run at once in one process.
+    agent_workers: int = Field(default=256, ge=1)
+    judge_workers: int = Field(default=8, ge=1)
+    customer_workers: int = Field(default=8, ge=1)
     webhook_timeout: float = 10.0
     webhook_max_attempts: int = 8
     # Seconds between webhook delivery retries start here and double (capped).

@@ -81,7 +81,6 @@ def close_idle(session: Session, idle: float, now: datetime | None = None) -> li
     """Close every open start state whose last input (or its opening) is older than `idle` seconds.
 
     Returns the ids of the `close` jobs queued for their runners."""
-    from gh_server.api.start_states import _job
 
     now = now or utcnow()
     cutoff = now - timedelta(seconds=idle)
@@ -111,7 +110,7 @@ def close_idle(session: Session, idle: float, now: datetime | None = None) -> li
             if done.rowcount != 1:  # type: ignore[attr-defined]
                 continue
             log.info("start state %s closed after %.0f s without input", ss.id, idle)
-        jobs.append(_job(session, ss, "close", ss.runner_id).id)
+        jobs.append(new_job(session, ss, "close", ss.runner_id).id)
     return jobs
 
 
@@ -150,7 +149,6 @@ def pinned_versions(session: Session) -> set[tuple[str, int]]:
 
 def collect_versions(session: Session, now: datetime | None = None) -> list[str]:
     """Queue a `delete` job for every old, unpinned version; returns the job ids."""
-    from gh_server.api.start_states import _job
 
     now = now or utcnow()
     old = session.execute(
@@ -184,12 +182,69 @@ def collect_versions(session: Session, now: datetime | None = None) -> list[str]
             runner.held_versions = [
                 h for h in runner.held_versions if (h.get("start_state_id"), h.get("version")) != key
             ]
-        jobs.append(_job(session, ss, "delete", v.runner_id, version=v.version).id)
+        jobs.append(new_job(session, ss, "delete", v.runner_id, version=v.version).id)
         log.info("start state %s version %d is no longer pinned; deleting it on runner %s", *key, v.runner_id)
     return jobs
 
 
 # -- the instruction method ---------------------------------------------------------------------
+
+
+def new_job(
+    session: Session,
+    ss: StartState,
+    op: str,
+    runner_id: str | None,
+    *,
+    source: dict[str, Any] | None = None,
+    version: int | None = None,
+    script: str | None = None,
+) -> RunnerJob:
+    """A queued start-state job for `runner_id` (sent by `dispatch_jobs` after the caller commits)."""
+    job_id = new_id("jb_")
+    msg = protocol.Job(
+        job_id=job_id,
+        op=op,  # type: ignore[arg-type]
+        start_state_id=ss.id,
+        source=protocol.StartStateRef(**source) if source else None,
+        version=version,
+        script=script,
+    )
+    row = RunnerJob(
+        id=job_id,
+        runner_id=runner_id,
+        start_state_id=ss.id,
+        op=op,
+        payload=msg.model_dump(mode="json"),
+        status="queued",
+    )
+    session.add(row)
+    return row
+
+
+async def dispatch_jobs(st: ServerState, job_ids: list[str]) -> None:
+    """Send queued jobs to their runner when it is connected here; the row says `sent` once it went out."""
+    if st.gateway is None:
+        return
+    for job_id in job_ids:
+
+        def load(jid: str = job_id) -> tuple[str | None, dict[str, Any]] | None:
+            with st.db() as s:
+                row = s.get(RunnerJob, jid)
+                return (row.runner_id, dict(row.payload)) if row is not None and row.status == "queued" else None
+
+        got = await run_in_threadpool(load)
+        if got is None or got[0] is None or not st.gateway.connected(got[0]):
+            continue
+        if await st.gateway.send(got[0], protocol.Job.model_validate(got[1])):
+
+            def mark(jid: str = job_id) -> None:
+                with st.db.begin() as s:
+                    row = s.get(RunnerJob, jid)
+                    if row is not None and row.status == "queued":
+                        row.status = "sent"
+
+            await run_in_threadpool(mark)
 
 
 class StartStateMachine(Machine):
@@ -234,15 +289,14 @@ def claim_instructions(session: Session) -> list[dict[str, Any]]:
 def finish_instruction(session: Session, start_state_id: str, task_id: str, error: str | None) -> list[str]:
     """The agent is done: save the machine as version 1, or close it and mark the state failed."""
     from gh_server import webhooks
-    from gh_server.api.start_states import _job
 
     ss = session.get(StartState, start_state_id)
     if ss is None or ss.task_id != task_id or ss.status != "building":
         return []  # deleted or changed meanwhile: nothing of ours to finish
     if error is None:
-        return [_job(session, ss, "save", ss.runner_id, version=ss.version + 1).id]
+        return [new_job(session, ss, "save", ss.runner_id, version=ss.version + 1).id]
     ss.status, ss.error, ss.updated_at = "failed", error, utcnow()
-    job = _job(session, ss, "close", ss.runner_id)
+    job = new_job(session, ss, "close", ss.runner_id)
     session.flush()
     webhooks.enqueue(session, "start_state.failed", serialize.start_state(ss))
     return [job.id]
@@ -271,8 +325,7 @@ def expire_instructions(session: Session, now: datetime | None = None) -> list[s
 
 async def run_instruction(st: ServerState, claim: dict[str, Any]) -> None:
     from gh_server.agents.registry import AgentRegistry
-    from gh_server.agents.supervisor import Grant
-    from gh_server.api.start_states import _dispatch
+    from gh_server.ports import GrantSpec
 
     ssid, task_id, agent_id = claim["start_state_id"], claim["task_id"], claim["agent_id"]
     error: str | None = None
@@ -292,7 +345,8 @@ async def run_instruction(st: ServerState, claim: dict[str, Any]) -> None:
                            machine_api_token=token)
         try:
             agent = AgentRegistry(st.settings.agents).get(agent_id)
-            with sup.granted(token, Grant(task_id, claim["runner_id"], machine, ctx, max_steps=None)):
+            async with sup.granted(token, GrantSpec(task_id, claim["runner_id"], max_steps=None,
+                                                    minutes=INSTRUCTION_MINUTES, start_state_id=ssid)):
                 outcome = await asyncio.wait_for(agent.run(ctx), INSTRUCTION_MINUTES * 60 + 60)
             log.info("start state %s: agent %s finished its instruction (task %s, %d steps)",
                      ssid, agent_id, task_id, outcome.steps)
@@ -302,7 +356,7 @@ async def run_instruction(st: ServerState, claim: dict[str, Any]) -> None:
             error = f"instruction: agent {agent_id} failed: {e}"[:2000]
     jobs = await run_in_threadpool(lambda: _finish_in_tx(st, ssid, task_id, error))
     if jobs:
-        await _dispatch(st, jobs)
+        await dispatch_jobs(st, jobs)
 
 
 def _finish_in_tx(st: ServerState, ssid: str, task_id: str, error: str | None) -> list[str]:
@@ -315,7 +369,6 @@ def _finish_in_tx(st: ServerState, ssid: str, task_id: str, error: str | None) -
 
 async def housekeeping_once(st: ServerState) -> list[str]:
     """One pass (idle close, then collection); returns the jobs it queued, already sent when possible."""
-    from gh_server.api.start_states import _dispatch
 
     idle = idle_seconds(st)
 
@@ -332,7 +385,7 @@ async def housekeeping_once(st: ServerState) -> list[str]:
 
     jobs, claims = await run_in_threadpool(work)
     if jobs:
-        await _dispatch(st, jobs)
+        await dispatch_jobs(st, jobs)
     running: set[asyncio.Task[None]] = st.extras.setdefault("start_state_agents", set())  # type: ignore[assignment]
     for claim in claims:
         task = asyncio.create_task(run_instruction(st, claim), name=f"instruction-{claim['start_state_id']}")

@@ -8,17 +8,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import pydantic
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from gh_runner import protocol
+from gh_server.metrics import ServerMetrics
+from gh_server.ports import AgentHost
 from gh_server.settings import Settings
-
-if TYPE_CHECKING:
-    from gh_server.agents.supervisor import AgentSupervisor
 
 
 class GatewayPort(Protocol):
@@ -35,7 +34,7 @@ class GatewayPort(Protocol):
     def connected(self, runner_id: str) -> bool: ...
 
     @property
-    def agents(self) -> AgentSupervisor:
+    def agents(self) -> AgentHost:
         """The agents of this process and their machine API (instruction start states use it too)."""
 
 
@@ -53,6 +52,7 @@ class ServerState:
     # (gateway.install appends its scheduler/liveness loops here; webhooks its delivery worker).
     background: list[Callable[[ServerState], Coroutine[Any, Any, None]]] = field(default_factory=list)
     extras: dict[str, object] = field(default_factory=dict)
+    metrics: ServerMetrics = field(default_factory=ServerMetrics)
 
     def wake(self) -> None:
         """Nudge the scheduler (safe from any thread: the event belongs to the server's loop)."""

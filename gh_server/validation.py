@@ -28,7 +28,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gh_server.models import Attempt, RunCase, TestCase, TestRun, utcnow
-from gh_server.serialize import ts
+from gh_server.timestamps import ts  # not serialize: it reaches results, which reads validation
 
 AGENTS = ("noop", "reference")
 

@@ -14,6 +14,7 @@ APT_PACKAGES=(
   qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients libvirt-dev pkg-config
   e2fsprogs cpio zstd xz-utils genisoimage chromium postgresql systemd
   nftables dnsmasq-base  # the isolated network: its host firewall (nft), its DHCP (libvirt runs dnsmasq)
+  haproxy  # the load balancer in front of several gh-server processes (docs/operations.md, tests/gateway/topology.py)
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

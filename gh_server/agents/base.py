@@ -61,10 +61,12 @@ SLACK_S = 15.0  # on top of a request's own timeout: the runner's round trip
 class Machine:
     """The attempt's machine, through the runner that holds it (screen, input, exec)."""
 
-    def __init__(self, relay: Relay, runner_id: str, attempt_id: str, redact: Sequence[str] = ()) -> None:
+    def __init__(self, relay: Relay, runner_id: str, attempt_id: str, redact: Sequence[str] = (),
+                 start_state_id: str | None = None) -> None:
         self._relay = relay
         self.runner_id = runner_id
         self.attempt_id = attempt_id
+        self.start_state_id = start_state_id  # an open start state's machine is addressed by start state
         self._redact = list(redact)
         self.requests = 0
 
@@ -79,6 +81,9 @@ class Machine:
         return resp
 
     def _req(self, op: str, **kw: Any) -> protocol.MachineRequest:
+        if self.start_state_id is not None:
+            return protocol.MachineRequest(request_id=uuid.uuid4().hex, start_state_id=self.start_state_id,
+                                           op=op, **kw)  # type: ignore[arg-type]
         return protocol.MachineRequest(request_id=uuid.uuid4().hex, attempt_id=self.attempt_id, op=op,  # type: ignore[arg-type]
                                        redact=self._redact, **kw)
 

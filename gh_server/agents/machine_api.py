@@ -1,7 +1,9 @@
 """The HTTP machine API external agents use on their attempt's machine (docs/agents.md).
 
 `Authorization: Bearer <token>`: the per-attempt token from the agent's request document. It works
-only while the attempt's task runs (the supervisor drops it when the agent ends or is stopped).
+only while the attempt's task runs (the supervisor drops it when the agent ends or is stopped). Grants
+are rows, so any gh-server process behind a load balancer answers; the machine request itself goes to
+the runner through whichever process holds its websocket (gateway.machine_request).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def _error(status: int, etype: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"type": etype, "message": message}}, status_code=status)
 
 
-def _machine_failed(grant: Grant, e: MachineError) -> JSONResponse:
+async def _machine_failed(sup: AgentSupervisor, grant: Grant, e: MachineError) -> JSONResponse:
     """A refused request: 409 when the task was stopped (the agent's end); 413 when it is too large to
     relay over the runner's websocket (the caller's request, or what it asked for, is what to change);
     502 when the machine failed under the agent, remembered so that an agent which then gives up is our
@@ -51,25 +53,27 @@ def _machine_failed(grant: Grant, e: MachineError) -> JSONResponse:
         return _error(409, "conflict", str(e))
     if e.refusal is not None:
         return _error(413, "invalid_request", str(e))
-    grant.machine_failure = grant.machine_failure or str(e)
+    await sup.machine_failed(grant, str(e))  # on the grant's row: the agent may run in another process
     return _error(502, "server_error", str(e))
 
 
 def router(sup: AgentSupervisor) -> APIRouter:
     r = APIRouter(prefix=MACHINE_API_PATH, include_in_schema=True, tags=["agent machine API"])
 
-    def grant_of(request: Request) -> Grant | JSONResponse:
+    async def grant_of(request: Request) -> Grant | JSONResponse:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        grant = sup.grant_for(token.strip()) if scheme.lower() == "bearer" and token.strip() else None
+        grant = await sup.grant_for(token.strip()) if scheme.lower() == "bearer" and token.strip() else None
         if grant is None:
             return _error(401, "authentication", "no such machine token, or the attempt's task is over")
         return grant
 
-    def step(grant: Grant) -> JSONResponse | None:
-        if grant.max_steps is not None and grant.steps >= grant.max_steps:
-            grant.step_limit_hit.set()  # the task ends here: the supervisor stops the agent
+    async def step(grant: Grant) -> JSONResponse | None:
+        counted = await sup.take_step(grant)  # in the grants table: the limit holds across processes;
+        # a refused step ends the task (take_step flags the row, the supervisor running the agent stops it)
+        if counted is None:
+            return _error(401, "authentication", "no such machine token, or the attempt's task is over")
+        if not counted:
             return _error(409, "conflict", f"the case's step limit ({grant.max_steps}) is reached")
-        grant.steps += 1
         return None
 
     async def body(request: Request, model: type[BaseModel]) -> Any:
@@ -84,7 +88,7 @@ def router(sup: AgentSupervisor) -> APIRouter:
 
     async def granted_body(request: Request, model: type[BaseModel]) -> tuple[Grant, Any] | JSONResponse:
         """The request's grant and its validated body, or the error to answer with."""
-        grant = grant_of(request)
+        grant = await grant_of(request)
         if isinstance(grant, JSONResponse):
             return grant
         b = await body(request, model)
@@ -94,13 +98,13 @@ def router(sup: AgentSupervisor) -> APIRouter:
 
     @r.get("/screen", response_class=Response, responses={200: {"content": {"image/png": {}}}})
     async def screen(request: Request) -> Response:
-        grant = grant_of(request)
+        grant = await grant_of(request)
         if isinstance(grant, JSONResponse):
             return grant
         try:
             png = await grant.machine.screen()
         except MachineError as e:
-            return _machine_failed(grant, e)
+            return await _machine_failed(sup, grant, e)
         return Response(png, media_type="image/png")
 
     @r.post("/input")
@@ -109,12 +113,12 @@ def router(sup: AgentSupervisor) -> APIRouter:
         if isinstance(got, JSONResponse):
             return got
         grant, b = got
-        if (limited := step(grant)) is not None:
+        if (limited := await step(grant)) is not None:
             return limited
         try:
             await grant.machine.input(b.events)
         except MachineError as e:
-            return _machine_failed(grant, e)
+            return await _machine_failed(sup, grant, e)
         return JSONResponse({"ok": True})
 
     @r.post("/exec")
@@ -123,12 +127,12 @@ def router(sup: AgentSupervisor) -> APIRouter:
         if isinstance(got, JSONResponse):
             return got
         grant, b = got
-        if (limited := step(grant)) is not None:
+        if (limited := await step(grant)) is not None:
             return limited
         try:
             res = await grant.machine.exec(b.script, b.env, b.timeout)
         except MachineError as e:
-            return _machine_failed(grant, e)
+            return await _machine_failed(sup, grant, e)
         return JSONResponse(res.as_dict())
 
     @r.post("/ask")

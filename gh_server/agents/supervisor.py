@@ -2,9 +2,10 @@
 
 The runner says when the task phase starts (`attempt_status` running); the agent runs as an
 asyncio task in the process that holds the runner's socket, and its `task_end` goes back on that
-socket. A `checking`/`done` status, a result or a cancel stops it. An agent that crashes ends the
-task with `error` (the attempt becomes an error and is retried); one that runs out of time just
-ends (the check after decides). External agents reach the machine through `machine_api` with a
+socket. A `checking`/`done` status, a result or a cancel stops it. Our side's failures (an agent
+that cannot start, the customer model, the machine under an agent that then gives up) end the task
+with `error` (retried); the agent's own ends (out of time, a step past limits.steps, exiting non-zero)
+end it with a typed reason, and the check after decides. External agents reach the machine through `machine_api` with a
 token that is valid only while their attempt's task runs.
 """
 
@@ -12,19 +13,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 import secrets
 from collections import OrderedDict
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, NoReturn
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gh_runner import protocol
 from gh_runner.replay import mask_png
+from gh_server.agents import grants
 from gh_server.agents.base import (
     Agent,
     AgentContext,
@@ -37,11 +41,10 @@ from gh_server.agents.base import (
 )
 from gh_server.agents.models import CustomerReply
 from gh_server.agents.registry import AgentRegistry
-from gh_server.models import Attempt, RunCase
+from gh_server.models import Attempt, RunCase, utcnow
+from gh_server.ports import GrantSpec, RunnerLink
+from gh_server.workpool import PoolTimeout, WorkPool
 from providers.base import InputEvent, KeyEvent, TypeEvent
-
-if TYPE_CHECKING:
-    from gh_server.gateway import Gateway
 
 log = logging.getLogger(__name__)
 
@@ -49,24 +52,28 @@ MACHINE_API_PATH = "/v1/agent/machine"
 # At limits.minutes the agent is stopped here too and the task ended (no error: running out of time is the
 # agent's failure, and the check after decides), so the runner need not wait out its own grace period.
 TIME_SLACK_S = 0.0
+# A grant outlives its task's time limit by this much at most (a process that died cannot delete it).
+GRANT_SLACK_S = 120.0
+CUSTOMER_SLACK_S = 5.0  # on top of the customer endpoint's timeout: waiting for a free worker
+# How often the grants of this process's running agents are read for a step limit reached through another
+# gh-server process (a shared database only; in one process the refusing request signals at once).
+STEP_LIMIT_POLL_S = 1.0
+CLEANUP_S = 10.0  # an agent stopped at its step limit gets this long for its own clean-up (its process group)
 
 
 @dataclass
 class Grant:
-    """What a machine-API token allows: this attempt's machine, while its task runs."""
+    """A machine-API token's grant as one request sees it: this attempt's machine, while its task runs.
 
+    The row is in `machine_grants` (any process may serve the request); its counters are updated there."""
+
+    token_hash: str
     attempt_id: str
     runner_id: str
     machine: Machine
-    ctx: AgentContext
+    case: dict[str, Any]
     max_steps: int | None
-    steps: int = 0
-    questions: int = 0
-    approvals: int = 0
-    secret_typed: bool = False  # from then on the models get the screen masked (a guest may echo it)
-    customer_error: str | None = None
-    machine_failure: str | None = None  # a request the machine failed (ours), as the agent was told
-    step_limit_hit: asyncio.Event = field(default_factory=asyncio.Event)  # a step past limits.steps was asked
+    start_state_id: str | None = None
 
 
 def _token_key(token: str) -> str:
@@ -102,43 +109,30 @@ def _secret_values(case: dict[str, Any]) -> list[str]:
     return [str(v["secret"]) for v in facts.values() if isinstance(v, dict) and v.get("secret")]
 
 
-def _ended(attempt_id: str, grant: Grant, reason: protocol.TaskEndReason, note: str | None = None) -> protocol.TaskEnd:
+def _ended(attempt_id: str, tally: grants.Tally, reason: protocol.TaskEndReason,
+           note: str | None = None) -> protocol.TaskEnd:
     """The task ended on the agent's side without an answer: the check after still decides."""
-    return protocol.TaskEnd(attempt_id=attempt_id, answer="", steps=grant.steps, questions=grant.questions,
-                            approvals=grant.approvals, reason=reason, note=note)
-
-
-async def _until_stopped(agent: Agent, ctx: AgentContext, grant: Grant) -> AgentOutcome:
-    """The agent's run, until it ends, limits.minutes passes (TimeoutError) or it asks for a step past
-    limits.steps (the task ends there, as a person would be stopped)."""
-    run = asyncio.ensure_future(agent.run(ctx))
-    stop = asyncio.ensure_future(grant.step_limit_hit.wait())
-    try:
-        done, _ = await asyncio.wait({run, stop}, timeout=ctx.minutes * 60.0 + TIME_SLACK_S,
-                                     return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stop.cancel()
-        if not run.done():
-            run.cancel()
-            # Bounded: an agent's own clean-up (killing its process group) gets a moment, never for ever.
-            await asyncio.wait({run}, timeout=10.0)
-    if run in done:
-        return run.result()
-    if stop in done:
-        return AgentOutcome(answer="", steps=grant.steps, questions=grant.questions, approvals=grant.approvals,
-                            reason=protocol.TaskEndReason.STEP_LIMIT,
-                            note=f"stopped at the case's step limit ({grant.max_steps})")
-    raise TimeoutError
+    return protocol.TaskEnd(attempt_id=attempt_id, answer="", steps=tally.steps, questions=tally.questions,
+                            approvals=tally.approvals, reason=reason, note=note)
 
 
 class AgentSupervisor:
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: RunnerLink) -> None:
         self.gw = gateway
         self.registry = AgentRegistry(gateway.settings.agents)
         self.tasks: dict[str, asyncio.Task[None]] = {}
-        self.grants: dict[str, Grant] = {}  # token hash -> grant
         self._started: OrderedDict[str, None] = OrderedDict()  # attempts that had an agent (bounded)
         self._ended: dict[str, tuple[str, protocol.TaskEnd]] = {}  # task_ends to resend after a reconnect
+        st = gateway.settings
+        # Agents get their case's time limit each (passed per run); the customer its endpoint's timeout.
+        observer = gateway.metrics.pool_observer
+        self.agent_pool = WorkPool("agent", st.agent_workers, 3600.0, observer=observer)
+        customer_timeout = (st.customer_model.timeout if st.customer_model else 120.0) + CUSTOMER_SLACK_S
+        self.customer_pool = WorkPool("customer", st.customer_workers, customer_timeout, observer=observer)
+        # Token hash -> set when a step past limits.steps was asked (here, or seen on the grant's row).
+        self._step_limits: dict[str, asyncio.Event] = {}
+        self._limit_watch: asyncio.Task[None] | None = None
+        self._shared_db = not st.sqlalchemy_url.startswith("sqlite")  # other processes may serve its agents
 
     @property
     def machine_api_url(self) -> str:
@@ -189,7 +183,11 @@ class AgentSupervisor:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self.tasks.clear()
-        self.grants.clear()
+        if self._limit_watch is not None:
+            self._limit_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._limit_watch
+            self._limit_watch = None
 
     async def _drive(self, runner_id: str, attempt_id: str, info: dict[str, Any]) -> None:
         case = info["case"]
@@ -206,44 +204,45 @@ class AgentSupervisor:
             machine_api_url=self.machine_api_url,
             machine_api_token=token,
         )
-        grant = Grant(attempt_id, runner_id, machine, ctx, ctx.max_steps)
+        grant = Grant(_token_key(token), attempt_id, runner_id, machine, case, ctx.max_steps)
         ctx.ask_customer = lambda q: self.ask(grant, q)
         ctx.ask_approval = lambda what: self.approve(grant, what)
+        tally = grants.Tally()
         end: protocol.TaskEnd
         try:
-            with self.granted(token, grant):
+            async with self.granted(token, GrantSpec(attempt_id, runner_id, ctx.max_steps, ctx.minutes)) as tally:
                 agent = self.registry.get(agent_id)
-                out: AgentOutcome = await _until_stopped(agent, ctx, grant)
-            if grant.customer_error:
-                raise AgentError(grant.customer_error)
+                out: AgentOutcome = await self._until_stopped(agent, ctx, grant)
+            if tally.customer_error:
+                raise AgentError(tally.customer_error)
             end = protocol.TaskEnd(
                 attempt_id=attempt_id,
                 answer=out.answer,
-                steps=max(out.steps, grant.steps),
-                questions=max(out.questions, grant.questions),
-                approvals=max(out.approvals, grant.approvals),
+                steps=max(out.steps, tally.steps),
+                questions=max(out.questions, tally.questions),
+                approvals=max(out.approvals, tally.approvals),
                 reason=out.reason,
                 note=out.note,
             )
-        except TimeoutError:
-            end = _ended(attempt_id, grant, protocol.TaskEndReason.TIME_LIMIT)
+        except TimeoutError:  # out of time (PoolTimeout): the agent's failure, the check after decides
+            end = _ended(attempt_id, tally, protocol.TaskEndReason.TIME_LIMIT)
         except TaskStopped as e:  # the runner stopped the task (its limit) while a request was in flight
-            end = _ended(attempt_id, grant, e.reason, str(e))
+            end = _ended(attempt_id, tally, e.reason, str(e))
         except AgentFailed as e:
-            if grant.customer_error or grant.machine_failure:
+            if tally.customer_error or tally.machine_failure:
                 # It gave up because our side failed under it: that is ours to retry, not its failure.
-                ours = grant.customer_error or grant.machine_failure
-                end = protocol.TaskEnd(attempt_id=attempt_id, steps=grant.steps,
+                ours = tally.customer_error or tally.machine_failure
+                end = protocol.TaskEnd(attempt_id=attempt_id, steps=tally.steps,
                                        error=f"{ours} (then {str(e)[:500]})"[:2000])
             else:
-                end = _ended(attempt_id, grant, protocol.TaskEndReason.AGENT_FAILED, str(e)[:2000])
+                end = _ended(attempt_id, tally, protocol.TaskEndReason.AGENT_FAILED, str(e)[:2000])
         except AgentError as e:
-            end = protocol.TaskEnd(attempt_id=attempt_id, error=str(e)[:2000], steps=grant.steps)
+            end = protocol.TaskEnd(attempt_id=attempt_id, error=str(e)[:2000], steps=tally.steps)
         except Exception as e:
             log.exception("agent %s crashed on %s", agent_id, attempt_id)
             end = protocol.TaskEnd(
                 attempt_id=attempt_id,
-                steps=grant.steps,
+                steps=tally.steps,
                 error=f"agent {agent_id} crashed: {type(e).__name__}: {str(e)[:500]}",
             )
         self.tasks.pop(attempt_id, None)
@@ -253,19 +252,89 @@ class AgentSupervisor:
         if not await self.gw.send(runner_id, end):
             log.info("task_end for %s kept until runner %s is back", attempt_id, runner_id)
 
-    @contextlib.contextmanager
-    def granted(self, token: str, grant: Grant) -> Iterator[None]:
-        """`token` opens the machine API on `grant`'s machine while the block runs: a case's task, or
-        the agent of an instruction start state."""
+    @contextlib.asynccontextmanager
+    async def granted(self, token: str, spec: GrantSpec) -> AsyncIterator[grants.Tally]:
+        """`token` opens the machine API on `spec`'s machine, in every process, while the block runs (a
+        case's task, or the agent of an instruction start state). The tally is filled when it ends."""
         key = _token_key(token)
-        self.grants[key] = grant
+        expires = utcnow() + timedelta(seconds=spec.minutes * 60.0 + GRANT_SLACK_S)
+        await self.gw.dbq.run(lambda s: grants.add(s, key, spec.attempt_id, spec.runner_id, spec.max_steps, expires,
+                                                   spec.start_state_id))
+        tally = grants.Tally()
         try:
-            yield
+            yield tally
         finally:
-            self.grants.pop(key, None)
+            # Shielded: a cancelled task (stopped at `checking`) must still close its grant.
+            got = await asyncio.shield(self.gw.dbq.run(lambda s: grants.end(s, key)))
+            tally.steps, tally.questions, tally.approvals = got.steps, got.questions, got.approvals
+            tally.customer_error = got.customer_error
+            tally.machine_failure = got.machine_failure
 
-    def grant_for(self, token: str) -> Grant | None:
-        return self.grants.get(_token_key(token))
+    async def grant_for(self, token: str) -> Grant | None:
+        """The live grant of a machine-API token, from the database (whichever process made it)."""
+        key = _token_key(token)
+        row = await self.gw.dbq.run(lambda s: grants.load(s, key))
+        if row is None:
+            return None
+        machine = Machine(self.gw.machine_request, row.runner_id, row.attempt_id,
+                          redact=_secret_values(row.case), start_state_id=row.start_state_id)
+        return Grant(key, row.attempt_id, row.runner_id, machine, row.case, row.max_steps, row.start_state_id)
+
+    async def take_step(self, grant: Grant) -> bool | None:
+        """Count one step against the case's limit: True, False (limit reached: the task ends there, and
+        the row says so for the process running the agent) or None (grant gone)."""
+        counted = await self.gw.dbq.run(lambda s: grants.take_step(s, grant.token_hash))
+        if counted is False and (hit := self._step_limits.get(grant.token_hash)) is not None:
+            hit.set()  # the agent runs here: stop it now, not at the next poll
+        return counted
+
+    async def machine_failed(self, grant: Grant, why: str) -> None:
+        """The machine failed a request under the agent (ours): an agent that then gives up is our error."""
+        await self.gw.dbq.run(lambda s: grants.mark(s, grant.token_hash, machine_failure=why))
+
+    async def _until_stopped(self, agent: Agent, ctx: AgentContext, grant: Grant) -> AgentOutcome:
+        """The agent's run (in the agent pool, bounded by limits.minutes: PoolTimeout), until it ends or it
+        asks for a step past limits.steps, in whichever process that request landed (the task ends there,
+        as a person would be stopped)."""
+        run = asyncio.ensure_future(self.agent_pool.run(lambda: agent.run(ctx),
+                                                        timeout=ctx.minutes * 60.0 + TIME_SLACK_S))
+        stop = asyncio.ensure_future(self._step_limit_reached(grant.token_hash))
+        try:
+            done, _ = await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not run.done():
+                run.cancel()
+                # Bounded: an agent's own clean-up (killing its process group) gets a moment, never for ever.
+                await asyncio.wait({run}, timeout=CLEANUP_S)
+        if run in done:
+            return run.result()
+        return AgentOutcome(answer="", reason=protocol.TaskEndReason.STEP_LIMIT,
+                            note=f"stopped at the case's step limit ({grant.max_steps})")
+
+    async def _step_limit_reached(self, key: str) -> None:
+        hit = self._step_limits[key] = asyncio.Event()
+        if self._shared_db and (self._limit_watch is None or self._limit_watch.done()):
+            self._limit_watch = asyncio.create_task(self._watch_step_limits(), name="gh-agent-step-limits")
+        try:
+            await hit.wait()
+        finally:
+            self._step_limits.pop(key, None)
+
+    async def _watch_step_limits(self) -> None:
+        """One read per interval for all of this process's running agents, while there are any."""
+        while self._step_limits:
+            await asyncio.sleep(STEP_LIMIT_POLL_S)
+            keys = list(self._step_limits)
+            try:
+                reached = await self.gw.dbq.run(functools.partial(grants.step_limits_reached, token_hashes=keys))
+            except Exception:
+                log.warning("could not read the grants' step limits; retrying", exc_info=True)
+                continue
+            for key in reached:
+                if (hit := self._step_limits.get(key)) is not None:
+                    hit.set()
+        self._limit_watch = None  # no await since the loop's test: a new agent starts a new watcher
 
     async def ask(self, grant: Grant, question: str) -> str:
         """The simulated customer answers (an OpenAI-compatible model). Without one, the attempt is an error.
@@ -276,39 +345,44 @@ class AgentSupervisor:
         """
         from gh_server.agents.models import ask_customer
 
-        grant.questions += 1
+        secret_typed = await self.gw.dbq.run(lambda s: grants.count(s, grant.token_hash, "questions"))
         endpoint = self.gw.settings.customer_model
         if endpoint is None:
-            grant.customer_error = (
-                "the agent asked the simulated customer a question and no customer model is "
-                "configured on this server (set customer_model in the server settings)"
-            )
-            raise AgentError(grant.customer_error)
+            await self._customer_failed(grant, "the agent asked the simulated customer a question and no customer "
+                                        "model is configured on this server (set customer_model in the server "
+                                        "settings)")
         screen: bytes | None
         try:
             screen = await grant.machine.screen(timeout=10)
         except MachineError as e:
             log.info("customer answers %s without the screen: %s", grant.attempt_id, e)
             screen = None
-        if screen is not None and grant.secret_typed:
+        if screen is not None and secret_typed:
             try:
                 screen = await asyncio.to_thread(mask_png, screen)
             except Exception:  # never the unmasked screen
                 screen = None
+        usage: dict[str, float] = {}  # the customer model's seconds and tokens: the evaluator's overhead
         try:
-            usage: dict[str, float] = {}
-            reply = await ask_customer(endpoint, grant.ctx.case, question, screen, usage)
+            try:
+                reply = await self.customer_pool.run(lambda: ask_customer(endpoint, grant.case, question, screen,
+                                                                          usage))
+            except PoolTimeout as e:
+                raise AgentError(f"the simulated customer did not answer within {e.timeout:g} s") from None
             actions = await self._customer_acts(grant, reply)
         except AgentError as e:
-            grant.customer_error = str(e)
-            raise
-        # `usage`: the customer model's seconds and tokens, the evaluator's overhead (never the agent's).
+            await self._customer_failed(grant, str(e))
         turn = {"question": question[:8000], "answer": reply.answer[:8000], "actions": actions, "usage": usage}
         await self.gw.dbq.run(lambda s: _add_turn(s, grant.attempt_id, turn))
         return reply.answer
 
+    async def _customer_failed(self, grant: Grant, why: str) -> NoReturn:
+        """The customer's failure is the attempt's (an error, retried), even if the agent carries on."""
+        await self.gw.dbq.run(lambda s: grants.mark(s, grant.token_hash, customer_error=why))
+        raise AgentError(why)
+
     async def _customer_acts(self, grant: Grant, reply: CustomerReply) -> list[dict[str, Any]]:
-        customer = grant.ctx.case.get("customer") or {}
+        customer = grant.case.get("customer") or {}
         facts = customer.get("facts") or {}
         actions: list[dict[str, Any]] = []
         events: list[InputEvent] = []
@@ -316,7 +390,8 @@ class AgentSupervisor:
             if reply.type_fact in facts:
                 v = facts[reply.type_fact]
                 events.append(TypeEvent(text=str(v.get("secret", "")) if isinstance(v, dict) else str(v)))
-                grant.secret_typed = grant.secret_typed or isinstance(v, dict)
+                if isinstance(v, dict):
+                    await self.gw.dbq.run(lambda s: grants.mark(s, grant.token_hash, secret_typed=True))
                 actions.append({"type": "type_fact", "fact": reply.type_fact})
             else:
                 log.info("customer of %s asked to type an unknown fact; ignored", grant.attempt_id)
@@ -332,7 +407,7 @@ class AgentSupervisor:
 
     async def approve(self, grant: Grant, request: str) -> str:
         """An approval request the agent raises during the task, decided by the case's operator.approvals."""
-        grant.approvals += 1
-        decision = str((grant.ctx.case.get("operator") or {}).get("approvals") or "approve")
-        log.info("approval %d on %s: %s", grant.approvals, grant.attempt_id, decision)
+        await self.gw.dbq.run(lambda s: grants.count(s, grant.token_hash, "approvals"))
+        decision = str((grant.case.get("operator") or {}).get("approvals") or "approve")
+        log.info("approval on %s: %s", grant.attempt_id, decision)
         return decision

@@ -9,8 +9,10 @@ from fastapi import FastAPI
 from gh_server import errors
 from gh_server.state import ServerState
 
-_MODULES = ("meta", "test_cases", "test_sets", "test_runs", "attempts", "runners", "start_states", "webhook", "keys",
-            "trust")
+_MODULES = (
+    "meta", "test_cases", "test_sets", "test_runs", "attempts", "runners", "start_states", "webhook", "keys", "metrics",
+    "trust",
+)
 
 
 def install(app: FastAPI, st: ServerState) -> None:

@@ -27,6 +27,8 @@ from gh_server.api.schemas import InputBody, StartStateCreate, StartStateUpdate
 from gh_server.auth import Principal, require_member
 from gh_server.errors import ApiError, conflict, invalid, not_found
 from gh_server.models import Runner, RunnerJob, StartState, StartStateVersion, TestCase, new_id, utcnow
+from gh_server.start_state_jobs import dispatch_jobs as _dispatch
+from gh_server.start_state_jobs import new_job as _job
 from gh_server.state import ServerState
 
 router = APIRouter(tags=["Start states"])
@@ -94,62 +96,6 @@ def _pick_runner(session: Session, st: ServerState, image: str) -> Runner | None
         return (int(here), int(is_online(r, st.settings)), seen)
 
     return max(candidates, key=score)
-
-
-def _job(
-    session: Session,
-    ss: StartState,
-    op: str,
-    runner_id: str | None,
-    *,
-    source: dict[str, Any] | None = None,
-    version: int | None = None,
-    script: str | None = None,
-) -> RunnerJob:
-    job_id = new_id("jb_")
-    msg = protocol.Job(
-        job_id=job_id,
-        op=op,  # type: ignore[arg-type]
-        start_state_id=ss.id,
-        source=protocol.StartStateRef(**source) if source else None,
-        version=version,
-        script=script,
-    )
-    row = RunnerJob(
-        id=job_id,
-        runner_id=runner_id,
-        start_state_id=ss.id,
-        op=op,
-        payload=msg.model_dump(mode="json"),
-        status="queued",
-    )
-    session.add(row)
-    return row
-
-
-async def _dispatch(st: ServerState, job_ids: list[str]) -> None:
-    """Send queued jobs to their runner when it is connected here; the row says `sent` once it went out."""
-    if st.gateway is None:
-        return
-    for job_id in job_ids:
-
-        def load(jid: str = job_id) -> tuple[str | None, dict[str, Any]] | None:
-            with st.db() as s:
-                row = s.get(RunnerJob, jid)
-                return (row.runner_id, dict(row.payload)) if row is not None and row.status == "queued" else None
-
-        got = await run_in_threadpool(load)
-        if got is None or got[0] is None or not st.gateway.connected(got[0]):
-            continue
-        if await st.gateway.send(got[0], protocol.Job.model_validate(got[1])):
-
-            def mark(jid: str = job_id) -> None:
-                with st.db.begin() as s:
-                    row = s.get(RunnerJob, jid)
-                    if row is not None and row.status == "queued":
-                        row.status = "sent"
-
-            await run_in_threadpool(mark)
 
 
 def _source_of(session: Session, ss: StartState) -> dict[str, Any]:

@@ -41,6 +41,13 @@ def main() -> None:
         if status != 200:
             print(f"exec answered {status}", file=sys.stderr)
             sys.exit(4)
+    if mode == "hang-once":  # the first attempt hangs (its server is killed under it); its retry answers
+        marker = out_path + ".once"
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            time.sleep(600)
+        print("done on the retry")
+        return
     if mode == "approve":
         status, body = call(url, token, "/approval", {"request": "restart the print spooler"})
         status2, _ = call(url, token, "/approval", {"request": ""})
@@ -51,6 +58,12 @@ def main() -> None:
         if mode == "ask-twice":
             status, body = call(url, token, "/ask", {"question": "Is it connected now?"})
         print(f"ask {status} {json.loads(body).get('answer', '')}")
+        return
+    if mode == "many":  # 50 machine requests in a row, each answered or the agent fails
+        for i in range(50):
+            status, body = call(url, token, "/exec", {"script": f"echo {i}", "timeout": 1})
+            assert status == 200, (i, status, body)
+        print("50 answered")
         return
     status, png = call(url, token, "/screen")
     assert status == 200 and png.startswith(b"\x89PNG"), (status, png[:20])

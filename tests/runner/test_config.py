@@ -86,6 +86,21 @@ def test_server_urls(tmp_path: Path) -> None:
         RunnerConfig().connect_url()
 
 
+def test_several_servers_comma_separated_repeated_or_a_yaml_list(tmp_path: Path) -> None:
+    one = load_config({"server": "https://gh.example.com"}, {})
+    assert one.server == "wss://gh.example.com/v1/runners/connect"  # the bare form reads as before
+    assert one.connect_urls() == [one.connect_url()]
+    a, b = "wss://a.example.com/v1/runners/connect", "wss://b.example.com/v1/runners/connect"
+    assert load_config({"server": ["https://a.example.com", "https://b.example.com"]}, {}).connect_urls() == [a, b]
+    assert load_config({}, {"GH_RUNNER_SERVER": "https://a.example.com, wss://b.example.com"}).connect_urls() == [a, b]
+    cfg = load_config({}, {}, _file(tmp_path, "server:\n  - https://a.example.com\n  - https://b.example.com\n"))
+    assert cfg.connect_urls() == [a, b]
+    with pytest.raises(ConfigError, match="is not encrypted"):
+        load_config({"server": ["wss://a.example.com", "ws://b.example.com"]}, {}).check_transport()
+    with pytest.raises(ConfigError, match="must start with wss://"):
+        load_config({"server": "https://a.example.com,ftp://b"}, {})
+
+
 def test_default_dirs_for_a_user_follow_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("os.geteuid", lambda: 1000)
     monkeypatch.setattr("gh_runner.config.SERVICE_DIR", tmp_path / "no-such-service-dir")
@@ -112,3 +127,12 @@ def test_the_shipped_example_config_loads() -> None:
 def test_backoff_bounds_must_be_ordered() -> None:
     with pytest.raises(ConfigError, match="reconnect_min"):
         load_config({"reconnect_min": 30, "reconnect_max": 5}, {})
+
+
+def test_server_flag_repeated_and_comma_separated() -> None:
+    from gh_runner.cli import _config_from, build_parser
+
+    args = build_parser().parse_args(["--server", "https://a.example.com,https://b.example.com",
+                                      "--server", "https://c.example.com"])
+    assert [u.split("/")[2] for u in _config_from(args).connect_urls()] == ["a.example.com", "b.example.com",
+                                                                           "c.example.com"]

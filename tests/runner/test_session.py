@@ -11,7 +11,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from gh_runner import __version__
-from gh_runner.protocol import CLOSE_REPLACED, CLOSE_TOKEN_REVOKED, PROTOCOL_VERSION
+from gh_runner.protocol import CLOSE_REPLACED, CLOSE_TOKEN_REVOKED, PROTOCOL_VERSION, TaskEnd
 from gh_runner.session import Backoff
 
 from .doubles import FakeProvider
@@ -264,3 +264,26 @@ async def test_images_that_fail_to_list_are_listed_again_when_a_lease_needs_one(
     assert hello.images == []  # advertised none (and logged why) rather than failing the session
     await peer.send(make_lease("at_after_flaky"))
     await peer.wait_type("lease_accept")
+
+
+async def test_a_runner_whose_server_dies_moves_to_the_next_and_its_attempt_goes_on(peer: Peer,
+                                                                                      start_daemon: Any) -> None:
+    other = Peer()
+    await other.start()
+    try:
+        r = await start_daemon(f"{peer.url},{other.url}")
+        await peer.wait_type("hello")
+        await peer.send(make_lease("at_failover1"))
+        await peer.wait_type("lease_accept")
+        await peer.wait_type("attempt_status", where=lambda m: m.status == "running")
+        peer.kill()  # the first gh-server process dies: no close frame
+        hello = await other.wait_type("hello", timeout=10)  # reconnect_max is 0.4 s here
+        assert hello.in_flight == ["at_failover1"]
+        assert r.daemon.session.url == other.url
+        await other.send(TaskEnd(attempt_id="at_failover1", answer="fixed"))
+        await other.wait_until(lambda: "at_failover1" in other.applied)
+        assert other.applied["at_failover1"].outcome == "passed"
+        assert other.result_copies == {"at_failover1": 1} and peer.result_copies == {}
+    finally:
+        other.kill()
+        await other.stop()

@@ -1,0 +1,60 @@
+"""Ports: the small surfaces one part of gh-server needs from another, as Protocols, so that no service
+imports the loop or router that provides them (app.py wires the real ones together).
+
+- `RunnerLink`: what the agent supervisor needs of the runner gateway (the sockets, the DB writer).
+- `AgentHost`: what the API and the start-state jobs need of the agents (the machine API's grants).
+- `JobResultApplier`: what a finished start-state job means (the start-state service's, called by the
+  gateway in its DB batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pydantic
+from sqlalchemy.orm import Session
+
+from gh_runner import protocol
+from gh_server.dbqueue import DbQueue
+from gh_server.settings import Settings
+
+if TYPE_CHECKING:
+    from gh_server.metrics import ServerMetrics
+
+JobResultApplier = Callable[[Session, str, protocol.JobResult], bool]
+
+
+@dataclass(frozen=True)
+class GrantSpec:
+    """What the process that runs an agent grants its machine-API token (see `AgentHost.granted`)."""
+
+    attempt_id: str
+    runner_id: str
+    max_steps: int | None
+    minutes: float
+    start_state_id: str | None = None
+
+
+class RunnerLink(Protocol):
+    settings: Settings
+    dbq: DbQueue
+    metrics: ServerMetrics
+
+    async def send(self, runner_id: str, msg: pydantic.BaseModel) -> bool:
+        """False if the runner is not connected to this process."""
+
+    async def machine_request(
+        self, runner_id: str, req: protocol.MachineRequest, timeout: float
+    ) -> protocol.MachineResponse:
+        """Relay a request to the runner holding the machine (wherever it is connected); never raises."""
+
+
+class AgentHost(Protocol):
+    @property
+    def machine_api_url(self) -> str: ...
+
+    def granted(self, token: str, spec: GrantSpec) -> AbstractAsyncContextManager[Any]:
+        """`token` opens the machine API on `spec`'s machine while the block runs."""
