@@ -296,12 +296,16 @@ class AgentSupervisor:
         """The agent's run (in the agent pool, bounded by limits.minutes: PoolTimeout), until it ends or it
         asks for a step past limits.steps, in whichever process that request landed (the task ends there,
         as a person would be stopped)."""
+        hit = self._step_limits[grant.token_hash] = asyncio.Event()  # before the agent can ask for a step
+        if self._shared_db and (self._limit_watch is None or self._limit_watch.done()):
+            self._limit_watch = asyncio.create_task(self._watch_step_limits(), name="gh-agent-step-limits")
         run = asyncio.ensure_future(self.agent_pool.run(lambda: agent.run(ctx),
                                                         timeout=ctx.minutes * 60.0 + TIME_SLACK_S))
-        stop = asyncio.ensure_future(self._step_limit_reached(grant.token_hash))
+        stop = asyncio.ensure_future(hit.wait())
         try:
             done, _ = await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            self._step_limits.pop(grant.token_hash, None)
             stop.cancel()
             if not run.done():
                 run.cancel()
@@ -312,20 +316,13 @@ class AgentSupervisor:
         return AgentOutcome(answer="", reason=protocol.TaskEndReason.STEP_LIMIT,
                             note=f"stopped at the case's step limit ({grant.max_steps})")
 
-    async def _step_limit_reached(self, key: str) -> None:
-        hit = self._step_limits[key] = asyncio.Event()
-        if self._shared_db and (self._limit_watch is None or self._limit_watch.done()):
-            self._limit_watch = asyncio.create_task(self._watch_step_limits(), name="gh-agent-step-limits")
-        try:
-            await hit.wait()
-        finally:
-            self._step_limits.pop(key, None)
-
     async def _watch_step_limits(self) -> None:
         """One read per interval for all of this process's running agents, while there are any."""
         while self._step_limits:
             await asyncio.sleep(STEP_LIMIT_POLL_S)
             keys = list(self._step_limits)
+            if not keys:
+                continue  # the last one ended while we slept: the loop's test ends the watcher
             try:
                 reached = await self.gw.dbq.run(functools.partial(grants.step_limits_reached, token_hashes=keys))
             except Exception:
