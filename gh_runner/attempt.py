@@ -341,7 +341,9 @@ class Attempt:
         self._create = asyncio.ensure_future(
             self.provider.create_machine(self.machine_id, source, timeout=self.timeouts.machine)
         )
-        return await asyncio.shield(self._create)
+        machine = await asyncio.shield(self._create)
+        self._metrics.machine_origin = str(machine.origin)
+        return machine
 
     async def _script(self, script: str, env: dict[str, str], timeout: float) -> ScriptResult:
         return await self._machine().run_script(script, env=env, timeout=timeout, output_cap=CHECK_OUTPUT_CAP)

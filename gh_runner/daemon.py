@@ -157,9 +157,12 @@ def make_provider(config: RunnerConfig) -> Provider:
         provider: Provider = factory(config)
         return provider
     from providers.qemu import QemuProvider  # type: ignore[attr-defined]
+    from providers.qemu.pool import PoolConfig
 
     qemu: Provider = QemuProvider(config.images_dir, config.state_dir, config.name, config.libvirt_uri,
-                                  write_cap_bytes=config.machine_disk_cap_mib * diskguard.MIB)
+                                  write_cap_bytes=config.machine_disk_cap_mib * diskguard.MIB,
+                                  warm_snapshots=config.warm_snapshots,
+                                  pool=PoolConfig(per_source=config.pool.per_source, total_mib=config.pool.total_mib))
     return qemu
 
 
@@ -480,10 +483,18 @@ class Daemon:
 
     async def make_hello(self) -> Hello:
         await self._refresh_inventory()
+        try:
+            pooled = await asyncio.wait_for(self.provider.pooled_sources(), PROVIDER_CALL_TIMEOUT)
+        except Exception as e:
+            self.log.warning("listing pooled sources failed; advertising none", error=str(e))
+            pooled = []
+        hot_images = {s.image for s in pooled if s.start_state_id is None}
+        hot_states = {(s.start_state_id, s.version) for s in pooled if s.start_state_id is not None}
         return Hello(
             version=__version__, name=self.config.name, labels=self.config.labels, slots=self.config.slots,
-            images=[ImageAd(name=i.name, os=i.os, version=i.version, checksum=i.checksum) for i in self._images],
-            start_states=[HeldVersion(start_state_id=s, version=v) for s, v in self._held],
+            images=[ImageAd(name=i.name, os=i.os, version=i.version, checksum=i.checksum, pooled=i.name in hot_images)
+                    for i in self._images],
+            start_states=[HeldVersion(start_state_id=s, version=v, pooled=(s, v) in hot_states) for s, v in self._held],
             in_flight=sorted(self._attempts),
         )
 

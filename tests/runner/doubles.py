@@ -88,6 +88,7 @@ class FakeProvider(Provider):
         self.machines: dict[str, FakeMachine] = {}
         self.closed = False
         self.destroy_gate: asyncio.Event | None = None
+        self.pooled: list[MachineSource] = []
 
     def _save(self) -> None:
         if self.state_file is not None:
@@ -130,6 +131,9 @@ class FakeProvider(Provider):
 
     async def delete_version(self, start_state_id: str, version: int) -> None:
         self.held = [h for h in self.held if h != (start_state_id, version)]
+
+    async def pooled_sources(self) -> list[MachineSource]:
+        return list(self.pooled)
 
     async def close(self) -> None:
         self.closed = True

@@ -1,5 +1,6 @@
 """Teardown off the critical path (issue 15): a slot frees once the result is journaled, the
 machine's destroy finishes in the background, and a crash in between is reaped at the next start.
+Also what the hello says about the hot pool.
 
 The real `Attempt` runs here (the daemon's default factory) on the provider double, whose destroy
 waits on a gate so the test holds a machine "being destroyed" for as long as it needs.
@@ -15,6 +16,7 @@ from typing import Any
 from gh_runner.daemon import default_attempt_factory
 from gh_runner.journal import Journal
 from gh_runner.protocol import TaskEnd
+from providers.base import MachineSource
 
 from .doubles import FakeProvider
 from .peer import Peer, make_lease
@@ -87,3 +89,15 @@ async def test_a_crash_between_result_and_destroy_is_reaped_at_start(
     st = json.loads(provider_state.read_text())
     assert st["existing"] == [] and st["reap_calls"][-1] == {"keep": [], "reaped": ["at_c1"]}
     assert Journal(state).recover() == []  # the attempt had ended: nothing to report as interrupted
+
+
+async def test_hello_advertises_the_sources_of_the_hot_pool(peer: Peer, start_daemon: Any) -> None:
+    provider = FakeProvider(images=("linux-tiny", "other"))
+    provider.held = [("ss_1", 1), ("ss_1", 2)]
+    provider.pooled = [MachineSource(image="linux-tiny"),
+                       MachineSource(image="linux-tiny", start_state_id="ss_1", version=2)]
+    await start_daemon(peer.url, provider=provider)
+    hello = await peer.wait_type("hello")
+    assert {i.name: i.pooled for i in hello.images} == {"linux-tiny": True, "other": False}
+    assert {(h.start_state_id, h.version): h.pooled for h in hello.start_states} == {
+        ("ss_1", 1): False, ("ss_1", 2): True}
