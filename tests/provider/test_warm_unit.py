@@ -11,6 +11,7 @@ import pytest
 
 from providers.base import ImageInfo
 from providers.manifest import parse_manifest
+from providers.qemu.channels import routes_for
 from providers.qemu.images import Image
 from providers.qemu.warm import WarmSnapshots, snapshot_key, warm_fits
 
@@ -20,7 +21,7 @@ from .test_units import MANIFEST
 def image(tmp_path: Path, *, version: str = "1", checksum: str = "sha256:" + "ab" * 32, **manifest: object) -> Image:
     m = parse_manifest(MANIFEST).model_copy(update={"version": version, **manifest})
     info = ImageInfo(name=m.name, os=m.os, version=version, checksum=checksum, shell=m.shell)
-    return Image(info=info, manifest=m, dir=tmp_path / "images" / m.name)
+    return Image(info=info, manifest=m, dir=tmp_path / "images" / m.name, routes=routes_for(m))
 
 
 class Builder:
