@@ -127,6 +127,18 @@ def test_lease_pass_claims_oldest_within_free_slots(dbs: sessionmaker[Session]) 
         assert again.grants == []  # no free slot left: the DB count, not the runner's word
 
 
+def test_runner_caps_read_the_hot_pool_from_the_hello(dbs: sessionmaker[Session]) -> None:
+    with dbs.begin() as s:
+        s.add(Runner(id="rn_h", name="h", token_hash="hh", slots=2,
+                     images=[{"name": "linux-tiny", "pooled": True}, {"name": "other"}],
+                     held_versions=[{"start_state_id": "ss_1", "version": 2, "pooled": True},
+                                    {"start_state_id": "ss_1", "version": 3}]))
+    with dbs() as s:
+        (caps_h,) = sched.load_runner_caps(s, ["rn_h"])
+    assert caps_h.hot == {("image", "linux-tiny"), ("state", "ss_1", "2")}
+    assert caps_h.images == {"linux-tiny", "other"}
+
+
 def test_fail_attempt_retries_once_even_when_called_twice(dbs: sessionmaker[Session]) -> None:
     with dbs() as s:
         (aid,) = seed(s)
