@@ -131,8 +131,8 @@ def _record_hello(session: Session, runner_id: str, session_id: str, h: protocol
     r.labels = list(dict.fromkeys(h.labels))
     r.slots = h.slots
     r.busy = len(h.in_flight)
-    r.images = [i.model_dump() for i in h.images]
-    r.held_versions = [v.model_dump() for v in h.start_states]
+    r.images = [i.model_dump(exclude_defaults=True) for i in h.images]  # `pooled` only when set
+    r.held_versions = [v.model_dump(exclude_defaults=True) for v in h.start_states]
     r.version = h.version[:64]
     r.session_id = session_id
     r.connected_at = now
