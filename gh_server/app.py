@@ -13,6 +13,7 @@ from gh_server import api, db, gateway, replays, start_state_jobs, webhooks
 from gh_server.agents.machine_api import router as machine_router
 from gh_server.api.start_states import apply_job_result
 from gh_server.auth import ensure_admin_key
+from gh_server.bodylimit import BodyLimit
 from gh_server.settings import Settings
 from gh_server.state import ServerState
 
@@ -51,6 +52,8 @@ def create_app(settings: Settings, state: ServerState | None = None) -> FastAPI:
     app = FastAPI(title="gh-server Evals API", version="1", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.gh = st
     _wire(app, st)
+    # Outside the routes (and so before auth and parsing): see gh_server.bodylimit.
+    app.add_middleware(BodyLimit, max_body=settings.max_body_bytes, max_batch_body=settings.max_batch_body_bytes)
     return app
 
 
