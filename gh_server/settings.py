@@ -26,6 +26,10 @@ class AgentConfig(BaseModel):
     url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     timeout: float = Field(default=3600.0, gt=0)
+    # A command agent's environment beyond PATH, LANG, HOME and GH_MACHINE_*: these values, and these
+    # names copied from gh-server's own environment (never a GH_SERVER_* one). Nothing else is passed.
+    env: dict[str, str] = Field(default_factory=dict, repr=False)
+    pass_env: list[str] = Field(default_factory=list)
 
     @field_validator("id")
     @classmethod

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from agentfiles import agent_command
 
 from gh_runner.local import Progress, RunnerName
 
@@ -171,8 +172,8 @@ def test_bad_server_config_exits_2_naming_the_setting(work: Path, images_dir: Pa
 def test_own_agent_from_server_config(work: Path, images_dir: Path) -> None:
     config = work / "server.yaml"
     config.write_text(yaml.safe_dump({"agents": {"mine": {
-        "kind": "command", "command": [sys.executable, str(Path(__file__).parent / "agents" / "slow_fixer.py"),
-                                       "--quick"]}}}))
+        "kind": "command", "command": agent_command(Path(__file__).parent / "agents" / "slow_fixer.py",
+                                                    "--quick")}}}))
     # On a terminal, as an operator runs it: the progress is one line redrawn in place.
     rc, out, err = _local_on_a_terminal(
         [str(_cases_file(work, ["PRM-01"], agents=["mine"], repeat=1)), "--server-config", str(config)],
