@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +19,29 @@ MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 HIDE_PARAMETERS = True
 
 
+def prepare_data_dir(data_dir: Path) -> None:
+    """The data dir holds the database, the admin key and the replay signing key: gh-server's alone (0700),
+    whatever mode an operator made it with, so no other local user (and no agent) can look inside."""
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(data_dir, 0o700)
+
+
+def _private_file(path: Path) -> None:
+    # Made 0600 before SQLite opens it: SQLite gives its -wal and -shm files the database's mode.
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.close(fd)
+    os.chmod(path, 0o600)
+
+
 def make_engine(settings: Settings) -> Engine:
     url = settings.sqlalchemy_url
+    prepare_data_dir(settings.data_dir)
     if url.startswith("sqlite"):
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        if settings.database_url is None:
+            _private_file(settings.data_dir / "gh-server.db")
         engine = create_engine(
-            url, connect_args={"check_same_thread": False, "timeout": 30}, hide_parameters=HIDE_PARAMETERS
+            url, connect_args={"check_same_thread": False, "timeout": settings.db_busy_timeout},
+            hide_parameters=HIDE_PARAMETERS,
         )
 
         @event.listens_for(engine, "connect")
@@ -33,7 +51,7 @@ def make_engine(settings: Settings) -> Engine:
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA foreign_keys=ON")
-            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute(f"PRAGMA busy_timeout={int(settings.db_busy_timeout * 1000)}")
             cur.close()
 
         return engine
