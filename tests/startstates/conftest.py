@@ -182,7 +182,7 @@ class Stack:
         gate = agent_command(HERE / "gate_agent.py", str(self.gate_dir))
         settings = Settings(
             data_dir=self.tmp / "server", host="127.0.0.1", port=port, admin_api_key=self.admin_key,
-            runner_grace_seconds=120.0, agents={
+            runner_grace_seconds=120.0, webhook_allow=["127.0.0.1"], agents={
                 "gate": AgentConfig(id="gate", kind="command", command=gate, timeout=600),
                 "note-taker": AgentConfig(id="note-taker", kind="command",
                                           command=agent_command(HERE / "note_agent.py"), timeout=300)},
