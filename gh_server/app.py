@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from gh_server import api, db, gateway, replays, start_state_jobs, webhooks
+from gh_server import accesslog, api, db, gateway, replays, start_state_jobs, webhooks
 from gh_server.agents.machine_api import router as machine_router
 from gh_server.agents.machine_limits import InFlightLimit
 from gh_server.agents.supervisor import MACHINE_API_PATH
@@ -53,6 +53,7 @@ def create_app(settings: Settings, state: ServerState | None = None) -> FastAPI:
     # No /docs or /redoc: the contract is Bearer auth everywhere but /openapi.json and /healthz.
     app = FastAPI(title="gh-server Evals API", version="1", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.gh = st
+    accesslog.install()
     _wire(app, st)
     # Outside the routes (and so before auth and parsing): see gh_server.bodylimit, agents.machine_limits.
     app.add_middleware(InFlightLimit, prefix=MACHINE_API_PATH, limit=settings.machine_api_max_in_flight)
