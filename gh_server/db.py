@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import sqlite3
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, exc, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from gh_server.settings import Settings
@@ -63,6 +65,40 @@ def make_engine(settings: Settings) -> Engine:
         connect_args={"connect_timeout": 10},
         hide_parameters=HIDE_PARAMETERS,
     )
+
+
+class DbHealth(StrEnum):
+    OK = "ok"
+    LOCKED = "locked"  # another writer holds SQLite's lock: writes wait, then answer 503
+    UNREACHABLE = "unreachable"
+
+
+def is_locked(exc: BaseException) -> bool:
+    """SQLite's "database is locked" / "busy": a writer held the lock past the busy timeout."""
+    text = str(getattr(exc, "orig", exc)).lower()
+    return "locked" in text or "busy" in text
+
+
+def probe(engine: Engine, settings: Settings, timeout: float = 0.5) -> DbHealth:
+    """Can a request read, and (SQLite) take the write lock, within `timeout`? For /healthz."""
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+            if engine.dialect.name != "sqlite":
+                return DbHealth.OK
+            raw = conn.connection.driver_connection
+            assert raw is not None
+            raw.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
+            try:
+                raw.execute("BEGIN IMMEDIATE")  # the write lock, given back at once
+                raw.execute("ROLLBACK")
+            finally:
+                raw.execute(f"PRAGMA busy_timeout={int(settings.db_busy_timeout * 1000)}")
+    except (exc.OperationalError, sqlite3.OperationalError) as e:
+        return DbHealth.LOCKED if is_locked(e) else DbHealth.UNREACHABLE
+    except exc.SQLAlchemyError:
+        return DbHealth.UNREACHABLE
+    return DbHealth.OK
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

@@ -12,9 +12,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from gh_server.db import is_locked
+
 log = logging.getLogger("gh_server.api")
+DB_RETRY_AFTER_S = 5
 
 TYPE_BY_STATUS = {
     400: "invalid_request",
@@ -113,6 +117,18 @@ def install(app: FastAPI) -> None:
             message = "No such endpoint."
         err = ApiError(status, message)
         return JSONResponse(err.body(), status_code=status, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(sa_exc.OperationalError)
+    @app.exception_handler(sa_exc.TimeoutError)
+    async def _database(_req: Request, exc: Exception) -> JSONResponse:
+        # A locked SQLite (past its busy timeout), a PostgreSQL that is down, a full pool: the request may
+        # work in a moment, so 503 with Retry-After rather than a 500. The text never carries the SQL.
+        busy = is_locked(exc) or isinstance(exc, sa_exc.TimeoutError)
+        log.warning("database %s during an API request", "busy" if busy else "unreachable")
+        message = ("The database is busy; retry in a few seconds." if busy
+                   else "The database is unreachable; retry in a few seconds.")
+        err = ApiError(503, message, type="server_error")
+        return JSONResponse(err.body(), status_code=503, headers={"Retry-After": str(DB_RETRY_AFTER_S)})
 
     @app.exception_handler(Exception)
     async def _unexpected(_req: Request, exc: Exception) -> JSONResponse:
