@@ -164,7 +164,9 @@ def test_gateway_survives_malformed_and_hostile_frames(server_factory: Any) -> N
             assert (a.status, a.runner_id, a.outcome) == ("running", victim, None), a.error
             frames = s.scalar(select(func.count()).select_from(ReplayFrame).where(ReplayFrame.attempt_id == aid))
             assert frames == 0
-        # and it still works: a lease for it arrives and is accepted as ever
+        # and it still works: after a heartbeat (which ends the pause its fuzzed lease_refuses earned it, as
+        # a real runner's would), a lease for it arrives as ever
+        h.call(h.r.send(protocol.Heartbeat(at=datetime.now(UTC), busy=0)))
         _, (mine,) = server.add_run([{}])
         lease = h.call(h.r.expect("lease"))
         assert lease.attempt_id == mine
