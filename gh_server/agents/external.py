@@ -127,8 +127,7 @@ class HttpAgent:
     async def run(self, ctx: AgentContext) -> AgentOutcome:
         timeout = min(self.timeout, ctx.minutes * 60.0 + 60.0)
         try:
-            async with httpx.AsyncClient(timeout=timeout, transport=self._transport, follow_redirects=False,
-                                         trust_env=False) as client:
+            async with httpx.AsyncClient(timeout=timeout, transport=self._transport, follow_redirects=False) as client:
                 resp = await client.post(self.url, json=request_document(ctx), headers=self.headers)
         except httpx.TimeoutException:
             return AgentOutcome(answer="")
