@@ -324,6 +324,7 @@ def expire_instructions(session: Session, now: datetime | None = None) -> list[s
 
 
 async def run_instruction(st: ServerState, claim: dict[str, Any]) -> None:
+    from gh_server.agents.registry import AgentRegistry
     from gh_server.ports import GrantSpec
 
     ssid, task_id, agent_id = claim["start_state_id"], claim["task_id"], claim["agent_id"]
@@ -343,7 +344,7 @@ async def run_instruction(st: ServerState, claim: dict[str, Any]) -> None:
                            case=case, machine=machine, machine_api_url=sup.machine_api_url,
                            machine_api_token=token)
         try:
-            agent = sup.registry.get(agent_id)
+            agent = AgentRegistry.from_settings(st.settings).get(agent_id)
             async with sup.granted(token, GrantSpec(task_id, claim["runner_id"], max_steps=None,
                                                     minutes=INSTRUCTION_MINUTES, start_state_id=ssid)):
                 outcome = await asyncio.wait_for(agent.run(ctx), INSTRUCTION_MINUTES * 60 + 60)
