@@ -36,9 +36,9 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=10_000, phases=[Phase.explicit, 
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GwServer]:
-    # Background loops off: fuzzed webhook URLs are never sent anywhere, fuzzed runs never scheduled.
-    srv = start_server(make_settings(tmp_path_factory.mktemp("fuzz"), start_background_tasks=False,
-                                     webhook_allow=[]))
+    # As served for real (background loops on: the machine API needs the gateway's DB queue). No runner
+    # connects, so fuzzed runs stay queued; a fuzzed webhook URL gets no private or loopback address.
+    srv = start_server(make_settings(tmp_path_factory.mktemp("fuzz"), webhook_allow=[], webhook_timeout=2.0))
     yield srv
     stop_server(srv)
 
