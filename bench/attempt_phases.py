@@ -14,6 +14,16 @@ and prints, per attempt and as medians, machine (create + guest ready), setup, c
 after), task and teardown (screens included in `other`), and the cold/warm ratio. No control
 plane is involved: this measures the runner's side of an attempt. Everything it makes is named
 gh-bench-phases-* and removed at the end, even on failure.
+
+Then (`--throughput-rounds`, 0 to skip) attempts per minute on `--slots` slots, every case once per
+round, three ways interleaved round by round (issue 15):
+
+  before   every machine booted, the slot held until the machine is destroyed (the old runner)
+  after    machines restored lazily from the image's warm snapshot, teardown in the background
+  pool     as after, plus a hot pool (2 paused machines per source, 1 GiB)
+
+The warm snapshot is built before the clock starts (once per image per runner; its time is
+printed). The host may be shared: numbers are noisy, ratios from one run are what counts.
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +48,7 @@ from gh_runner.attempt import Attempt, PhaseTimeouts
 from gh_runner.protocol import FrozenCase, Lease, Limits, MachineRequest, StartStateRef, TaskEnd
 from providers.base import MachineSource
 from providers.qemu import QemuProvider
+from providers.qemu.pool import PoolConfig
 
 RUNNER = "bench-phases"
 STATE_ID = "ss_benchphases"
@@ -88,23 +99,102 @@ class ReferenceLink:
         attempt.task_end(TaskEnd(attempt_id=attempt.machine_id, answer=str(meta.get("reference_answer") or "")))
 
 
-async def one_attempt(provider: QemuProvider, case: Mapping[str, Any], aid: str, warm: bool) -> dict[str, Any]:
+async def one_attempt(provider: QemuProvider, case: Mapping[str, Any], aid: str, warm: bool,
+                      *, background_teardown: bool = False, image_only: bool = False) -> dict[str, Any]:
     frozen = FrozenCase(
         test_case_id=str(case.get("key")), key=case.get("key"), name=str(case["name"]), prompt=str(case["prompt"]),
         setup_script=case.get("setup_script"), check_script=(case.get("success") or {}).get("check_script"),
         limits=Limits(**(case.get("limits") or {})),
     )
-    ref = (StartStateRef(kind="state", image="linux-tiny", start_state_id=STATE_ID, version=1) if warm
-           else StartStateRef(kind="image", image="linux-tiny"))
+    ref = (StartStateRef(kind="state", image="linux-tiny", start_state_id=STATE_ID, version=1)
+           if warm and not image_only else StartStateRef(kind="image", image="linux-tiny"))
     lease = Lease(attempt_id=aid, agent_id="reference", case=frozen, start_state=ref)
     link = ReferenceLink(case)
-    attempt = Attempt(lease, provider, link, PhaseTimeouts())
+    attempt = Attempt(lease, provider, link, PhaseTimeouts(), background_teardown=background_teardown)
     link.attempt = attempt
     t0 = time.monotonic()
     result = await attempt.run()
     wall = time.monotonic() - t0
     return {"key": case.get("key"), "mode": "warm" if warm else "cold", "outcome": result.outcome,
-            "error": result.error, "wall": wall, **group(result.metrics.phase_seconds)}
+            "error": result.error, "wall": wall, "origin": result.metrics.machine_origin,
+            "attempt": attempt, **group(result.metrics.phase_seconds)}
+
+
+async def batch(provider: QemuProvider, cases: list[dict[str, Any]], slots: int, tag: str,
+                background_teardown: bool) -> tuple[float, list[dict[str, Any]]]:
+    """Every case once on `slots` slots; seconds until the last slot is free, and the rows."""
+    sem = asyncio.Semaphore(slots)
+    rows: list[dict[str, Any]] = []
+    teardowns: list[Attempt] = []
+
+    async def slot(i: int, case: dict[str, Any]) -> None:
+        async with sem:  # the slot is held for what Attempt.run takes: with background teardown, not the destroy
+            r = await one_attempt(provider, case, f"at_{tag}{i}", True, background_teardown=background_teardown,
+                                  image_only=True)
+            rows.append(r)
+            teardowns.append(r.pop("attempt"))
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(slot(i, c) for i, c in enumerate(cases)))
+    wall = time.monotonic() - t0
+    for a in teardowns:
+        await a.wait_torn_down()  # not timed: the slots were free already
+    return wall, rows
+
+
+async def pool_full(counts: Callable[[], Mapping[MachineSource, int]], n: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while counts().get(MachineSource(image="linux-tiny"), 0) < n:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the hot pool did not fill in time")
+        await asyncio.sleep(0.1)
+
+
+async def throughput(images_dir: Path, state: Path, cases: list[dict[str, Any]], slots: int, rounds: int) -> None:
+    provs = {
+        "before": QemuProvider(images_dir, state / "before", RUNNER + "-before"),
+        "after": QemuProvider(images_dir, state / "warm", RUNNER + "-after", warm_snapshots=True),
+        "pool": QemuProvider(images_dir, state / "warm", RUNNER + "-pool", warm_snapshots=True,
+                             pool=PoolConfig(per_source=2, total_mib=1024)),
+    }
+    for d in ("before", "warm"):
+        (state / d).mkdir(mode=0o755)
+    walls: dict[str, float] = dict.fromkeys(provs, 0.0)
+    done: dict[str, int] = dict.fromkeys(provs, 0)
+    origins: dict[str, set[str]] = {k: set() for k in provs}
+    try:
+        t = time.monotonic()
+        await provs["after"].start()
+        m = await provs["after"].create_machine("bench-phases-warmup", MachineSource(image="linux-tiny"), timeout=600)
+        await m.destroy()
+        print(f"warm snapshot built in {time.monotonic() - t:.1f} s (once per image per runner, not timed below)")
+        for p in provs.values():
+            await p.start()
+        for rnd in range(rounds):
+            order = list(provs) if rnd % 2 == 0 else list(reversed(provs))
+            for mode in order:
+                pool = provs[mode].pool
+                if pool is not None:  # a runner's pool fills while it waits for leases: not timed
+                    await pool_full(pool.counts, 2, 600)
+                wall, rows = await batch(provs[mode], cases, slots, f"{mode}{rnd}x", mode != "before")
+                walls[mode] += wall
+                done[mode] += sum(r["outcome"] != "error" for r in rows)
+                origins[mode] |= {str(r["origin"]) for r in rows}
+                errors = [r["error"] for r in rows if r["error"]]
+                print(f"  round {rnd + 1} {mode}: {len(rows)} attempts in {wall:.1f} s"
+                      + (f" ({len(errors)} errors: {errors[0][:80]})" if errors else ""), flush=True)
+        print(f"\nattempts per minute on {slots} slots ({len(cases)} cases x {rounds} rounds, errors not counted)")
+        base = done["before"] / walls["before"] * 60 if walls["before"] else float("nan")
+        for mode in provs:
+            apm = done[mode] / walls[mode] * 60 if walls[mode] else float("nan")
+            made = ", ".join(sorted(origins[mode]))
+            print(f"  {mode:7} {apm:6.1f}/min  ({apm / base:4.1f}x before)  machines: {made}")
+    finally:
+        for p in provs.values():
+            try:
+                await p.reap(keep=set())
+            finally:
+                await p.close()
 
 
 async def make_warm_state(provider: QemuProvider) -> None:
@@ -176,6 +266,9 @@ def main() -> int:
     ap.add_argument("--cases", type=Path, default=ROOT / "examples" / "linux-basics.yaml")
     ap.add_argument("--rounds", type=int, default=1, help="cold+warm pairs per case")
     ap.add_argument("--keys", default="", help="only these case keys (comma-separated)")
+    ap.add_argument("--slots", type=int, default=2)
+    ap.add_argument("--throughput-rounds", type=int, default=2, help="rounds of the attempts-per-minute part")
+    ap.add_argument("--skip-phases", action="store_true", help="only the attempts-per-minute part")
     args = ap.parse_args()
     cases = yaml.safe_load(args.cases.read_text())["cases"]
     if args.keys:
@@ -184,7 +277,10 @@ def main() -> int:
     state = Path(tempfile.mkdtemp(prefix="gh-bench-phases-", dir="/var/tmp"))
     state.chmod(0o755)  # libvirt-qemu must reach the overlays
     try:
-        asyncio.run(run(args.images_dir, state, cases, args.rounds))
+        if not args.skip_phases:
+            asyncio.run(run(args.images_dir, state, cases, args.rounds))
+        if args.throughput_rounds > 0:
+            asyncio.run(throughput(args.images_dir, state, cases, args.slots, args.throughput_rounds))
     finally:
         shutil.rmtree(state, ignore_errors=True)
     return 0

@@ -131,6 +131,7 @@ class Attempt:
         timeouts: PhaseTimeouts = PhaseTimeouts(),
         *,
         seconds_per_minute: float = 60.0,  # test hook: scales limits.minutes
+        background_teardown: bool = False,
     ) -> None:
         self.lease = lease
         self.provider = provider
@@ -162,6 +163,11 @@ class Attempt:
         self._cancel_reason: str | None = None
         self._cancel_phase: str | None = None
         self._returned = False
+        # The daemon's mode: `run` returns as soon as the result is known and the machine's destroy
+        # runs on in `_torn_down` (awaited by `wait_torn_down`), so a slot frees after the journal,
+        # not after libvirt reaps a domain (1-2 s). The reaper at start covers a crash in between.
+        self._background_teardown = background_teardown
+        self._torn_down: asyncio.Task[None] | None = None
 
     # -----------------------------------------------------------------------------------------
     # The lifecycle, top to bottom
@@ -230,7 +236,8 @@ class Attempt:
 
     async def run(self) -> AttemptResult:
         """Run the attempt to its result. Never raises except CancelledError (when the caller's task is
-        cancelled); destroys its machine in every case."""
+        cancelled); destroys its machine in every case (with background teardown, the destroy is
+        started here and finishes after the return: see `wait_torn_down`)."""
         started = _now()
         self._log.info("attempt started", case=self.lease.case.test_case_id, image=self.lease.start_state.image)
         try:
@@ -337,7 +344,9 @@ class Attempt:
         self._create = asyncio.ensure_future(
             self.provider.create_machine(self.machine_id, source, timeout=self.timeouts.machine)
         )
-        return await asyncio.shield(self._create)
+        machine = await asyncio.shield(self._create)
+        self._metrics.machine_origin = str(machine.origin)
+        return machine
 
     async def _script(self, script: str, env: dict[str, str], timeout: float) -> ScriptResult:
         return await self._machine().run_script(script, env=env, timeout=timeout, output_cap=CHECK_OUTPUT_CAP)
@@ -400,10 +409,28 @@ class Attempt:
                 end.steps, end.questions, end.approvals)
         return end
 
+    async def wait_torn_down(self) -> None:
+        """Return once the machine's destroy (started by `run`) is over, failed or timed out.
+        Never raises but CancelledError; cancelling it leaves the destroy running."""
+        if self._torn_down is not None:
+            await asyncio.shield(self._torn_down)
+
     async def _teardown(self) -> None:
-        """Destroy the machine, bounded by the teardown timeout. Never raises but CancelledError."""
+        """Destroy the machine, bounded by the teardown timeout. Never raises but CancelledError.
+        With background teardown it only starts the destroy; `wait_torn_down` waits for it."""
         self.phase = TEARDOWN
         self._close_requests("the attempt is ending")
+        if not self._background_teardown:
+            await self._destroy_machine()
+            return
+        started = time.monotonic()
+        self._torn_down = asyncio.create_task(self._destroy_machine(), name=f"teardown-{self.machine_id}")
+        _background.add(self._torn_down)
+        self._torn_down.add_done_callback(_background.discard)
+        # What the slot waited for: the hand-off, not the destroy (logged when it ends).
+        self._metrics.phase_seconds[TEARDOWN] = round(time.monotonic() - started, 3)
+
+    async def _destroy_machine(self) -> None:
         started = time.monotonic()
         try:
             machine = self.machine or await self._machine_being_made()
@@ -426,7 +453,11 @@ class Attempt:
             else:
                 self.machine = None
         finally:
-            self._metrics.phase_seconds[TEARDOWN] = round(time.monotonic() - started, 3)
+            seconds = round(time.monotonic() - started, 3)
+            if self._background_teardown:
+                self._log.info("machine torn down in the background", seconds=seconds)
+            else:
+                self._metrics.phase_seconds[TEARDOWN] = seconds
 
     async def _machine_being_made(self) -> Machine | None:
         """A machine whose creation was interrupted: wait for it (bounded) so it can be destroyed."""

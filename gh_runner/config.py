@@ -54,6 +54,15 @@ class Timeouts(BaseModel):
     teardown: float = Field(default=60.0, gt=0, le=3600)
 
 
+class Pool(BaseModel):
+    """The hot pool (providers/qemu/pool.py): paused machines per source, within a memory budget."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    per_source: int = Field(default=0, ge=0, le=64, description="paused machines per image or start-state version")
+    total_mib: int = Field(default=0, ge=0, le=4 * 1024 * 1024, description="guest memory all of them may hold")
+
+
 class RunnerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -82,6 +91,8 @@ class RunnerConfig(BaseModel):
     disk_reserve_mib: int = Field(default=2048, ge=0, description="refuse leases when the state dir has less free")
     machine_disk_cap_mib: int = Field(default=20480, ge=64, description="stop a machine whose overlay grows past this")
     timeouts: Timeouts = Field(default_factory=Timeouts)
+    warm_snapshots: bool = Field(default=True, description="start machines on an image from its booted snapshot")
+    pool: Pool = Field(default_factory=Pool)
 
     @field_validator("labels", mode="before")
     @classmethod

@@ -118,6 +118,7 @@ class AttemptLike(Protocol):
     async def handle_request(self, req: MachineRequest) -> MachineResponse: ...
     def task_end(self, msg: TaskEnd) -> None: ...
     def cancel(self, reason: str) -> None: ...
+    async def wait_torn_down(self) -> None: ...
 
 
 class JobsLike(Protocol):
@@ -143,7 +144,7 @@ def default_attempt_factory(lease: Lease, provider: Provider, link: Any, timeout
 
     known = {f.name for f in dataclasses.fields(PhaseTimeouts)}
     phase_timeouts = PhaseTimeouts(**{k: v for k, v in timeouts.model_dump().items() if k in known})
-    return Attempt(lease, provider, link, phase_timeouts)
+    return Attempt(lease, provider, link, phase_timeouts, background_teardown=True)
 
 
 def make_provider(config: RunnerConfig) -> Provider:
@@ -156,9 +157,12 @@ def make_provider(config: RunnerConfig) -> Provider:
         provider: Provider = factory(config)
         return provider
     from providers.qemu import QemuProvider  # type: ignore[attr-defined]
+    from providers.qemu.pool import PoolConfig
 
     qemu: Provider = QemuProvider(config.images_dir, config.state_dir, config.name, config.libvirt_uri,
-                                  write_cap_bytes=config.machine_disk_cap_mib * diskguard.MIB)
+                                  write_cap_bytes=config.machine_disk_cap_mib * diskguard.MIB,
+                                  warm_snapshots=config.warm_snapshots,
+                                  pool=PoolConfig(per_source=config.pool.per_source, total_mib=config.pool.total_mib))
     return qemu
 
 
@@ -229,6 +233,7 @@ class Daemon:
         self._job_tasks: set[asyncio.Task[None]] = set()
         self._job_machines: set[str] = set()  # a running job's machine is named by its job id
         self._request_tasks: set[asyncio.Task[None]] = set()
+        self._tearing_down: dict[str, str] = {}  # attempt id -> machine id, destroy still running
         self._unacked: dict[str, AttemptResult] = {}
         self._last_sent: dict[str, float] = {}
         self._images: list[ImageInfo] = []
@@ -411,7 +416,8 @@ class Daemon:
                                2.0 if self._force.is_set() else 10.0, stop_on_force=False)
 
     async def _wait_idle(self, timeout: float, stop_on_force: bool) -> None:
-        await self._wait_until(lambda: not self._attempts and not self._job_tasks, timeout, stop_on_force)
+        await self._wait_until(lambda: not self._attempts and not self._job_tasks and not self._tearing_down,
+                               timeout, stop_on_force)
 
     async def _wait_until(self, done: Callable[[], bool], timeout: float, stop_on_force: bool) -> None:
         """Wait for `done()` (re-checked on every state change, and at least once a second), the
@@ -454,7 +460,8 @@ class Daemon:
             self._held = []
 
     def _live_machine_ids(self) -> set[str]:
-        keep = {run.attempt.machine_id for run in self._attempts.values()} | set(self._attempts)
+        keep = ({run.attempt.machine_id for run in self._attempts.values()} | set(self._attempts)
+                | set(self._tearing_down.values()))
         if self.jobs is not None:
             keep |= self.jobs.open_machine_ids
         return keep | self._job_machines
@@ -476,10 +483,18 @@ class Daemon:
 
     async def make_hello(self) -> Hello:
         await self._refresh_inventory()
+        try:
+            pooled = await asyncio.wait_for(self.provider.pooled_sources(), PROVIDER_CALL_TIMEOUT)
+        except Exception as e:
+            self.log.warning("listing pooled sources failed; advertising none", error=str(e))
+            pooled = []
+        hot_images = {s.image for s in pooled if s.start_state_id is None}
+        hot_states = {(s.start_state_id, s.version) for s in pooled if s.start_state_id is not None}
         return Hello(
             version=__version__, name=self.config.name, labels=self.config.labels, slots=self.config.slots,
-            images=[ImageAd(name=i.name, os=i.os, version=i.version, checksum=i.checksum) for i in self._images],
-            start_states=[HeldVersion(start_state_id=s, version=v) for s, v in self._held],
+            images=[ImageAd(name=i.name, os=i.os, version=i.version, checksum=i.checksum, pooled=i.name in hot_images)
+                    for i in self._images],
+            start_states=[HeldVersion(start_state_id=s, version=v, pooled=(s, v) in hot_states) for s, v in self._held],
             in_flight=sorted(self._attempts),
         )
 
@@ -618,6 +633,9 @@ class Daemon:
         except OSError as e:
             # Still send it: the server may well ack before anything else goes wrong.
             log.error("could not journal the result; sending it anyway", error=str(e))
+        # The slot frees here, with the machine's destroy still running: the result is safe on disk,
+        # and a crash before the destroy ends leaves a domain the reaper at the next start removes.
+        self._tearing_down[aid] = run.attempt.machine_id
         self._attempts.pop(aid, None)
         redactor.discard(run.redact)
         self._unacked[aid] = result
@@ -625,7 +643,12 @@ class Daemon:
         self._emit("attempt_finished", result)
         self._emit("journal_backlog", len(self._unacked))
         self._busy_changed()
-        await self._send_result(result)
+        try:
+            await self._send_result(result)
+            await run.attempt.wait_torn_down()
+        finally:
+            self._tearing_down.pop(aid, None)
+            self._changed.set()
 
     async def _send_result(self, result: AttemptResult) -> None:
         self._last_sent[result.attempt_id] = time.monotonic()

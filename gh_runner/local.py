@@ -65,8 +65,10 @@ class Options:
     server_settings: dict[str, Any] = field(default_factory=dict)
 
 
-# What --server-config may set: the embedded control plane owns its address, keys and storage.
-SERVER_CONFIG_KEYS = ("agents", "judge", "customer_model")
+# What --server-config may set: the embedded control plane owns its address, keys and storage. The
+# agent_* keys say how command agents are sandboxed (docs/security.md): a non-root user running
+# `gh-runner local` with command agents must say agent_sandbox: none.
+SERVER_CONFIG_KEYS = ("agents", "judge", "customer_model", "agent_sandbox", "agent_user", "agent_uids")
 
 
 def load_server_config(path: Path) -> dict[str, Any]:
@@ -353,7 +355,10 @@ class LocalRun:
         admin_key = "gh_live_" + secrets.token_urlsafe(32)
         settings = Settings(data_dir=self._tmp / "server", host="127.0.0.1", port=port, admin_api_key=admin_key,
                             runner_grace_seconds=60.0, **self.opts.server_settings)
-        app = await asyncio.to_thread(create_app, settings)
+        try:
+            app = await asyncio.to_thread(create_app, settings)
+        except ValueError as e:  # e.g. command agents and no sandbox for them on this host (docs/security.md)
+            raise LocalError(f"the embedded control plane cannot start: {e}") from None
         with contextlib.suppress(ImportError):
             from gh_server import replays
 

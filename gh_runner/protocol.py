@@ -91,11 +91,13 @@ class ImageAd(_Msg):
     os: str
     version: str
     checksum: str
+    pooled: bool = False  # machines of it wait paused in the runner's hot pool: a lease starts at once
 
 
 class HeldVersion(_Msg):
     start_state_id: str
     version: int
+    pooled: bool = False  # runner -> server: machines of it wait paused in the runner's hot pool
 
 
 class Limits(_Msg):
@@ -144,6 +146,9 @@ class AttemptMetrics(_Msg):
     questions: int = 0
     approvals: int = 0
     phase_seconds: dict[str, float] = Field(default_factory=dict)
+    # How the attempt's machine was made: cold (booted), restored (memory image read in full),
+    # lazy (memory mapped, read on touch) or pooled (a paused machine from the hot pool).
+    machine_origin: str | None = None
 
 
 class AttemptResult(_Msg):

@@ -9,10 +9,13 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from gh_server import api, db, gateway, replays, start_state_jobs, webhooks
+from gh_server import accesslog, api, db, errors, gateway, replays, start_state_jobs, webhooks
 from gh_server.agents.machine_api import router as machine_router
+from gh_server.agents.machine_limits import InFlightLimit
+from gh_server.agents.supervisor import MACHINE_API_PATH
 from gh_server.api.start_states import apply_job_result
 from gh_server.auth import ensure_admin_key
+from gh_server.bodylimit import BodyLimit
 from gh_server.settings import Settings
 from gh_server.state import ServerState
 
@@ -50,7 +53,12 @@ def create_app(settings: Settings, state: ServerState | None = None) -> FastAPI:
     # No /docs or /redoc: the contract is Bearer auth everywhere but /openapi.json and /healthz.
     app = FastAPI(title="gh-server Evals API", version="1", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.gh = st
+    accesslog.install()
     _wire(app, st)
+    errors.document(app)
+    # Outside the routes (and so before auth and parsing): see gh_server.bodylimit, agents.machine_limits.
+    app.add_middleware(InFlightLimit, prefix=MACHINE_API_PATH, limit=settings.machine_api_max_in_flight)
+    app.add_middleware(BodyLimit, max_body=settings.max_body_bytes, max_batch_body=settings.max_batch_body_bytes)
     return app
 
 

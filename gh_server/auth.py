@@ -65,8 +65,9 @@ def create_key(session: Session, name: str, role: str, secret: str | None = None
 
 def ensure_admin_key(st: ServerState, out: TextIO | None = None) -> str | None:
     """GH_SERVER_API_KEY (settings.admin_api_key) is registered as an admin key; without it, an admin key is
-    generated on first start, written to DATA_DIR/admin-api-key (0600) and printed once. Returns the key when
-    it was just generated."""
+    generated on first start and written to DATA_DIR/admin-api-key (0600). It is printed once, and only
+    when stdout is a terminal: under a service manager stdout is a journal other users may read. Returns
+    the key when it was just generated."""
     stream = out if out is not None else sys.stdout
     with st.db.begin() as s:
         if st.settings.admin_api_key:
@@ -88,8 +89,19 @@ def ensure_admin_key(st: ServerState, out: TextIO | None = None) -> str | None:
         with os.fdopen(fd, "w") as f:
             f.write(plain + "\n")
         os.chmod(path, 0o600)
-    print(f"gh-server: generated the admin API key (also in {path}, mode 0600):\n{plain}", file=stream, flush=True)
+    if _is_terminal(stream):
+        print(f"gh-server: generated the admin API key (also in {path}, mode 0600):\n{plain}", file=stream, flush=True)
+    else:
+        print(f"gh-server: generated an admin API key: read it from {path} (mode 0600); it is not printed "
+              "because stdout is not a terminal", file=sys.stderr, flush=True)
     return plain
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # closed, or not a real stream
+        return False
 
 
 def _bearer(request: Request) -> str:

@@ -12,9 +12,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from gh_server.db import is_locked
+
 log = logging.getLogger("gh_server.api")
+DB_RETRY_AFTER_S = 5
 
 TYPE_BY_STATUS = {
     400: "invalid_request",
@@ -95,6 +99,46 @@ def _validation_error(exc: RequestValidationError) -> ApiError:
     return ApiError(400, text, param=param)
 
 
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["error"], "properties": {"error": {
+        "type": "object", "required": ["type", "message"], "additionalProperties": True,
+        "properties": {"type": {"type": "string"}, "message": {"type": "string"}}}}}
+ERROR_RESPONSES = {
+    400: "The request is invalid (the message and `param` name the field).",
+    401: "No API key, or an invalid or revoked one.",
+    403: "The key's role may not do this.",
+    404: "No such object.",
+    409: "The object's state does not allow this.",
+    413: "The request body is larger than this endpoint's limit (`limit_bytes`).",
+    429: "Too many requests (`Retry-After` says when to retry).",
+    503: "The database is busy or unreachable, or a service it needs is missing (`Retry-After`).",
+}
+
+
+def document(app: FastAPI) -> None:
+    """Every operation in /openapi.json lists the error envelope for the statuses any request may get, so
+    a client (and the schemathesis suite) finds every answer the server gives in its own schema. Done on
+    the generated document: FastAPI's route objects differ between versions, the document does not."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        spec = generate()
+        for operations in spec.get("paths", {}).values():
+            for op in operations.values():
+                if not isinstance(op, dict):
+                    continue
+                responses = op.setdefault("responses", {})
+                for status, description in ERROR_RESPONSES.items():
+                    responses.setdefault(str(status), {
+                        "description": description, "content": {"application/json": {"schema": ERROR_SCHEMA}}})
+        app.openapi_schema = spec
+        return spec
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_req: Request, exc: ApiError) -> JSONResponse:
@@ -113,6 +157,18 @@ def install(app: FastAPI) -> None:
             message = "No such endpoint."
         err = ApiError(status, message)
         return JSONResponse(err.body(), status_code=status, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(sa_exc.OperationalError)
+    @app.exception_handler(sa_exc.TimeoutError)
+    async def _database(_req: Request, exc: Exception) -> JSONResponse:
+        # A locked SQLite (past its busy timeout), a PostgreSQL that is down, a full pool: the request may
+        # work in a moment, so 503 with Retry-After rather than a 500. The text never carries the SQL.
+        busy = is_locked(exc) or isinstance(exc, sa_exc.TimeoutError)
+        log.warning("database %s during an API request", "busy" if busy else "unreachable")
+        message = ("The database is busy; retry in a few seconds." if busy
+                   else "The database is unreachable; retry in a few seconds.")
+        err = ApiError(503, message, type="server_error")
+        return JSONResponse(err.body(), status_code=503, headers={"Retry-After": str(DB_RETRY_AFTER_S)})
 
     @app.exception_handler(Exception)
     async def _unexpected(_req: Request, exc: Exception) -> JSONResponse:

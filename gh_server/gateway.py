@@ -131,8 +131,8 @@ def _record_hello(session: Session, runner_id: str, session_id: str, h: protocol
     r.labels = list(dict.fromkeys(h.labels))
     r.slots = h.slots
     r.busy = len(h.in_flight)
-    r.images = [i.model_dump() for i in h.images]
-    r.held_versions = [v.model_dump() for v in h.start_states]
+    r.images = [i.model_dump(exclude_defaults=True) for i in h.images]  # `pooled` only when set
+    r.held_versions = [v.model_dump(exclude_defaults=True) for v in h.start_states]
     r.version = h.version[:64]
     r.session_id = session_id
     r.connected_at = now
@@ -600,7 +600,7 @@ class Gateway:
             conn.refused_in_row = 0  # the lease row is already `leased` to it; its statuses move it on
         elif isinstance(msg, protocol.LeaseRefuse):
             conn.refused_in_row += 1
-            log.info("runner %s refused %s: %s", conn.name, msg.attempt_id, msg.reason[:200])
+            log.info("runner %s refused %r: %r", conn.name, msg.attempt_id[:80], msg.reason[:200])
             if self.scheduler is not None:
                 await self.scheduler.refused(msg.attempt_id, rid)
             else:
@@ -608,7 +608,7 @@ class Gateway:
         elif isinstance(msg, protocol.JobResult):
             await self._job_result(conn, msg)
         elif isinstance(msg, protocol.ErrorMsg):
-            log.warning("runner %s reports %s: %s", conn.name, msg.code, msg.message[:300])
+            log.warning("runner %s reports %r: %r", conn.name, msg.code[:80], msg.message[:300])
         elif isinstance(msg, protocol.Hello):
             await conn.send(
                 protocol.ErrorMsg(
@@ -688,7 +688,7 @@ class Gateway:
         # by socket: after a judge's wait the runner may be on a new connection.
         await self.send(runner_id, protocol.ResultAck(attempt_id=aid))
         if applied.note:
-            log.warning("result for %s from runner %s not applied: %s", aid, name, applied.note)
+            log.warning("result for %r from runner %s not applied: %s", aid[:80], name, applied.note)
         if applied.applied:
             self.metrics.results.labels(outcome=applied.outcome or "error").inc()
             self._run_changed(applied.test_run_id)

@@ -59,6 +59,7 @@ class RunnerCaps:
     images: frozenset[str]
     held: frozenset[tuple[str, int]]
     free: int
+    hot: frozenset[tuple[str, ...]] = frozenset()  # sources in the runner's hot pool (see source_key)
 
 
 @dataclass(frozen=True)
@@ -85,14 +86,24 @@ def runner_can_run(c: Candidate, r: RunnerCaps) -> bool:
     return ss.get("image") in r.images
 
 
+def source_key(start_state: dict[str, Any]) -> tuple[str, ...]:
+    if start_state.get("kind") == "state":
+        return ("state", str(start_state.get("start_state_id")), str(int(start_state.get("version") or 0)))
+    return ("image", str(start_state.get("image")))
+
+
 def pick_runner(c: Candidate, runners: Sequence[RunnerCaps], skip: Callable[[str, str], bool]) -> RunnerCaps | None:
-    """The matching runner with the most free slots (spreads load), skipping recent refusers."""
+    """The matching runner that pools the lease's source (a hot machine: ready in milliseconds,
+    not seconds), then the one with the most free slots (spreads load), skipping recent refusers."""
+    key = source_key(c.start_state or {})
     best: RunnerCaps | None = None
+    best_rank: tuple[bool, int] | None = None
     for r in runners:
-        if r.free <= 0 or (best is not None and r.free <= best.free):
+        rank = (key in r.hot, r.free)
+        if r.free <= 0 or (best_rank is not None and rank <= best_rank):
             continue
         if runner_can_run(c, r) and not skip(c.attempt_id, r.runner_id):
-            best = r
+            best, best_rank = r, rank
     return best
 
 
@@ -218,9 +229,15 @@ def load_runner_caps(session: Session, runner_ids: Sequence[str]) -> list[Runner
             for h in (r.held_versions or [])
             if isinstance(h, dict)
         )
+        hot = frozenset(
+            [("image", str(i.get("name"))) for i in (r.images or []) if isinstance(i, dict) and i.get("pooled")]
+            + [("state", str(h.get("start_state_id")), str(int(h.get("version") or 0)))
+               for h in (r.held_versions or []) if isinstance(h, dict) and h.get("pooled")]
+        )
         caps.append(
             RunnerCaps(
-                r.id, r.name, frozenset(r.labels or []), images, held, free=max(0, r.slots - counts.get(r.id, 0))
+                r.id, r.name, frozenset(r.labels or []), images, held, free=max(0, r.slots - counts.get(r.id, 0)),
+                hot=hot,
             )
         )
     return caps
@@ -524,6 +541,7 @@ def apply_result(
             "task_end": None if result.task_end is None else {"reason": str(result.task_end),
                                                                 "note": (result.task_note or None)},
             "error_phase": error_phase_of(result, error, judged_error=judge is not None and bool(judge.get("error"))),
+            "machine_origin": m.machine_origin,
         },
         "outcome": outcome,
         "error": (error or "attempt failed on the runner without a reason")[:4000] if outcome == "error" else None,

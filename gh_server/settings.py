@@ -26,6 +26,10 @@ class AgentConfig(BaseModel):
     url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     timeout: float = Field(default=3600.0, gt=0)
+    # A command agent's environment beyond PATH, LANG, HOME and GH_MACHINE_*: these values, and these
+    # names copied from gh-server's own environment (never a GH_SERVER_* one). Nothing else is passed.
+    env: dict[str, str] = Field(default_factory=dict, repr=False)
+    pass_env: list[str] = Field(default_factory=list)
 
     @field_validator("id")
     @classmethod
@@ -88,6 +92,25 @@ class Settings(BaseModel):
     start_background_tasks: bool = True
     # The runner gateway and scheduler (gh_server.gateway); off only for API-only tests and tools.
     gateway: bool = True
+    # Request bodies (gh_server.bodylimit): refused with 413 before auth or parsing.
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    max_batch_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    # Command agents (gh_server.agents.sandbox): how they are kept away from gh-server's own files.
+    # auto: a transient systemd unit with DynamicUser where systemd is PID 1 and gh-server is root,
+    # else `user` when root, else refused. none: as gh-server's own user (trusted agents only).
+    agent_sandbox: Literal["auto", "user", "systemd", "none"] = "auto"
+    # The group every agent runs in (scripts/setup.sh creates it), and its uid when agent_uids is empty.
+    agent_user: str = "gh-agent"
+    # Each running command agent gets a uid of its own from this range (first, last), so no agent can
+    # read another's /proc (its token); none of them may belong to an account. Empty: agent_user's uid.
+    agent_uids: tuple[int, int] | None = (60500, 60999)
+    # At most this many machine-API requests in flight per attempt token; more get 429.
+    machine_api_max_in_flight: int = Field(default=4, ge=1)
+    # Webhook receivers on loopback, private, link-local or metadata addresses are refused at send time
+    # unless their host (name, address or CIDR) is listed here: a lab's own receiver.
+    webhook_allow: list[str] = Field(default_factory=list)
+    # How long a request waits for a locked SQLite database before it answers 503 (Retry-After).
+    db_busy_timeout: float = Field(default=5.0, gt=0)
 
     @property
     def sqlalchemy_url(self) -> str:

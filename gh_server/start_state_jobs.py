@@ -344,7 +344,7 @@ async def run_instruction(st: ServerState, claim: dict[str, Any]) -> None:
                            case=case, machine=machine, machine_api_url=sup.machine_api_url,
                            machine_api_token=token)
         try:
-            agent = AgentRegistry(st.settings.agents).get(agent_id)
+            agent = AgentRegistry.from_settings(st.settings).get(agent_id)
             async with sup.granted(token, GrantSpec(task_id, claim["runner_id"], max_steps=None,
                                                     minutes=INSTRUCTION_MINUTES, start_state_id=ssid)):
                 outcome = await asyncio.wait_for(agent.run(ctx), INSTRUCTION_MINUTES * 60 + 60)

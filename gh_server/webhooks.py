@@ -22,6 +22,7 @@ import httpx
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from gh_server import egress
 from gh_server.models import WebhookDelivery, WebhookEndpoint, new_id, utcnow
 from gh_server.serialize import ts
 from gh_server.state import ServerState
@@ -134,9 +135,15 @@ async def deliver_due(st: ServerState, client: httpx.AsyncClient) -> int:
         headers = {"Content-Type": "application/json", SIGNATURE_HEADER: sign(secret, raw), "User-Agent": "gh-server"}
         error: str | None = None
         try:
-            resp = await client.post(url, content=raw, headers=headers, timeout=st.settings.webhook_timeout)
+            # Resolved now, and sent to the address checked (gh_server.egress): not where a second lookup says.
+            target = await egress.resolve(url, st.settings.webhook_allow, timeout=st.settings.webhook_timeout)
+            resp = await client.post(target.url, content=raw, headers={**headers, **target.headers},
+                                     extensions=target.extensions, timeout=st.settings.webhook_timeout)
             if not 200 <= resp.status_code < 300:
                 error = f"HTTP {resp.status_code}"
+        except egress.Refused as e:
+            error = f"refused: {e}"[:500]
+            log.warning("webhook %s not sent: %s", d_id, e)
         except httpx.HTTPError as e:
             error = f"{type(e).__name__}: {e}"[:500]
         await asyncio.to_thread(_finish, st, d_id, n + 1, error)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -143,10 +144,20 @@ class InputNotSupported(ProviderError):
 # ---------------------------------------------------------------------------------------------
 
 
+class MachineOrigin(StrEnum):
+    """How a machine was made, for the attempt's report."""
+
+    COLD = "cold"  # booted
+    RESTORED = "restored"  # a memory image read in full
+    LAZY = "lazy"  # a memory image mapped, pages read on first touch
+    POOLED = "pooled"  # taken paused from the runner's hot pool
+
+
 class Machine(abc.ABC):
     """One running machine, owned by one attempt or start-state job."""
 
     machine_id: str
+    origin: MachineOrigin = MachineOrigin.COLD
 
     @abc.abstractmethod
     async def wait_ready(self, timeout: float) -> None:
@@ -202,6 +213,10 @@ class Provider(abc.ABC):
 
     async def held_versions(self) -> list[tuple[str, int]]:
         """Start-state versions stored by this provider, as (start_state_id, version)."""
+        return []
+
+    async def pooled_sources(self) -> list[MachineSource]:
+        """Sources this provider keeps machines ready for (a hot pool), so leases on them start at once."""
         return []
 
     async def close(self) -> None:  # noqa: B027 - optional hook

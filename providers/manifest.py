@@ -79,6 +79,8 @@ class ImageManifest(_M):
     # only through it. Debian's cloud kernel (linux-tiny) has no USB at all, so it uses virtio.
     tablet: Literal["usb", "virtio"] = "usb"
     hyperv: bool = False
+    # Machines start from a booted snapshot of the image (providers/qemu/warm.py); false boots each one.
+    warm_snapshot: bool = True
     winrm: WinRMChannel | None = None
 
     @model_validator(mode="after")

@@ -15,6 +15,7 @@ APT_PACKAGES=(
   e2fsprogs cpio zstd xz-utils genisoimage chromium postgresql systemd
   nftables dnsmasq-base  # the isolated network: its host firewall (nft), its DHCP (libvirt runs dnsmasq)
   haproxy  # the load balancer in front of several gh-server processes (docs/operations.md, tests/gateway/topology.py)
+  python3  # the system interpreter the gh-agent uid can run (tests' command agents; the venv may be under /root)
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -42,6 +43,14 @@ if [ -e /dev/kvm ] && ! { [ -S /run/udev/control ] || pgrep -x systemd-udevd >/d
     log "adding libvirt-qemu to group kvm"
     $SUDO usermod -aG kvm libvirt-qemu
   fi
+fi
+
+# gh-server starts command agents (the agents under test: untrusted) in group gh-agent, each with a uid
+# of its own, so they cannot read its data dir, database or keys (docs/security.md).
+if ! getent group gh-agent >/dev/null; then log "creating group gh-agent"; $SUDO groupadd --system gh-agent; fi
+if ! getent passwd gh-agent >/dev/null; then
+  log "creating user gh-agent"
+  $SUDO useradd --system --gid gh-agent --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin gh-agent
 fi
 
 # libvirt: the system's units where systemd runs, our own daemons only where nothing manages them.

@@ -19,6 +19,7 @@ import httpx
 
 from gh_runner.protocol import TaskEndReason
 from gh_server.agents.base import AgentContext, AgentError, AgentFailed, AgentOutcome
+from gh_server.agents.sandbox import Sandbox
 
 MAX_ANSWER = 100_000
 MAX_STDERR_IN_ERROR = 500
@@ -47,24 +48,39 @@ def _outcome_from(answer: Any, extra: Any = None) -> AgentOutcome:
 
 
 class CommandAgent:
-    """Runs `command` once per attempt. Exit 0: stdout (stripped) is the final answer."""
+    """Runs `command` once per attempt, in `sandbox` (gh_server.agents.sandbox: its own uid, an explicit
+    environment). Exit 0: stdout (stripped) is the final answer."""
 
-    def __init__(self, agent_id: str, command: Sequence[str], timeout: float, env: dict[str, str] | None = None):
+    def __init__(self, agent_id: str, command: Sequence[str], timeout: float, sandbox: Sandbox,
+                 env: dict[str, str] | None = None, pass_env: Sequence[str] = ()) -> None:
         if not command:
             raise ValueError(f"agent {agent_id}: command is empty")
         self.agent_id = agent_id
         self.command = list(command)
         self.timeout = timeout
-        self.env = env
+        self.sandbox = sandbox
+        self.env = dict(env or {})
+        self.pass_env = list(pass_env)
 
     async def run(self, ctx: AgentContext) -> AgentOutcome:
         doc = json.dumps(request_document(ctx)).encode()
-        env = {**os.environ, **(self.env or {}), "GH_MACHINE_API_URL": ctx.machine_api_url,
-               "GH_MACHINE_API_TOKEN": ctx.machine_api_token, "GH_ATTEMPT_ID": ctx.attempt_id}
+        machine = {"GH_MACHINE_API_URL": ctx.machine_api_url, "GH_MACHINE_API_TOKEN": ctx.machine_api_token,
+                   "GH_ATTEMPT_ID": ctx.attempt_id}
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                launch = await stack.enter_async_context(
+                    self.sandbox.launch(ctx.attempt_id, self.command, machine, self.env, self.pass_env))
+            except (OSError, RuntimeError) as e:
+                raise AgentError(f"agent {self.agent_id}: could not prepare its sandbox: {e}") from None
+            return await self._run(ctx, doc, launch.argv, launch.env, launch.popen)
+        raise AssertionError("unreachable")  # mypy: an exit stack may swallow exceptions
+
+    async def _run(self, ctx: AgentContext, doc: bytes, argv: list[str], env: dict[str, str],
+                   popen: dict[str, Any]) -> AgentOutcome:
         try:
             proc = await asyncio.create_subprocess_exec(
-                *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True,
+                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True, close_fds=True, **popen,
             )
         except OSError as e:
             raise AgentError(f"agent {self.agent_id}: could not start {self.command[0]!r}: {e.strerror or e}") from None
@@ -80,6 +96,8 @@ class CommandAgent:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(proc.wait(), 5.0)
             raise
+        finally:
+            _kill(proc)  # also after a clean exit: what the agent started must not outlive its attempt
         if proc.returncode != 0:
             tail = err.decode(errors="replace").strip()[-MAX_STDERR_IN_ERROR:]
             why = f"agent {self.agent_id} exited with code {proc.returncode}"
@@ -94,7 +112,10 @@ def _kill(proc: asyncio.subprocess.Process) -> None:
 
 
 class HttpAgent:
-    """POSTs the request document to `url`; the reply is `{"answer": ..., "steps"?: n}` (or plain text)."""
+    """POSTs the request document to `url`; the reply is `{"answer": ..., "steps"?: n}` (or plain text).
+
+    It sends the request document and the configured `headers`, nothing of gh-server's own: no API key,
+    no cookie, and redirects are not followed (a redirect must not carry the document elsewhere)."""
 
     def __init__(self, agent_id: str, url: str, timeout: float, headers: dict[str, str] | None = None,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
@@ -107,7 +128,7 @@ class HttpAgent:
     async def run(self, ctx: AgentContext) -> AgentOutcome:
         timeout = min(self.timeout, ctx.minutes * 60.0 + 60.0)
         try:
-            async with httpx.AsyncClient(timeout=timeout, transport=self._transport) as client:
+            async with httpx.AsyncClient(timeout=timeout, transport=self._transport, follow_redirects=False) as client:
                 resp = await client.post(self.url, json=request_document(ctx), headers=self.headers)
         except httpx.TimeoutException:
             return AgentOutcome(answer="", reason=TaskEndReason.TIME_LIMIT)

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
+from gh_server.agents import machine_limits
 from gh_server.agents.base import MachineError, TaskStopped
 from gh_server.agents.supervisor import MACHINE_API_PATH, Grant
 from providers.base import InputEvent
@@ -23,13 +24,15 @@ if TYPE_CHECKING:
 
 
 class InputBody(BaseModel):
-    events: list[InputEvent] = Field(min_length=1, max_length=100)
+    events: list[InputEvent] = Field(min_length=1, max_length=machine_limits.EVENTS_MAX)
 
 
 class ExecBody(BaseModel):
     script: str = Field(min_length=1, max_length=100_000)
     env: dict[str, str] = Field(default_factory=dict)
     timeout: float = Field(default=120.0, gt=0, le=3600)
+
+    _env = field_validator("env")(classmethod(lambda cls, v: machine_limits.check_env(v)))
 
 
 class AskBody(BaseModel):

@@ -7,14 +7,29 @@ from collections.abc import Mapping
 from gh_server.agents.base import Agent, AgentError
 from gh_server.agents.builtin import NoopAgent, ReferenceAgent
 from gh_server.agents.external import CommandAgent, HttpAgent
-from gh_server.settings import AgentConfig
+from gh_server.agents.sandbox import Sandbox
+from gh_server.settings import AgentConfig, Settings
 
 BUILTINS: dict[str, type] = {"noop": NoopAgent, "reference": ReferenceAgent}
 
 
 class AgentRegistry:
-    def __init__(self, configs: Mapping[str, AgentConfig] | None = None) -> None:
+    def __init__(self, configs: Mapping[str, AgentConfig] | None = None, sandbox: Sandbox | None = None) -> None:
+        """`sandbox` is required when any agent is a command (ValueError otherwise, at start)."""
         self._configs = dict(configs or {})
+        self._sandbox = sandbox
+        for cfg in self._configs.values():
+            if cfg.kind == "command":
+                if sandbox is None:
+                    raise ValueError(f"agent {cfg.id}: command agents need a sandbox")
+                Sandbox.check_pass_env(cfg.id, cfg.pass_env)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AgentRegistry:
+        """The registry for `settings.agents`; the command agents' sandbox is chosen (and checked) here,
+        so a host that cannot give agents their own user fails at start, not at the first attempt."""
+        commands = any(c.kind == "command" for c in settings.agents.values())
+        return cls(settings.agents, Sandbox.for_settings(settings) if commands else None)
 
     def names(self) -> list[str]:
         return sorted({*BUILTINS, "default", *self._configs})
@@ -33,10 +48,10 @@ class AgentRegistry:
                                  f"(known: {', '.join(self.names())})")
             agent: Agent = cls()
             return agent
-        return build(agent_id, cfg)
+        return build(agent_id, cfg, self._sandbox)
 
 
-def build(agent_id: str, cfg: AgentConfig) -> Agent:
+def build(agent_id: str, cfg: AgentConfig, sandbox: Sandbox | None = None) -> Agent:
     kind = cfg.kind
     if kind == "builtin":
         cls = BUILTINS.get(cfg.builtin or agent_id)
@@ -47,7 +62,9 @@ def build(agent_id: str, cfg: AgentConfig) -> Agent:
     if kind == "command":
         if not cfg.command:
             raise AgentError(f"agent {agent_id}: kind command needs a command")
-        return CommandAgent(agent_id, cfg.command, cfg.timeout)
+        if sandbox is None:
+            raise AgentError(f"agent {agent_id}: command agents need a sandbox")
+        return CommandAgent(agent_id, cfg.command, cfg.timeout, sandbox, cfg.env, cfg.pass_env)
     if kind == "http":
         if not cfg.url:
             raise AgentError(f"agent {agent_id}: kind http needs a url")

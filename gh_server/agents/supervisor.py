@@ -119,7 +119,7 @@ def _ended(attempt_id: str, tally: grants.Tally, reason: protocol.TaskEndReason,
 class AgentSupervisor:
     def __init__(self, gateway: RunnerLink) -> None:
         self.gw = gateway
-        self.registry = AgentRegistry(gateway.settings.agents)
+        self.registry = AgentRegistry.from_settings(gateway.settings)
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self._started: OrderedDict[str, None] = OrderedDict()  # attempts that had an agent (bounded)
         self._ended: dict[str, tuple[str, protocol.TaskEnd]] = {}  # task_ends to resend after a reconnect

@@ -2,22 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request
-from sqlalchemy import text
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
-from gh_server.errors import ApiError
+from gh_server import db
+from gh_server.errors import DB_RETRY_AFTER_S
 
 router = APIRouter(tags=["Meta"])
 
 
-@router.get("/healthz", summary="Liveness and database reachability (no auth)")
-def healthz(request: Request) -> dict[str, Any]:
+class Healthy(BaseModel):
+    ok: Literal[True]
+
+
+class Degraded(BaseModel):
+    ok: Literal[False]
+    status: Literal["degraded"]
+    database: Literal["locked", "unreachable"]
+
+
+@router.get("/healthz", summary="Liveness and database health (no auth)", response_model=Healthy,
+            responses={503: {"model": Degraded, "description": "the database is locked or unreachable"}})
+def healthz(request: Request) -> Any:
     st = request.app.state.gh
-    try:
-        with st.db() as s:
-            s.execute(text("SELECT 1"))
-    except Exception:
-        raise ApiError(503, "The database is unreachable.", type="server_error") from None
+    health = db.probe(st.engine, st.settings)
+    if health is not db.DbHealth.OK:
+        return JSONResponse({"ok": False, "status": "degraded", "database": health.value}, status_code=503,
+                            headers={"Retry-After": str(DB_RETRY_AFTER_S)})
     return {"ok": True}

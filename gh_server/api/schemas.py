@@ -13,6 +13,9 @@ from gh_server.ids import unaddressable
 
 KEY_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 SCRIPT_MAX = 100_000
+FACTS_MAX = 50  # the seed: "facts are what the customer knows, by name (up to 50)"
+FACT_NAME_MAX = 200  # a name is a label such as "Wi-Fi password"
+FACT_VALUE_MAX = 2000  # plain or secret: what a person would type
 
 
 class _Body(BaseModel):
@@ -55,7 +58,7 @@ def check_metadata(v: dict[str, str] | None) -> dict[str, str] | None:
 
 
 class SecretFact(_Body):
-    secret: str = Field(max_length=2000)
+    secret: str = Field(max_length=FACT_VALUE_MAX)
 
 
 class Customer(_Body):
@@ -67,8 +70,15 @@ class Customer(_Body):
     @field_validator("facts")
     @classmethod
     def _facts(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
-        if v is not None and len(v) > 50:
-            raise ValueError(f"has {len(v)} facts; the limit is 50")
+        if v is None:
+            return v
+        if len(v) > FACTS_MAX:
+            raise ValueError(f"has {len(v)} facts; the limit is {FACTS_MAX}")
+        for name, value in v.items():
+            if not name or len(name) > FACT_NAME_MAX:
+                raise ValueError(f"fact name {name[:40]!r} must be 1 to {FACT_NAME_MAX} characters")
+            if isinstance(value, str) and len(value) > FACT_VALUE_MAX:
+                raise ValueError(f"fact {name[:40]!r} is longer than {FACT_VALUE_MAX} characters")
         return v
 
 

@@ -43,6 +43,10 @@
   });
 
   var phases = data.phases || [];
+  var made = {cold: "booted", restored: "restored from a memory image", lazy: "restored lazily (memory mapped)",
+              pooled: "taken from the hot pool"};
+  text($("machine"), data.machine ? "machine: " + data.machine + " (" + (made[data.machine] || "?") + ")"
+                                  : "machine: not recorded");
   var total = phases.reduce(function (s, p) { return Math.max(s, p.start + p.seconds); }, 0);
   frames.forEach(function (f) { total = Math.max(total, f.t || 0); });
   total = total || 1;

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import shutil
 import time
 from collections.abc import Mapping, Sequence
@@ -25,6 +26,7 @@ from providers.base import (
     InputEvent,
     Machine,
     MachineNotReady,
+    MachineOrigin,
     MachineSource,
     Provider,
     ProviderError,
@@ -32,19 +34,22 @@ from providers.base import (
     ScriptResult,
 )
 from providers.manifest import DirectKernelBoot
-from providers.qemu import fileperms, network, overlays
+from providers.qemu import fileperms, lazy, network, overlays
 from providers.qemu.accel import choose_accelerator
 from providers.qemu.channels import Channel, Duty
 from providers.qemu.connection import Connection
 from providers.qemu.credentials import Credentials, give_machine_password
 from providers.qemu.diskcap import MachineLimitExceeded, WriteCap
 from providers.qemu.domain import (
+    METADATA_NS,
+    METADATA_PREFIX,
     DomainSpec,
     Ownership,
     build_domain_xml,
     domain_name,
     domain_prefix,
     ownership_from_domain_xml,
+    ownership_xml,
     rewrite_saved_xml,
 )
 from providers.qemu.errors import in_thread, plain_reason
@@ -52,9 +57,11 @@ from providers.qemu.guest_agent import GuestAgent
 from providers.qemu.hostcheck import KVM_DEVICE_FIX, SlowCall, kvm_device_problem
 from providers.qemu.images import Image, ImageCatalog
 from providers.qemu.input import InputDriver
+from providers.qemu.pool import HotPool, PoolConfig
 from providers.qemu.saveimage import SaveImageError, read_save_image, write_machine_copy
 from providers.qemu.screen import png_swap_verdict, ppm_dump_blocking, screenshot_blocking, to_png
 from providers.qemu.states import StateStore, VersionFiles
+from providers.qemu.warm import WARM_BUILD_TIMEOUT_S, WARM_COLD_RESERVE_S, WarmSnapshots, snapshot_key, warm_fits
 
 log = structlog.get_logger("providers.qemu")
 
@@ -78,7 +85,8 @@ SCREEN_SIZE_TTL_S = 5.0
 class QemuProvider(Provider):
     def __init__(self, images_dir: Path, state_dir: Path, runner_name: str, libvirt_uri: str = "qemu:///system",
                  *, accelerator: str | None = None, flatten_versions: bool = False,
-                 write_cap_bytes: int | None = None) -> None:
+                 write_cap_bytes: int | None = None, warm_snapshots: bool = False, lazy_restore: bool = True,
+                 pool: PoolConfig | None = None) -> None:
         self.images_dir = Path(images_dir)
         self.state_dir = Path(state_dir)
         self.runner_name = runner_name
@@ -96,6 +104,12 @@ class QemuProvider(Provider):
         self._start_lock = asyncio.Lock()
         self._network_lock = asyncio.Lock()
         self._machines: dict[str, QemuMachine] = {}
+        # Machines the provider runs for itself (warm-snapshot builds): never reaped while running.
+        self._private: set[str] = set()
+        self.warm = WarmSnapshots(self.state_dir, self._build_warm) if warm_snapshots else None
+        self.lazy_restore = lazy_restore  # warm snapshots keep their RAM in a file copies map private
+        self.last_restore_steps: dict[str, float] = {}  # seconds per step of the latest restore
+        self.pool = HotPool(self, pool, self._pool_sources) if pool is not None and pool.enabled else None
         self.png_swapped: bool | None = None  # learnt from the first colourful screenshot
         self._calibrations = 0
 
@@ -121,6 +135,8 @@ class QemuProvider(Provider):
                      reason=self.accelerator_reason)
             if self.libvirt_uri.startswith("qemu:///system") and (problem := kvm_device_problem()):
                 log.warning(f"{problem}; fix: {KVM_DEVICE_FIX}")
+            if self.pool is not None:
+                self.pool.start()
 
     async def probe(self) -> dict[str, Any]:
         """Host checks for `gh-runner doctor`: each entry is {ok, detail, fix?}."""
@@ -141,6 +157,10 @@ class QemuProvider(Provider):
         return checks
 
     async def close(self) -> None:
+        if self.pool is not None:
+            await self.pool.close()
+        if self.warm is not None:
+            await self.warm.close()
         await asyncio.to_thread(self.conn.close)
 
     # -- images and versions -----------------------------------------------------------------
@@ -168,6 +188,69 @@ class QemuProvider(Provider):
         return self.conn.call(go)
 
     async def create_machine(self, machine_id: str, source: MachineSource, *, timeout: float) -> Machine:
+        if self.pool is not None and machine_id not in self._machines:
+            pooled = await self.pool.take(machine_id, source, await self._source_key(source))
+            if pooled is not None:
+                return pooled
+        return await self._create_machine(machine_id, source, timeout=timeout, warm=self.warm is not None)
+
+    async def _source_key(self, source: MachineSource) -> str:
+        """What a pooled machine of `source` must have been made from to be handed out."""
+        if source.start_state_id is not None:
+            return f"{source.start_state_id}/v{source.version}"
+        try:
+            return snapshot_key(await self.catalog.get(source.image))
+        except ProviderError:
+            return ""
+
+    async def _pool_sources(self) -> list[tuple[MachineSource, str, int]]:
+        """What the hot pool keeps ready: images with a warm snapshot, start-state versions with memory."""
+        out: list[tuple[MachineSource, str, int]] = []
+        images = {img.manifest.name: img for img in await self.catalog.scan()}
+        if self.warm is not None:
+            for img in images.values():
+                if warm_fits(img.manifest):
+                    out.append((MachineSource(image=img.manifest.name), snapshot_key(img), img.manifest.memory_mib))
+        for ssid, ver in await asyncio.to_thread(self.states.held):
+            vf = self.states.version(ssid, ver)
+            try:
+                meta = await asyncio.to_thread(vf.read_meta)
+            except ProviderError:
+                continue
+            base = images.get(str(meta.get("image")))
+            if base is not None and vf.memory.is_file() and meta.get("image_checksum") == base.info.checksum:
+                out.append((MachineSource(image=base.manifest.name, start_state_id=ssid, version=ver),
+                            f"{ssid}/v{ver}", base.manifest.memory_mib))
+        return out
+
+    async def pooled_sources(self) -> list[MachineSource]:
+        if self.pool is None:
+            return []
+        return [s for s, _, _ in await self._pool_sources()]
+
+    async def _adopt(self, machine: QemuMachine, machine_id: str) -> None:
+        """Make a pooled (paused) machine `machine_id`'s, and resume it."""
+        own = Ownership(runner=self.runner_name, machine_id=machine_id, machine_dir=str(machine.dir))
+
+        def go(c: libvirt.virConnect) -> None:  # one hop to the worker thread: this is the lease's latency
+            dom = c.lookupByName(machine.domain_name)
+            dom.setMetadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, ownership_xml(own), METADATA_PREFIX,
+                            METADATA_NS, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+            dom.resume()
+
+        (machine.dir / OWNER_FILE).write_text(json.dumps({"runner": own.runner, "machine_id": machine_id,
+                                                          "domain": machine.domain_name}))
+        await in_thread("handing out a pooled machine", lambda: self.conn.call(go, retry=False), timeout=CALL_TIMEOUT)
+        old = machine.machine_id
+        self._machines.pop(old, None)
+        machine.machine_id = machine_id
+        self._machines[machine_id] = machine
+        self._private.discard(old)
+        machine.origin = MachineOrigin.POOLED
+        log.info("machine taken from the hot pool", machine_id=machine_id, domain=machine.domain_name)
+
+    async def _create_machine(self, machine_id: str, source: MachineSource, *, timeout: float,
+                              warm: bool, ram_file: Path | None = None, paused: bool = False) -> QemuMachine:
         deadline = time.monotonic() + timeout
         await self.start()
         image = await self.catalog.get(source.image)
@@ -190,6 +273,9 @@ class QemuProvider(Provider):
                     f"start state {source.start_state_id} v{source.version} was saved from image "
                     f"{meta.get('image')} {str(meta.get('image_checksum'))[:19]}, which is not the image here "
                     f"({image.manifest.name} {image.info.checksum[:19]})")
+        if version is None and warm and self.warm is not None and warm_fits(image.manifest):
+            # Waits for a build in progress, but leaves time for a cold boot if it is slow.
+            version = await self.warm.get(image, wait=deadline - time.monotonic() - WARM_COLD_RESERVE_S)
         mdir = self.machines_dir / name
         if mdir.exists():
             await asyncio.to_thread(shutil.rmtree, mdir, True)
@@ -205,14 +291,23 @@ class QemuProvider(Provider):
             await overlays.create_overlay(base, overlay, timeout=max(5.0, deadline - time.monotonic()))
             if image.manifest.network == "isolated":
                 await self._ensure_isolated_network()
-            if version is not None and version.memory.is_file():
-                await self._restore(version, name, overlay, console, own, mdir, deadline)
+            assert self.accelerator is not None
+            xml = build_domain_xml(DomainSpec(name=name, manifest=image.manifest, image_dir=image.dir,
+                                              overlay=overlay, console_log=console, ownership=own,
+                                              accelerator=self.accelerator))
+            if version is not None and self.lazy_restore and lazy.has_lazy(version.dir):
+                if await self._restore_lazy(image, name, xml, version, deadline, paused=paused):
+                    machine.restored = True
+                    machine.origin = MachineOrigin.LAZY
+            if machine.origin == MachineOrigin.LAZY:
+                pass
+            elif version is not None and version.memory.is_file():
+                await self._restore(version, name, overlay, console, own, mdir, deadline, paused=paused)
                 machine.restored = True
+                machine.origin = MachineOrigin.RESTORED
             else:
-                assert self.accelerator is not None
-                xml = build_domain_xml(DomainSpec(name=name, manifest=image.manifest, image_dir=image.dir,
-                                                  overlay=overlay, console_log=console, ownership=own,
-                                                  accelerator=self.accelerator))
+                if ram_file is not None:  # a warm snapshot's machine: RAM in a file lazy copies map
+                    xml = lazy.with_ram_file(xml, ram_file, image.manifest.memory_mib, share=True, incoming=False)
                 await in_thread("starting machine",
                                 lambda: self.conn.call(lambda c: c.createXML(xml, 0), retry=False),
                                 timeout=max(5.0, deadline - time.monotonic()), slow=SlowCall.CREATE)
@@ -224,26 +319,80 @@ class QemuProvider(Provider):
             machine.write_cap = WriteCap(mdir, self.write_cap_bytes, machine._stop_over_limit)
             machine.write_cap.start()
         log.info("machine created", machine_id=machine_id, domain=name, image=image.manifest.name,
-                 start_state=source.start_state_id, version=source.version, warm=machine.restored)
+                 start_state=source.start_state_id, version=source.version, origin=machine.origin)
         return machine
 
+    async def _restore_lazy(self, image: Image, name: str, xml: str, version: VersionFiles, deadline: float,
+                            *, paused: bool = False) -> bool:
+        """Start the machine from the snapshot's RAM file, mapped private; False (the half-made
+        domain removed) when QEMU or libvirt would not, and a full restore should be tried."""
+        xml = lazy.with_ram_file(xml, version.dir / lazy.RAM_FILE, image.manifest.memory_mib,
+                                 share=False, incoming=True)
+        try:
+            steps = await in_thread("restoring machine lazily", lazy.restore_blocking, self.conn, xml,
+                            version.dir / lazy.DEVSTATE_FILE, max(5.0, deadline - time.monotonic()) - 1, not paused,
+                            timeout=max(5.0, deadline - time.monotonic()))
+        except ProviderError as e:
+            log.warning("lazy restore failed; restoring in full", domain=name, reason=str(e))
+            await self._destroy_domain(name)
+            return False
+        log.info("machine restored lazily", domain=name, **steps)
+        self.last_restore_steps = steps
+        return True
+
     async def _restore(self, version: VersionFiles, name: str, overlay: Path, console: Path, own: Ownership,
-                       mdir: Path, deadline: float) -> None:
+                       mdir: Path, deadline: float, *, paused: bool = False) -> None:
+        flags = libvirt.VIR_DOMAIN_SAVE_PAUSED if paused else libvirt.VIR_DOMAIN_SAVE_RUNNING
         restore_file = mdir / "restore.img"
         try:
             saved = await asyncio.to_thread(read_save_image, version.memory)
-            xml = rewrite_saved_xml(saved.xml, name=name, overlay=overlay, console_log=console, ownership=own)
+            xml = rewrite_saved_xml(lazy.standalone_ram(saved.xml), name=name, overlay=overlay, console_log=console,
+                                    ownership=own)
+            copy_started = time.monotonic()
             await asyncio.to_thread(write_machine_copy, version.memory, restore_file, xml)
+            copied = time.monotonic()
         except (SaveImageError, ValueError, OSError) as e:
             raise ProviderError(f"cannot use the memory image of this start state: {e}") from None
+        started = time.monotonic()
         try:
             await in_thread(
                 "restoring machine from memory image",
-                lambda: self.conn.call(lambda c: c.restoreFlags(str(restore_file), None,
-                                                                libvirt.VIR_DOMAIN_SAVE_RUNNING), retry=False),
+                lambda: self.conn.call(lambda c: c.restoreFlags(str(restore_file), None, flags), retry=False),
                 timeout=max(5.0, deadline - time.monotonic()), slow=SlowCall.CREATE)
+            restored = time.monotonic()
+            ago = await asyncio.to_thread(lazy.qemu_started_ago, name)
         finally:
             restore_file.unlink(missing_ok=True)
+        # Where a full restore's time goes (bench/warm_start.py prints the medians).
+        self.last_restore_steps = {"copy_memory_image": round(copied - copy_started, 3),
+                                   "restore": round(restored - started, 3)}
+        if ago is not None:
+            self.last_restore_steps["libvirt_before_exec"] = round(max(0.0, restored - started - ago), 3)
+            self.last_restore_steps["qemu_start_to_running"] = round(min(ago, restored - started), 3)
+
+    async def _build_warm(self, image: Image, dest: Path) -> None:
+        """Boot the image once and keep it, memory and disk, in `dest` (see providers/qemu/warm.py)."""
+        mid = f"warm-{image.manifest.name}-{secrets.token_hex(3)}"
+        self._private.add(mid)
+        try:
+            ram = dest / lazy.RAM_FILE if self.lazy_restore else None
+            if ram is not None:
+                try:
+                    await asyncio.to_thread(lazy.make_ram_file, ram, image.manifest.memory_mib << 20)
+                except (OSError, ProviderError) as e:
+                    # Not root (QEMU's user cannot be given the file): full restores only.
+                    log.warning("no lazy restore for this snapshot; machines restore in full", reason=str(e))
+                    ram.unlink(missing_ok=True)
+                    ram = None
+            machine = await self._create_machine(mid, MachineSource(image=image.manifest.name),
+                                                 timeout=WARM_BUILD_TIMEOUT_S, warm=False, ram_file=ram)
+            try:
+                await machine.wait_ready(WARM_BUILD_TIMEOUT_S)
+                await machine.save_files(dest, resume=False, devstate=dest / lazy.DEVSTATE_FILE if ram else None)
+            finally:
+                await machine.destroy()
+        finally:
+            self._private.discard(mid)
 
     async def _ensure_isolated_network(self) -> None:
         def go(c: libvirt.virConnect) -> None:
@@ -287,7 +436,8 @@ class QemuProvider(Provider):
         removed: list[str] = []
         found = await in_thread("listing machines", lambda: self.conn.call(list_ours), timeout=CALL_TIMEOUT)
         for name, own, persistent in found:
-            if own is None or own.runner != self.runner_name or own.machine_id in keep:
+            if (own is None or own.runner != self.runner_name or own.machine_id in keep
+                    or own.machine_id in self._private):
                 continue
             await self._destroy_domain(name, persistent)
             mdir = self.machines_dir / name
@@ -307,7 +457,7 @@ class QemuProvider(Provider):
                         continue
                 except (OSError, ValueError):
                     mid = mdir.name
-                if mid in keep:
+                if mid in keep or mid in self._private:
                     continue
                 await asyncio.to_thread(shutil.rmtree, mdir, True)
                 if mid not in removed:
@@ -379,6 +529,7 @@ class QemuMachine(Machine):
         self.dir = mdir
         self.overlay = mdir / "disk.qcow2"
         self.restored = False
+        self.origin = MachineOrigin.COLD
         self._clock_task: asyncio.Task[None] | None = None
         self._destroyed = False
         self._screen_size: tuple[int, int] | None = None
@@ -540,28 +691,9 @@ class QemuMachine(Machine):
         fileperms.machine_dir(partial.parent)
         fileperms.machine_dir(partial)
         started = time.monotonic()
-        mem = partial / "memory.img"
         try:
             if with_memory:
-                if not self._uses_winrm:
-                    # A smaller memory image restores faster. QEMU sends zero pages almost for free, and
-                    # free guest memory holds stale data: fill tmpfs (the kernel zeroes pages it hands
-                    # out), delete it, and drop the clean page cache.
-                    await self.agent.run_sh(ZERO_FREE_MEMORY, env=None, timeout=120)
-                await in_thread("saving machine memory",
-                                lambda: p.conn.call(lambda c: c.lookupByName(self.domain_name).save(str(mem)),
-                                                    retry=False),
-                                timeout=600)
-                try:
-                    await overlays.write_version_disk(self.overlay, self.image.disk, partial / "disk.qcow2",
-                                                      flatten=p.flatten_versions)
-                finally:
-                    await in_thread("resuming machine after save",
-                                    lambda: p.conn.call(lambda c: c.restoreFlags(str(mem), None,
-                                                                                 libvirt.VIR_DOMAIN_SAVE_RUNNING),
-                                                        retry=False),
-                                    timeout=600)
-                fileperms.disk_file(mem, read_only=True)
+                await self.save_files(partial, resume=True)
             else:
                 if not self._uses_winrm:
                     await self.agent.run_sh("sync", env=None, timeout=60)
@@ -586,6 +718,45 @@ class QemuMachine(Machine):
                  seconds=round(time.monotonic() - started, 2), bytes=size)
         return SavedVersion(start_state_id=start_state_id, version=version, disk_path=vf.disk, size_bytes=size,
                             memory_image=vf.memory if with_memory else None)
+
+    async def save_files(self, dest: Path, *, resume: bool, devstate: Path | None = None) -> None:
+        """Write `dest/memory.img` and `dest/disk.qcow2` from this machine, which stops for it: with
+        `resume` it is restored from that same image afterwards, so memory and disk agree. With
+        `devstate` (a machine whose RAM is a file), its device state alone goes there too, from
+        the same moment, for lazy copies (the machine is left paused)."""
+        p = self.provider
+        mem = dest / "memory.img"
+        if not self._uses_winrm:
+            # A smaller memory image restores faster. QEMU sends zero pages almost for free, and
+            # free guest memory holds stale data: fill tmpfs (the kernel zeroes pages it hands
+            # out), delete it, and drop the clean page cache.
+            await self.agent.run_sh(ZERO_FREE_MEMORY, env=None, timeout=120)
+        await in_thread("saving machine memory",
+                        lambda: p.conn.call(lambda c: c.lookupByName(self.domain_name).save(str(mem)),
+                                            retry=False),
+                        timeout=600)
+        try:
+            await overlays.write_version_disk(self.overlay, self.image.disk, dest / "disk.qcow2",
+                                              flatten=p.flatten_versions)
+            if devstate is not None:
+                # QEMU will not migrate twice from one pause, and libvirt's save ends the domain: so
+                # the full image first, then the same moment restored paused (which fills the RAM
+                # file) for the device state alone.
+                await in_thread("restoring machine paused",
+                                lambda: p.conn.call(lambda c: c.restoreFlags(str(mem), None,
+                                                                             libvirt.VIR_DOMAIN_SAVE_PAUSED),
+                                                    retry=False),
+                                timeout=600)
+                await in_thread("saving the device state", lazy.save_devstate_blocking, p.conn, self.domain_name,
+                                devstate, 120.0, timeout=150.0)
+        finally:
+            if resume:
+                await in_thread("resuming machine after save",
+                                lambda: p.conn.call(lambda c: c.restoreFlags(str(mem), None,
+                                                                             libvirt.VIR_DOMAIN_SAVE_RUNNING),
+                                                    retry=False),
+                                timeout=600)
+        fileperms.disk_file(mem, read_only=True)
 
     async def destroy(self) -> None:
         """Remove the domain and every file of this machine; idempotent, and quiet for a gone machine."""

@@ -20,6 +20,7 @@ from providers.base import (
     InputNotSupported,
     Machine,
     MachineNotReady,
+    MachineOrigin,
     MachineSource,
     Provider,
     ProviderError,
@@ -123,6 +124,7 @@ class FakeProvider(Provider):
         self.screen_error = False
         self.destroy_error = False
         self.destroyed = asyncio.Event()  # any machine destroyed
+        self.origin = MachineOrigin.COLD  # what the made machines say they are
 
     async def list_images(self) -> list[ImageInfo]:
         return []
@@ -135,6 +137,7 @@ class FakeProvider(Provider):
         if self.create_error:
             raise ProviderError(self.create_error)
         m = FakeMachine(machine_id, self)
+        m.origin = self.origin
         self.machines.append(m)
         return m
 

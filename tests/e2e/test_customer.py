@@ -15,7 +15,6 @@ import hashlib
 import json
 import re
 import secrets
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from agentfiles import agent_command
 from attempt.fakes import is_mosaic
 from gateway.fakehttp import chat_reply, serve
 from guidinghand import Eager
@@ -69,7 +69,7 @@ def outcome(images_dir: Path) -> Iterator[dict[str, Any]]:
         config = work / "server.yaml"
         config.write_text(yaml.safe_dump({
             "agents": {"wifi-helper": {"id": "wifi-helper", "kind": "command",
-                                       "command": [sys.executable, str(AGENT)]}},
+                                       "command": agent_command(AGENT)}},
             "customer_model": {"base_url": model_url + "/v1", "model": "customer"},
         }))
         server = Server(work / "server", config, "gh_live_" + secrets.token_urlsafe(24))

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -31,6 +30,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from agentfiles import agent_command
 from guidinghand import Eager
 from PIL import Image
 
@@ -104,7 +104,7 @@ def scenario(images_dir: Path) -> Iterator[Scenario]:
     state_dir.mkdir(mode=0o755)
     config = work / "server.yaml"
     config.write_text(yaml.safe_dump({
-        "agents": {"slow-fixer": {"id": "slow-fixer", "kind": "command", "command": [sys.executable, str(SLOW_AGENT)]}},
+        "agents": {"slow-fixer": {"id": "slow-fixer", "kind": "command", "command": agent_command(SLOW_AGENT)}},
         "runner_grace_seconds": 120,
     }))
     server = Server(work / "server", config, "gh_live_" + secrets.token_urlsafe(24))

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from agentfiles import agent_command
 
 from gh_runner.local import Progress, RunnerName
 
@@ -153,6 +154,17 @@ def test_missing_image_is_a_run_that_cannot_be_carried_out(work: Path) -> None:
     assert "image-builder/build linux-tiny" in out
 
 
+@pytest.mark.skipif(os.path.isdir("/run/systemd/system"), reason="systemd is PID 1 here: the sandbox is there")
+def test_command_agent_without_its_sandbox_is_refused_plainly(work: Path, images_dir: Path) -> None:
+    config = work / "server.yaml"
+    config.write_text("agent_sandbox: systemd\nagents: {mine: {kind: command, command: [/bin/true]}}\n")
+    proc = _local([str(_cases_file(work, ["PRM-01"], agents=["mine"])), "--server-config", str(config)], images_dir)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, (out, err)
+    assert "the embedded control plane cannot start: agent_sandbox systemd: systemd is not PID 1" in out
+    assert "Traceback" not in err
+
+
 def test_bad_server_config_exits_2_naming_the_setting(work: Path, images_dir: Path) -> None:
     cases = _cases_file(work, ["PRM-01"])
     for text, expected in (("port: 9000\n", "port cannot be set for the embedded control plane"),
@@ -171,8 +183,8 @@ def test_bad_server_config_exits_2_naming_the_setting(work: Path, images_dir: Pa
 def test_own_agent_from_server_config(work: Path, images_dir: Path) -> None:
     config = work / "server.yaml"
     config.write_text(yaml.safe_dump({"agents": {"mine": {
-        "kind": "command", "command": [sys.executable, str(Path(__file__).parent / "agents" / "slow_fixer.py"),
-                                       "--quick"]}}}))
+        "kind": "command", "command": agent_command(Path(__file__).parent / "agents" / "slow_fixer.py",
+                                                    "--quick")}}}))
     # On a terminal, as an operator runs it: the progress is one line redrawn in place.
     rc, out, err = _local_on_a_terminal(
         [str(_cases_file(work, ["PRM-01"], agents=["mine"], repeat=1)), "--server-config", str(config)],
@@ -212,6 +224,11 @@ def test_local_runs_cases_and_reports(work: Path, images_dir: Path) -> None:
     # The replays sit beside the report in a folder named after the run: two runs never mix.
     run_id = data["test_run_id"]
     replays = report.parent / f"{run_id}-replays"
+    # The runner boots the image once for its warm snapshot and attempts restore from it lazily (one
+    # that would wait for the build past its deadline boots cold instead).
+    origins = {a["metrics"]["machine_origin"] for a in data["attempts"]}
+    assert "lazy" in origins and origins <= {"lazy", "cold"}, origins
+    assert all(a["metrics"]["phase_seconds"]["machine"] > 0 for a in data["attempts"])
     for a in data["attempts"]:
         page = Path(a["replay_path"])
         assert page.is_file() and (page.parent / "frames").is_dir()

@@ -63,7 +63,8 @@ def _seed(st: ServerState) -> str:
             try_number=1, status="done", outcome="passed", answer=f"the password is {SECRET}",
             check={"before": "False", "after": "True", "passed": True},
             metrics={"phase_seconds": {"machine": 1.5, "ready": 3.0, "setup": 0.2, "check_before": 0.1,
-                                       "task": 4.0, "check_after": 0.1, "teardown": 0.5}},
+                                       "task": 4.0, "check_after": 0.1, "teardown": 0.5},
+                     "machine_origin": "lazy"},
             started_at=T0, finished_at=T0 + timedelta(seconds=10),
         ))
         s.flush()
@@ -140,6 +141,7 @@ def test_page_embeds_the_timeline_and_never_a_secret(state: ServerState) -> None
     assert data["answer"] == "the password is •••"
     assert [p["name"] for p in data["phases"]][:3] == ["machine", "ready", "setup"]
     assert data["phases"][2]["start"] == 4.5
+    assert data["machine"] == "lazy"
     # Each frame URL carries the page's token, so the browser can load it.
     token = url.split("token=")[1]
     png = client.get(data["frames"][2]["src"])
@@ -177,6 +179,7 @@ def test_exported_replay_loads_in_headless_chromium(state: ServerState) -> None:
         loaded = chromium.load(page.as_uri(), chromium.OUTPUT_DIR / "replay-export.png")
         assert 'data-ready="1"' in loaded.dom  # the script ran to the end
         assert "frame 1/4" in loaded.dom and "ASK-01" in loaded.dom
+        assert "machine: lazy (restored lazily (memory mapped))" in loaded.dom
         assert SECRET not in loaded.dom
         with Image.open(loaded.screenshot) as im:
             assert im.size[0] >= 800

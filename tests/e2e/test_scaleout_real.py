@@ -6,12 +6,12 @@ are relayed through PostgreSQL)."""
 from __future__ import annotations
 
 import secrets
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
+from agentfiles import agent_command
 from gateway.topology import Topology
 from guidinghand import Eager
 from server.pg import start_cluster
@@ -33,9 +33,12 @@ def test_real_runner_behind_haproxy_serves_an_agent_spread_over_three_processes(
     name = "scale" + secrets.token_hex(3)
     topo: Topology | None = None
     runner: Runner | None = None
+    out = work / "agent-out"
+    out.mkdir()
+    out.chmod(0o777)  # the agent runs with a uid of its own (gh_server.agents.sandbox)
     try:
         agents = {"cmd": {"id": "cmd", "kind": "command", "timeout": 300,
-                          "command": [sys.executable, str(AGENT_CMD), str(work / "doc.json"), "work"]}}
+                          "command": agent_command(AGENT_CMD, str(out / "doc.json"), "work")}}
         topo = Topology(cluster.url(cluster.create_db()), 3, agents=agents, runner_grace_seconds=60).start()
         with Eager(api_key=topo.key, base_url=topo.proxy.url, timeout=60) as client:
             token = client.runners.create(name)["token"]

@@ -24,8 +24,12 @@ def call(url: str, token: str, path: str, body: dict[str, object] | None = None)
 def main() -> None:
     doc = json.load(sys.stdin)
     out_path, mode = sys.argv[1], sys.argv[2]
-    with open(out_path, "w") as f:
+    # Write, then rename: a retry's agent has another uid (the sandbox) and may not overwrite the
+    # first one's file, but may replace it in the test's world-writable directory.
+    tmp = f"{out_path}.{os.getpid()}"
+    with open(tmp, "w") as f:
         json.dump({**doc, "pid": os.getpid()}, f)
+    os.replace(tmp, out_path)
     url, token = doc["machine"]["url"], doc["machine"]["token"]
     if mode == "fail":
         print("boom: could not think", file=sys.stderr)

@@ -40,7 +40,8 @@ class ServerProc:
         self.admin_key = admin_key
         self.name = name
         self.dir = Path(tempfile.mkdtemp(prefix="gh-proc-", dir="/var/tmp"))
-        base: dict[str, Any] = {"heartbeat_interval": 0.5, "dead_after": 3.0, "runner_grace_seconds": 2.0}
+        base: dict[str, Any] = {"heartbeat_interval": 0.5, "dead_after": 3.0, "runner_grace_seconds": 2.0,
+                                "webhook_allow": ["127.0.0.1"]}  # the tests' receivers are on loopback
         base.update(settings)
         self.config = self.dir / "config.yaml"
         self.config.write_text(yaml.safe_dump(_plain(base)))

@@ -6,15 +6,18 @@ nobody listens on) for the HTTP agent."""
 from __future__ import annotations
 
 import socket
-import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+from agentfiles import AGENT_PYTHON
 
 from gh_runner.protocol import TaskEndReason
 from gh_server.agents.base import AgentContext, AgentError, AgentFailed, Machine
 from gh_server.agents.builtin import ReferenceAgent
 from gh_server.agents.external import CommandAgent, HttpAgent
+from gh_server.agents.sandbox import Sandbox
+from gh_server.settings import Settings
 
 from .fakehttp import serve
 
@@ -29,21 +32,27 @@ def _ctx(minutes: int = 1, case: dict[str, Any] | None = None) -> AgentContext:
                         machine_api_token="t")
 
 
-async def test_command_agent_out_of_time_is_its_time_limit() -> None:
-    agent = CommandAgent("slow", [sys.executable, "-c", "import time; time.sleep(60)"], timeout=0.5)
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Sandbox:
+    """The sandbox gh-server runs every command agent in (its own uid), from default settings."""
+    return Sandbox.for_settings(Settings(data_dir=tmp_path / "data"))
+
+
+async def test_command_agent_out_of_time_is_its_time_limit(sandbox: Sandbox) -> None:
+    agent = CommandAgent("slow", [AGENT_PYTHON, "-c", "import time; time.sleep(60)"], timeout=0.5, sandbox=sandbox)
     out = await agent.run(_ctx())
     assert out.reason == TaskEndReason.TIME_LIMIT and out.answer == ""
 
 
-async def test_command_agent_exit_nonzero_is_its_failure() -> None:
-    agent = CommandAgent("bad", [sys.executable, "-c", "import sys; print('no', file=sys.stderr); sys.exit(2)"],
-                         timeout=30)
+async def test_command_agent_exit_nonzero_is_its_failure(sandbox: Sandbox) -> None:
+    agent = CommandAgent("bad", [AGENT_PYTHON, "-c", "import sys; print('no', file=sys.stderr); sys.exit(2)"],
+                         timeout=30, sandbox=sandbox)
     with pytest.raises(AgentFailed, match="exited with code 2: no"):
         await agent.run(_ctx())
 
 
-async def test_command_agent_that_cannot_start_is_ours() -> None:
-    agent = CommandAgent("missing", ["/nonexistent/agent-binary"], timeout=30)
+async def test_command_agent_that_cannot_start_is_ours(sandbox: Sandbox) -> None:
+    agent = CommandAgent("missing", ["/nonexistent/agent-binary"], timeout=30, sandbox=sandbox)
     with pytest.raises(AgentError, match="could not start"):
         await agent.run(_ctx())
 

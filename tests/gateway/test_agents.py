@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import io
 import json
 import os
-import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+from agentfiles import agent_command
 from PIL import Image
 
 from gh_runner import protocol
@@ -24,6 +26,14 @@ from .fakehttp import chat_reply, serve
 from .simrunner import SimRunner, now
 
 AGENT_CMD = Path(__file__).with_name("agent_cmd.py")
+
+
+@contextlib.contextmanager
+def agent_dir() -> Iterator[str]:
+    """A temp dir a command agent may write to: it runs with a uid of its own (gh_server.agents.sandbox)."""
+    with tempfile.TemporaryDirectory() as d:
+        os.chmod(d, 0o777)
+        yield d
 
 
 def tiny_png() -> str:
@@ -141,12 +151,12 @@ async def test_unknown_agent_ends_task_with_error(server: GwServer) -> None:
 
 
 def cmd_agent(mode: str, out: Path) -> dict[str, AgentConfig]:
-    return {"cmd": AgentConfig(id="cmd", kind="command", command=[sys.executable, str(AGENT_CMD), str(out), mode],
+    return {"cmd": AgentConfig(id="cmd", kind="command", command=agent_command(AGENT_CMD, str(out), mode),
                                timeout=120)}
 
 
 async def test_command_agent_uses_machine_api(server_factory: Any) -> None:
-    with tempfile.TemporaryDirectory() as d:
+    with agent_dir() as d:
         out = Path(d) / "doc.json"
         server: GwServer = server_factory(agents=cmd_agent("work", out))
         r = await connect(server)
@@ -178,7 +188,7 @@ async def test_command_agent_uses_machine_api(server_factory: Any) -> None:
 
 async def test_command_agent_exit_nonzero_is_its_failure_not_an_error(server_factory: Any) -> None:
     # Issue 16: the agent's own failure ends the task (the check after scores it), noted with a reason.
-    with tempfile.TemporaryDirectory() as d:
+    with agent_dir() as d:
         server: GwServer = server_factory(agents=cmd_agent("fail", Path(d) / "doc.json"))
         r = await connect(server)
         try:
@@ -192,7 +202,7 @@ async def test_command_agent_exit_nonzero_is_its_failure_not_an_error(server_fac
 
 
 async def test_agent_stopped_when_runner_moves_to_checking(server_factory: Any) -> None:
-    with tempfile.TemporaryDirectory() as d:
+    with agent_dir() as d:
         out = Path(d) / "doc.json"
         server: GwServer = server_factory(agents=cmd_agent("hang", out))
         r = await connect(server)
@@ -243,7 +253,7 @@ async def test_http_agent(server_factory: Any) -> None:
 
 
 async def test_customer_question_without_model_is_an_error(server_factory: Any) -> None:
-    with tempfile.TemporaryDirectory() as d:
+    with agent_dir() as d:
         server: GwServer = server_factory(agents=cmd_agent("ask", Path(d) / "doc.json"))
         r = await connect(server)
         try:
@@ -255,7 +265,7 @@ async def test_customer_question_without_model_is_an_error(server_factory: Any) 
 
 
 async def test_customer_question_with_model(server_factory: Any) -> None:
-    with serve(chat_reply("It's HomeNet, dear.")) as (url, seen), tempfile.TemporaryDirectory() as d:
+    with serve(chat_reply("It's HomeNet, dear.")) as (url, seen), agent_dir() as d:
         server: GwServer = server_factory(agents=cmd_agent("ask", Path(d) / "doc.json"),
                                           customer_model=ModelEndpoint(base_url=url + "/v1", model="cust"))
         r = await connect(server)
@@ -281,7 +291,7 @@ WIFI_CASE = {"customer": {"persona": "Retired teacher", "facts": {"Wi-Fi network
 
 async def _customer_turn(server_factory: Any, reply: dict[str, Any], case: dict[str, Any],
                          ) -> tuple[protocol.TaskEnd, dict[str, Any], Machine, list[tuple[str, dict[str, Any]]]]:
-    with serve(chat_reply(json.dumps(reply))) as (url, seen), tempfile.TemporaryDirectory() as d:
+    with serve(chat_reply(json.dumps(reply))) as (url, seen), agent_dir() as d:
         server: GwServer = server_factory(agents=cmd_agent("ask", Path(d) / "doc.json"),
                                           customer_model=ModelEndpoint(base_url=url + "/v1", model="cust"))
         r = await connect(server)
@@ -313,7 +323,7 @@ async def test_customer_types_a_secret_fact_it_never_saw(server_factory: Any) ->
 
 async def test_after_a_secret_is_typed_the_customer_model_sees_the_screen_masked(server_factory: Any) -> None:
     reply = {"answer": "Typing it.", "type_fact": "Wi-Fi password"}
-    with serve(chat_reply(json.dumps(reply))) as (url, seen), tempfile.TemporaryDirectory() as d:
+    with serve(chat_reply(json.dumps(reply))) as (url, seen), agent_dir() as d:
         server: GwServer = server_factory(agents=cmd_agent("ask-twice", Path(d) / "doc.json"),
                                           customer_model=ModelEndpoint(base_url=url + "/v1", model="cust"))
         r = await connect(server)
@@ -344,7 +354,7 @@ async def test_customer_clicks_yes_only_when_the_case_lets_it(server_factory: An
 
 async def test_customer_that_cannot_type_makes_the_attempt_an_error(server_factory: Any) -> None:
     with serve(chat_reply(json.dumps({"answer": "Typing it.", "type_fact": "Wi-Fi password"}))) as (url, _), \
-            tempfile.TemporaryDirectory() as d:
+            agent_dir() as d:
         server: GwServer = server_factory(agents=cmd_agent("ask", Path(d) / "doc.json"),
                                           customer_model=ModelEndpoint(base_url=url + "/v1", model="cust"))
         r = await connect(server)
@@ -359,7 +369,7 @@ async def test_customer_that_cannot_type_makes_the_attempt_an_error(server_facto
 
 
 async def test_approvals_are_decided_by_the_cases_operator(server_factory: Any) -> None:
-    with tempfile.TemporaryDirectory() as d:
+    with agent_dir() as d:
         server: GwServer = server_factory(agents=cmd_agent("approve", Path(d) / "doc.json"))
         r = await connect(server, slots=2)
         try:
@@ -439,7 +449,7 @@ async def test_judge_failure_is_error(server_factory: Any) -> None:
 
 
 async def test_task_whose_agent_was_lost_in_a_server_restart_ends_with_error(server_factory: Any) -> None:
-    with tempfile.TemporaryDirectory() as d:
+    with agent_dir() as d:
         first: GwServer = server_factory(agents=cmd_agent("hang", Path(d) / "doc.json"))
         _, token = first.add_runner()
         r = await SimRunner(first.ws_url, token, slots=1, images=["linux-tiny"]).connect()

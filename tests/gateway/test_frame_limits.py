@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import sys
+import os
+import shutil
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
+from agentfiles import agent_command
 from pydantic import SecretStr
 from runner.doubles import FakeProvider, ScriptedAttempt
 
@@ -56,11 +58,14 @@ class Stack:
 
 
 @pytest.fixture
-async def stack(server_factory: Any, tmp_path: Path) -> AsyncIterator[Stack]:
+async def stack(server_factory: Any) -> AsyncIterator[Stack]:
     """Two attempts in their task phase on one runner, each with a command agent that waits (so
     the test drives the machine API with the agents' own tokens)."""
-    docs = {a: tmp_path / f"{a}.json" for a in ("one", "two")}
-    agents = {a: AgentConfig(id=a, kind="command", command=[sys.executable, str(AGENT_CMD), str(p), "hang"],
+    # The agents run with uids of their own (gh_server.agents.sandbox): a dir they may write to.
+    writable = Path(tempfile.mkdtemp(prefix="gh-frames-docs-"))
+    os.chmod(writable, 0o777)
+    docs = {a: writable / f"{a}.json" for a in ("one", "two")}
+    agents = {a: AgentConfig(id=a, kind="command", command=agent_command(AGENT_CMD, str(p), "hang"),
                              timeout=300) for a, p in docs.items()}
     server: GwServer = server_factory(agents=agents)
     rid, token = server.add_runner("frames")
@@ -83,6 +88,7 @@ async def stack(server_factory: Any, tmp_path: Path) -> AsyncIterator[Stack]:
             daemon.force_stop()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(task, 60)
+            shutil.rmtree(writable, ignore_errors=True)
 
 
 async def test_oversized_request_is_refused_and_the_runner_connection_survives(stack: Stack) -> None:

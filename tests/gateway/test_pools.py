@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from gh_server.settings import ModelEndpoint
 from .conftest import GwServer
 from .fakehttp import serve
 from .simrunner import SimRunner, now
-from .test_agents import Machine, cmd_agent, connect
+from .test_agents import Machine, agent_dir, cmd_agent, connect
 
 JUDGE_SECONDS = 30.0
 
@@ -39,7 +38,7 @@ async def test_slow_judge_does_not_hold_up_another_slots_agent(server_factory: A
         replied.set()
         return 200, {"choices": [{"message": {"content": '{"passed": true, "reason": "Fixed."}'}}]}
 
-    with tempfile.TemporaryDirectory() as d, serve(judge) as (url, _):
+    with agent_dir() as d, serve(judge) as (url, _):
         server: GwServer = server_factory(judge=ModelEndpoint(base_url=url + "/v1", model="judge"),
                                           agents=cmd_agent("many", Path(d) / "doc.json"))
         r = await connect(server, slots=2)

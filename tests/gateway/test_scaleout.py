@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from agentfiles import agent_command
 from sqlalchemy import select
 
 from gh_runner import protocol
@@ -44,10 +44,11 @@ def rows(pg_url: str) -> Iterator[DbRows]:
 async def test_agent_requests_to_the_other_process_reach_the_runner(pg_url: str, rows: DbRows) -> None:
     key = admin_key()
     with tempfile.TemporaryDirectory(dir="/var/tmp") as d:
+        os.chmod(d, 0o777)  # the agent runs with a uid of its own (gh_server.agents.sandbox)
         out = Path(d) / "doc.json"
         b_port = free_port()
         agents = {"cmd": AgentConfig(id="cmd", kind="command", timeout=120,
-                                     command=[sys.executable, str(AGENT_CMD), str(out), "work"])}
+                                     command=agent_command(AGENT_CMD, str(out), "work"))}
         # Process A holds the runner and runs the agent; the agent is told B's URL, as a load balancer
         # could send it anywhere: every one of its requests lands on the process without the runner.
         a = ServerProc(pg_url, key, name="a", agents=agents, public_url=f"http://127.0.0.1:{b_port}")
@@ -91,10 +92,11 @@ async def test_step_limit_reached_on_the_other_process_ends_the_task(pg_url: str
     stops the agent (it would otherwise carry on for ten minutes)."""
     key = admin_key()
     with tempfile.TemporaryDirectory(dir="/var/tmp") as d:
+        os.chmod(d, 0o777)  # the agent runs with a uid of its own (gh_server.agents.sandbox)
         out = Path(d) / "doc.json"
         b_port = free_port()
         agents = {"cmd": AgentConfig(id="cmd", kind="command", timeout=900,
-                                     command=[sys.executable, str(AGENT_CMD), str(out), "steps"])}
+                                     command=agent_command(AGENT_CMD, str(out), "steps"))}
         a = ServerProc(pg_url, key, name="a", agents=agents, public_url=f"http://127.0.0.1:{b_port}")
         b = ServerProc(pg_url, key, name="b", port=b_port)
         pid = 0
@@ -140,9 +142,10 @@ async def test_sigkilled_server_loses_nothing(pg_url: str, rows: DbRows) -> None
     task as an error (retried), completes the run, and delivers its webhook once."""
     key = admin_key()
     with tempfile.TemporaryDirectory(dir="/var/tmp") as d, serve(lambda p, b: (200, {})) as (hook_url, hooks):
+        os.chmod(d, 0o777)  # the agent runs with a uid of its own (gh_server.agents.sandbox)
         out = Path(d) / "doc.json"
         agents = {"cmd": AgentConfig(id="cmd", kind="command", timeout=900,
-                                     command=[sys.executable, str(AGENT_CMD), str(out), "hang-once"])}
+                                     command=agent_command(AGENT_CMD, str(out), "hang-once"))}
         # A grace period the runner's move is sure to fit in on a loaded host: this is the path where it
         # comes back (the one where it does not is the scheduler's expire_disconnected, tested alone).
         a = ServerProc(pg_url, key, name="a", agents=agents, runner_grace_seconds=30)

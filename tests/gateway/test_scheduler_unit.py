@@ -54,6 +54,23 @@ def test_pick_runner_spreads_load_and_skips_refusers() -> None:
     assert sched.pick_runner(cand, [c], lambda *_: False) is None  # full
 
 
+def test_pick_runner_prefers_a_runner_with_the_source_in_its_hot_pool() -> None:
+    cold = caps("rn_cold", free=5)
+    hot = sched.RunnerCaps("rn_hot", "rn_hot", frozenset(), frozenset(["linux-tiny"]), frozenset([("ss_1", 2)]), 1,
+                           hot=frozenset([("image", "linux-tiny"), ("state", "ss_1", "2")]))
+    full_hot = sched.RunnerCaps("rn_full", "rn_full", frozenset(), frozenset(["linux-tiny"]), frozenset(), 0,
+                                hot=frozenset([("image", "linux-tiny")]))
+    image = sched.Candidate("at_1", "vm", IMAGE, None)
+    state = sched.Candidate("at_2", "vm", {"kind": "state", "image": "linux-tiny", "start_state_id": "ss_1",
+                                           "version": 2}, None)
+    assert sched.pick_runner(image, [cold, hot, full_hot], lambda *_: False) is hot
+    assert sched.pick_runner(state, [cold, hot], lambda *_: False) is hot
+    assert sched.pick_runner(image, [cold, hot], lambda att, rid: rid == "rn_hot") is cold
+    other = sched.Candidate("at_3", "vm", {"kind": "image", "image": "linux-tiny-2"}, None)
+    wide = caps("rn_wide", images=("linux-tiny-2",), free=3)
+    assert sched.pick_runner(other, [hot, wide], lambda *_: False) is wide
+
+
 def test_refusal_list_expires() -> None:
     t = [100.0]
     rl = sched.RefusalList(backoff=30, clock=lambda: t[0])
@@ -108,6 +125,18 @@ def test_lease_pass_claims_oldest_within_free_slots(dbs: sessionmaker[Session]) 
         assert s.get(TestRun, "tr_1").status == "running"  # type: ignore[union-attr]
         again = sched.lease_pass(s, ["rn_a"], lambda *_: False, sched.RunCaseCache(), False)
         assert again.grants == []  # no free slot left: the DB count, not the runner's word
+
+
+def test_runner_caps_read_the_hot_pool_from_the_hello(dbs: sessionmaker[Session]) -> None:
+    with dbs.begin() as s:
+        s.add(Runner(id="rn_h", name="h", token_hash="hh", slots=2,
+                     images=[{"name": "linux-tiny", "pooled": True}, {"name": "other"}],
+                     held_versions=[{"start_state_id": "ss_1", "version": 2, "pooled": True},
+                                    {"start_state_id": "ss_1", "version": 3}]))
+    with dbs() as s:
+        (caps_h,) = sched.load_runner_caps(s, ["rn_h"])
+    assert caps_h.hot == {("image", "linux-tiny"), ("state", "ss_1", "2")}
+    assert caps_h.images == {"linux-tiny", "other"}
 
 
 def test_fail_attempt_retries_once_even_when_called_twice(dbs: sessionmaker[Session]) -> None:

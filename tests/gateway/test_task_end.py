@@ -6,7 +6,6 @@ agent process (agent_cmd.py) and a real HTTP server (fakehttp.py)."""
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from gh_server.settings import AgentConfig
 from .conftest import GwServer, await_for
 from .fakehttp import serve
 from .simrunner import now
-from .test_agents import Machine, _alive, cmd_agent, connect, start_task
+from .test_agents import Machine, _alive, agent_dir, cmd_agent, connect, start_task
 
 LIMIT_REFUSAL = "stopped before it finished: the task reached its limit of 1 minute"
 
@@ -51,7 +50,7 @@ async def test_reference_stopped_mid_exec_by_the_limit_ends_the_task(server: GwS
 
 
 async def test_step_limit_ends_the_task_and_stops_the_agent(server_factory: Any) -> None:
-    with tempfile.TemporaryDirectory() as d:
+    with agent_dir() as d:
         out = Path(d) / "doc.json"
         server: GwServer = server_factory(agents=cmd_agent("steps", out))
         r = await connect(server)
@@ -68,7 +67,7 @@ async def test_step_limit_ends_the_task_and_stops_the_agent(server_factory: Any)
 
 
 async def test_agent_that_gives_up_after_the_machine_failed_is_our_error(server_factory: Any) -> None:
-    with tempfile.TemporaryDirectory() as d:
+    with agent_dir() as d:
         server: GwServer = server_factory(agents=cmd_agent("exec-fail", Path(d) / "doc.json"))
         r = await connect(server)
         StoppingMachine(r, None)  # a refusal that is the machine's failure, not a stop
@@ -82,7 +81,7 @@ async def test_agent_that_gives_up_after_the_machine_failed_is_our_error(server_
 
 
 async def test_command_agent_stopped_mid_exec_is_not_an_error(server_factory: Any) -> None:
-    with tempfile.TemporaryDirectory() as d:
+    with agent_dir() as d:
         server: GwServer = server_factory(agents=cmd_agent("exec-fail", Path(d) / "doc.json"))
         r = await connect(server)
         StoppingMachine(r, protocol.TaskEndReason.TIME_LIMIT)  # the machine API answers 409: the task is over

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import httpx
+from agentfiles import agent_command
 from prometheus_client.parser import text_string_to_metric_families
 
 from gh_runner import protocol
@@ -38,9 +39,10 @@ async def test_three_processes_behind_haproxy_share_a_run_and_answer_an_agent(pg
     url = pg_cluster.url(pg_cluster.create_db())
     rows = DbRows(url)
     with tempfile.TemporaryDirectory(dir="/var/tmp") as d:
+        os.chmod(d, 0o777)  # the agent runs with a uid of its own (gh_server.agents.sandbox)
         out = Path(d) / "doc.json"
         agents = {"cmd": AgentConfig(id="cmd", kind="command", timeout=120,
-                                     command=[sys.executable, str(AGENT_CMD), str(out), "work"])}
+                                     command=agent_command(AGENT_CMD, str(out), "work"))}
         topo = await asyncio.to_thread(lambda: Topology(url, 3, agents=agents).start())
         runners: list[LoadRunner] = []
         try:

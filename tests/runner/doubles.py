@@ -68,6 +68,8 @@ class FakeMachine(Machine):
         raise ProviderError("the provider double does not save machines")
 
     async def destroy(self) -> None:
+        if self.provider.destroy_gate is not None:  # a destroy as slow as the test wants
+            await self.provider.destroy_gate.wait()
         self.provider._forget(self.machine_id, "destroyed")
 
 
@@ -85,6 +87,8 @@ class FakeProvider(Provider):
             self.state = json.loads(state_file.read_text())
         self.machines: dict[str, FakeMachine] = {}
         self.closed = False
+        self.destroy_gate: asyncio.Event | None = None
+        self.pooled: list[MachineSource] = []
 
     def _save(self) -> None:
         if self.state_file is not None:
@@ -127,6 +131,9 @@ class FakeProvider(Provider):
 
     async def delete_version(self, start_state_id: str, version: int) -> None:
         self.held = [h for h in self.held if h != (start_state_id, version)]
+
+    async def pooled_sources(self) -> list[MachineSource]:
+        return list(self.pooled)
 
     async def close(self) -> None:
         self.closed = True
@@ -192,6 +199,9 @@ class ScriptedAttempt:
             return MachineResponse(request_id=req.request_id, ok=True, exit_code=res.exit_code, stdout=res.stdout)
         await self.machine.send_input(req.events)
         return MachineResponse(request_id=req.request_id, ok=True)
+
+    async def wait_torn_down(self) -> None:
+        return None  # `run` destroys its machine before it returns
 
     def task_end(self, msg: TaskEnd) -> None:
         self._answer = msg.answer

@@ -95,7 +95,7 @@ def db_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
 
 def make_settings(db_url: str | None, **kw: object) -> tuple[Settings, Path]:
     data_dir = Path(tempfile.mkdtemp(prefix="gh-server-test-", dir="/var/tmp"))
-    fields: dict[str, object] = {"admin_api_key": None, "gateway": False, **kw}
+    fields: dict[str, object] = {"admin_api_key": None, "gateway": False, "webhook_allow": ["127.0.0.1"], **kw}
     settings = Settings(data_dir=data_dir, database_url=db_url, host="127.0.0.1", port=free_port(), **fields)  # type: ignore[arg-type]
     return settings, data_dir
 

@@ -16,7 +16,6 @@ import secrets
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -26,6 +25,7 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
+from agentfiles import agent_command
 from guidinghand import Eager
 
 T = TypeVar("T")
@@ -98,6 +98,7 @@ class Stack:
             p.chmod(0o755)
         self.gate_dir = self.tmp / "gate"
         self.gate_dir.mkdir()
+        self.gate_dir.chmod(0o777)  # the gate agent runs with a uid of its own (gh_server.agents.sandbox)
         self.admin_key = "gh_live_" + secrets.token_urlsafe(24)
         self.base_url = ""
         self.state: Any = None
@@ -178,13 +179,13 @@ class Stack:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-        gate = [sys.executable, str(HERE / "gate_agent.py"), str(self.gate_dir)]
+        gate = agent_command(HERE / "gate_agent.py", str(self.gate_dir))
         settings = Settings(
             data_dir=self.tmp / "server", host="127.0.0.1", port=port, admin_api_key=self.admin_key,
-            runner_grace_seconds=120.0, agents={
+            runner_grace_seconds=120.0, webhook_allow=["127.0.0.1"], agents={
                 "gate": AgentConfig(id="gate", kind="command", command=gate, timeout=600),
                 "note-taker": AgentConfig(id="note-taker", kind="command",
-                                          command=[sys.executable, str(HERE / "note_agent.py")], timeout=300)},
+                                          command=agent_command(HERE / "note_agent.py"), timeout=300)},
         )
         st = create_state(settings)
         # Long enough that no test's hand work is closed under it; the idle test lowers it.

@@ -8,22 +8,26 @@ from __future__ import annotations
 import json
 import sys
 import time
+import urllib.request
 
-import httpx
+
+def post(url: str, token: str, body: dict[str, object]) -> dict[str, object]:
+    # stdlib only: the agent runs as its own uid under the system python3 (tests/agentfiles.py)
+    req = urllib.request.Request(url, method="POST", data=json.dumps(body).encode(),
+                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        return dict(json.loads(resp.read()))
 
 
 def main() -> int:
     doc = json.load(sys.stdin)
     url, token = doc["machine"]["url"], doc["machine"]["token"]
-    headers = {"Authorization": f"Bearer {token}"}
     fix = "chmod 0755 /opt/tool/hello.sh"
-    with httpx.Client(timeout=120) as http:
-        r = http.post(f"{url}/exec", json={"script": fix, "timeout": 60}, headers=headers)
-        r.raise_for_status()
-        if r.json().get("exit_code") != 0:
-            print(f"fix failed: {r.text}", file=sys.stderr)
-            return 1
-        http.post(f"{url}/input", json={"events": [{"type": "type", "text": "echo fixed\n"}]}, headers=headers)
+    res = post(f"{url}/exec", token, {"script": fix, "timeout": 60})
+    if res.get("exit_code") != 0:
+        print(f"fix failed: {res}", file=sys.stderr)
+        return 1
+    post(f"{url}/input", token, {"events": [{"type": "type", "text": "echo fixed\n"}]})
     if "--quick" in sys.argv:  # an ordinary agent: done once the fix is in
         print("I made the script executable again.")
         return 0

@@ -1,0 +1,184 @@
+"""Time to a guest that answers, four ways side by side in one run, and memory per extra machine.
+
+    .venv/bin/python bench/warm_start.py [--images-dir DIR] [--tries 20] [--pss-machines 4]
+
+On linux-tiny, for each try (the modes interleaved, so drift in host load hits them alike):
+
+  cold     a fresh overlay on the image, booted
+  full     the image's warm snapshot, its memory image read in full by libvirt (today's restore)
+  lazy     the same snapshot, its RAM file mapped private, the device state migrated in (QMP)
+  pool     a machine the hot pool restored and paused ahead of time, taken and resumed
+
+"ready" is lease to the guest agent's answer (create_machine + wait_ready); "exec" adds the first
+script (`true`), which waits for the clock to be set on a restored machine. Prints p50/p90 of each,
+the ratios to cold and to full, the median of each restore's steps (where libvirt spends the
+time), and the PSS of N machines from one snapshot at once, lazy vs full. Everything it makes is
+named gh-bench-warm-* and removed at the end. The host may be shared: numbers are noisy, ratios
+measured in one run are what counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from providers.base import MachineSource
+from providers.qemu import QemuMachine, QemuProvider
+from providers.qemu.pool import PoolConfig
+
+TINY = MachineSource(image="linux-tiny")
+MODES = ("cold", "full", "lazy", "pool")
+
+
+def pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def pss_kib(m: QemuMachine) -> tuple[int, int]:
+    pid = Path(f"/run/libvirt/qemu/{m.domain_name}.pid").read_text().strip()
+    vals = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        k, _, v = line.partition(":")
+        if k in ("Rss", "Pss"):
+            vals[k] = int(v.split()[0])
+    return vals["Pss"], vals["Rss"]
+
+
+async def until(cond: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the hot pool did not refill in time")
+        await asyncio.sleep(0.05)
+
+
+async def one(p: QemuProvider, mid: str) -> tuple[float, float, dict[str, float]]:
+    t0 = time.monotonic()
+    m = await p.create_machine(mid, TINY, timeout=300)
+    assert isinstance(m, QemuMachine)
+    try:
+        await m.wait_ready(300)
+        ready = time.monotonic() - t0
+        res = await m.run_script("true", timeout=60)
+        assert res.exit_code == 0, res.stderr
+        return ready, time.monotonic() - t0, dict(p.last_restore_steps)
+    finally:
+        await m.destroy()
+
+
+async def pss_of(p: QemuProvider, n: int, tag: str) -> list[tuple[int, int]]:
+    made: list[QemuMachine] = []
+    try:
+        for i in range(n):
+            m = await p.create_machine(f"pss-{tag}-{i}", TINY, timeout=300)
+            assert isinstance(m, QemuMachine)
+            made.append(m)
+            await m.wait_ready(300)
+        # Each guest does the same small thing, then its memory is read.
+        for m in made:
+            await m.run_script("ls / >/dev/null; true", timeout=60)
+        return [pss_kib(m) for m in made]
+    finally:
+        for m in made:
+            await m.destroy()
+
+
+async def run(images_dir: Path, state: Path, tries: int, pss_n: int) -> None:
+    # One state dir, so full, lazy and pool share one warm snapshot; a runner name per mode.
+    provs = {
+        "cold": QemuProvider(images_dir, state, "bench-warm-cold", warm_snapshots=False),
+        "full": QemuProvider(images_dir, state, "bench-warm-full", warm_snapshots=True, lazy_restore=False),
+        "lazy": QemuProvider(images_dir, state, "bench-warm-lazy", warm_snapshots=True),
+        "pool": QemuProvider(images_dir, state, "bench-warm-pool", warm_snapshots=True,
+                             pool=PoolConfig(per_source=1, total_mib=512)),
+    }
+    ready: dict[str, list[float]] = {k: [] for k in MODES}
+    execd: dict[str, list[float]] = {k: [] for k in MODES}
+    steps: dict[str, dict[str, list[float]]] = {k: {} for k in MODES}
+    try:
+        t = time.monotonic()
+        await provs["lazy"].start()
+        await one(provs["lazy"], "warmup")  # builds the snapshot
+        print(f"warm snapshot built in {time.monotonic() - t:.1f} s (once per image per runner)", flush=True)
+        for p in provs.values():
+            await p.start()
+        pool = provs["pool"].pool
+        assert pool is not None
+        for i in range(tries):
+            order = MODES if i % 2 == 0 else tuple(reversed(MODES))
+            for mode in order:
+                p = provs[mode]
+                if mode == "pool":
+                    await until(lambda: pool.counts().get(TINY, 0) >= 1, 300)  # refills are not timed
+                p.last_restore_steps = {}
+                r, e, st = await one(p, f"{mode}-{i}")
+                ready[mode].append(r)
+                execd[mode].append(e)
+                for k, v in st.items():
+                    steps[mode].setdefault(k, []).append(v)
+            print(f"  try {i + 1}/{tries}: " + "  ".join(f"{m} {ready[m][-1]:.3f}" for m in MODES), flush=True)
+        assert pool.taken == tries, f"only {pool.taken} of {tries} pool tries got a pooled machine"
+
+        print(f"\nseconds, lease to a guest that answers (n={tries} each)")
+        print(f"{'mode':6} {'ready p50':>10} {'ready p90':>10} {'exec p50':>10} {'exec p90':>10}"
+              f" {'cold/x':>8} {'full/x':>8}")
+        c50, f50 = pct(ready["cold"], 0.5), pct(ready["full"], 0.5)
+        for m in MODES:
+            r50 = pct(ready[m], 0.5)
+            print(f"{m:6} {r50:10.3f} {pct(ready[m], 0.9):10.3f} {pct(execd[m], 0.5):10.3f} "
+                  f"{pct(execd[m], 0.9):10.3f} {c50 / r50:7.1f}x {f50 / r50:7.1f}x")
+        print("\nmedian seconds per restore step")
+        for m in ("full", "lazy"):
+            print(f"  {m}: " + ", ".join(f"{k} {statistics.median(v):.3f}" for k, v in steps[m].items()))
+
+        print(f"\nmemory of {pss_n} machines from one snapshot at once (KiB per machine)")
+        for m in ("full", "lazy"):
+            vals = await pss_of(provs[m], pss_n, m)
+            pss = [v[0] for v in vals]
+            rss = [v[1] for v in vals]
+            print(f"  {m}: PSS mean {statistics.mean(pss):8.0f}  RSS mean {statistics.mean(rss):8.0f}  "
+                  f"(PSS each: {', '.join(str(x) for x in pss)})")
+    finally:
+        for p in provs.values():
+            try:
+                await p.reap(keep=set())
+            finally:
+                await p.close()
+
+
+async def _main(args: argparse.Namespace, state: Path) -> None:
+    try:
+        await run(args.images_dir, state, args.tries, args.pss_machines)
+    finally:
+        await asyncio.to_thread(shutil.rmtree, state, True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--images-dir", type=Path,
+                    default=Path(os.environ.get("GH_IMAGES_DIR", "/var/tmp/gh-runner/images")))
+    ap.add_argument("--tries", type=int, default=20)
+    ap.add_argument("--pss-machines", type=int, default=4)
+    args = ap.parse_args()
+    state = Path(tempfile.mkdtemp(prefix="gh-bench-warm-", dir="/var/tmp"))
+    state.chmod(0o755)  # libvirt-qemu must reach the overlays
+    asyncio.run(_main(args, state))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

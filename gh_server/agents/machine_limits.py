@@ -1,0 +1,85 @@
+"""Limits of the machine API (docs/agents.md), enforced before a request reaches the runner.
+
+An agent is untrusted, and every machine request travels to the runner on the one websocket that also
+carries every other attempt's requests on that runner: a request too big for it, or too many at once,
+would hurt attempts that are not the agent's. So:
+- `exec`'s env: at most ENV_MAX_ENTRIES entries and ENV_MAX_BYTES bytes (names and values, UTF-8);
+- `input`: at most EVENTS_MAX events per request;
+- at most `Settings.machine_api_max_in_flight` requests in flight per token: more get 429 at once
+  (an ASGI middleware on the machine API's path, so it holds before any handler or grant lookup).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from gh_server.bodylimit import ASGIApp, Receive, Scope, Send
+
+ENV_MAX_ENTRIES = 64
+ENV_MAX_BYTES = 64 * 1024
+EVENTS_MAX = 100
+
+
+def check_env(env: Mapping[str, str]) -> Mapping[str, str]:
+    """ValueError (a 400 naming `env`) past the limits."""
+    if len(env) > ENV_MAX_ENTRIES:
+        raise ValueError(f"has {len(env)} entries; the limit is {ENV_MAX_ENTRIES}")
+    size = sum(len(k.encode()) + len(v.encode()) for k, v in env.items())
+    if size > ENV_MAX_BYTES:
+        raise ValueError(f"is {size:,} bytes; the limit is {ENV_MAX_BYTES:,} (names and values)")
+    return env
+
+
+class InFlightLimit:
+    """429 for a token's request beyond `limit` in flight on paths under `prefix`."""
+
+    def __init__(self, app: ASGIApp, prefix: str, limit: int) -> None:
+        self.app = app
+        self.prefix = prefix
+        self.limit = limit
+        self._in_flight: dict[str, int] = {}  # token hash -> requests being served
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not str(scope.get("path", "")).startswith(self.prefix):
+            await self.app(scope, receive, send)
+            return
+        key = _token_key(scope)
+        if key is None:  # no token: the handler answers 401
+            await self.app(scope, receive, send)
+            return
+        n = self._in_flight.get(key, 0)
+        if n >= self.limit:
+            await _too_many(send, self.limit)
+            return
+        self._in_flight[key] = n + 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            left = self._in_flight.get(key, 1) - 1
+            if left > 0:
+                self._in_flight[key] = left
+            else:
+                self._in_flight.pop(key, None)
+
+
+def _token_key(scope: Scope) -> str | None:
+    for name, value in scope.get("headers") or ():
+        if name == b"authorization":
+            scheme, _, token = value.partition(b" ")
+            if scheme.lower() == b"bearer" and token.strip():
+                return hashlib.sha256(token.strip()).hexdigest()  # never keep the token itself
+    return None
+
+
+async def _too_many(send: Send, limit: int) -> None:
+    body: dict[str, Any] = {"error": {"type": "rate_limit", "limit": limit, "message":
+                                      f"{limit} machine requests of this attempt are already in flight; "
+                                      "wait for one to finish"}}
+    raw = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": 429, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode()),
+        (b"retry-after", b"1")]})
+    await send({"type": "http.response.body", "body": raw})

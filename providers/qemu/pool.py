@@ -1,0 +1,158 @@
+"""The hot pool: machines restored and paused ahead of time, so a lease is a resume (issue 15).
+
+Per source (an image's current warm snapshot, or a start-state version with memory) up to
+`per_source` machines wait paused, all of them within `total_mib` of guest memory (counted at the
+manifest's size: an upper bound, since lazy copies share what they do not write). A machine
+taken for an attempt gets the attempt's id (domain metadata and owner file, so the daemon's
+reaper keeps it), is resumed, and sets its clock like any restored machine. One machine, one
+attempt: a taken machine never returns to the pool, and the pool refills in the background.
+
+Leaks: pooled machines are the provider's own (`_private`), never reaped while this process runs;
+`close` destroys them; after a crash the runner's start-up reaper removes them like any leftover,
+and the new process fills a new pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import structlog
+
+from providers.base import MachineSource, ProviderError
+
+if TYPE_CHECKING:
+    from providers.qemu.provider import QemuMachine, QemuProvider
+
+log = structlog.get_logger("providers.qemu.pool")
+
+REFILL_RETRY_S = 30.0  # after a failed fill, before trying that source again
+# After a take, the refill waits this long: a restore is a CPU-heavy QEMU start (libvirt's CPU
+# checks), and the lease's first steps (ready, clock, setup) should not compete with it.
+REFILL_DELAY_S = 3.0
+FILL_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    per_source: int = 0  # K paused machines per source; 0 turns the pool off
+    total_mib: int = 0  # guest memory all pooled machines may hold together
+
+    @property
+    def enabled(self) -> bool:
+        return self.per_source > 0 and self.total_mib > 0
+
+
+@dataclass
+class _Pooled:
+    machine: QemuMachine
+    key: str  # the source's version (snapshot key or start-state version): stale when it changes
+    mib: int
+    made_at: float
+
+
+class HotPool:
+    def __init__(self, provider: QemuProvider, config: PoolConfig,
+                 sources: Callable[[], Awaitable[list[tuple[MachineSource, str, int]]]]) -> None:
+        """`sources()` lists what to keep hot now: (source, its version key, guest MiB)."""
+        self.provider = provider
+        self.config = config
+        self._sources = sources
+        self._ready: dict[MachineSource, list[_Pooled]] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._failed_at: dict[MachineSource, float] = {}
+        self.taken = 0
+
+    def start(self) -> None:
+        if self._task is None and self.config.enabled:
+            self._task = asyncio.create_task(self._refill_loop(), name="hot-pool")
+            self._wake.set()
+
+    def counts(self) -> dict[MachineSource, int]:
+        return {s: len(ms) for s, ms in self._ready.items() if ms}
+
+    def _used_mib(self) -> int:
+        return sum(p.mib for ms in self._ready.values() for p in ms)
+
+    async def take(self, machine_id: str, source: MachineSource, key: str) -> QemuMachine | None:
+        """A paused machine for `source`, made the attempt's and resumed; None when there is none
+        (or it could not be resumed: it is destroyed, and the caller makes a machine as usual)."""
+        ready = self._ready.get(source) or []
+        while ready:
+            entry = ready.pop(0)
+            asyncio.get_running_loop().call_later(REFILL_DELAY_S, self._wake.set)
+            if entry.key != key:  # the image or version changed since it was made
+                await self._discard(entry.machine)
+                continue
+            try:
+                await self.provider._adopt(entry.machine, machine_id)
+            except ProviderError as e:
+                log.warning("pooled machine could not be resumed; making one", reason=str(e))
+                await self._discard(entry.machine)
+                return None
+            self.taken += 1
+            return entry.machine
+        return None
+
+    async def _discard(self, machine: QemuMachine) -> None:
+        try:
+            await machine.destroy()
+        except ProviderError as e:
+            log.warning("pooled machine not destroyed; the reaper will", reason=str(e))
+        finally:
+            self.provider._private.discard(machine.machine_id)
+
+    async def _refill_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self._fill_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("hot pool refill failed")
+                self._wake.set()
+                await asyncio.sleep(REFILL_RETRY_S)
+
+    async def _fill_once(self) -> None:
+        for source, key, mib in await self._sources():
+            ready = self._ready.setdefault(source, [])
+            for stale in [p for p in ready if p.key != key]:
+                ready.remove(stale)
+                await self._discard(stale.machine)
+            failed = self._failed_at.get(source)
+            if failed is not None and time.monotonic() - failed < REFILL_RETRY_S:
+                continue
+            while len(ready) < self.config.per_source and self._used_mib() + mib <= self.config.total_mib:
+                mid = f"pool-{secrets.token_hex(4)}"
+                self.provider._private.add(mid)
+                try:
+                    m = await self.provider._create_machine(mid, source, timeout=FILL_TIMEOUT_S, warm=True,
+                                                            paused=True)
+                except ProviderError as e:
+                    self.provider._private.discard(mid)
+                    self._failed_at[source] = time.monotonic()
+                    log.warning("hot pool could not make a machine", source=str(source), reason=str(e))
+                    break
+                if not m.restored:  # no snapshot to start from: a paused cold machine saves nothing
+                    await self._discard(m)
+                    self._failed_at[source] = time.monotonic()
+                    break
+                ready.append(_Pooled(m, key, mib, time.time()))
+                log.info("hot pool filled", source=str(source), ready=len(ready), used_mib=self._used_mib())
+
+    async def close(self) -> None:
+        """Stop refilling and destroy every pooled machine."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        for ms in self._ready.values():
+            while ms:
+                await self._discard(ms.pop().machine)

@@ -1,0 +1,100 @@
+"""The hot pool on the real thing: a lease takes a paused machine that is as fresh as a cold one
+(nothing the previous machine wrote, the host's clock), becomes the attempt's (the reaper keeps
+it), the pool refills, and a crashed runner's pool is reaped by the next process without leaks."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from providers.base import MachineOrigin, MachineSource
+from providers.qemu import QemuMachine, QemuProvider
+from providers.qemu.pool import PoolConfig
+
+from .conftest import BOOT_TIMEOUT, LIBVIRT_URI, ensure_libvirtd, our_domains
+
+pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+
+TINY = MachineSource(image="linux-tiny")
+POOL = PoolConfig(per_source=1, total_mib=512)
+
+
+async def until(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+def pooled(p: QemuProvider) -> int:
+    assert p.pool is not None
+    return p.pool.counts().get(TINY, 0)
+
+
+async def test_a_lease_takes_a_fresh_paused_machine_and_a_restart_reaps_the_pool(
+        images_dir: Path, state_root: Path, runner_name: str) -> None:
+    ensure_libvirtd()
+    sd = state_root / f"pool-{secrets.token_hex(3)}"
+    sd.mkdir(mode=0o755)
+    p = QemuProvider(images_dir, sd, runner_name, LIBVIRT_URI, warm_snapshots=True, pool=POOL)
+    await p.start()
+    assert await p.pooled_sources() == [TINY]
+    made: list[QemuMachine] = []
+    try:
+        await until(lambda: pooled(p) == 1, BOOT_TIMEOUT * 3, "the pool to fill")
+        a = await p.create_machine("at_pool_a", TINY, timeout=BOOT_TIMEOUT)
+        assert isinstance(a, QemuMachine)
+        made.append(a)
+        assert a.origin == MachineOrigin.POOLED and a.machine_id == "at_pool_a"
+        await a.wait_ready(BOOT_TIMEOUT)
+        res = await a.run_script("echo a > /root/a-was-here; echo a > /dev/shm/a-mem; sync", timeout=30)
+        assert res.exit_code == 0, res.stderr
+        # It is the attempt's now: the daemon's reaper, keeping only live attempts, leaves it alone.
+        assert await p.reap({"at_pool_a"}) == []
+        assert (await a.run_script("true", timeout=30)).exit_code == 0
+
+        await until(lambda: pooled(p) == 1, BOOT_TIMEOUT * 2, "the pool to refill")
+        b = await p.create_machine("at_pool_b", TINY, timeout=BOOT_TIMEOUT)
+        assert isinstance(b, QemuMachine)
+        made.append(b)
+        assert b.origin == MachineOrigin.POOLED and b.domain_name != a.domain_name
+        await b.wait_ready(BOOT_TIMEOUT)
+        # Paused since it was made: its clock would lag by the time it waited, unless set on resume.
+        assert abs(float((await b.run_script("date +%s", timeout=30)).stdout) - time.time()) < 2.0
+        res = await b.run_script("ls /root/a-was-here /dev/shm/a-mem 2>&1", timeout=30)
+        assert res.stdout.count("No such file") == 2, res.stdout
+        for m in made:
+            await m.destroy()
+        await until(lambda: pooled(p) == 1, BOOT_TIMEOUT * 2, "the pool to refill again")
+        left_by_p = our_domains()
+        assert len(left_by_p) == 1  # the pooled machine a crashed runner would leave
+
+        # "Crash": the process is gone without closing; the next one reaps its pool and fills its own.
+        p2 = QemuProvider(images_dir, sd, runner_name, LIBVIRT_URI, warm_snapshots=True, pool=POOL)
+        try:
+            await p2.start()
+            reaped = await p2.reap(set())
+            assert len(reaped) >= 1 and all(r.startswith("pool-") for r in reaped)
+            await until(lambda: pooled(p2) == 1 and not set(left_by_p) & set(our_domains()),
+                        BOOT_TIMEOUT * 2, "the new pool")
+            c = await p2.create_machine("at_pool_c", TINY, timeout=BOOT_TIMEOUT)
+            try:
+                assert c.origin == MachineOrigin.POOLED
+                await c.wait_ready(BOOT_TIMEOUT)
+            finally:
+                await c.destroy()
+        finally:
+            await p2.close()
+        p._private.clear()  # what died with the crashed process
+    finally:
+        for m in made:
+            await m.destroy()
+        await p.close()
+    assert our_domains() == []
+    assert list((sd / "machines").iterdir()) == []

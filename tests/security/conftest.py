@@ -1,0 +1,7 @@
+"""The security suite: a real gh-server (tests/gateway's fixtures: uvicorn in a thread, free port)."""
+
+from __future__ import annotations
+
+from gateway.conftest import _no_domains_left_behind, server, server_factory
+
+__all__ = ["_no_domains_left_behind", "server", "server_factory"]
