@@ -36,6 +36,7 @@ from gh_runner.protocol import (
     MachineResponse,
     Outcome,
     TaskEnd,
+    TaskEndReason,
 )
 from gh_runner.replay import ReplayRecorder, is_secret_event, redact_event, redact_text
 from providers.base import Machine, MachineSource, Provider, ProviderError, ScriptResult
@@ -149,6 +150,7 @@ class Attempt:
         self._error: AttemptError | None = None
         self._check_absent = False
         self._limit_reached = False
+        self._ending: rules.TaskEnding | None = None
         self._task_end: TaskEnd | None = None
         self._task_end_seen = asyncio.Event()
         self._task_over = False
@@ -205,8 +207,9 @@ class Attempt:
 
         await self._status("running", TASK)
         end = await self._phase(TASK, None, self._task)
-        if end is not None and end.error:
-            raise AttemptError(TASK, f"the agent could not carry on: {end.error}")
+        self._ending = rules.task_ending(end, self._limit_reached)
+        if self._ending.error:
+            raise AttemptError(TASK, self._ending.error)
         answer = end.answer if end is not None else ""
 
         if case.check_script:
@@ -257,7 +260,7 @@ class Attempt:
     async def handle_request(self, req: MachineRequest) -> MachineResponse:
         """Answer the agent's screen/input/exec request, or refuse it with a reason."""
         if not self._accepting or self.machine is None:
-            return _refuse(req, self._why_not_now())
+            return self._stopped(_refuse(req, self._why_not_now()))
         op = asyncio.create_task(self._serve(req), name=f"request-{req.request_id}")
         self._inflight.add(op)
         op.add_done_callback(self._inflight.discard)
@@ -266,7 +269,7 @@ class Attempt:
         except asyncio.CancelledError:
             if self._outer_cancelled():
                 raise
-            return _refuse(req, f"stopped before it finished: {self._closed_reason or 'the task ended'}")
+            return self._stopped(_refuse(req, f"stopped before it finished: {self._closed_reason or 'the task ended'}"))
 
     def task_end(self, msg: TaskEnd) -> None:
         """The agent is done: the task phase ends and the check after runs with its answer."""
@@ -547,6 +550,13 @@ class Attempt:
             timed_out=res.timed_out,
         )
 
+    def _stopped(self, refusal: MachineResponse) -> MachineResponse:
+        """A refusal because the time limit stopped the task says so, so the agent's side ends the task
+        (scored by the check after) instead of reporting a machine failure."""
+        if self._limit_reached and self._cancel_reason is None:
+            refusal.stopped = TaskEndReason.TIME_LIMIT
+        return refusal
+
     def _why_not_now(self) -> str:
         if self._cancel_reason is not None:
             return f"the attempt was cancelled: {self._cancel_reason}"
@@ -605,6 +615,8 @@ class Attempt:
             check_after=self._check_after,
             check_absent=self._check_absent and outcome != "error",
             task_limit_reached=self._limit_reached,
+            task_end=self._ending.reason if self._ending is not None else None,
+            task_note=self._ending.note if self._ending is not None else None,
             answer=end.answer if end is not None else None,
             metrics=self._metrics,
             started_at=started,

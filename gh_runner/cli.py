@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gh-runner", description=DESCRIPTION, epilog=EPILOG, parents=[common],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"gh-runner {__version__} (protocol {PROTOCOL_VERSION})")
-    sub = parser.add_subparsers(dest="command", metavar="{images,doctor,local,selftest}")
+    sub = parser.add_subparsers(dest="command", metavar="{images,doctor,local,selftest,validate}")
     images = sub.add_parser("images", parents=[common], help="list the images this runner would advertise",
                             description="List images (name, os, version, checksum) and held start-state versions.")
     images.add_argument("--json", action="store_true", help="machine-readable output")
@@ -135,6 +135,17 @@ def build_parser() -> argparse.ArgumentParser:
                           help="write the report: one {image, step, ok, seconds, detail} per step")
     selftest.add_argument("--name", default=argparse.SUPPRESS,
                           help="runner name; its machines are named <name>-selftest")
+    validate = sub.add_parser(
+        "validate", parents=[_common_options(machine_only=True)],
+        help="check that each case is valid: noop fails, reference passes, the setup is deterministic",
+        description="Run the cases of CASES against noop and reference, N tries each on fresh machines, and "
+                    "say per case valid, broken, flaky or unvalidated, with the reasons. Exit 0 when every try "
+                    "ran; with --strict, 3 when a case is not valid.")
+    validate.add_argument("cases", metavar="CASES", type=Path, help="cases file (YAML or JSON)")
+    validate.add_argument("--repeat", type=int, default=None, metavar="N", help="tries per case and agent (3)")
+    validate.add_argument("--report", type=Path, default=None, metavar="FILE", help="where to write the JSON report")
+    validate.add_argument("--slots", type=int, default=None, metavar="N", help="attempts at once on this host")
+    validate.add_argument("--strict", action="store_true", help="exit 3 when a case is not valid")
     return parser
 
 
@@ -166,11 +177,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _images(config, bool(getattr(args, "json", False)))
     if command == "doctor":
         return _dispatch("gh_runner.doctor", "doctor", config)
-    if command == "local":
+    if command in ("local", "validate"):
         # Resolved like the daemon's (flags > env > file > defaults); the whole config rides along.
         args.images_dir, args.state_dir, args.libvirt_uri = config.images_dir, config.state_dir, config.libvirt_uri
         args.runner_config = config
-        return _dispatch("gh_runner.local", "local", args)
+        return _dispatch(f"gh_runner.{command}", command, args)
     if command == "selftest":
         args.runner_config = config
         return _dispatch("gh_runner.selftest", "selftest", args)

@@ -474,10 +474,12 @@ class LocalRun:
         report = build_report(run, results, attempts, all_attempts, case_order=self.cf.keys,
                               replays=str(replays_dir))
         await asyncio.to_thread(write_report, report_path, report)
+        page = await asyncio.to_thread(self._write_page, report_path.with_suffix(".html"), replays_dir)
         self.say("")
         self.say(render_table(rows, summaries))
         self.say("")
         self.say(f"report:  {report_path}")
+        self.say(f"page:    {page}")
         self.say(f"replays: {replays_dir}/<attempt_id>/index.html")
         unfinished = [a for a in attempts if a.get("outcome") not in ("passed", "failed", "error")]
         if run.get("status") != "completed" or unfinished:
@@ -485,6 +487,21 @@ class LocalRun:
                      "tr(ies) that did not run to an outcome")
             return EXIT_FAILED
         return EXIT_OK
+
+    def _write_page(self, page: Path, replays_dir: Path) -> Path:
+        """report.html: the results page (gh_server/report_page.py), its replay links relative to it."""
+        from gh_server import models, report_page
+
+        def replay(attempt_id: str) -> str | None:
+            target = replays_dir / attempt_id / "index.html"
+            return os.path.relpath(target, page.parent) if target.is_file() else None
+
+        with self.state.db() as s:
+            run = s.get(models.TestRun, self.run_id)
+            assert run is not None
+            text = report_page.render(report_page.page_data(s, run, replay, lambda _rid: None))
+        page.write_text(text, encoding="utf-8")
+        return page
 
     def _export_replays(self, replays_dir: Path) -> list[dict[str, Any]]:
         """Every attempt of the run, retries included, with its replay written to disk."""

@@ -11,6 +11,8 @@ Decisions where the rules are silent (documented here because operators will ask
   against it) would make results depend on the shell's error handling, so it is `error`.
 - Truncated stdout is `error`: the line we see last is not the line the script printed last.
 - A timeout is `error` whatever was printed before it.
+- How the task ended is never an error by itself (`task_ending`): an agent stopped by its time
+  limit, even mid-exec or mid-input, or one whose process failed, is scored by the check after.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from gh_runner.protocol import CheckOutput, Outcome
+from gh_runner.protocol import CheckOutput, Outcome, TaskEnd, TaskEndReason
 from providers.base import ScriptResult
 
 TAIL_LINES = 20
@@ -150,3 +152,26 @@ def judge_after(res: ScriptResult, timeout: float) -> Judgement:
     if isinstance(verdict, Judgement):
         return verdict
     return Judgement("passed" if verdict == "True" else "failed")
+
+
+@dataclass(frozen=True)
+class TaskEnding:
+    """How the task phase ended: why, what the agent's side said, and (only for our side's failures,
+    such as a machine or customer model that failed under the agent) the error that ends the attempt."""
+
+    reason: TaskEndReason
+    note: str | None = None
+    error: str | None = None
+
+
+def task_ending(end: TaskEnd | None, limit_reached: bool) -> TaskEnding:
+    """The limit wins: once limits.minutes stopped the task, whatever the agent reported after it
+    (a request refused mid-flight, a failure) is the consequence of being stopped, not our fault."""
+    if limit_reached:
+        said = (end.error or end.note) if end is not None else None
+        return TaskEnding(TaskEndReason.TIME_LIMIT, said)
+    if end is None:  # the task waits for a task_end or the limit, so this is the limit by another name
+        return TaskEnding(TaskEndReason.TIME_LIMIT)
+    if end.error:
+        return TaskEnding(end.reason, end.note, f"the agent could not carry on: {end.error}")
+    return TaskEnding(end.reason, end.note)

@@ -57,6 +57,16 @@ class FrameTooLarge(Exception):
         self.limit = limit
 
 
+class TaskEndReason(StrEnum):
+    """Why an agent's task ended. None of these is an `error`: the agent's own failures are scored by
+    the check after, and only our side (machine, setup, checks, runner, judge, customer) makes errors."""
+
+    FINISHED = "finished"  # the agent said it was done
+    TIME_LIMIT = "time_limit"  # limits.minutes stopped it (perhaps mid-exec or mid-input)
+    STEP_LIMIT = "step_limit"  # limits.steps stopped it
+    AGENT_FAILED = "agent_failed"  # its process exited non-zero, or its endpoint answered an error
+
+
 class ProtocolError(Exception):
     """A frame that is not valid JSON, not an object, or not a known, well-formed message."""
 
@@ -156,6 +166,8 @@ class AttemptResult(_Msg):
     # provisional and the server decides it with the rubric judge.
     check_absent: bool = False
     task_limit_reached: bool = False  # the task was stopped at limits.minutes (and then checked)
+    task_end: TaskEndReason | None = None  # why the task ended (None: it never started)
+    task_note: str | None = None  # what the agent's side said as it ended (an exit code, a refusal)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,6 +237,8 @@ class MachineResponse(_Msg):
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     timed_out: bool = False
+    # Refused because the task was stopped (its time limit): the agent's end, not a machine failure.
+    stopped: TaskEndReason | None = None
 
 
 class JobResult(_Msg):
@@ -302,7 +316,9 @@ class TaskEnd(_Msg):
     steps: int = 0
     questions: int = 0
     approvals: int = 0
-    error: str | None = None  # an agent infrastructure failure: the attempt becomes `error`
+    error: str | None = None  # a failure on our side (customer model, machine): the attempt becomes `error`
+    reason: TaskEndReason = TaskEndReason.FINISHED  # why the agent stopped, when there is no error
+    note: str | None = None  # e.g. "agent cmd exited with code 3: ..." (for the attempt, never an error)
 
 
 class Job(_Msg):

@@ -129,6 +129,8 @@ class TestCase(Base):
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # {status, runs, reasons, at, test_run_id}: the last validation run's verdict (gh_server/validation.py)
+    validation: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
 
 
 class TestCaseTag(Base):
@@ -228,6 +230,17 @@ class Attempt(Base):
         Index("ix_attempts_queue", "status", "created_at"),
         Index("ix_attempts_run", "test_run_id", "is_last"),
     )
+
+
+class AttemptLabel(Base):
+    """A person's verdict on an attempt (judge calibration, gh_server/calibration.py); one per attempt."""
+
+    __tablename__ = "attempt_labels"
+    attempt_id: Mapped[str] = mapped_column(ForeignKey("attempts.id", ondelete="CASCADE"), primary_key=True)
+    passed: Mapped[bool] = mapped_column(Boolean)
+    note: Mapped[str] = mapped_column(Text, default="")
+    labelled_by: Mapped[str | None] = mapped_column(String(32), default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class ReplayFrame(Base):
@@ -345,6 +358,10 @@ class MachineGrant(Base):
     # From then on the models get the screen masked (a guest may echo a typed secret).
     secret_typed: Mapped[bool] = mapped_column(Boolean, default=False)
     customer_error: Mapped[str | None] = mapped_column(Text, default=None)
+    # A request the machine failed under the agent (ours: an agent that then gives up is our error).
+    machine_failure: Mapped[str | None] = mapped_column(Text, default=None)
+    # A step past max_steps was asked: the task ends (the process running the agent stops it).
+    step_limit_hit: Mapped[bool] = mapped_column(Boolean, default=False)
     # A grant whose process died is dead at this time anyway (the task's time limit and a slack).
     expires_at: Mapped[datetime] = mapped_column(index=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

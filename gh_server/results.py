@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from gh_server import trust
 from gh_server.models import Attempt, RunCase, TestRun, utcnow
 from gh_server.serialize import ts
 
@@ -97,7 +98,8 @@ def _attempt_rows(session: Session, run_id: str) -> list[Any]:
         metrics["cost_cents"].as_integer(),
         t.c.finished_at,
         t.c.is_last,
-    ).where(t.c.test_run_id == run_id)
+        *trust.columns(t),  # what the trust additions read, in the same pass
+    ).where(t.c.test_run_id == run_id).order_by(t.c["try"], t.c.created_at)
     return list(session.connection().execute(stmt).all())
 
 
@@ -129,7 +131,7 @@ def results(session: Session, run: TestRun) -> dict[str, Any]:
     pair_cost: dict[tuple[int, str], int | None] = {}
     finished: list[tuple[datetime, str]] = []
     total_attempts = 0
-    for rc_id, agent, status, outcome, seconds, active, steps, cost, finished_at, is_last in rows:
+    for rc_id, agent, status, outcome, seconds, active, steps, cost, finished_at, is_last, *_ in rows:
         total_attempts += 1
         k = (rc_id, agent)
         p = pair.setdefault(k, {**_tally(), "cancelled": 0})
@@ -215,7 +217,7 @@ def results(session: Session, run: TestRun) -> dict[str, Any]:
         "finished_at": ts(run.finished_at),
         "wall_seconds": wall,
     }
-    return {
+    out = {
         "object": "test_run_results",
         "test_run_id": run.id,
         "data": data,
@@ -225,6 +227,8 @@ def results(session: Session, run: TestRun) -> dict[str, Any]:
         "totals": totals,
         "timeline": timeline(run, finished),
     }
+    # Intervals, pass@k, flaky, infrastructure errors apart, axes: from the same rows.
+    return trust.enrich(session, run, out, [trust.TrustRow(r[1], *r[10:]) for r in rows])
 
 
 def timeline(run: TestRun, finished: list[tuple[datetime, str]], steps: int = 40) -> list[dict[str, Any]]:
@@ -316,4 +320,5 @@ def compare(session: Session, runs: list[TestRun]) -> dict[str, Any]:
         "runs": compared,
         "changes": changes,
         "cases": list(cases.values()),
+        "paired": trust.paired_runs(session, runs, per_run),  # per run but the baseline, per agent
     }

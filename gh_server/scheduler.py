@@ -482,6 +482,15 @@ _APPLY_RESULT = (
 )
 
 
+def error_phase_of(result: protocol.AttemptResult, error: str | None, *, judged_error: bool) -> str | None:
+    """The phase an `error` came from (results count infrastructure errors by it); None when not an error."""
+    if judged_error:
+        return "judge"
+    if result.outcome != "error":
+        return "judge" if result.check_absent and error else None
+    return result.error_phase or "runner"
+
+
 def apply_result(
     session: Session, runner_id: str, result: protocol.AttemptResult, judge: dict[str, Any] | None = None
 ) -> Applied:
@@ -528,6 +537,10 @@ def apply_result(
             "approvals": m.approvals,
             "cost_cents": None,
             "phase_seconds": dict(m.phase_seconds),
+            # Why the task ended (agent's side, never an error) and, for an error, the phase it came from.
+            "task_end": None if result.task_end is None else {"reason": str(result.task_end),
+                                                                "note": (result.task_note or None)},
+            "error_phase": error_phase_of(result, error, judged_error=judge is not None and bool(judge.get("error"))),
             "machine_origin": m.machine_origin,
         },
         "outcome": outcome,
@@ -540,7 +553,8 @@ def apply_result(
     }
     values["judge"] = None
     if judge is not None and not judge.get("error"):
-        values["judge"] = {"passed": bool(judge.get("passed")), "reason": str(judge.get("reason", ""))}
+        values["judge"] = {"passed": bool(judge.get("passed")), "reason": str(judge.get("reason", "")),
+                           "judge_id": judge.get("judge_id"), "usage": judge.get("usage")}
     if conn.execute(_APPLY_RESULT, {**values, "b_id": aid, "b_status": row.status}).rowcount != 1:
         return Applied(aid, False, row.test_run_id, note="attempt changed while its result was applied")
     retry_id = None

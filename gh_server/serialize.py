@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from gh_server.models import ApiKey, Attempt, Runner, StartState, TestCase, TestRun, TestSet
-
-
-def ts(value: datetime | None) -> str | None:
-    """ISO 8601 in UTC with milliseconds and a Z, as the seed's examples."""
-    if value is None:
-        return None
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+from gh_server.timestamps import ts as ts  # re-exported: the routers and results read it from here
 
 
 def test_case(row: TestCase) -> dict[str, Any]:
@@ -38,7 +32,16 @@ def test_case(row: TestCase) -> dict[str, Any]:
         "metadata": dict(row.metadata_ or {}),
         "created_at": ts(row.created_at),
         "updated_at": ts(row.updated_at),
+        # Whether noop fails, reference passes and the check before prints False, every time (issue 16).
+        "validation": case_validation(row),
     }
+
+
+UNVALIDATED: dict[str, Any] = {"status": "unvalidated", "runs": 0, "reasons": [], "at": None, "test_run_id": None}
+
+
+def case_validation(row: TestCase) -> dict[str, Any]:
+    return dict(row.validation) if row.validation else dict(UNVALIDATED)
 
 
 def test_set(row: TestSet, cases: list[tuple[str, str | None, int | None]]) -> dict[str, Any]:
@@ -138,6 +141,8 @@ def attempt(row: Attempt, key: str | None, base_url: str, settings: Any = None) 
         "answer": row.answer,
         "error": row.error,
         "metrics": metrics,
+        # Why the agent's task ended (finished, time_limit, step_limit, agent_failed) and what it said.
+        "task_end": (row.metrics or {}).get("task_end"),
         "runner_id": row.runner_id,
         "created_at": ts(row.created_at),
         "started_at": ts(row.started_at),

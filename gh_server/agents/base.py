@@ -23,6 +23,20 @@ class MachineError(AgentError):
         self.refusal = refusal  # set when it was refused for a typed reason (e.g. too large to relay)
 
 
+class TaskStopped(MachineError):
+    """A request was refused because the task was stopped (its time limit): the agent's end, scored by
+    the check after, never an error."""
+
+    def __init__(self, message: str, reason: protocol.TaskEndReason) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class AgentFailed(Exception):
+    """The agent under test failed on its own (its process exited non-zero, its endpoint answered an
+    error or garbage): the task ends and the check after scores it. Not an AgentError on purpose."""
+
+
 @dataclass(frozen=True)
 class ExecResult:
     exit_code: int | None
@@ -60,7 +74,10 @@ class Machine:
         self.requests += 1
         resp = await self._relay(self.runner_id, req, timeout + SLACK_S)
         if not resp.ok:
-            raise MachineError(f"{req.op} on the machine failed: {resp.error or 'no reason given'}", resp.refusal)
+            why = f"{req.op} on the machine failed: {resp.error or 'no reason given'}"
+            if resp.stopped is not None:
+                raise TaskStopped(why, resp.stopped)
+            raise MachineError(why, resp.refusal)
         return resp
 
     def _req(self, op: str, **kw: Any) -> protocol.MachineRequest:
@@ -125,6 +142,8 @@ class AgentOutcome:
     questions: int = 0
     approvals: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    reason: protocol.TaskEndReason = protocol.TaskEndReason.FINISHED
+    note: str | None = None
 
 
 class Agent(Protocol):

@@ -17,7 +17,8 @@ from typing import Any
 
 import httpx
 
-from gh_server.agents.base import AgentContext, AgentError, AgentOutcome
+from gh_runner.protocol import TaskEndReason
+from gh_server.agents.base import AgentContext, AgentError, AgentFailed, AgentOutcome
 from gh_server.agents.sandbox import Sandbox
 
 MAX_ANSWER = 100_000
@@ -89,7 +90,7 @@ class CommandAgent:
             _kill(proc)
             await proc.wait()
             # Out of time is the agent's failure, not ours: the check after still decides.
-            return AgentOutcome(answer="")
+            return AgentOutcome(answer="", reason=TaskEndReason.TIME_LIMIT)
         except asyncio.CancelledError:
             _kill(proc)
             with contextlib.suppress(Exception):
@@ -100,7 +101,7 @@ class CommandAgent:
         if proc.returncode != 0:
             tail = err.decode(errors="replace").strip()[-MAX_STDERR_IN_ERROR:]
             why = f"agent {self.agent_id} exited with code {proc.returncode}"
-            raise AgentError(why + (f": {tail}" if tail else ""))
+            raise AgentFailed(why + (f": {tail}" if tail else ""))
         return _outcome_from(out.decode(errors="replace").strip())
 
 
@@ -130,16 +131,19 @@ class HttpAgent:
             async with httpx.AsyncClient(timeout=timeout, transport=self._transport, follow_redirects=False) as client:
                 resp = await client.post(self.url, json=request_document(ctx), headers=self.headers)
         except httpx.TimeoutException:
-            return AgentOutcome(answer="")
-        except httpx.HTTPError as e:
+            return AgentOutcome(answer="", reason=TaskEndReason.TIME_LIMIT)
+        except (httpx.ConnectError, httpx.UnsupportedProtocol) as e:
+            # Never reached: nothing of the agent ran, so there is nothing to score (ours to retry).
             raise AgentError(f"agent {self.agent_id}: {self.url} could not be reached: {type(e).__name__}") from None
+        except httpx.HTTPError as e:
+            raise AgentFailed(f"agent {self.agent_id}: {self.url} broke off its answer: {type(e).__name__}") from None
         if resp.status_code >= 400:
-            raise AgentError(f"agent {self.agent_id}: {self.url} answered HTTP {resp.status_code}: {resp.text[:300]}")
+            raise AgentFailed(f"agent {self.agent_id}: {self.url} answered HTTP {resp.status_code}: {resp.text[:300]}")
         if resp.headers.get("content-type", "").startswith("application/json"):
             try:
                 body = resp.json()
             except ValueError:
-                raise AgentError(f"agent {self.agent_id}: {self.url} sent invalid JSON") from None
+                raise AgentFailed(f"agent {self.agent_id}: {self.url} sent invalid JSON") from None
             if isinstance(body, dict):
                 return _outcome_from(body.get("answer"), body)
             return _outcome_from(body)

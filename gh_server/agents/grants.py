@@ -4,7 +4,9 @@ A grant is made when an agent's task starts (in the process that runs the agent)
 ends; `expires_at` (the task's time limit and a slack) ends the grants of a process that died. The
 counters the task ends with (steps, questions, approvals) and the customer's failure live on the row:
 whichever process served a request updates them with one guarded UPDATE, so a step limit holds across
-processes. Only the token's sha256 is stored. Plain data in, plain data out (these run in the DbQueue).
+processes. A refused step flags the row (`step_limit_hit`): the task ends there, and the process
+running the agent reads the flag (gh_server.agents.supervisor). Only the token's sha256 is stored.
+Plain data in, plain data out (these run in the DbQueue).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class Tally:
     questions: int = 0
     approvals: int = 0
     customer_error: str | None = None
+    machine_failure: str | None = None  # the first request the machine failed under the agent (ours)
 
 
 def add(session: Session, token_hash: str, attempt_id: str, runner_id: str, max_steps: int | None,
@@ -46,7 +49,7 @@ def add(session: Session, token_hash: str, attempt_id: str, runner_id: str, max_
                     .execution_options(synchronize_session=False))
     session.add(MachineGrant(token_hash=token_hash, attempt_id=attempt_id, runner_id=runner_id,
                              max_steps=max_steps, start_state_id=start_state_id, steps=0, questions=0, approvals=0,
-                             secret_typed=False, expires_at=expires_at, created_at=now))
+                             secret_typed=False, step_limit_hit=False, expires_at=expires_at, created_at=now))
 
 
 def load(session: Session, token_hash: str) -> GrantRow | None:
@@ -62,7 +65,8 @@ def load(session: Session, token_hash: str) -> GrantRow | None:
 
 
 def take_step(session: Session, token_hash: str) -> bool | None:
-    """True: counted. False: the step limit is reached. None: the grant is gone."""
+    """True: counted. False: the step limit is reached (and the row flagged: the task ends). None: the
+    grant is gone."""
     res = session.execute(
         update(MachineGrant)
         .where(MachineGrant.token_hash == token_hash, MachineGrant.expires_at > utcnow(),
@@ -72,7 +76,20 @@ def take_step(session: Session, token_hash: str) -> bool | None:
     )
     if cast(CursorResult[Any], res).rowcount == 1:
         return True
-    return False if session.get(MachineGrant, token_hash) is not None else None
+    res = session.execute(
+        update(MachineGrant)
+        .where(MachineGrant.token_hash == token_hash, MachineGrant.max_steps.is_not(None),
+               MachineGrant.steps >= MachineGrant.max_steps)
+        .values(step_limit_hit=True)
+        .execution_options(synchronize_session=False)
+    )
+    return False if cast(CursorResult[Any], res).rowcount == 1 else None
+
+
+def step_limits_reached(session: Session, token_hashes: list[str]) -> list[str]:
+    """Which of these grants had a step past their limit asked (in any process)."""
+    return list(session.scalars(select(MachineGrant.token_hash).where(MachineGrant.token_hash.in_(token_hashes),
+                                                                      MachineGrant.step_limit_hit.is_(True))))
 
 
 def count(session: Session, token_hash: str, field: str) -> bool:
@@ -84,7 +101,11 @@ def count(session: Session, token_hash: str, field: str) -> bool:
 
 
 def mark(session: Session, token_hash: str, *, secret_typed: bool | None = None,
-         customer_error: str | None = None) -> None:
+         customer_error: str | None = None, machine_failure: str | None = None) -> None:
+    if machine_failure is not None:  # the first one is what the agent gave up on
+        session.execute(update(MachineGrant)
+                        .where(MachineGrant.token_hash == token_hash, MachineGrant.machine_failure.is_(None))
+                        .values(machine_failure=machine_failure[:2000]).execution_options(synchronize_session=False))
     values: dict[str, Any] = {}
     if secret_typed:
         values["secret_typed"] = True
@@ -99,6 +120,6 @@ def end(session: Session, token_hash: str) -> Tally:
     g = session.get(MachineGrant, token_hash)
     if g is None:
         return Tally()
-    tally = Tally(g.steps, g.questions, g.approvals, g.customer_error)
+    tally = Tally(g.steps, g.questions, g.approvals, g.customer_error, g.machine_failure)
     session.delete(g)
     return tally

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from gh_server.agents import machine_limits
-from gh_server.agents.base import MachineError
+from gh_server.agents.base import MachineError, TaskStopped
 from gh_server.agents.supervisor import MACHINE_API_PATH, Grant
 from providers.base import InputEvent
 
@@ -47,11 +47,16 @@ def _error(status: int, etype: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"type": etype, "message": message}}, status_code=status)
 
 
-def _machine_error(e: MachineError) -> JSONResponse:
-    # Too large to relay over the runner's websocket: the caller's request (or what it asked for) is
-    # what to change, so it is told so, not given a server error.
+async def _machine_failed(sup: AgentSupervisor, grant: Grant, e: MachineError) -> JSONResponse:
+    """A refused request: 409 when the task was stopped (the agent's end); 413 when it is too large to
+    relay over the runner's websocket (the caller's request, or what it asked for, is what to change);
+    502 when the machine failed under the agent, remembered so that an agent which then gives up is our
+    error, not its failure."""
+    if isinstance(e, TaskStopped):
+        return _error(409, "conflict", str(e))
     if e.refusal is not None:
         return _error(413, "invalid_request", str(e))
+    await sup.machine_failed(grant, str(e))  # on the grant's row: the agent may run in another process
     return _error(502, "server_error", str(e))
 
 
@@ -66,7 +71,8 @@ def router(sup: AgentSupervisor) -> APIRouter:
         return grant
 
     async def step(grant: Grant) -> JSONResponse | None:
-        counted = await sup.take_step(grant)  # in the grants table: the limit holds across processes
+        counted = await sup.take_step(grant)  # in the grants table: the limit holds across processes;
+        # a refused step ends the task (take_step flags the row, the supervisor running the agent stops it)
         if counted is None:
             return _error(401, "authentication", "no such machine token, or the attempt's task is over")
         if not counted:
@@ -101,7 +107,7 @@ def router(sup: AgentSupervisor) -> APIRouter:
         try:
             png = await grant.machine.screen()
         except MachineError as e:
-            return _machine_error(e)
+            return await _machine_failed(sup, grant, e)
         return Response(png, media_type="image/png")
 
     @r.post("/input")
@@ -115,7 +121,7 @@ def router(sup: AgentSupervisor) -> APIRouter:
         try:
             await grant.machine.input(b.events)
         except MachineError as e:
-            return _machine_error(e)
+            return await _machine_failed(sup, grant, e)
         return JSONResponse({"ok": True})
 
     @r.post("/exec")
@@ -129,7 +135,7 @@ def router(sup: AgentSupervisor) -> APIRouter:
         try:
             res = await grant.machine.exec(b.script, b.env, b.timeout)
         except MachineError as e:
-            return _machine_error(e)
+            return await _machine_failed(sup, grant, e)
         return JSONResponse(res.as_dict())
 
     @r.post("/ask")

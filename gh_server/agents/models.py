@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -73,7 +74,21 @@ def parse_customer_reply(text: str) -> CustomerReply:
 transport: httpx.AsyncBaseTransport | None = None
 
 
-async def chat(endpoint: ModelEndpoint, messages: list[dict[str, Any]], *, json_mode: bool = False) -> str:
+async def chat(endpoint: ModelEndpoint, messages: list[dict[str, Any]], *, json_mode: bool = False,
+               usage: dict[str, float] | None = None) -> str:
+    """The reply's text. `usage`, when given, gets the call's seconds and total tokens added to it (the
+    evaluator's own overhead, reported apart from the agent's)."""
+    started = time.monotonic()
+    try:
+        return await _chat(endpoint, messages, json_mode, usage)
+    finally:
+        if usage is not None:
+            usage["seconds"] = round(usage.get("seconds", 0.0) + time.monotonic() - started, 3)
+            usage["calls"] = usage.get("calls", 0) + 1
+
+
+async def _chat(endpoint: ModelEndpoint, messages: list[dict[str, Any]], json_mode: bool,
+                usage: dict[str, float] | None) -> str:
     body: dict[str, Any] = {"model": endpoint.model, "messages": messages, "temperature": 0}
     if json_mode:
         body["response_format"] = {"type": "json_object"}
@@ -87,9 +102,14 @@ async def chat(endpoint: ModelEndpoint, messages: list[dict[str, Any]], *, json_
     if resp.status_code >= 400:
         raise AgentError(f"the model endpoint {endpoint.base_url} answered HTTP {resp.status_code}")
     try:
-        return str(resp.json()["choices"][0]["message"]["content"] or "")
+        body = resp.json()
+        text = str(body["choices"][0]["message"]["content"] or "")
     except (ValueError, KeyError, IndexError, TypeError):
         raise AgentError(f"the model endpoint {endpoint.base_url} sent no chat completion") from None
+    tokens = (body.get("usage") or {}).get("total_tokens") if isinstance(body, dict) else None
+    if usage is not None and isinstance(tokens, int):
+        usage["tokens"] = usage.get("tokens", 0) + tokens
+    return text
 
 
 def parse_verdict(text: str) -> dict[str, Any]:
@@ -123,16 +143,18 @@ async def judge_attempt(endpoint: ModelEndpoint, dbq: DbQueue, attempt_id: str, 
     for png in frames:
         content.append({"type": "image_url",
                         "image_url": {"url": "data:image/png;base64," + base64.b64encode(png).decode()}})
+    usage: dict[str, float] = {}
     try:
         reply = await chat(endpoint, [{"role": "system", "content": JUDGE_SYSTEM},
-                                      {"role": "user", "content": content}], json_mode=True)
-        return parse_verdict(reply)
+                                      {"role": "user", "content": content}], json_mode=True, usage=usage)
+        # Which judge (for its calibration against people's labels) and what judging cost, apart from the agent.
+        return {**parse_verdict(reply), "judge_id": endpoint.model, "usage": usage}
     except AgentError as e:
         return {"error": f"rubric judge: {e}"}
 
 
 async def ask_customer(endpoint: ModelEndpoint, case: dict[str, Any], question: str,
-                       screen: bytes | None = None) -> CustomerReply:
+                       screen: bytes | None = None, usage: dict[str, float] | None = None) -> CustomerReply:
     customer = case.get("customer") or {}
     facts = customer.get("facts") or {}
     names = ", ".join(f"{k} (secret)" if isinstance(v, dict) else f"{k}: {v}" for k, v in facts.items()) or "none"
@@ -146,5 +168,5 @@ async def ask_customer(endpoint: ModelEndpoint, case: dict[str, Any], question: 
         content.append({"type": "image_url",
                         "image_url": {"url": "data:image/png;base64," + base64.b64encode(screen).decode()}})
     reply = await chat(endpoint, [{"role": "system", "content": system}, {"role": "user", "content": content}],
-                       json_mode=True)
+                       json_mode=True, usage=usage)
     return parse_customer_reply(reply)

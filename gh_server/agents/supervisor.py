@@ -2,9 +2,10 @@
 
 The runner says when the task phase starts (`attempt_status` running); the agent runs as an
 asyncio task in the process that holds the runner's socket, and its `task_end` goes back on that
-socket. A `checking`/`done` status, a result or a cancel stops it. An agent that crashes ends the
-task with `error` (the attempt becomes an error and is retried); one that runs out of time just
-ends (the check after decides). External agents reach the machine through `machine_api` with a
+socket. A `checking`/`done` status, a result or a cancel stops it. Our side's failures (an agent
+that cannot start, the customer model, the machine under an agent that then gives up) end the task
+with `error` (retried); the agent's own ends (out of time, a step past limits.steps, exiting non-zero)
+end it with a typed reason, and the check after decides. External agents reach the machine through `machine_api` with a
 token that is valid only while their attempt's task runs.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 import secrets
@@ -27,7 +29,16 @@ from sqlalchemy.orm import Session
 from gh_runner import protocol
 from gh_runner.replay import mask_png
 from gh_server.agents import grants
-from gh_server.agents.base import AgentContext, AgentError, AgentOutcome, Machine, MachineError
+from gh_server.agents.base import (
+    Agent,
+    AgentContext,
+    AgentError,
+    AgentFailed,
+    AgentOutcome,
+    Machine,
+    MachineError,
+    TaskStopped,
+)
 from gh_server.agents.models import CustomerReply
 from gh_server.agents.registry import AgentRegistry
 from gh_server.models import Attempt, RunCase, utcnow
@@ -44,6 +55,10 @@ TIME_SLACK_S = 0.0
 # A grant outlives its task's time limit by this much at most (a process that died cannot delete it).
 GRANT_SLACK_S = 120.0
 CUSTOMER_SLACK_S = 5.0  # on top of the customer endpoint's timeout: waiting for a free worker
+# How often the grants of this process's running agents are read for a step limit reached through another
+# gh-server process (a shared database only; in one process the refusing request signals at once).
+STEP_LIMIT_POLL_S = 1.0
+CLEANUP_S = 10.0  # an agent stopped at its step limit gets this long for its own clean-up (its process group)
 
 
 @dataclass
@@ -94,6 +109,13 @@ def _secret_values(case: dict[str, Any]) -> list[str]:
     return [str(v["secret"]) for v in facts.values() if isinstance(v, dict) and v.get("secret")]
 
 
+def _ended(attempt_id: str, tally: grants.Tally, reason: protocol.TaskEndReason,
+           note: str | None = None) -> protocol.TaskEnd:
+    """The task ended on the agent's side without an answer: the check after still decides."""
+    return protocol.TaskEnd(attempt_id=attempt_id, answer="", steps=tally.steps, questions=tally.questions,
+                            approvals=tally.approvals, reason=reason, note=note)
+
+
 class AgentSupervisor:
     def __init__(self, gateway: RunnerLink) -> None:
         self.gw = gateway
@@ -107,6 +129,10 @@ class AgentSupervisor:
         self.agent_pool = WorkPool("agent", st.agent_workers, 3600.0, observer=observer)
         customer_timeout = (st.customer_model.timeout if st.customer_model else 120.0) + CUSTOMER_SLACK_S
         self.customer_pool = WorkPool("customer", st.customer_workers, customer_timeout, observer=observer)
+        # Token hash -> set when a step past limits.steps was asked (here, or seen on the grant's row).
+        self._step_limits: dict[str, asyncio.Event] = {}
+        self._limit_watch: asyncio.Task[None] | None = None
+        self._shared_db = not st.sqlalchemy_url.startswith("sqlite")  # other processes may serve its agents
 
     @property
     def machine_api_url(self) -> str:
@@ -157,6 +183,11 @@ class AgentSupervisor:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self.tasks.clear()
+        if self._limit_watch is not None:
+            self._limit_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._limit_watch
+            self._limit_watch = None
 
     async def _drive(self, runner_id: str, attempt_id: str, info: dict[str, Any]) -> None:
         case = info["case"]
@@ -181,9 +212,7 @@ class AgentSupervisor:
         try:
             async with self.granted(token, GrantSpec(attempt_id, runner_id, ctx.max_steps, ctx.minutes)) as tally:
                 agent = self.registry.get(agent_id)
-                # Out of time (PoolTimeout, a TimeoutError) is the agent's failure: the check after decides.
-                out: AgentOutcome = await self.agent_pool.run(lambda: agent.run(ctx),
-                                                              timeout=ctx.minutes * 60.0 + TIME_SLACK_S)
+                out: AgentOutcome = await self._until_stopped(agent, ctx, grant)
             if tally.customer_error:
                 raise AgentError(tally.customer_error)
             end = protocol.TaskEnd(
@@ -192,10 +221,21 @@ class AgentSupervisor:
                 steps=max(out.steps, tally.steps),
                 questions=max(out.questions, tally.questions),
                 approvals=max(out.approvals, tally.approvals),
+                reason=out.reason,
+                note=out.note,
             )
-        except TimeoutError:
-            end = protocol.TaskEnd(attempt_id=attempt_id, answer="", steps=tally.steps, questions=tally.questions,
-                                   approvals=tally.approvals)
+        except TimeoutError:  # out of time (PoolTimeout): the agent's failure, the check after decides
+            end = _ended(attempt_id, tally, protocol.TaskEndReason.TIME_LIMIT)
+        except TaskStopped as e:  # the runner stopped the task (its limit) while a request was in flight
+            end = _ended(attempt_id, tally, e.reason, str(e))
+        except AgentFailed as e:
+            if tally.customer_error or tally.machine_failure:
+                # It gave up because our side failed under it: that is ours to retry, not its failure.
+                ours = tally.customer_error or tally.machine_failure
+                end = protocol.TaskEnd(attempt_id=attempt_id, steps=tally.steps,
+                                       error=f"{ours} (then {str(e)[:500]})"[:2000])
+            else:
+                end = _ended(attempt_id, tally, protocol.TaskEndReason.AGENT_FAILED, str(e)[:2000])
         except AgentError as e:
             end = protocol.TaskEnd(attempt_id=attempt_id, error=str(e)[:2000], steps=tally.steps)
         except Exception as e:
@@ -228,6 +268,7 @@ class AgentSupervisor:
             got = await asyncio.shield(self.gw.dbq.run(lambda s: grants.end(s, key)))
             tally.steps, tally.questions, tally.approvals = got.steps, got.questions, got.approvals
             tally.customer_error = got.customer_error
+            tally.machine_failure = got.machine_failure
 
     async def grant_for(self, token: str) -> Grant | None:
         """The live grant of a machine-API token, from the database (whichever process made it)."""
@@ -240,8 +281,57 @@ class AgentSupervisor:
         return Grant(key, row.attempt_id, row.runner_id, machine, row.case, row.max_steps, row.start_state_id)
 
     async def take_step(self, grant: Grant) -> bool | None:
-        """Count one step against the case's limit: True, False (limit reached) or None (grant gone)."""
-        return await self.gw.dbq.run(lambda s: grants.take_step(s, grant.token_hash))
+        """Count one step against the case's limit: True, False (limit reached: the task ends there, and
+        the row says so for the process running the agent) or None (grant gone)."""
+        counted = await self.gw.dbq.run(lambda s: grants.take_step(s, grant.token_hash))
+        if counted is False and (hit := self._step_limits.get(grant.token_hash)) is not None:
+            hit.set()  # the agent runs here: stop it now, not at the next poll
+        return counted
+
+    async def machine_failed(self, grant: Grant, why: str) -> None:
+        """The machine failed a request under the agent (ours): an agent that then gives up is our error."""
+        await self.gw.dbq.run(lambda s: grants.mark(s, grant.token_hash, machine_failure=why))
+
+    async def _until_stopped(self, agent: Agent, ctx: AgentContext, grant: Grant) -> AgentOutcome:
+        """The agent's run (in the agent pool, bounded by limits.minutes: PoolTimeout), until it ends or it
+        asks for a step past limits.steps, in whichever process that request landed (the task ends there,
+        as a person would be stopped)."""
+        hit = self._step_limits[grant.token_hash] = asyncio.Event()  # before the agent can ask for a step
+        if self._shared_db and (self._limit_watch is None or self._limit_watch.done()):
+            self._limit_watch = asyncio.create_task(self._watch_step_limits(), name="gh-agent-step-limits")
+        run = asyncio.ensure_future(self.agent_pool.run(lambda: agent.run(ctx),
+                                                        timeout=ctx.minutes * 60.0 + TIME_SLACK_S))
+        stop = asyncio.ensure_future(hit.wait())
+        try:
+            done, _ = await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._step_limits.pop(grant.token_hash, None)
+            stop.cancel()
+            if not run.done():
+                run.cancel()
+                # Bounded: an agent's own clean-up (killing its process group) gets a moment, never for ever.
+                await asyncio.wait({run}, timeout=CLEANUP_S)
+        if run in done:
+            return run.result()
+        return AgentOutcome(answer="", reason=protocol.TaskEndReason.STEP_LIMIT,
+                            note=f"stopped at the case's step limit ({grant.max_steps})")
+
+    async def _watch_step_limits(self) -> None:
+        """One read per interval for all of this process's running agents, while there are any."""
+        while self._step_limits:
+            await asyncio.sleep(STEP_LIMIT_POLL_S)
+            keys = list(self._step_limits)
+            if not keys:
+                continue  # the last one ended while we slept: the loop's test ends the watcher
+            try:
+                reached = await self.gw.dbq.run(functools.partial(grants.step_limits_reached, token_hashes=keys))
+            except Exception:
+                log.warning("could not read the grants' step limits; retrying", exc_info=True)
+                continue
+            for key in reached:
+                if (hit := self._step_limits.get(key)) is not None:
+                    hit.set()
+        self._limit_watch = None  # no await since the loop's test: a new agent starts a new watcher
 
     async def ask(self, grant: Grant, question: str) -> str:
         """The simulated customer answers (an OpenAI-compatible model). Without one, the attempt is an error.
@@ -269,15 +359,17 @@ class AgentSupervisor:
                 screen = await asyncio.to_thread(mask_png, screen)
             except Exception:  # never the unmasked screen
                 screen = None
+        usage: dict[str, float] = {}  # the customer model's seconds and tokens: the evaluator's overhead
         try:
             try:
-                reply = await self.customer_pool.run(lambda: ask_customer(endpoint, grant.case, question, screen))
+                reply = await self.customer_pool.run(lambda: ask_customer(endpoint, grant.case, question, screen,
+                                                                          usage))
             except PoolTimeout as e:
                 raise AgentError(f"the simulated customer did not answer within {e.timeout:g} s") from None
             actions = await self._customer_acts(grant, reply)
         except AgentError as e:
             await self._customer_failed(grant, str(e))
-        turn = {"question": question[:8000], "answer": reply.answer[:8000], "actions": actions}
+        turn = {"question": question[:8000], "answer": reply.answer[:8000], "actions": actions, "usage": usage}
         await self.gw.dbq.run(lambda s: _add_turn(s, grant.attempt_id, turn))
         return reply.answer
 

@@ -36,6 +36,15 @@ def main() -> None:
         sys.exit(3)
     if mode == "hang":
         time.sleep(600)
+    if mode == "steps":  # input until the step limit refuses one, then carry on as if nothing happened
+        while call(url, token, "/input", {"events": [{"type": "key", "keys": ["A"]}]})[0] == 200:
+            pass
+        time.sleep(600)
+    if mode == "exec-fail":  # gives up (exit 4) when its exec is refused
+        status, body = call(url, token, "/exec", {"script": "true", "timeout": 30})
+        if status != 200:
+            print(f"exec answered {status}", file=sys.stderr)
+            sys.exit(4)
     if mode == "hang-once":  # the first attempt hangs (its server is killed under it); its retry answers
         marker = out_path + ".once"
         if not os.path.exists(marker):

@@ -186,14 +186,17 @@ async def test_command_agent_uses_machine_api(server_factory: Any) -> None:
             await r.close()
 
 
-async def test_command_agent_crash_is_task_error(server_factory: Any) -> None:
+async def test_command_agent_exit_nonzero_is_its_failure_not_an_error(server_factory: Any) -> None:
+    # Issue 16: the agent's own failure ends the task (the check after scores it), noted with a reason.
     with agent_dir() as d:
         server: GwServer = server_factory(agents=cmd_agent("fail", Path(d) / "doc.json"))
         r = await connect(server)
         try:
             await start_task(server, r, {}, "cmd")
             end = await r.expect("task_end", timeout=60)
-            assert end.error == "agent cmd exited with code 3: boom: could not think"
+            assert end.error is None
+            assert end.reason == protocol.TaskEndReason.AGENT_FAILED
+            assert end.note == "agent cmd exited with code 3: boom: could not think"
         finally:
             await r.close()
 
@@ -273,8 +276,9 @@ async def test_customer_question_with_model(server_factory: Any) -> None:
             _, aid = await start_task(server, r, case, "cmd")
             end = await r.expect("task_end", timeout=60)
             assert end.error is None and end.answer == "ask 200 It's HomeNet, dear." and end.questions == 1
-            assert server.attempt(aid).customer_turns == [
-                {"question": "What is your Wi-Fi called?", "answer": "It's HomeNet, dear.", "actions": []}]
+            (turn,) = server.attempt(aid).customer_turns or []
+            assert turn.pop("usage")["calls"] == 1  # the customer model's own time and tokens (issue 16)
+            assert turn == {"question": "What is your Wi-Fi called?", "answer": "It's HomeNet, dear.", "actions": []}
             sent = json.dumps(seen[0][1])
             assert "Retired teacher" in sent and "Wi-Fi password (secret)" in sent and "blue-kite-42" not in sent
         finally:
@@ -296,6 +300,7 @@ async def _customer_turn(server_factory: Any, reply: dict[str, Any], case: dict[
             _, aid = await start_task(server, r, case, "cmd")
             end = await r.expect("task_end", timeout=60)
             (turn,) = server.attempt(aid).customer_turns or []
+            turn.pop("usage", None)  # the customer model's overhead, asserted in test_customer_question_with_model
             return end, turn, m, seen
         finally:
             await r.close()
@@ -416,8 +421,11 @@ async def test_rubric_judged_by_model(server_factory: Any) -> None:
             await r.expect("result_ack", where=lambda m: m.attempt_id == ids[0])
             await r.finish(ids[1], "passed")
             a0, a1 = server.attempt(ids[0]), server.attempt(ids[1])
-            assert a0.outcome == "passed" and a0.judge == {"passed": True, "reason": "The printer works."}
-            assert a1.outcome == "failed" and a1.judge == {"passed": False, "reason": "Still offline."}
+            j0, j1 = dict(a0.judge or {}), dict(a1.judge or {})
+            assert j0.pop("judge_id") == "judge" and j0.pop("usage")["calls"] == 1  # for calibration, overhead
+            j1.pop("usage")
+            assert a0.outcome == "passed" and j0 == {"passed": True, "reason": "The printer works."}
+            assert a1.outcome == "failed" and j1 == {"passed": False, "reason": "Still offline.", "judge_id": "judge"}
             first = seen[0][1]
             assert first["model"] == "judge" and first["messages"][1]["content"][1]["type"] == "image_url"
             assert "The printer prints." in first["messages"][1]["content"][0]["text"]

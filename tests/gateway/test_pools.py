@@ -74,7 +74,9 @@ async def test_slow_judge_does_not_hold_up_another_slots_agent(server_factory: A
             await r.expect("result_ack", timeout=JUDGE_SECONDS + 30, where=lambda a: a.attempt_id == judged)
             assert replied.is_set()
             a = server.attempt(judged)
-            assert a.outcome == "passed" and a.judge == {"passed": True, "reason": "Fixed."}
+            verdict = dict(a.judge or {})
+            assert verdict.pop("judge_id") == "judge" and verdict.pop("usage")["calls"] == 1  # issue 16's additions
+            assert a.outcome == "passed" and verdict == {"passed": True, "reason": "Fixed."}
         finally:
             release.set()
             beats.cancel()

@@ -86,6 +86,49 @@ async def test_agent_requests_to_the_other_process_reach_the_runner(pg_url: str,
             b.close()
 
 
+async def test_step_limit_reached_on_the_other_process_ends_the_task(pg_url: str, rows: DbRows) -> None:
+    """Issue 16 on several processes: the step past limits.steps is refused by process B (the agent's
+    machine URL), and process A, which runs the agent, ends the task there with reason step_limit and
+    stops the agent (it would otherwise carry on for ten minutes)."""
+    key = admin_key()
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as d:
+        os.chmod(d, 0o777)  # the agent runs with a uid of its own (gh_server.agents.sandbox)
+        out = Path(d) / "doc.json"
+        b_port = free_port()
+        agents = {"cmd": AgentConfig(id="cmd", kind="command", timeout=900,
+                                     command=agent_command(AGENT_CMD, str(out), "steps"))}
+        a = ServerProc(pg_url, key, name="a", agents=agents, public_url=f"http://127.0.0.1:{b_port}")
+        b = ServerProc(pg_url, key, name="b", port=b_port)
+        pid = 0
+        try:
+            a.start()
+            b.start()
+            _, token = rows.add_runner("limited")
+            r = await SimRunner(a.ws_url, token, slots=1, images=["linux-tiny"]).connect()
+            m = Machine(r)
+            try:
+                _, (aid,) = rows.add_run([{"limits": {"minutes": 10, "steps": 2}}], agents=["cmd"])
+                assert (await r.expect("lease")).attempt_id == aid
+                await r.send(protocol.LeaseAccept(attempt_id=aid))
+                await r.status(aid, "preparing")
+                await r.status(aid, "running", "task")
+                end = await r.expect("task_end", timeout=60)
+                assert end.attempt_id == aid and end.error is None, end.error
+                assert end.reason == protocol.TaskEndReason.STEP_LIMIT and "step limit (2)" in (end.note or "")
+                assert end.steps == 2 and [q.op for q in m.requests] == ["input", "input"]
+                doc = json.loads(out.read_text())
+                pid = doc["pid"]
+                assert doc["machine"]["url"] == b.base_url + "/v1/agent/machine"
+                await await_for(lambda: not _alive(pid), what="agent process stopped at the step limit")
+            finally:
+                await r.close()
+        finally:
+            if pid and _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+            a.close()
+            b.close()
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -6,7 +6,8 @@ TYPE_CHECKING, and `importlib.import_module("...")` with a constant name.
     http      the routers (api/*) and the agents' machine API
     loops     the runner gateway, the agent supervisor, the PostgreSQL relay, start-state housekeeping
     services  scheduler, webhook outbox, serialize, results, replays, auth, agents (base, registry,
-              built-ins, external, models, grants), worker pools
+              built-ins, external, models, grants), worker pools, the trust additions to results (trust,
+              stats, calibration, validation, report_page)
     storage   state, ports (the Protocols a service needs of another), settings, errors, models, db,
               dbqueue, metrics
 
@@ -25,7 +26,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("http", ("gh_server.api", "gh_server.agents.machine_api")),
     ("loops", ("gh_server.gateway", "gh_server.agents.supervisor", "gh_server.relay", "gh_server.start_state_jobs")),
     ("services", ("gh_server.scheduler", "gh_server.webhooks", "gh_server.serialize", "gh_server.results",
-                  "gh_server.replays", "gh_server.auth", "gh_server.agents", "gh_server.workpool")),
+                  "gh_server.replays", "gh_server.auth", "gh_server.agents", "gh_server.workpool",
+                  "gh_server.trust", "gh_server.stats", "gh_server.calibration", "gh_server.validation",
+                  "gh_server.report_page")),
     ("storage", ("gh_server.state", "gh_server.ports", "gh_server.settings", "gh_server.errors", "gh_server.models",
                  "gh_server.db", "gh_server.dbqueue", "gh_server.metrics", "gh_server")),
 ]

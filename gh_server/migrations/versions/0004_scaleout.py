@@ -1,7 +1,7 @@
 """machine_grants and machine_relay: several gh-server processes on one database
 
 Revision ID: 0004_scaleout
-Revises: 0002_start_state_description
+Revises: 0003_trust
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from alembic import op
 from gh_server.models import UTCDateTime
 
 revision: str = "0004_scaleout"
-down_revision: str | None = "0002_start_state_description"
+down_revision: str | None = "0003_trust"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,83 @@
+# mypy: disable-error-code="arg-type,list-item,typeddict-item,misc,index"
+"""The results page served by gh-server, in headless Chromium: it renders, its numbers are the API's,
+flaky and broken cases are marked, the run is compared with the one before, and its links work. The
+screenshot is kept in the test output dir (docs/report-page.png is one)."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import httpx
+import pytest
+
+from gh_server.models import TestCase
+
+from .conftest import Server
+from .test_test_runs import _attempts, _case, _complete, _finish
+
+chromium = pytest.importorskip("e2e.chromium")
+
+
+def test_report_page_in_chromium(server: Server, db_url: str | None) -> None:
+    if chromium.chromium() is None:
+        pytest.fail("chromium is not installed (scripts/setup.sh installs it)")
+    c = server.admin
+    suffix = "pg" if db_url else "lite"
+    keys = [f"PG-{suffix}-1", f"PG-{suffix}-2"]
+    for k in keys:
+        _case(server, k)
+    with server.state.db.begin() as s:  # as a validation run would have recorded it
+        row = s.query(TestCase).filter(TestCase.key == keys[1]).one()
+        row.validation = {"status": "broken", "runs": 4, "reasons": [], "at": "2026-12-01T00:00:00.000Z"}
+    base = c.test_runs.create(test_case_ids=keys, agents=["noop", "reference"], repeat=2)["test_run_id"]
+    for a in _attempts(server, base):
+        _finish(server, a.id, "failed")
+    _complete(server, base)
+    rid = c.test_runs.create(test_case_ids=keys, agents=["noop", "reference"], repeat=2)["test_run_id"]
+    ats = _attempts(server, rid)
+    flaky_done = False
+    for a in ats:
+        if a.agent_id == "noop":
+            _finish(server, a.id, "failed")
+        elif not flaky_done and a.try_number == 2:
+            _finish(server, a.id, "failed")  # one try of reference on the first case fails: flaky
+            flaky_done = True
+        else:
+            _finish(server, a.id, "passed")
+    _complete(server, rid)
+    results = c.test_runs.results(rid)
+
+    http = httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {server.admin_key}"},
+                        timeout=30)
+    url = http.get(f"/v1/test_runs/{rid}/report_url").json()["url"]
+    assert httpx.get(url.split("?")[0], timeout=30).status_code == 401  # no token, no key
+    assert httpx.get(url.split("?")[0] + "?token=1.bad", timeout=30).status_code == 401
+    assert httpx.get(url.replace(rid, base), timeout=30).status_code == 401  # a token opens its run only
+
+    loaded = chromium.load(url, chromium.OUTPUT_DIR / f"report-page-{suffix}.png")
+    dom = loaded.dom
+    assert 'data-rendered="1"' in dom
+    # Every cell's pass rate is the API's.
+    for row in results["data"]:
+        scored = row["passed"] + row["failed"]
+        want = f"{100 * row['passed'] / scored:.1f}%"
+        m = re.search(rf'data-case="{re.escape(row["key"])}" data-agent="{row["agent_id"]}">'
+                      rf'<span class="rate">([^<]+)</span>', dom)
+        assert m is not None and m.group(1) == want, (row["key"], row["agent_id"])
+    for agent, a in results["by_agent"].items():
+        m = re.search(rf'<tr data-agent="{agent}"><td>{agent}</td><td class="pass-rate">([^<]+)</td>', dom)
+        assert m is not None and m.group(1) == f"{100 * a['pass_rate']:.1f}%"
+    assert dom.count('class="badge flaky"') == 1 + 1  # the legend's and the flaky cell's
+    assert 'data-validation="broken"' in dom
+    assert f">{base}</a> (baseline)" in dom
+    # The links: each try to its replay, each run to its page.
+    replay_links = [html.unescape(h) for h in re.findall(r'href="([^"]*/replay\?token=[^"]+)"', dom)]
+    assert len(replay_links) == len(ats)
+    r = httpx.get(replay_links[0], timeout=30)
+    assert r.status_code == 200 and "<title>Replay" in r.text
+    base_link = html.unescape(re.search(rf'href="([^"]*/v1/test_runs/{base}/report\?token=[^"]+)"', dom).group(1))
+    assert httpx.get(base_link, timeout=30).status_code == 200
+    assert "cdn" not in dom.lower() and "<script src=" not in dom  # all inline: nothing from the network
+    # A key works too (the API's own auth).
+    assert http.get(f"/v1/test_runs/{rid}/report").status_code == 200
