@@ -82,6 +82,10 @@ class Scenario:
     secrets_in_logs: list[str] = field(default_factory=list)
 
 
+def _complete_warm_snapshot(rel: Path) -> bool:
+    return len(rel.parts) == 4 and rel.parts[0] == "warm" and not rel.parts[2].endswith(".partial")
+
+
 def _wait_online(client: Eager, name: str, timeout: float = 180.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -165,8 +169,11 @@ def scenario(images_dir: Path) -> Iterator[Scenario]:
 
         sc.restart_exit = runners[1].stop()
         sc.leftover_domains = domains(f"gh-{runner_name}-")
+        # The image's warm snapshot is the runner's kept cache (issue 15), not a leftover; a half-built
+        # one (`<key>.partial`, a kill during its build) would be.
         sc.leftover_files = [str(p.relative_to(state_dir)) for p in state_dir.rglob("*")
-                             if p.is_file() and (p.suffix in (".qcow2", ".save") or "machines" in p.parts)]
+                             if p.is_file() and (p.suffix in (".qcow2", ".save") or "machines" in p.parts)
+                             and not _complete_warm_snapshot(p.relative_to(state_dir))]
         for r in runners:
             r.stop(timeout=120)
         logs = [runners[0].log.name, server.log.name]

@@ -219,7 +219,7 @@ def test_idle_open_machine_closes_itself(stack: Stack, gh: Eager) -> None:
     ss = gh.start_states.create("left open", "linux-tiny")
     ssid = ss["start_state_id"]
     screen_at_once(gh, ssid)
-    assert stack.daemon.jobs.is_open(ssid)
+    await_for(lambda: stack.daemon.jobs.is_open(ssid), what=f"{ssid} booted", timeout=120)
     try:
         stack.set_idle(3.0)
         # Never saved, so closing it for idleness deletes it (and its machine goes).
