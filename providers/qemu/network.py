@@ -18,12 +18,9 @@ isolated machine is not started, rather than started open.
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
 import xml.etree.ElementTree as ET
 
-from providers.base import ProviderError
+from providers.qemu.overlays import run_cmd
 
 ISOLATED_NETWORK = "gh-isolated"
 BRIDGE = "gh-iso0"
@@ -86,24 +83,7 @@ async def apply_host_firewall(bridge: str = BRIDGE) -> None:
     Raises:
         ProviderError: nft is missing, refused the rules, or did not finish in time.
     """
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            NFT, "-f", "-", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, start_new_session=True)
-    except FileNotFoundError:
-        raise ProviderError("isolated network: nft is not installed (apt-get install nftables); "
-                            "an isolated machine is not started without its host firewall") from None
-    try:
-        async with asyncio.timeout(NFT_TIMEOUT_S):  # not wait_for: it can lose a cancel on Python 3.11
-            _, err = await proc.communicate(nft_ruleset(bridge).encode())
-    except TimeoutError:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        await proc.wait()
-        raise ProviderError(f"isolated network: nft did not finish within {NFT_TIMEOUT_S:g}s") from None
-    if proc.returncode != 0:
-        lines = err.decode(errors="replace").strip().splitlines()
-        why = lines[-1] if lines else f"exit code {proc.returncode}"
-        raise ProviderError(f"isolated network: nft refused the host firewall: {why}")
+    await run_cmd([NFT, "-f", "-"], timeout=NFT_TIMEOUT_S, what="isolated network: the host firewall",
+                  stdin=nft_ruleset(bridge).encode(),
+                  missing="nft is not installed (apt-get install nftables); an isolated machine is not started "
+                          "without its host firewall")

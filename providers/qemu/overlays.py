@@ -14,17 +14,20 @@ from providers.qemu import fileperms
 QEMU_IMG = "qemu-img"
 
 
-async def run_cmd(argv: list[str], *, timeout: float, what: str) -> str:
-    """Run a host command with a deadline; a failure becomes a ProviderError carrying its stderr."""
+async def run_cmd(argv: list[str], *, timeout: float, what: str, stdin: bytes | None = None,
+                  missing: str | None = None) -> str:
+    """Run a host command with a deadline (feeding it `stdin`); a failure becomes a ProviderError
+    carrying its stderr. `missing` replaces the reason given when the command is not installed."""
     try:
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True
+            *argv, stdin=asyncio.subprocess.PIPE if stdin is not None else None, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, start_new_session=True
         )
     except FileNotFoundError:
-        raise ProviderError(f"{what}: {argv[0]} is not installed") from None
+        raise ProviderError(f"{what}: {missing or f'{argv[0]} is not installed'}") from None
     try:
         async with asyncio.timeout(timeout):  # not wait_for: it can lose a cancel on Python 3.11
-            out, err = await proc.communicate()
+            out, err = await proc.communicate(stdin)
     except TimeoutError:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
