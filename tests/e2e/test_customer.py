@@ -101,9 +101,12 @@ def test_the_customer_types_the_password_and_the_case_passes(outcome: dict[str, 
     assert outcome["run"]["status"] == "completed"
     (a,) = outcome["attempts"]
     assert a["outcome"] == "passed", (a["outcome"], a.get("error"), a.get("check"))
-    assert a["customer"] == [{"question": "Could you type your Wi-Fi password now, please?",
-                              "answer": CUSTOMER_SAYS["answer"],
-                              "actions": [{"type": "type_fact", "fact": "Wi-Fi password"}]}]
+    turns = [dict(t) for t in a["customer"]]
+    usage = [t.pop("usage", None) for t in turns]  # the customer model's own cost: the evaluator's, apart
+    assert turns == [{"question": "Could you type your Wi-Fi password now, please?",
+                      "answer": CUSTOMER_SAYS["answer"],
+                      "actions": [{"type": "type_fact", "fact": "Wi-Fi password"}]}]
+    assert usage[0] is not None and usage[0]["calls"] == 1 and usage[0]["seconds"] >= 0
     assert a["metrics"]["questions"] == 1
     assert outcome["leftover"] == []
 
