@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from gh_server import trust
 from gh_server.models import Attempt, RunCase, TestRun, utcnow
-from gh_server.serialize import ts
+from gh_server.timestamps import ts
 
 QUEUED = ("queued",)
 RUNNING = ("leased", "preparing", "running", "checking")
