@@ -474,13 +474,14 @@ async def test_task_ends_even_when_a_screenshot_swallows_the_watchers_cancel(
 
     async def screenshot_losing_cancels(self: FakeMachine) -> bytes:
         try:
-            await asyncio.sleep(0.05)
+            # Long against the watcher's interval, so the task's end lands inside a screenshot (~99.8%).
+            await asyncio.sleep(0.5)
         except asyncio.CancelledError:
             swallowed.set()
         return self.screen
 
     monkeypatch.setattr(FakeMachine, "screenshot", screenshot_losing_cancels)
-    monkeypatch.setattr(attempt_mod, "WATCH_INTERVAL", 0.01)
+    monkeypatch.setattr(attempt_mod, "WATCH_INTERVAL", 0.001)
     a = Attempt(make_lease(), provider, link, FAST)
     run = await start(a)
     await link.reached("task")
