@@ -1,6 +1,7 @@
 """Time to a guest that answers, four ways side by side in one run, and memory per extra machine.
 
     .venv/bin/python bench/warm_start.py [--images-dir DIR] [--tries 20] [--pss-machines 4]
+                                         [--memory-mib M --fill-mib F]
 
 On linux-tiny, for each try (the modes interleaved, so drift in host load hits them alike):
 
@@ -15,6 +16,12 @@ the ratios to cold and to full, the median of each restore's steps (where libvir
 time), and the PSS of N machines from one snapshot at once, lazy vs full. Everything it makes is
 named gh-bench-warm-* and removed at the end. The host may be shared: numbers are noisy, ratios
 measured in one run are what counts.
+
+`--memory-mib M --fill-mib F` measures a bigger guest, as a Windows one would be: linux-tiny with M
+MiB of RAM whose warm snapshot is taken after the guest filled F MiB of its tmpfs with random
+bytes (zero pages would be skipped by a save). A full restore then reads what the guest used; a
+lazy one maps it. The variant is a copy of the image's manifest in the bench's own directory,
+pointing at the same files.
 """
 
 from __future__ import annotations
@@ -96,6 +103,40 @@ async def pss_of(p: QemuProvider, n: int, tag: str) -> list[tuple[int, int]]:
             await m.destroy()
 
 
+def bigger_image(images_dir: Path, dest: Path, memory_mib: int) -> Path:
+    """An images dir holding linux-tiny with `memory_mib` of RAM: its files linked, its manifest copied."""
+    import yaml
+
+    src = images_dir / TINY.image
+    d = dest / TINY.image
+    d.mkdir(parents=True)
+    for f in src.iterdir():
+        if f.name != "image.yaml":
+            os.link(f, d / f.name)
+    manifest = yaml.safe_load((src / "image.yaml").read_text())
+    manifest["memory_mib"] = memory_mib
+    (d / "image.yaml").write_text(yaml.safe_dump(manifest))
+    for p in (dest, d):
+        p.chmod(0o755)
+    return dest
+
+
+def fill_before_snapshot(fill_mib: int) -> None:
+    """The warm snapshot's build waits for its guest, then saves it: here it also fills `fill_mib`."""
+    ready = QemuMachine.wait_ready
+
+    async def wait_then_fill(self: QemuMachine, timeout: float) -> None:
+        await ready(self, timeout)
+        if self.machine_id.startswith("warm-"):
+            t = time.monotonic()
+            fill = f"dd if=/dev/urandom of=/dev/shm/fill bs=1M count={fill_mib} 2>&1 && sync"
+            res = await self.run_script(fill, timeout=900)
+            assert res.exit_code == 0, res.stderr
+            print(f"the snapshot's guest filled {fill_mib} MiB in {time.monotonic() - t:.1f} s", flush=True)
+
+    QemuMachine.wait_ready = wait_then_fill  # type: ignore[method-assign]
+
+
 async def run(images_dir: Path, state: Path, tries: int, pss_n: int) -> None:
     # One state dir, so full, lazy and pool share one warm snapshot; a runner name per mode.
     provs = {
@@ -103,7 +144,7 @@ async def run(images_dir: Path, state: Path, tries: int, pss_n: int) -> None:
         "full": QemuProvider(images_dir, state, "bench-warm-full", warm_snapshots=True, lazy_restore=False),
         "lazy": QemuProvider(images_dir, state, "bench-warm-lazy", warm_snapshots=True),
         "pool": QemuProvider(images_dir, state, "bench-warm-pool", warm_snapshots=True,
-                             pool=PoolConfig(per_source=1, total_mib=512)),
+                             pool=PoolConfig(per_source=1, total_mib=1 << 16)),
     }
     ready: dict[str, list[float]] = {k: [] for k in MODES}
     execd: dict[str, list[float]] = {k: [] for k in MODES}
@@ -112,6 +153,8 @@ async def run(images_dir: Path, state: Path, tries: int, pss_n: int) -> None:
         t = time.monotonic()
         await provs["lazy"].start()
         await one(provs["lazy"], "warmup")  # builds the snapshot
+        if not provs["lazy"].last_restore_steps:
+            raise SystemExit("the warm snapshot was not built (see the warning above): nothing to compare")
         print(f"warm snapshot built in {time.monotonic() - t:.1f} s (once per image per runner)", flush=True)
         for p in provs.values():
             await p.start()
@@ -161,7 +204,12 @@ async def run(images_dir: Path, state: Path, tries: int, pss_n: int) -> None:
 
 async def _main(args: argparse.Namespace, state: Path) -> None:
     try:
-        await run(args.images_dir, state, args.tries, args.pss_machines)
+        images_dir = args.images_dir
+        if args.memory_mib:
+            images_dir = bigger_image(images_dir, state / "images", args.memory_mib)
+        if args.fill_mib:
+            fill_before_snapshot(args.fill_mib)
+        await run(images_dir, state, args.tries, args.pss_machines)
     finally:
         await asyncio.to_thread(shutil.rmtree, state, True)
 
@@ -172,6 +220,8 @@ def main() -> int:
                     default=Path(os.environ.get("GH_IMAGES_DIR", "/var/tmp/gh-runner/images")))
     ap.add_argument("--tries", type=int, default=20)
     ap.add_argument("--pss-machines", type=int, default=4)
+    ap.add_argument("--memory-mib", type=int, default=0, help="guest RAM (default: the image's)")
+    ap.add_argument("--fill-mib", type=int, default=0, help="MiB the snapshot's guest uses before it is saved")
     args = ap.parse_args()
     state = Path(tempfile.mkdtemp(prefix="gh-bench-warm-", dir="/var/tmp"))
     state.chmod(0o755)  # libvirt-qemu must reach the overlays

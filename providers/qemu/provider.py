@@ -228,6 +228,23 @@ class QemuProvider(Provider):
             return []
         return [s for s, _, _ in await self._pool_sources()]
 
+    async def _prime(self, machine: QemuMachine, timeout: float) -> float:
+        """Run a paused, just-restored machine until its guest agent answers, then pause it again
+        (see providers/qemu/pool.py); returns the seconds the answer took."""
+        def set_running(running: bool) -> None:
+            def go(c: libvirt.virConnect) -> None:
+                dom = c.lookupByName(machine.domain_name)
+                dom.resume() if running else dom.suspend()
+
+            self.conn.call(go, retry=False)
+
+        await in_thread("resuming a machine for the hot pool", set_running, True, timeout=CALL_TIMEOUT)
+        started = time.monotonic()
+        await machine.agent.wait_ready(timeout, alive=machine._require_running)
+        answered = time.monotonic() - started
+        await in_thread("pausing a machine for the hot pool", set_running, False, timeout=CALL_TIMEOUT)
+        return answered
+
     async def _adopt(self, machine: QemuMachine, machine_id: str) -> None:
         """Make a pooled (paused) machine `machine_id`'s, and resume it."""
         own = Ownership(runner=self.runner_name, machine_id=machine_id, machine_dir=str(machine.dir))

@@ -9,11 +9,14 @@ import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import libvirt
 import pytest
 
-from providers.base import MachineOrigin, MachineSource
+from providers.base import MachineNotReady, MachineOrigin, MachineSource
 from providers.qemu import QemuMachine, QemuProvider
+from providers.qemu.guest_agent import GuestAgent
 from providers.qemu.pool import PoolConfig
 
 from .conftest import BOOT_TIMEOUT, LIBVIRT_URI, ensure_libvirtd, our_domains
@@ -48,6 +51,12 @@ async def test_a_lease_takes_a_fresh_paused_machine_and_a_restart_reaps_the_pool
     made: list[QemuMachine] = []
     try:
         await until(lambda: pooled(p) == 1, BOOT_TIMEOUT * 3, "the pool to fill")
+        # Counted only once primed: its guest answered after the restore, and it is paused again.
+        assert p.pool is not None
+        entry = p.pool._ready[TINY][0]
+        assert entry.primed_s > 0
+        dom = p.conn.call(lambda c: c.lookupByName(entry.machine.domain_name))
+        assert dom.state()[0] == libvirt.VIR_DOMAIN_PAUSED
         a = await p.create_machine("at_pool_a", TINY, timeout=BOOT_TIMEOUT)
         assert isinstance(a, QemuMachine)
         made.append(a)
@@ -95,6 +104,44 @@ async def test_a_lease_takes_a_fresh_paused_machine_and_a_restart_reaps_the_pool
     finally:
         for m in made:
             await m.destroy()
+        await p.close()
+    assert our_domains() == []
+    assert list((sd / "machines").iterdir()) == []
+
+
+async def test_a_machine_whose_guest_does_not_answer_is_never_pooled(
+        images_dir: Path, state_root: Path, runner_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fault is injected at the guest-agent boundary (the pool's guests stay silent); the pool,
+    libvirt and the cleanup are real."""
+    ensure_libvirtd()
+    silent: list[str] = []
+    answer = GuestAgent.wait_ready
+
+    async def pool_guests_silent(self: GuestAgent, timeout: float, **kw: Any) -> None:
+        if "-pool-" not in self.domain_name:
+            return await answer(self, timeout, **kw)
+        silent.append(self.domain_name)
+        raise MachineNotReady("the guest agent did not answer (test: a guest that stays silent)")
+
+    monkeypatch.setattr(GuestAgent, "wait_ready", pool_guests_silent)
+    sd = state_root / f"pool-silent-{secrets.token_hex(3)}"
+    sd.mkdir(mode=0o755)
+    p = QemuProvider(images_dir, sd, runner_name, LIBVIRT_URI, warm_snapshots=True, pool=POOL)
+    try:
+        await p.start()  # the pool builds the warm snapshot, restores a machine, and primes it
+        assert p.pool is not None
+        pool = p.pool
+        await until(lambda: TINY in pool._failed_at, BOOT_TIMEOUT * 3, "the pool to give up on its machine")
+        assert len(silent) == 1 and pooled(p) == 0
+        await until(lambda: not our_domains(), 30, "the silent machine to be destroyed")
+        # A lease finds no pooled machine and makes its own.
+        m = await p.create_machine("at_pool_own", TINY, timeout=BOOT_TIMEOUT)
+        try:
+            assert m.origin == MachineOrigin.LAZY
+            await m.wait_ready(BOOT_TIMEOUT)
+        finally:
+            await m.destroy()
+    finally:
         await p.close()
     assert our_domains() == []
     assert list((sd / "machines").iterdir()) == []
