@@ -156,6 +156,9 @@ class HotPool:
                     break
                 try:
                     primed_s = await self.provider._prime(m, PRIME_TIMEOUT_S)
+                except asyncio.CancelledError:  # the pool is closing: this machine is in no list close() empties
+                    await asyncio.shield(self._discard(m))
+                    raise
                 except ProviderError as e:  # never handed out: a guest that does not answer here will not later
                     await self._discard(m)
                     self._failed_at[source] = time.monotonic()

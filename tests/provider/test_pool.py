@@ -145,3 +145,31 @@ async def test_a_machine_whose_guest_does_not_answer_is_never_pooled(
         await p.close()
     assert our_domains() == []
     assert list((sd / "machines").iterdir()) == []
+
+
+async def test_closing_while_a_machine_is_primed_leaves_nothing(
+        images_dir: Path, state_root: Path, runner_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """close() while the pool waits for a new machine's guest: that machine is in no list yet, and
+    must still go (the wait is held at the guest-agent boundary; libvirt and QEMU are real)."""
+    ensure_libvirtd()
+    priming = asyncio.Event()
+    answer = GuestAgent.wait_ready
+
+    async def pool_guests_hang(self: GuestAgent, timeout: float, **kw: Any) -> None:
+        if "-pool-" not in self.domain_name:
+            return await answer(self, timeout, **kw)
+        priming.set()
+        await asyncio.Event().wait()  # until cancelled
+
+    monkeypatch.setattr(GuestAgent, "wait_ready", pool_guests_hang)
+    sd = state_root / f"pool-close-{secrets.token_hex(3)}"
+    sd.mkdir(mode=0o755)
+    p = QemuProvider(images_dir, sd, runner_name, LIBVIRT_URI, warm_snapshots=True, pool=POOL)
+    try:
+        await p.start()
+        await asyncio.wait_for(priming.wait(), BOOT_TIMEOUT * 3)
+        assert len(our_domains()) == 1
+    finally:
+        await p.close()
+    assert our_domains() == []
+    assert list((sd / "machines").iterdir()) == []
