@@ -8,7 +8,8 @@ x86 domain libvirt 9.0 then checks the guest CPU over QMP: one `qom-list` of the
 `qemuProcessUpdateAndVerifyCPU`; no domain XML turns it off). This prints, for linux-tiny's device
 set started directly (no libvirt, in a temporary directory, as the calling user):
 
-  init       exec until QEMU's monitor greets (-S, -incoming defer: nothing runs yet)
+  init       exec until QEMU's monitor has greeted and taken qmp_capabilities (-S, -incoming
+             defer: nothing runs yet)
   cpu probe  the same qom-list + qom-get round trips libvirt makes, sent the same way
   per call   one qom-get of a CPU property, and one query-status, for scale
 
@@ -18,49 +19,20 @@ It shows why a lazy restore cannot be 5x a full one on a small guest here: both 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "image-builder"))
+
+from imagebuilder.qmp import QMP
 
 CPU_PATH = "/machine/unattached/device[0]"
-
-
-class Qmp:
-    def __init__(self, path: Path, deadline: float) -> None:
-        while True:
-            s = socket.socket(socket.AF_UNIX)
-            try:
-                s.connect(str(path))
-                break
-            except OSError:
-                s.close()
-                if time.monotonic() > deadline:
-                    raise TimeoutError("QEMU's monitor did not appear") from None
-                time.sleep(0.001)
-        s.settimeout(30)
-        self.f = s.makefile("rw")
-        self.f.readline()  # the greeting
-
-    def cmd(self, execute: str, arguments: dict[str, Any] | None = None) -> Any:
-        msg: dict[str, Any] = {"execute": execute}
-        if arguments:
-            msg["arguments"] = arguments
-        self.f.write(json.dumps(msg) + "\n")
-        self.f.flush()
-        while True:
-            reply = json.loads(self.f.readline())
-            if "error" in reply:
-                raise RuntimeError(f"{execute}: {reply['error']}")
-            if "return" in reply:
-                return reply["return"]
 
 
 def argv(image: Path, tmp: Path) -> list[str]:
@@ -85,23 +57,22 @@ def one(image: Path, tmp: Path) -> dict[str, float]:
     t0 = time.monotonic()
     proc = subprocess.Popen(argv(image, tmp), stdin=subprocess.DEVNULL)
     try:
-        q = Qmp(tmp / "qmp.sock", t0 + 30)
-        t1 = time.monotonic()
-        q.cmd("qmp_capabilities")
-        t2 = time.monotonic()
-        props = q.cmd("qom-list", {"path": CPU_PATH})
+        q = QMP(tmp / "qmp.sock")
+        q.connect(timeout=30, poll_s=0.001)  # the greeting, then qmp_capabilities
+        t1 = t2 = time.monotonic()
+        props = q.execute("qom-list", {"path": CPU_PATH})
         bools = [p["name"] for p in props if p["type"] == "bool"]
         for name in bools:
-            q.cmd("qom-get", {"path": CPU_PATH, "property": name})
+            q.execute("qom-get", {"path": CPU_PATH, "property": name})
         t3 = time.monotonic()
         n = 100
         for _ in range(n):
-            q.cmd("qom-get", {"path": CPU_PATH, "property": "sse2"})
+            q.execute("qom-get", {"path": CPU_PATH, "property": "sse2"})
         t4 = time.monotonic()
         for _ in range(n):
-            q.cmd("query-status")
+            q.execute("query-status")
         t5 = time.monotonic()
-        q.cmd("quit")
+        q.execute("quit")
         proc.wait(30)
         return {"init": t1 - t0, "cpu_probe": t3 - t2, "calls": float(len(bools) + 1),
                 "qom_get_ms": (t4 - t3) / n * 1000, "query_status_ms": (t5 - t4) / n * 1000}
@@ -130,7 +101,7 @@ def main() -> int:
         return statistics.median(r[k] for r in runs)
 
     print(f"QEMU 7.2 started directly, linux-tiny's devices, TCG, -incoming defer (median of {args.tries})")
-    print(f"  init to the monitor's greeting   {med('init') * 1000:7.1f} ms")
+    print(f"  init to a ready monitor          {med('init') * 1000:7.1f} ms")
     print(f"  libvirt's CPU probe ({int(med('calls'))} calls)  {med('cpu_probe') * 1000:7.1f} ms")
     print(f"  one qom-get of a CPU property    {med('qom_get_ms'):7.3f} ms"
           f"   (query-status {med('query_status_ms'):.3f} ms)")

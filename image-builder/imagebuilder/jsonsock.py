@@ -15,8 +15,8 @@ class JsonSocket:
         self.sock: socket.socket | None = None
         self.buf = b""
 
-    def connect(self, deadline: float) -> None:
-        """Connect, retrying while QEMU has not created the socket yet."""
+    def connect(self, deadline: float, poll_s: float = 0.05) -> None:
+        """Connect, retrying every `poll_s` while QEMU has not created the socket yet."""
         last: OSError | None = None
         while time.monotonic() < deadline:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -29,7 +29,7 @@ class JsonSocket:
             except OSError as e:
                 s.close()
                 last = e
-                time.sleep(0.05)
+                time.sleep(poll_s)
         raise TimeoutError(f"could not connect to {self.path}: {last}")
 
     def close(self) -> None:

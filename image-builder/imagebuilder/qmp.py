@@ -14,9 +14,9 @@ class QMP:
     def __init__(self, path: Path) -> None:
         self.js = JsonSocket(path)
 
-    def connect(self, timeout: float = 10.0) -> None:
+    def connect(self, timeout: float = 10.0, poll_s: float = 0.05) -> None:
         deadline = time.monotonic() + timeout
-        self.js.connect(deadline)
+        self.js.connect(deadline, poll_s)
         greeting = self.js.recv(deadline)
         if not greeting or "QMP" not in greeting:
             raise BuildError(f"{self.js.path}: no QMP greeting")
