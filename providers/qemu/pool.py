@@ -140,34 +140,42 @@ class HotPool:
             if failed is not None and time.monotonic() - failed < REFILL_RETRY_S:
                 continue
             while len(ready) < self.config.per_source and self._used_mib() + mib <= self.config.total_mib:
-                mid = f"pool-{secrets.token_hex(4)}"
-                self.provider._private.add(mid)
-                try:
-                    m = await self.provider._create_machine(mid, source, timeout=FILL_TIMEOUT_S, warm=True,
-                                                            paused=True)
-                except ProviderError as e:
-                    self.provider._private.discard(mid)
-                    self._failed_at[source] = time.monotonic()
-                    log.warning("hot pool could not make a machine", source=str(source), reason=str(e))
+                made = await self._make_one(source)
+                if made is None:
                     break
-                if not m.restored:  # no snapshot to start from: a paused cold machine saves nothing
-                    await self._discard(m)
-                    self._failed_at[source] = time.monotonic()
-                    break
-                try:
-                    primed_s = await self.provider._prime(m, PRIME_TIMEOUT_S)
-                except asyncio.CancelledError:  # the pool is closing: this machine is in no list close() empties
-                    await asyncio.shield(self._discard(m))
-                    raise
-                except ProviderError as e:  # never handed out: a guest that does not answer here will not later
-                    await self._discard(m)
-                    self._failed_at[source] = time.monotonic()
-                    log.warning("hot pool machine did not answer after its restore", source=str(source),
-                                reason=str(e))
-                    break
+                m, primed_s = made
                 ready.append(_Pooled(m, key, mib, time.time(), primed_s))
                 log.info("hot pool filled", source=str(source), ready=len(ready), used_mib=self._used_mib(),
                          primed_s=round(primed_s, 3))
+
+    async def _make_one(self, source: MachineSource) -> tuple[QemuMachine, float] | None:
+        """A restored, primed, paused machine of `source` and its priming time; None (the source
+        marked failed, so it waits REFILL_RETRY_S, and nothing left behind) when there is none."""
+        mid = f"pool-{secrets.token_hex(4)}"
+        self.provider._private.add(mid)
+        try:
+            m = await self.provider._create_machine(mid, source, timeout=FILL_TIMEOUT_S, warm=True, paused=True)
+        except ProviderError as e:
+            self.provider._private.discard(mid)
+            self._failed(source, "hot pool could not make a machine", str(e))
+            return None
+        if not m.restored:  # no snapshot to start from: a paused cold machine saves nothing
+            await self._discard(m)
+            self._failed(source, "hot pool found no snapshot to restore", "the machine booted cold")
+            return None
+        try:
+            return m, await self.provider._prime(m, PRIME_TIMEOUT_S)
+        except asyncio.CancelledError:  # the pool is closing: this machine is in no list close() empties
+            await asyncio.shield(self._discard(m))
+            raise
+        except ProviderError as e:  # never handed out: a guest that does not answer here will not later
+            await self._discard(m)
+            self._failed(source, "hot pool machine did not answer after its restore", str(e))
+            return None
+
+    def _failed(self, source: MachineSource, what: str, reason: str) -> None:
+        self._failed_at[source] = time.monotonic()
+        log.warning(what, source=str(source), reason=reason)
 
     async def close(self) -> None:
         """Stop refilling and destroy every pooled machine."""

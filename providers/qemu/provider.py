@@ -234,7 +234,10 @@ class QemuProvider(Provider):
         def set_running(running: bool) -> None:
             def go(c: libvirt.virConnect) -> None:
                 dom = c.lookupByName(machine.domain_name)
-                dom.resume() if running else dom.suspend()
+                if running:
+                    dom.resume()
+                else:
+                    dom.suspend()
 
             self.conn.call(go, retry=False)
 
