@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import yaml
 
 from gh_runner.attempt import Attempt, PhaseTimeouts
-from gh_runner.protocol import FrozenCase, Lease, Limits, MachineRequest, StartStateRef, TaskEnd
+from gh_wire.protocol import FrozenCase, Lease, Limits, MachineRequest, StartStateRef, TaskEnd
 from providers.base import MachineSource
 from providers.qemu import QemuProvider
 from providers.qemu.pool import PoolConfig

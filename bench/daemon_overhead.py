@@ -43,7 +43,7 @@ from runner.peer import Peer, make_lease  # noqa: E402
 from gh_runner.config import RunnerConfig  # noqa: E402
 from gh_runner.daemon import Daemon  # noqa: E402
 from gh_runner.log import configure_logging  # noqa: E402
-from gh_runner.protocol import AttemptFinished, AttemptStatus, TaskEnd  # noqa: E402
+from gh_wire.protocol import AttemptFinished, AttemptStatus, TaskEnd  # noqa: E402
 
 HEARTBEAT = 0.5
 

@@ -32,7 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import libvirt
 
-from providers.base import KeyEvent, MachineSource, MoveEvent
+from gh_wire.input import KeyEvent, MoveEvent
+from providers.base import MachineSource
 from providers.qemu import QemuMachine, QemuProvider
 from providers.qemu.domain import DomainSpec, Ownership, build_domain_xml
 from providers.qemu.guest_agent import GuestAgent

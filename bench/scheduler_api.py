@@ -34,7 +34,7 @@ import websockets
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gh_runner import protocol
+from gh_wire import protocol
 
 
 def free_port() -> int:

@@ -27,7 +27,8 @@ from typing import Any, Protocol, TypeVar
 import structlog
 
 from gh_runner import outcome as rules
-from gh_runner.protocol import (
+from gh_runner.replay import ReplayRecorder, is_secret_event, redact_event, redact_text
+from gh_wire.protocol import (
     AttemptMetrics,
     AttemptResult,
     CheckOutput,
@@ -38,7 +39,6 @@ from gh_runner.protocol import (
     TaskEnd,
     TaskEndReason,
 )
-from gh_runner.replay import ReplayRecorder, is_secret_event, redact_event, redact_text
 from providers.base import Machine, MachineSource, Provider, ProviderError, ScriptResult
 
 log = structlog.get_logger(__name__)

@@ -7,13 +7,13 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from gh_runner import __version__
 from gh_runner.config import CREDENTIAL_NAME, SERVICE_DIR, ConfigError, RunnerConfig, load_config
-from gh_runner.protocol import PROTOCOL_VERSION
+from gh_wire.protocol import PROTOCOL_VERSION
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -159,7 +159,12 @@ def _fail(message: str, code: int = EXIT_USAGE) -> int:
     return code
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+# A command this package parses but does not run itself: `local` and `validate` play both halves (an
+# embedded gh-server and a runner), so they live above both, in gh_local, which passes them in here.
+Command = Callable[[argparse.Namespace], int]
+
+
+def main(argv: Sequence[str] | None = None, commands: Mapping[str, Command] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -181,7 +186,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Resolved like the daemon's (flags > env > file > defaults); the whole config rides along.
         args.images_dir, args.state_dir, args.libvirt_uri = config.images_dir, config.state_dir, config.libvirt_uri
         args.runner_config = config
-        return _dispatch(f"gh_runner.{command}", command, args)
+        run = (commands or {}).get(command)
+        if run is None:
+            return _fail(f"`gh-runner {command}` is not available in this build (start it as gh_local.cli)",
+                         EXIT_FAILED)
+        return int(run(args) or 0)
     if command == "selftest":
         args.runner_config = config
         return _dispatch("gh_runner.selftest", "selftest", args)

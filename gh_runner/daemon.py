@@ -44,7 +44,8 @@ from gh_runner import __version__, diskguard
 from gh_runner.config import RunnerConfig, Timeouts
 from gh_runner.journal import InflightRecord, Journal, is_safe_id
 from gh_runner.log import bind_attempt, get_logger, redactor
-from gh_runner.protocol import (
+from gh_runner.session import Backoff, Session
+from gh_wire.protocol import (
     AttemptFinished,
     AttemptResult,
     AttemptStatus,
@@ -67,7 +68,6 @@ from gh_runner.protocol import (
     TaskEnd,
     Welcome,
 )
-from gh_runner.session import Backoff, Session
 from providers.base import ImageInfo, Provider
 
 T = TypeVar("T")

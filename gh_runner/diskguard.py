@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gh_runner.protocol import LeaseRefusal
+from gh_wire.protocol import LeaseRefusal
 
 MIB = 1024 * 1024
 

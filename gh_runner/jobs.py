@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from gh_runner import protocol
+from gh_wire import protocol
 from providers.base import Machine, MachineSource, Provider, ProviderError, ScriptResult
 
 log = structlog.get_logger("gh_runner.jobs")

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram
 from prometheus_client.exposition import start_http_server
 
 from gh_runner import __version__
-from gh_runner.protocol import PROTOCOL_VERSION, AttemptResult
+from gh_wire.protocol import PROTOCOL_VERSION, AttemptResult
 
 log = structlog.get_logger(__name__)
 

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from gh_runner.log import get_logger
 from gh_runner.metrics import MetricsListenError, RunnerMetrics
 from gh_runner.notify import Notifier
-from gh_runner.protocol import AttemptResult, Welcome
+from gh_wire.protocol import AttemptResult, Welcome
 
 log = get_logger("gh_runner.observers")
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from gh_runner.protocol import CheckOutput, Outcome, TaskEnd, TaskEndReason
+from gh_wire.protocol import CheckOutput, Outcome, TaskEnd, TaskEndReason
 from providers.base import ScriptResult
 
 TAIL_LINES = 20

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
-from PIL import Image, ImageChops, ImageDraw
+from PIL import Image, ImageChops
 
-from providers.base import InputEvent
+from gh_wire.input import InputEvent
+from gh_wire.masking import mask_png
 
 log = structlog.get_logger(__name__)
 
@@ -32,32 +33,6 @@ REDACTED = "•••"
 MIN_CHANGE_AREA = 256
 # Greyscale difference below this is compression noise or a colour fade, not a change.
 PIXEL_THRESHOLD = 24
-
-
-MASK_NOTE = "masked: a secret was typed"
-
-
-def mask_block(width: int) -> int:
-    """The mosaic's block size in pixels: wider than a character cell at any resolution."""
-    return max(16, width // 48)
-
-
-def mask_png(png: bytes) -> bytes:
-    """The screen as a mosaic of blocks wider than a character cell, with a note saying why."""
-    with Image.open(io.BytesIO(png)) as im:
-        rgb = im.convert("RGB")
-    w, h = rgb.size
-    block = mask_block(w)
-    cols, rows = -(-w // block), -(-h // block)
-    small = rgb.resize((cols, rows), Image.Resampling.BOX)
-    out = small.resize((cols * block, rows * block), Image.Resampling.NEAREST).crop((0, 0, w, h))
-    draw = ImageDraw.Draw(out)
-    # Within the first row of blocks (the rectangle includes its end coordinates).
-    draw.rectangle((0, 0, min(w, 6 * len(MASK_NOTE) + 12) - 1, min(h, 16) - 1), fill=(0, 0, 0))
-    draw.text((6, 2), MASK_NOTE, fill=(255, 255, 255))
-    buf = io.BytesIO()
-    out.save(buf, "PNG", compress_level=1)
-    return buf.getvalue()
 
 
 class FrameSink(Protocol):

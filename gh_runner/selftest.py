@@ -32,17 +32,8 @@ from typing import Any, TextIO
 
 from gh_runner import outcome as rules
 from gh_runner.selftest_probes import ShellProbes, probes_for
-from providers.base import (
-    ClickEvent,
-    ImageInfo,
-    KeyEvent,
-    Machine,
-    MachineSource,
-    Provider,
-    ProviderError,
-    ScriptResult,
-    TypeEvent,
-)
+from gh_wire.input import ClickEvent, KeyEvent, TypeEvent
+from providers.base import ImageInfo, Machine, MachineSource, Provider, ProviderError, ScriptResult
 
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -38,7 +38,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from gh_runner import __version__
 from gh_runner.config import is_loopback
 from gh_runner.log import get_logger, redactor
-from gh_runner.protocol import (
+from gh_wire.protocol import (
     CLOSE_HEARTBEAT_TIMEOUT,
     CLOSE_PROTOCOL_UNSUPPORTED,
     CLOSE_REPLACED,

@@ -27,7 +27,6 @@ from sqlalchemy import CursorResult, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from gh_runner import protocol
 from gh_server import scheduler as sched
 from gh_server.agents.supervisor import AgentSupervisor
 from gh_server.auth import hash_secret
@@ -37,6 +36,7 @@ from gh_server.models import ReplayFrame as ReplayRow
 from gh_server.ports import JobResultApplier
 from gh_server.relay import PgRelay
 from gh_server.workpool import PoolTimeout, WorkPool
+from gh_wire import protocol
 
 if TYPE_CHECKING:
     from gh_server.state import ServerState

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pydantic
 from sqlalchemy.orm import Session
 
-from gh_runner import protocol
 from gh_server.dbqueue import DbQueue
 from gh_server.settings import Settings
+from gh_wire import protocol
 
 if TYPE_CHECKING:
     from gh_server.metrics import ServerMetrics

@@ -23,10 +23,10 @@ import psycopg
 from sqlalchemy import CursorResult, delete, select, text, update
 from sqlalchemy.orm import Session
 
-from gh_runner import protocol
 from gh_server.dbqueue import DbQueue
 from gh_server.metrics import ServerMetrics
 from gh_server.models import MachineRelay, Runner, utcnow
+from gh_wire import protocol
 
 log = logging.getLogger(__name__)
 

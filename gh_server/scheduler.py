@@ -27,8 +27,8 @@ from pydantic import ValidationError
 from sqlalchemy import CursorResult, Table, and_, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from gh_runner import protocol
 from gh_server.models import Attempt, RunCase, Runner, TestRun, new_id, utcnow
+from gh_wire import protocol
 
 if TYPE_CHECKING:
     from gh_server.dbqueue import DbQueue

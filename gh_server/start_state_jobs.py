@@ -31,7 +31,6 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from gh_runner import protocol
 from gh_server import serialize
 from gh_server.agents.base import AgentContext, Machine, Relay
 from gh_server.models import (
@@ -46,6 +45,7 @@ from gh_server.models import (
     utcnow,
 )
 from gh_server.state import ServerState
+from gh_wire import protocol
 
 log = logging.getLogger("gh_server.start_state_jobs")
 

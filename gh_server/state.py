@@ -14,10 +14,10 @@ import pydantic
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from gh_runner import protocol
 from gh_server.metrics import ServerMetrics
 from gh_server.ports import AgentHost
 from gh_server.settings import Settings
+from gh_wire import protocol
 
 
 class GatewayPort(Protocol):

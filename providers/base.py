@@ -5,8 +5,8 @@ list images, make a machine, wait for its guest channel, run a script, take a sc
 input, save it as a start-state version, destroy it. Everything is async and every call that
 reaches outside the process takes a timeout.
 
-The input event models are the seed's shapes (`POST /v1/start_states/{id}/input`); the wire
-protocol and the API reuse them from here so there is one definition.
+The input event models are the seed's shapes (`POST /v1/start_states/{id}/input`); they are part of
+the wire contract (`gh_wire.input`), which the provider, the protocol and the API all import.
 """
 
 from __future__ import annotations
@@ -16,63 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
-# ---------------------------------------------------------------------------------------------
-# Input events (the seed's shapes)
-# ---------------------------------------------------------------------------------------------
-
-MAX_TYPE_TEXT = 10_000
-MAX_KEYS = 8
-
-
-class _Event(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ClickEvent(_Event):
-    type: Literal["click"] = "click"
-    x: int = Field(ge=0, le=16384)
-    y: int = Field(ge=0, le=16384)
-    button: Literal["left", "right", "middle"] = "left"
-
-
-class DoubleClickEvent(_Event):
-    type: Literal["double_click"] = "double_click"
-    x: int = Field(ge=0, le=16384)
-    y: int = Field(ge=0, le=16384)
-    button: Literal["left", "right", "middle"] = "left"
-
-
-class MoveEvent(_Event):
-    type: Literal["move"] = "move"
-    x: int = Field(ge=0, le=16384)
-    y: int = Field(ge=0, le=16384)
-
-
-class ScrollEvent(_Event):
-    type: Literal["scroll"] = "scroll"
-    x: int = Field(ge=0, le=16384)
-    y: int = Field(ge=0, le=16384)
-    dy: int = Field(ge=-100, le=100, description="notches; positive scrolls down")
-
-
-class TypeEvent(_Event):
-    type: Literal["type"] = "type"
-    text: str = Field(max_length=MAX_TYPE_TEXT)
-
-
-class KeyEvent(_Event):
-    type: Literal["key"] = "key"
-    keys: list[str] = Field(min_length=1, max_length=MAX_KEYS, description='e.g. ["CTRL", "ALT", "DELETE"]')
-
-
-InputEvent = Annotated[
-    ClickEvent | DoubleClickEvent | MoveEvent | ScrollEvent | TypeEvent | KeyEvent,
-    Field(discriminator="type"),
-]
+from gh_wire.input import InputEvent
 
 # ---------------------------------------------------------------------------------------------
 # Results and descriptions

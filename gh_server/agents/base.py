@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gh_runner import protocol
-from providers.base import InputEvent
+from gh_wire import protocol
+from gh_wire.input import InputEvent
 
 
 class AgentError(Exception):

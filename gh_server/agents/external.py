@@ -17,9 +17,9 @@ from typing import Any
 
 import httpx
 
-from gh_runner.protocol import TaskEndReason
 from gh_server.agents.base import AgentContext, AgentError, AgentFailed, AgentOutcome
 from gh_server.agents.sandbox import Sandbox
+from gh_wire.protocol import TaskEndReason
 
 MAX_ANSWER = 100_000
 MAX_STDERR_IN_ERROR = 500

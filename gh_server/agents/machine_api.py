@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from gh_server.agents import machine_limits
 from gh_server.agents.base import MachineError, TaskStopped
 from gh_server.agents.supervisor import MACHINE_API_PATH, Grant
-from providers.base import InputEvent
+from gh_wire.input import InputEvent
 
 if TYPE_CHECKING:
     from gh_server.agents.supervisor import AgentSupervisor

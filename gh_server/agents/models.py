@@ -20,10 +20,10 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gh_runner import protocol
 from gh_server.agents.base import AgentError
 from gh_server.models import ReplayFrame
 from gh_server.settings import ModelEndpoint
+from gh_wire import protocol
 
 if TYPE_CHECKING:
     from gh_server.dbqueue import DbQueue

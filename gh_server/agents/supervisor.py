@@ -26,8 +26,6 @@ from typing import Any, NoReturn
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gh_runner import protocol
-from gh_runner.replay import mask_png
 from gh_server.agents import grants
 from gh_server.agents.base import (
     Agent,
@@ -44,7 +42,9 @@ from gh_server.agents.registry import AgentRegistry
 from gh_server.models import Attempt, RunCase, utcnow
 from gh_server.ports import GrantSpec, RunnerLink
 from gh_server.workpool import PoolTimeout, WorkPool
-from providers.base import InputEvent, KeyEvent, TypeEvent
+from gh_wire import protocol
+from gh_wire.input import InputEvent, KeyEvent, TypeEvent
+from gh_wire.masking import mask_png
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,6 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from gh_runner import protocol
 from gh_server import serialize
 from gh_server.api.common import DB, Admin, Member, PageParams, like, page_body, paginate, state_of
 from gh_server.api.runners import is_online
@@ -30,6 +29,7 @@ from gh_server.models import Runner, RunnerJob, StartState, StartStateVersion, T
 from gh_server.start_state_jobs import dispatch_jobs as _dispatch
 from gh_server.start_state_jobs import new_job as _job
 from gh_server.state import ServerState
+from gh_wire import protocol
 
 router = APIRouter(tags=["Start states"])
 

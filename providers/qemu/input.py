@@ -16,16 +16,8 @@ from typing import Any
 import libvirt
 import libvirt_qemu
 
-from providers.base import (
-    ClickEvent,
-    DoubleClickEvent,
-    InputEvent,
-    InputNotSupported,
-    KeyEvent,
-    MoveEvent,
-    ScrollEvent,
-    TypeEvent,
-)
+from gh_wire.input import ClickEvent, DoubleClickEvent, InputEvent, KeyEvent, MoveEvent, ScrollEvent, TypeEvent
+from providers.base import InputNotSupported
 from providers.qemu.connection import Connection
 from providers.qemu.errors import in_thread
 from providers.qemu.keymap import combo_keys, text_keys

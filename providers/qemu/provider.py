@@ -20,10 +20,10 @@ from typing import Any
 import libvirt
 import structlog
 
+from gh_wire.input import InputEvent
 from providers.base import (
     DEFAULT_OUTPUT_CAP,
     ImageInfo,
-    InputEvent,
     Machine,
     MachineNotReady,
     MachineOrigin,

@@ -13,10 +13,10 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
-from gh_runner.protocol import FrozenCase, Lease, Limits, StartStateRef
+from gh_wire.input import InputEvent
+from gh_wire.protocol import FrozenCase, Lease, Limits, StartStateRef
 from providers.base import (
     ImageInfo,
-    InputEvent,
     InputNotSupported,
     Machine,
     MachineNotReady,
@@ -42,7 +42,7 @@ def png(color: tuple[int, int, int] = (0, 0, 0), box: tuple[int, int, int, int] 
 
 def is_mosaic(png_bytes: bytes) -> bool:
     """True for a frame masked by `gh_runner.replay.mask_png`: every block below its note is one colour."""
-    from gh_runner.replay import mask_block
+    from gh_wire.masking import mask_block
 
     with Image.open(io.BytesIO(png_bytes)) as im:
         rgb = im.convert("RGB")

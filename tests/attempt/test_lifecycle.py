@@ -11,8 +11,9 @@ import structlog
 
 from gh_runner import attempt as attempt_mod
 from gh_runner.attempt import Attempt, PhaseTimeouts
-from gh_runner.protocol import MachineRequest, TaskEnd
-from providers.base import KeyEvent, ScriptResult, TypeEvent
+from gh_wire.input import KeyEvent, TypeEvent
+from gh_wire.protocol import MachineRequest, TaskEnd
+from providers.base import ScriptResult
 
 from .fakes import WAIT, FakeLink, FakeMachine, FakeProvider, is_mosaic, make_lease, ok
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gh_runner.attempt import Attempt, PhaseTimeouts
-from gh_runner.protocol import TaskEnd
+from gh_wire.protocol import TaskEnd
 from providers.base import MachineOrigin
 
 from .fakes import FakeLink, FakeProvider, make_lease

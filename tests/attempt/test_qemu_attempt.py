@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 
 from gh_runner.attempt import Attempt, PhaseTimeouts
-from gh_runner.protocol import FrozenCase, Lease, Limits, MachineRequest, StartStateRef, TaskEnd
-from providers.base import KeyEvent, Provider
+from gh_wire.input import KeyEvent
+from gh_wire.protocol import FrozenCase, Lease, Limits, MachineRequest, StartStateRef, TaskEnd
+from providers.base import Provider
 
 from .fakes import FakeLink
 

@@ -6,8 +6,9 @@ import io
 
 from PIL import Image, ImageDraw
 
-from gh_runner.replay import REDACTED, ReplayRecorder, _decode, changed, mask_png, redact_event, redact_text
-from providers.base import ClickEvent, KeyEvent, TypeEvent
+from gh_runner.replay import REDACTED, ReplayRecorder, _decode, changed, redact_event, redact_text
+from gh_wire.input import ClickEvent, KeyEvent, TypeEvent
+from gh_wire.masking import mask_png
 
 from .fakes import is_mosaic
 

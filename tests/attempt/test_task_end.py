@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from gh_runner import outcome as rules
 from gh_runner.attempt import Attempt
-from gh_runner.protocol import MachineRequest, TaskEnd, TaskEndReason
+from gh_wire.protocol import MachineRequest, TaskEnd, TaskEndReason
 from providers.base import ScriptResult
 
 from .fakes import WAIT, FakeLink, FakeMachine, FakeProvider, make_lease, ok

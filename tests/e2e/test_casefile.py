@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gh_runner.casefile import CaseFileError, load_case_file, parse_agents, parse_repeat
+from gh_local.casefile import CaseFileError, load_case_file, parse_agents, parse_repeat
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "linux-basics.yaml"
 

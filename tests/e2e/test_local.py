@@ -22,7 +22,7 @@ import pytest
 import yaml
 from agentfiles import agent_command
 
-from gh_runner.local import Progress, RunnerName
+from gh_local.local import Progress, RunnerName
 
 from .procs import domains
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gh_runner.report import (
+from gh_local.report import (
     build_report,
     render_table,
     rows_from_attempts,

@@ -16,7 +16,7 @@ from typing import Any
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from gh_runner import protocol
+from gh_wire import protocol
 
 DEFAULT_WAIT = 30.0
 

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from agentfiles import AGENT_PYTHON
 
-from gh_runner.protocol import TaskEndReason
 from gh_server.agents.base import AgentContext, AgentError, AgentFailed, Machine
 from gh_server.agents.builtin import ReferenceAgent
 from gh_server.agents.external import CommandAgent, HttpAgent
 from gh_server.agents.sandbox import Sandbox
 from gh_server.settings import Settings
+from gh_wire.protocol import TaskEndReason
 
 from .fakehttp import serve
 

@@ -18,8 +18,8 @@ import httpx
 from agentfiles import agent_command
 from PIL import Image
 
-from gh_runner import protocol
 from gh_server.settings import AgentConfig, ModelEndpoint
+from gh_wire import protocol
 
 from .conftest import GwServer, await_for, stop_server
 from .fakehttp import chat_reply, serve

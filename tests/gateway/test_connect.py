@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import websockets
 
-from gh_runner import protocol
+from gh_wire import protocol
 
 from .conftest import GwServer, await_for, stop_server
 from .simrunner import SimRunner, now

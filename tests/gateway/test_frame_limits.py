@@ -26,9 +26,9 @@ from agentfiles import agent_command
 from pydantic import SecretStr
 from runner.doubles import FakeProvider, ScriptedAttempt
 
-from gh_runner import protocol
 from gh_runner.config import RunnerConfig
 from gh_runner.daemon import Daemon
+from gh_wire import protocol
 
 from .conftest import AgentConfig, GwServer, await_for
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import update
 
-from gh_runner import protocol
 from gh_server.models import Runner, TestRun
 from gh_server.scheduler import run_summary
+from gh_wire import protocol
 
 from .conftest import GwServer, await_for
 from .simrunner import SimRunner, now

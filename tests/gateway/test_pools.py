@@ -9,8 +9,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from gh_runner import protocol
 from gh_server.settings import ModelEndpoint
+from gh_wire import protocol
 
 from .conftest import GwServer
 from .fakehttp import serve

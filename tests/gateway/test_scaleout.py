@@ -16,9 +16,9 @@ import pytest
 from agentfiles import agent_command
 from sqlalchemy import select
 
-from gh_runner import protocol
 from gh_server.models import WebhookDelivery
 from gh_server.settings import AgentConfig
+from gh_wire import protocol
 
 from .conftest import await_for
 from .fakehttp import serve

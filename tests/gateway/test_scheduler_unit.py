@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from gh_runner import protocol
 from gh_server import db
 from gh_server import scheduler as sched
 from gh_server.agents.base import AgentError
@@ -19,6 +18,7 @@ from gh_server.agents.models import parse_verdict
 from gh_server.dbqueue import DbQueue
 from gh_server.models import Attempt, RunCase, Runner, TestRun, utcnow
 from gh_server.settings import Settings
+from gh_wire import protocol
 
 
 def caps(rid: str = "rn_a", *, labels: tuple[str, ...] = (), images: tuple[str, ...] = ("linux-tiny",),

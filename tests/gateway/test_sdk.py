@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from guidinghand import Eager
 
-from gh_runner import protocol
 from gh_server.models import RunnerJob, new_id
+from gh_wire import protocol
 
 from .conftest import GwServer, await_for
 from .fakehttp import serve

@@ -31,9 +31,9 @@ from guidinghand import (
     PermissionDeniedError,
 )
 
-from gh_runner import protocol
 from gh_server.auth import create_key
 from gh_server.settings import AgentConfig
+from gh_wire import protocol
 
 from .conftest import GwServer, await_for
 from .simrunner import SimRunner

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from sqlalchemy import select, update
 
-from gh_runner import protocol
 from gh_server.models import Runner, WebhookDelivery
+from gh_wire import protocol
 
 from .conftest import GwServer, await_for
 from .simrunner import SimRunner

@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gh_runner import protocol
 from gh_server.serialize import attempt as shape
 from gh_server.settings import AgentConfig
+from gh_wire import protocol
 
 from .conftest import GwServer, await_for
 from .fakehttp import serve

@@ -15,8 +15,8 @@ import httpx
 from agentfiles import agent_command
 from prometheus_client.parser import text_string_to_metric_families
 
-from gh_runner import protocol
 from gh_server.settings import AgentConfig
+from gh_wire import protocol
 
 from .conftest import await_for
 from .loadrunner import LoadRunner

@@ -6,18 +6,10 @@ import base64
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gh_runner import protocol
 from gh_runner.jobs import StartStateJobs
-from providers.base import (
-    ImageInfo,
-    InputEvent,
-    Machine,
-    MachineSource,
-    Provider,
-    SavedVersion,
-    ScriptResult,
-    TypeEvent,
-)
+from gh_wire import protocol
+from gh_wire.input import InputEvent, TypeEvent
+from providers.base import ImageInfo, Machine, MachineSource, Provider, SavedVersion, ScriptResult
 
 
 class FakeMachine(Machine):

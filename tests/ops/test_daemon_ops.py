@@ -25,7 +25,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from runner.peer import Peer, make_lease
 
-from gh_runner.protocol import TaskEnd
+from gh_wire.protocol import TaskEnd
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT = 60.0  # generous: a loaded, shared machine
@@ -127,7 +127,7 @@ async def test_daemon_speaks_sd_notify_and_serves_metrics(peer: Peer, notify: No
             "WATCHDOG_USEC": "2000000",  # a ping at least every second
         })
         p = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gh_runner.cli", "--server", peer.url, "--name", "ops-runner", "--slots", "2",
+            sys.executable, "-m", "gh_local.cli", "--server", peer.url, "--name", "ops-runner", "--slots", "2",
             "--state-dir", f"{tmp}/state", "--images-dir", f"{tmp}/img", "--log-format", "json",
             "--metrics-listen", f"127.0.0.1:{port}", "--drain-grace", "60",
             env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
@@ -190,7 +190,7 @@ async def test_metrics_port_in_use_is_a_clear_error(peer: Peer) -> None:
                     "GH_RUNNER_TEST_PROVIDER": "runner.doubles:make_provider", "GH_RUNNER_TOKEN": Peer.token,
                     "HOME": tmp})
         p = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gh_runner.cli", "--server", peer.url, "--state-dir", f"{tmp}/state",
+            sys.executable, "-m", "gh_local.cli", "--server", peer.url, "--state-dir", f"{tmp}/state",
             "--images-dir", f"{tmp}/img", "--metrics-listen", f"127.0.0.1:{port}", "--log-format", "console",
             env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         try:

@@ -171,7 +171,7 @@ def test_cli_doctor_subcommand(workdir: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GH_RUNNER_")}
     env.pop("CREDENTIALS_DIRECTORY", None)
     r = subprocess.run(
-        [sys.executable, "-m", "gh_runner.cli", "doctor", "--images-dir", str(workdir / "images"),
+        [sys.executable, "-m", "gh_local.cli", "doctor", "--images-dir", str(workdir / "images"),
          "--state-dir", str(workdir / "state"), "--libvirt-uri", "qemu+unix:///system?socket=/nonexistent/sock"],
         capture_output=True, text=True, timeout=120, env=env, cwd=REPO,
     )

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gh_runner import __version__
 from gh_runner.metrics import MetricsListenError, RunnerMetrics, parse_listen
-from gh_runner.protocol import AttemptMetrics, AttemptResult
+from gh_wire.protocol import AttemptMetrics, AttemptResult
 
 
 @pytest.fixture

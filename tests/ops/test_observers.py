@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gh_runner.metrics import RunnerMetrics
 from gh_runner.notify import Notifier
 from gh_runner.observers import OpsObserver
-from gh_runner.protocol import AttemptMetrics, AttemptResult, Welcome
+from gh_wire.protocol import AttemptMetrics, AttemptResult, Welcome
 
 
 def drain(sock: socket.socket) -> list[str]:

@@ -13,7 +13,8 @@ import libvirt
 import pytest
 from PIL import Image
 
-from providers.base import ClickEvent, InputNotSupported, KeyEvent, MoveEvent, ProviderError, ScrollEvent, TypeEvent
+from gh_wire.input import ClickEvent, KeyEvent, MoveEvent, ScrollEvent, TypeEvent
+from providers.base import InputNotSupported, ProviderError
 from providers.qemu import QemuMachine
 from providers.qemu.connection import Connection
 

@@ -11,7 +11,8 @@ import libvirt
 import pytest
 from PIL import Image
 
-from providers.base import ClickEvent, DoubleClickEvent, InputNotSupported, MoveEvent, ProviderError, ScrollEvent
+from gh_wire.input import ClickEvent, DoubleClickEvent, MoveEvent, ScrollEvent
+from providers.base import InputNotSupported, ProviderError
 from providers.manifest import parse_manifest
 from providers.qemu.domain import (
     METADATA_NS,

@@ -23,17 +23,9 @@ from typing import Any
 
 from PIL import Image
 
-from gh_runner.protocol import AttemptResult, Lease, MachineRequest, MachineResponse, TaskEnd
-from providers.base import (
-    ImageInfo,
-    InputEvent,
-    Machine,
-    MachineSource,
-    Provider,
-    ProviderError,
-    SavedVersion,
-    ScriptResult,
-)
+from gh_wire.input import InputEvent
+from gh_wire.protocol import AttemptResult, Lease, MachineRequest, MachineResponse, TaskEnd
+from providers.base import ImageInfo, Machine, MachineSource, Provider, ProviderError, SavedVersion, ScriptResult
 
 
 def tiny_png() -> bytes:

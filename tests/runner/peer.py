@@ -1,4 +1,4 @@
-"""A test peer: a small websocket server speaking the server side of `gh_runner.protocol`.
+"""A test peer: a small websocket server speaking the server side of `gh_wire.protocol`.
 
 Real websockets, real frames, the shared protocol module; the behaviour a test needs is switched
 on by attributes (silent, auto_ack, close code on connect, HTTP status, resume list). Every
@@ -24,7 +24,7 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from gh_runner.protocol import (
+from gh_wire.protocol import (
     MAX_FRAME_BYTES,
     AttemptFinished,
     AttemptResult,

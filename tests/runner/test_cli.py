@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 
 from gh_runner.journal import Journal
-from gh_runner.protocol import TaskEnd
+from gh_wire.protocol import TaskEnd
 
 from .peer import Peer, make_lease
 
 REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"
-GH_RUNNER = [sys.executable, "-m", "gh_runner.cli"]
+GH_RUNNER = [sys.executable, "-m", "gh_local.cli"]
 
 
 def _env(tmp: Path, **extra: str) -> dict[str, str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gh_runner.journal import Journal
-from gh_runner.protocol import Cancel, MachineRequest, ResultAck, TaskEnd
+from gh_wire.protocol import Cancel, MachineRequest, ResultAck, TaskEnd
 
 from .doubles import FakeProvider
 from .peer import Peer, make_lease
@@ -248,7 +248,7 @@ async def test_reaper_keeps_live_machines(peer: Peer, start_daemon: Any) -> None
 
 async def test_an_open_start_state_holds_a_slot_until_closed(peer: Peer, start_daemon: Any) -> None:
     from gh_runner.jobs import StartStateJobs
-    from gh_runner.protocol import Job, StartStateRef
+    from gh_wire.protocol import Job, StartStateRef
 
     provider = FakeProvider()
     r = await start_daemon(peer.url, provider=provider, jobs=StartStateJobs(provider), slots=1, reap_interval=0.2)

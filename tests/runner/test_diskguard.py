@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gh_runner.protocol import LeaseRefusal
+from gh_wire.protocol import LeaseRefusal
 
 from .peer import Peer, make_lease
 

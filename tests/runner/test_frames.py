@@ -1,4 +1,4 @@
-"""The frame-limit helper both sides call before sending (`gh_runner.protocol.encode_checked`)."""
+"""The frame-limit helper both sides call before sending (`gh_wire.protocol.encode_checked`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gh_runner import protocol
+from gh_wire import protocol
 
 
 def test_the_limit_counts_utf8_bytes_as_the_peer_does() -> None:

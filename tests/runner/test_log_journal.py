@@ -17,7 +17,7 @@ import structlog
 
 from gh_runner.journal import Journal, JournalError
 from gh_runner.log import bind_attempt, configure_logging, get_logger, redactor
-from gh_runner.protocol import AttemptResult
+from gh_wire.protocol import AttemptResult
 
 TOKEN = "gh_rn_verysecret_0011223344"
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
 from gh_runner.daemon import Daemon
-from gh_runner.protocol import ProtocolError, parse_server_message
+from gh_wire.protocol import ProtocolError, parse_server_message
 
 from .conftest import runner_config
 from .doubles import FakeProvider, ScriptedAttempt

@@ -11,8 +11,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from gh_runner import __version__
-from gh_runner.protocol import CLOSE_REPLACED, CLOSE_TOKEN_REVOKED, PROTOCOL_VERSION, TaskEnd
 from gh_runner.session import Backoff
+from gh_wire.protocol import CLOSE_REPLACED, CLOSE_TOKEN_REVOKED, PROTOCOL_VERSION, TaskEnd
 
 from .doubles import FakeProvider
 from .peer import Peer, make_lease
@@ -214,8 +214,8 @@ def test_cleartext_only_to_loopback_unless_insecure(tmp_path: Any, scheme_url: s
 
 
 async def test_a_failing_handler_costs_one_connection_not_the_session(peer: Peer) -> None:
-    from gh_runner.protocol import Heartbeat, Hello, Welcome
     from gh_runner.session import Session
+    from gh_wire.protocol import Heartbeat, Hello, Welcome
 
     class Handler:
         hellos = 0

@@ -15,7 +15,7 @@ from typing import Any
 
 from gh_runner.daemon import default_attempt_factory
 from gh_runner.journal import Journal
-from gh_runner.protocol import TaskEnd
+from gh_wire.protocol import TaskEnd
 from providers.base import MachineSource
 
 from .doubles import FakeProvider

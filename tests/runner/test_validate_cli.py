@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gh_local.validate import render
 from gh_runner.cli import build_parser
-from gh_runner.validate import render
 
 
 def test_validate_flags() -> None:

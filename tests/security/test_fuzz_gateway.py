@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, select
 
-from gh_runner import protocol
 from gh_server.models import Attempt, ReplayFrame, Runner, utcnow
+from gh_wire import protocol
 
 T = TypeVar("T")
 MALFORMED = 300

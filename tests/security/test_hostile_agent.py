@@ -16,8 +16,8 @@ from agentfiles import agent_command
 from gateway.conftest import GwServer
 from gateway.simrunner import SimRunner
 
-from gh_runner import protocol
 from gh_server.settings import AgentConfig
+from gh_wire import protocol
 
 HOSTILE = Path(__file__).with_name("hostile_agent.py")
 

@@ -12,8 +12,8 @@ from gateway.conftest import GwServer
 from gateway.fakehttp import serve
 from gateway.simrunner import SimRunner
 
-from gh_runner import protocol
 from gh_server.settings import AgentConfig
+from gh_wire import protocol
 
 CASE = {"prompt": "printer offline", "metadata": {"reference_fix": "FIX-SECRET-1"},
         "success": {"check_script": "echo CHECK-SECRET-2", "rubric": None},

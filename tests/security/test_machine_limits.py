@@ -15,8 +15,8 @@ from agentfiles import agent_command
 from gateway.conftest import GwServer, await_for
 from gateway.simrunner import SimRunner
 
-from gh_runner import protocol
 from gh_server.settings import AgentConfig
+from gh_wire import protocol
 
 AGENT_CMD = Path(__file__).parent.parent / "gateway" / "agent_cmd.py"
 

@@ -13,9 +13,9 @@ import pytest
 from guidinghand import ConflictError, InvalidRequestError, NotFoundError, PermissionDeniedError
 from sqlalchemy import select
 
-from gh_runner import protocol
 from gh_server.auth import hash_secret
 from gh_server.models import Runner, RunnerJob, StartState, StartStateVersion, utcnow
+from gh_wire import protocol
 
 from .conftest import Server
 

@@ -139,7 +139,7 @@ class Stack:
 
     def guest_exec(self, start_state_id: str, script: str) -> Any:
         """Run a script on a start state's open machine, beside the API (to see what input did)."""
-        from gh_runner import protocol
+        from gh_wire import protocol
 
         req = protocol.MachineRequest(request_id=secrets.token_hex(8), start_state_id=start_state_id, op="exec",
                                       script=script, timeout=60)

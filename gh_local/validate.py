@@ -21,8 +21,8 @@ from typing import Any
 
 import httpx
 
-from gh_runner.casefile import CaseFileError, load_case_file
-from gh_runner.local import DEFAULT_OUTPUT_ROOT, EXIT_OK, EXIT_USAGE, LocalRun, options_from_args
+from gh_local.casefile import CaseFileError, load_case_file
+from gh_local.local import DEFAULT_OUTPUT_ROOT, EXIT_OK, EXIT_USAGE, LocalRun, options_from_args
 
 EXIT_NOT_VALID = 3
 DEFAULT_REPEAT = 3

@@ -33,8 +33,8 @@ from typing import Any, TextIO
 import httpx
 import pydantic
 
-from gh_runner.casefile import CaseFile, CaseFileError, load_case_file, parse_agents, parse_repeat
-from gh_runner.report import build_report, render_table, rows_from_attempts, summarize_agents, write_report
+from gh_local.casefile import CaseFile, CaseFileError, load_case_file, parse_agents, parse_repeat
+from gh_local.report import build_report, render_table, rows_from_attempts, summarize_agents, write_report
 
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -1,0 +1,2 @@
+"""Small helpers every package may use, below all of them and importing none of ours: the one timeout
+helper (`timeouts`)."""

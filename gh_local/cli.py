@@ -1,0 +1,17 @@
+"""The `gh-runner` command: the runner's own CLI, with the commands that need both halves added."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from gh_local import local, validate
+from gh_runner import cli as runner_cli
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return runner_cli.main(argv, commands={"local": local.main, "validate": validate.main})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Input events: the seed's shapes (`POST /v1/start_states/{id}/input`), one definition for the API,
+the runner <-> server protocol and the providers that deliver them."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# ---------------------------------------------------------------------------------------------
+
+MAX_TYPE_TEXT = 10_000
+MAX_KEYS = 8
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClickEvent(_Event):
+    type: Literal["click"] = "click"
+    x: int = Field(ge=0, le=16384)
+    y: int = Field(ge=0, le=16384)
+    button: Literal["left", "right", "middle"] = "left"
+
+
+class DoubleClickEvent(_Event):
+    type: Literal["double_click"] = "double_click"
+    x: int = Field(ge=0, le=16384)
+    y: int = Field(ge=0, le=16384)
+    button: Literal["left", "right", "middle"] = "left"
+
+
+class MoveEvent(_Event):
+    type: Literal["move"] = "move"
+    x: int = Field(ge=0, le=16384)
+    y: int = Field(ge=0, le=16384)
+
+
+class ScrollEvent(_Event):
+    type: Literal["scroll"] = "scroll"
+    x: int = Field(ge=0, le=16384)
+    y: int = Field(ge=0, le=16384)
+    dy: int = Field(ge=-100, le=100, description="notches; positive scrolls down")
+
+
+class TypeEvent(_Event):
+    type: Literal["type"] = "type"
+    text: str = Field(max_length=MAX_TYPE_TEXT)
+
+
+class KeyEvent(_Event):
+    type: Literal["key"] = "key"
+    keys: list[str] = Field(min_length=1, max_length=MAX_KEYS, description='e.g. ["CTRL", "ALT", "DELETE"]')
+
+
+InputEvent = Annotated[
+    ClickEvent | DoubleClickEvent | MoveEvent | ScrollEvent | TypeEvent | KeyEvent,
+    Field(discriminator="type"),
+]
