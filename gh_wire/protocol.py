@@ -41,9 +41,18 @@ class MachineRefusal(StrEnum):
 
 
 class LeaseRefusal(StrEnum):
-    """Typed reasons a runner refuses a lease (the `reason` text says the details)."""
+    """Typed reasons a runner refuses a lease (the `reason` text says the details). The server reads
+    the code: how long it leaves that runner alone for that attempt depends on it."""
 
     DISK_LOW = "disk_low"  # the runner's state dir has less free space than it keeps in reserve
+    IMAGE_MISSING = "image_missing"  # the lease's image is not (or no longer) on this runner
+    VERSION_MISSING = "version_missing"  # the start-state version is not held here
+    DRAINING = "draining"  # the runner is draining or shutting down: it takes no new work
+    NO_SLOT = "no_slot"  # every slot is busy (the server's count was stale)
+    DUPLICATE = "duplicate"  # the attempt already finished here; its result is being re-sent
+    JOURNAL_FAILED = "journal_failed"  # the runner cannot write its journal (disk full, read-only)
+    START_FAILED = "start_failed"  # the runner could not set the attempt up
+    HYPERVISOR_DOWN = "hypervisor_down"  # the hypervisor does not answer: the runner is paused
 
 
 class FrameTooLarge(Exception):
