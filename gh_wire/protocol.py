@@ -49,6 +49,8 @@ class LeaseRefusal(StrEnum):
     VERSION_MISSING = "version_missing"  # the start-state version is not held here
     DRAINING = "draining"  # the runner is draining or shutting down: it takes no new work
     NO_SLOT = "no_slot"  # every slot is busy (the server's count was stale)
+    LABEL_MISMATCH = "label_mismatch"  # the case's runs_on is not a label of this runner
+    INVALID_LEASE = "invalid_lease"  # the lease cannot be run as sent (an id unsafe for a file name)
     DUPLICATE = "duplicate"  # the attempt already finished here; its result is being re-sent
     JOURNAL_FAILED = "journal_failed"  # the runner cannot write its journal (disk full, read-only)
     START_FAILED = "start_failed"  # the runner could not set the attempt up
