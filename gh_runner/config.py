@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+
+from gh_common.configfile import ConfigFileError, read_mapping
 
 SERVICE_DIR = Path("/var/lib/gh-runner")
 CREDENTIAL_NAME = "gh-runner-token"
@@ -224,19 +225,9 @@ def _env_values(env: Mapping[str, str]) -> dict[str, Any]:
 
 def _read_file(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"config file {path}: cannot read it: {e.strerror or e}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"config file {path}: not valid YAML: {str(e).splitlines()[0]}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path}: must be a mapping of keys to values, not {type(data).__name__}")
-    # YAML files naturally use either dashes or underscores; accept both spellings.
-    return {str(k).replace("-", "_"): v for k, v in data.items()}
+        return read_mapping(path)
+    except ConfigFileError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _read_token_file(path: Path, where: str) -> SecretStr:

@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gh_common.configfile import read_mapping
 from gh_server.ids import unaddressable
 
 
@@ -131,18 +131,7 @@ class Settings(BaseModel):
     @classmethod
     def from_file(cls, path: Path | str) -> dict[str, Any]:
         """A YAML (or JSON) config file's fields. `agents` may be a mapping id -> config or a list with ids."""
-        p = Path(path)
-        try:
-            data = yaml.safe_load(p.read_text())
-        except OSError as e:
-            raise ValueError(f"cannot read config file {p}: {e.strerror}") from None
-        except yaml.YAMLError as e:
-            raise ValueError(f"config file {p} is not valid YAML: {e}") from None
-        if data is None:
-            return {}
-        if not isinstance(data, dict):
-            raise ValueError(f"config file {p} must be a mapping of settings")
-        out = {str(k).replace("-", "_"): v for k, v in data.items()}
+        out = read_mapping(path)  # its ConfigFileError is a ValueError naming the file
         agents = out.get("agents")
         if isinstance(agents, list):
             out["agents"] = {a.get("id"): a for a in agents if isinstance(a, dict)}
