@@ -19,23 +19,26 @@ import asyncio
 import base64
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 import structlog
+from pydantic import ConfigDict, Field
 
+from gh_runner.config import Timeouts
 from gh_wire import protocol
 from providers.base import Machine, MachineSource, Provider, ProviderError, ScriptResult
 
 log = structlog.get_logger("gh_runner.jobs")
 
 
-@dataclass(frozen=True)
-class JobTimeouts:
-    machine: float = 180.0
-    ready: float = 180.0
-    save: float = 600.0
-    destroy: float = 60.0
-    screen: float = 30.0
+class JobTimeouts(Timeouts):
+    """A job's bounds: an attempt's (the config's `timeouts`: machine, ready, screen, teardown), and a save's.
+
+    Derived, not copied, so a job and an attempt boot, wait and tear down a machine within the same
+    bounds: `JobTimeouts(**config.timeouts.model_dump())` carries the configured ones over."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    save: float = Field(default=600.0, gt=0, le=7200)  # keep the disk (and memory) as a version
 
 
 def _source(ref: protocol.StartStateRef | None) -> MachineSource:
@@ -125,7 +128,7 @@ class StartStateJobs:
 
     async def _destroy(self, machine: Machine) -> None:
         try:
-            async with asyncio.timeout(self._t.destroy):
+            async with asyncio.timeout(self._t.teardown):
                 await machine.destroy()
         except (ProviderError, TimeoutError) as e:  # the reaper gets it later; say so
             log.warning("machine not destroyed; the reaper will retry", machine_id=machine.machine_id, reason=str(e))
