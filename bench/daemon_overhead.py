@@ -40,6 +40,7 @@ from pydantic import SecretStr  # noqa: E402
 from runner.doubles import FakeProvider, ScriptedAttempt  # noqa: E402
 from runner.peer import Peer, make_lease  # noqa: E402
 
+from gh_common.timeouts import within  # noqa: E402
 from gh_runner.config import RunnerConfig  # noqa: E402
 from gh_runner.daemon import Daemon  # noqa: E402
 from gh_runner.log import configure_logging  # noqa: E402
@@ -140,13 +141,13 @@ async def run_daemon(kind: str, n: int, slots: int, state_dir: Path) -> dict[str
     t0 = time.perf_counter()
     for _ in range(min(slots, n)):
         await send_next()
-    await asyncio.wait_for(done.wait(), timeout=max(120.0, n * 0.5))
+    await within(max(120.0, n * 0.5), done.wait())
     wall = time.perf_counter() - t0
     beats = [r.at for r in peer.received[hb_start:] if getattr(r.msg, "type", "") == "heartbeat"]
     gaps = [b - a for a, b in itertools.pairwise(beats)]
     connections = daemon.session.connections
     daemon.request_stop()
-    await asyncio.wait_for(task, 60)
+    await within(60, task)
     peer.kill()
     await peer.stop()
     return {"wall": wall, "latencies": latencies, "gaps": gaps, "connections": connections}

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sqlalchemy import func, select
 
+from gh_common.timeouts import within
 from gh_server.models import Attempt
 from tests.gateway.loadrunner import LoadRunner
 from tests.gateway.rows import DbRows
@@ -60,7 +61,7 @@ async def start_runners(rows: DbRows, url: str, n: int, slots: int, work_s: floa
         lr.start()
         runners.append(lr)
     for lr in runners:
-        await asyncio.wait_for(lr.connected.wait(), 120)
+        await within(120, lr.connected.wait())
     return runners
 
 

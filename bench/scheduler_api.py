@@ -34,6 +34,7 @@ import websockets
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from gh_common.timeouts import within
 from gh_wire import protocol
 
 
@@ -71,7 +72,7 @@ class Runner:
         hello = protocol.Hello(version="bench", name=self.name, slots=self.slots, labels=["bench"],
                                images=[protocol.ImageAd(name="linux-tiny", os="linux", version="1", checksum="x")])
         await self.ws.send(protocol.encode(hello))
-        welcome = protocol.parse_server_message(await asyncio.wait_for(self.ws.recv(), 60))
+        welcome = protocol.parse_server_message(await within(60, self.ws.recv()))
         assert welcome.type == "welcome", welcome
         self.task = asyncio.create_task(self.loop())
 

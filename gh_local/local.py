@@ -33,6 +33,7 @@ from typing import Any, TextIO
 import httpx
 import pydantic
 
+from gh_common.timeouts import within
 from gh_local.casefile import CaseFile, CaseFileError, load_case_file, parse_agents, parse_repeat
 from gh_local.report import build_report, render_table, rows_from_attempts, summarize_agents, write_report
 
@@ -330,12 +331,12 @@ class LocalRun:
         wanted = sorted({str(c["start_state"]) for c in self.cf.cases})
         provider = make_provider(config)
         try:
-            images = {i.name for i in await asyncio.wait_for(provider.list_images(), timeout=300)}
+            images = {i.name for i in await within(300, provider.list_images())}
         except Exception as e:
             raise LocalError(f"cannot list images in {config.images_dir}: {e}") from None
         finally:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(provider.close(), timeout=30)
+                await within(30, provider.close())
         missing = [w for w in wanted if w not in images]
         if missing:
             have = ", ".join(sorted(images)) or "none"
@@ -423,7 +424,7 @@ class LocalRun:
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):  # not wait_for: it can lose a cancel on Python 3.11
+            async with asyncio.timeout(seconds):
                 await self._stop.wait()
 
     def _deadline(self, total: int) -> float:
@@ -531,16 +532,16 @@ class LocalRun:
                 else:
                     self.daemon.request_stop()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(self._daemon_task), timeout=300)
+                await within(300, asyncio.shield(self._daemon_task))
             if not self._daemon_task.done():
                 self.daemon.force_stop()
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self._daemon_task, timeout=120)
+                    await within(120, self._daemon_task)
             await self._reap_leftovers()
         if self.server is not None and self._server_task is not None:
             self.server.should_exit = True
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server_task, timeout=30)
+                await within(30, self._server_task)
         if self.state is not None:
             with contextlib.suppress(Exception):
                 self.state.engine.dispose()
@@ -556,11 +557,11 @@ class LocalRun:
         try:
             provider = make_provider(self.daemon.config)
             try:
-                left = await asyncio.wait_for(provider.reap(keep=set()), timeout=300)
+                left = await within(300, provider.reap(keep=set()))
                 if left:
                     self.say(f"gh-runner local: removed {len(left)} leftover machine(s)")
             finally:
-                await asyncio.wait_for(provider.close(), timeout=30)
+                await within(30, provider.close())
         except Exception as e:
             self.say(f"gh-runner local: could not check for leftover machines: {e}")
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gh_common.timeouts import within
 from gh_runner import __version__
 from gh_runner.config import CREDENTIAL_NAME, SERVICE_DIR, ConfigError, RunnerConfig, load_config
 from gh_wire.protocol import PROTOCOL_VERSION
@@ -216,8 +217,7 @@ def _images(config: RunnerConfig, as_json: bool) -> int:
     async def collect() -> tuple[list[Any], list[tuple[str, int]]]:
         provider = make_provider(config)
         try:
-            return await asyncio.wait_for(provider.list_images(), 120), await asyncio.wait_for(
-                provider.held_versions(), 120)
+            return await within(120, provider.list_images()), await within(120, provider.held_versions())
         finally:
             await provider.close()
 

@@ -154,7 +154,7 @@ class ImageSelftest:
             self._record(step, False, 0.0, f"not run: the {Step.MACHINE} step failed")
             return
         try:
-            async with asyncio.timeout(timeout):  # not wait_for: it can lose a cancel on 3.11
+            async with asyncio.timeout(timeout):
                 detail = await work()
             ok = True
         except TimeoutError:
