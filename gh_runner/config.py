@@ -42,7 +42,8 @@ class ConfigError(Exception):
 
 
 class Timeouts(BaseModel):
-    """Per-phase attempt timeouts in seconds (mirrors `gh_runner.attempt.PhaseTimeouts`)."""
+    """Per-phase attempt timeouts in seconds (mirrors `gh_runner.attempt.PhaseTimeouts`); a start-state job's
+    bounds (`gh_runner.jobs.JobTimeouts`) derive from it."""
 
     model_config = ConfigDict(extra="forbid")
 
