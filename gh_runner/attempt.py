@@ -39,14 +39,12 @@ from gh_wire.protocol import (
     TaskEnd,
     TaskEndReason,
 )
-from providers.base import Machine, MachineSource, Provider, ProviderError, ScriptResult
+from providers.base import Machine, MachineSource, Provider, ScriptResult
+from providers.errors import ProviderError
 
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
-
-# asyncio.wait_for is avoided on purpose: in 3.11 it can swallow a cancellation that lands as its inner
-# awaitable completes, and `cancel` must always stop the attempt. asyncio.timeout does not.
 
 # Phase names: the keys of metrics.phase_seconds and the `phase` of status reports and errors.
 MACHINE = "machine"

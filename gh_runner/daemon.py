@@ -40,6 +40,7 @@ from typing import Any, Protocol, TypeVar
 
 import structlog
 
+from gh_common.timeouts import within
 from gh_runner import __version__, diskguard
 from gh_runner.config import RunnerConfig, Timeouts
 from gh_runner.journal import InflightRecord, Journal, is_safe_id
@@ -245,6 +246,8 @@ class Daemon:
         self._journal_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gh-journal")
         self._signals = 0
         self.exit_code = 0
+        self._session_task: asyncio.Task[None] | None = None
+        self._timers: list[asyncio.Task[None]] = []
         self.session = Session(
             config.connect_urls(), config.token_value(), self,
             backoff=backoff or Backoff(base=config.reconnect_min, cap=config.reconnect_max),
@@ -324,16 +327,25 @@ class Daemon:
 
     async def run(self) -> int:
         """Run until stopped and drained; returns the process exit code."""
-        start = getattr(self.provider, "start", None)  # optional: connect, probe the accelerator
-        if start is not None:
-            try:
-                await asyncio.wait_for(start(), PROVIDER_CALL_TIMEOUT)
-            except Exception as e:
-                self.log.error("the machine provider could not start; run `gh-runner doctor`",
-                               error=f"{type(e).__name__}: {e}")
-                self.exit_code = 1
-                self._emit("stopped", self.exit_code)
-                return self.exit_code
+        if not await self.startup():
+            self._emit("stopped", self.exit_code)
+            return self.exit_code
+        try:
+            await self.main_loop()
+        finally:
+            await self.shutdown()
+        return self.exit_code
+
+    async def startup(self) -> bool:
+        """Start the provider, recover the journal, reap leftovers, then connect and start the
+        timers. False (exit code 1) when the provider cannot start: nothing else has run."""
+        try:
+            await within(PROVIDER_CALL_TIMEOUT, self.provider.start())
+        except Exception as e:
+            self.log.error("the machine provider could not start; run `gh-runner doctor`",
+                           error=f"{type(e).__name__}: {e}")
+            self.exit_code = 1
+            return False
         await self._journal(self.journal.open)
         recovered = await self._journal(self.journal.recover)
         for problem in self.journal.problems:
@@ -350,33 +362,44 @@ class Daemon:
         self.log.info("runner starting", version=__version__, server=self.session.url, slots=self.config.slots,
                       labels=self.config.labels, images=[i.name for i in self._images],
                       unacked_results=len(self._unacked))
-        session_task = asyncio.create_task(self.session.run(), name="session")
-        timers = [
+        self._session_task = asyncio.create_task(self.session.run(), name="session")
+        self._timers = [
             asyncio.create_task(self._every(self.config.reap_interval, self._reap_live), name="reaper"),
             asyncio.create_task(self._every(min(self.config.result_resend, 5.0), self._resend_due), name="resend"),
             asyncio.create_task(self._every(self.tick_interval, self._tick), name="tick"),
         ]
-        try:
-            await self._stop.wait()
-            self._emit("draining", len(self._attempts))
-            await self._drain()
-        finally:
-            self.session.stop()
-            for t in timers:
-                t.cancel()
+        return True
+
+    async def main_loop(self) -> None:
+        """Leases arrive through the session (`on_message`); this waits for the first stop signal,
+        then drains: no new leases, running attempts get their grace."""
+        await self._stop.wait()
+        self._emit("draining", len(self._attempts))
+        await self._drain()
+
+    async def shutdown(self) -> None:
+        """Close everything startup opened, in order; runs after the drain, or when `run` is cancelled."""
+        # 1. No more reconnects: the session closes its socket and its task ends.
+        self.session.stop()
+        # 2. The timers (reaper, result re-send, watchdog tick) have nothing left to do.
+        for t in self._timers:
+            t.cancel()
+        # 3. The session gets a moment to close cleanly (within cancels it past that).
+        if self._session_task is not None:
             try:
-                await asyncio.wait_for(session_task, timeout=10)
+                await within(10, self._session_task)
             except (TimeoutError, asyncio.CancelledError):
-                session_task.cancel()
-            await asyncio.gather(*timers, return_exceptions=True)
-            try:
-                await asyncio.wait_for(self.provider.close(), timeout=30)
-            except Exception as e:
-                self.log.warning("closing the provider failed", error=str(e))
+                self._session_task.cancel()
+        await asyncio.gather(*self._timers, return_exceptions=True)
+        # 4. The provider releases its connections and its own machines (the hot pool).
+        try:
+            await within(30, self.provider.close())
+        except Exception as e:
+            self.log.warning("closing the provider failed", error=str(e))
+        # 5. The journal's writers finish what they hold: every result is on disk before exit.
         await asyncio.get_running_loop().run_in_executor(None, self._journal_pool.shutdown)
         self.log.info("runner stopped", exit_code=self.exit_code, unacked_results=len(self._unacked))
         self._emit("stopped", self.exit_code)
-        return self.exit_code
 
     async def _drain(self) -> None:
         self.draining = True
@@ -408,7 +431,7 @@ class Daemon:
                 self.exit_code = 1
         if self.jobs is not None:
             try:
-                await asyncio.wait_for(self.jobs.close_all(), timeout=self.config.timeouts.teardown)
+                await within(self.config.timeouts.teardown, self.jobs.close_all())
             except Exception as e:
                 self.log.warning("closing open start states failed", error=str(e))
         # Give the server a moment to acknowledge what just finished; the journal keeps the rest.
@@ -429,8 +452,7 @@ class Daemon:
                 return
             self._changed.clear()
             try:
-                async with asyncio.timeout(min(left, 1.0)):  # not wait_for: it can lose a cancel on 3.11
-                    await self._changed.wait()
+                await within(min(left, 1.0), self._changed.wait())
             except TimeoutError:
                 pass
 
@@ -449,12 +471,12 @@ class Daemon:
 
     async def _refresh_inventory(self) -> None:
         try:
-            self._images = await asyncio.wait_for(self.provider.list_images(), PROVIDER_CALL_TIMEOUT)
+            self._images = await within(PROVIDER_CALL_TIMEOUT, self.provider.list_images())
         except Exception as e:
             self.log.error("listing images failed; advertising none", error=str(e))
             self._images = []
         try:
-            self._held = await asyncio.wait_for(self.provider.held_versions(), PROVIDER_CALL_TIMEOUT)
+            self._held = await within(PROVIDER_CALL_TIMEOUT, self.provider.held_versions())
         except Exception as e:
             self.log.error("listing start-state versions failed; advertising none", error=str(e))
             self._held = []
@@ -471,7 +493,7 @@ class Daemon:
 
     async def _reap(self, keep: set[str]) -> None:
         try:
-            reaped = await asyncio.wait_for(self.provider.reap(keep=keep), PROVIDER_CALL_TIMEOUT)
+            reaped = await within(PROVIDER_CALL_TIMEOUT, self.provider.reap(keep=keep))
         except Exception as e:
             self.log.error("reaping leftover machines failed", error=str(e))
             return
@@ -484,7 +506,7 @@ class Daemon:
     async def make_hello(self) -> Hello:
         await self._refresh_inventory()
         try:
-            pooled = await asyncio.wait_for(self.provider.pooled_sources(), PROVIDER_CALL_TIMEOUT)
+            pooled = await within(PROVIDER_CALL_TIMEOUT, self.provider.pooled_sources())
         except Exception as e:
             self.log.warning("listing pooled sources failed; advertising none", error=str(e))
             pooled = []
@@ -541,27 +563,31 @@ class Daemon:
 
     # -- leases --------------------------------------------------------------------------------
 
-    def _refusal(self, lease: Lease) -> str | None:
+    def _refusal(self, lease: Lease) -> tuple[LeaseRefusal, str] | None:
+        """Why this runner cannot take `lease` now (the code the server acts on, the text for people)."""
         if self.draining:
-            return "draining: the runner is shutting down and takes no new leases"
+            return LeaseRefusal.DRAINING, "draining: the runner is shutting down and takes no new leases"
         if not is_safe_id(lease.attempt_id):
-            return "attempt id must be 1-128 letters, digits, '_', '.', '-' (it names files and machines)"
+            return (LeaseRefusal.INVALID_LEASE,
+                    "attempt id must be 1-128 letters, digits, '_', '.', '-' (it names files and machines)")
         if self.busy >= self.config.slots:
-            return f"no free slot: {self.busy} of {self.config.slots} busy"
+            return LeaseRefusal.NO_SLOT, f"no free slot: {self.busy} of {self.config.slots} busy"
         # `vm` asks for any virtual machine; any other value must be one of our labels.
         if lease.case.runs_on != "vm" and lease.case.runs_on not in self.config.labels:
             labels = ", ".join(self.config.labels) or "none"
-            return f"runs_on {lease.case.runs_on!r} is not a label of this runner (labels: {labels}; 'vm' always fits)"
+            return (LeaseRefusal.LABEL_MISMATCH, f"runs_on {lease.case.runs_on!r} is not a label of this runner "
+                    f"(labels: {labels}; 'vm' always fits)")
         ref = lease.start_state
         if ref.kind == "image":
             if ref.image not in {i.name for i in self._images}:
                 have = ", ".join(sorted(i.name for i in self._images)) or "none"
-                return f"image {ref.image!r} is not on this runner (it has: {have})"
+                return LeaseRefusal.IMAGE_MISSING, f"image {ref.image!r} is not on this runner (it has: {have})"
         elif (ref.start_state_id, ref.version) not in set(self._held):
-            return f"start state {ref.start_state_id} version {ref.version} is not held by this runner"
+            return (LeaseRefusal.VERSION_MISSING,
+                    f"start state {ref.start_state_id} version {ref.version} is not held by this runner")
         return None
 
-    async def _refuse(self, attempt_id: str, reason: str, code: LeaseRefusal | None = None) -> None:
+    async def _refuse(self, attempt_id: str, code: LeaseRefusal, reason: str) -> None:
         self.log.info("lease refused", attempt_id=attempt_id[:128], reason=reason, code=code)
         self._emit("lease_refused", attempt_id, reason)
         await self.session.send(LeaseRefuse(attempt_id=attempt_id, reason=reason, code=code))
@@ -572,30 +598,32 @@ class Daemon:
             await self.session.send(LeaseAccept(attempt_id=aid))
             return
         if aid in self._unacked:
-            await self._refuse(aid, "already finished on this runner; its result is being re-sent")
+            await self._refuse(aid, LeaseRefusal.DUPLICATE,
+                               "already finished on this runner; its result is being re-sent")
             await self._send_result(self._unacked[aid])
             return
-        reason = self._refusal(lease)
-        if reason is not None and reason.startswith("image "):
+        refusal = self._refusal(lease)
+        if refusal is not None and refusal[0] is LeaseRefusal.IMAGE_MISSING:
             await self._refresh_inventory()  # an image may have been installed since the hello
-            reason = self._refusal(lease)
-        if reason is not None:
-            await self._refuse(aid, reason)
+            refusal = self._refusal(lease)
+        if refusal is not None:
+            await self._refuse(aid, *refusal)
             return
         if (low := diskguard.lease_refusal(self.config.state_dir, self.config.disk_reserve_mib * diskguard.MIB)):
-            await self._refuse(aid, low.message, low.code)
+            await self._refuse(aid, low.code, low.message)
             return
         try:
             record = await self._journal(self.journal.record_inflight, aid, aid, lease.test_run_id)
         except OSError as e:
-            await self._refuse(aid, f"runner cannot write its journal: {e.strerror or e}")
+            await self._refuse(aid, LeaseRefusal.JOURNAL_FAILED, f"runner cannot write its journal: {e.strerror or e}")
             return
         try:
             attempt = self.attempt_factory(lease, self.provider, _Link(self, aid), self.config.timeouts)
         except Exception as e:
             self.log.exception("could not create the attempt", attempt_id=aid)
             await self._journal(self._drop_inflight, aid)
-            await self._refuse(aid, f"runner could not start the attempt: {type(e).__name__}: {e}")
+            await self._refuse(aid, LeaseRefusal.START_FAILED,
+                               f"runner could not start the attempt: {type(e).__name__}: {e}")
             return
         run = _Running(lease=lease, attempt=attempt, record=record)
         self._attempts[aid] = run

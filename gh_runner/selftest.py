@@ -33,7 +33,8 @@ from typing import Any, TextIO
 from gh_runner import outcome as rules
 from gh_runner.selftest_probes import ShellProbes, probes_for
 from gh_wire.input import ClickEvent, KeyEvent, TypeEvent
-from providers.base import ImageInfo, Machine, MachineSource, Provider, ProviderError, ScriptResult
+from providers.base import ImageInfo, Machine, MachineSource, Provider, ScriptResult
+from providers.errors import ProviderError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -154,7 +155,7 @@ class ImageSelftest:
             self._record(step, False, 0.0, f"not run: the {Step.MACHINE} step failed")
             return
         try:
-            async with asyncio.timeout(timeout):  # not wait_for: it can lose a cancel on 3.11
+            async with asyncio.timeout(timeout):
                 detail = await work()
             ok = True
         except TimeoutError:

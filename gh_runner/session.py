@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
+from gh_common.timeouts import within
 from gh_runner import __version__
 from gh_runner.config import is_loopback
 from gh_runner.log import get_logger, redactor
@@ -147,8 +148,7 @@ class Session:
 
     async def _wait_stop(self, delay: float) -> None:
         try:
-            async with asyncio.timeout(delay):  # not wait_for: it can lose a cancel on Python 3.11
-                await self._stop.wait()
+            await within(delay, self._stop.wait())
         except TimeoutError:
             pass
 
@@ -268,7 +268,7 @@ class Session:
         hello = await self.handler.make_hello()
         await ws.send(encode(hello))
         try:
-            welcome = await asyncio.wait_for(self._await_welcome(ws), timeout=self.welcome_timeout)
+            welcome = await within(self.welcome_timeout, self._await_welcome(ws))
         except TimeoutError:
             await ws.close(1002, "no welcome")
             return _Outcome(f"server sent no welcome within {self.welcome_timeout:.0f} s")

@@ -22,7 +22,8 @@ from typing import Any
 import libvirt
 import libvirt_qemu
 
-from providers.base import DEFAULT_OUTPUT_CAP, MachineNotReady, ProviderError, ScriptResult
+from providers.base import DEFAULT_OUTPUT_CAP, ScriptResult
+from providers.errors import MachineNotReady, ProviderError
 from providers.qemu.connection import Connection
 from providers.qemu.errors import in_thread, plain_reason
 

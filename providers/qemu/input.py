@@ -17,7 +17,7 @@ import libvirt
 import libvirt_qemu
 
 from gh_wire.input import ClickEvent, DoubleClickEvent, InputEvent, KeyEvent, MoveEvent, ScrollEvent, TypeEvent
-from providers.base import InputNotSupported
+from providers.errors import InputNotSupported
 from providers.qemu.connection import Connection
 from providers.qemu.errors import in_thread
 from providers.qemu.keymap import combo_keys, text_keys

@@ -30,7 +30,7 @@ from typing import Any
 
 import libvirt
 
-from providers.base import ProviderError
+from providers.errors import ProviderError
 from providers.qemu.connection import Connection
 
 QEMU_NS = "http://libvirt.org/schemas/domain/qemu/1.0"

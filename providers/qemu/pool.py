@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from providers.base import MachineSource, ProviderError
+from providers.base import MachineSource
+from providers.errors import ProviderError
 
 if TYPE_CHECKING:
     from providers.qemu.provider import QemuMachine, QemuProvider

@@ -23,6 +23,8 @@ import structlog
 from gh_wire.input import InputEvent
 from providers.base import (
     DEFAULT_OUTPUT_CAP,
+    CheckStatus,
+    HostCheck,
     ImageInfo,
     Machine,
     MachineNotReady,
@@ -33,13 +35,14 @@ from providers.base import (
     SavedVersion,
     ScriptResult,
 )
+from providers.errors import MachineLimitExceeded
 from providers.manifest import DirectKernelBoot
 from providers.qemu import fileperms, lazy, network, overlays
 from providers.qemu.accel import choose_accelerator
 from providers.qemu.channels import Channel, Duty
 from providers.qemu.connection import Connection
 from providers.qemu.credentials import Credentials, give_machine_password
-from providers.qemu.diskcap import MachineLimitExceeded, WriteCap
+from providers.qemu.diskcap import WriteCap
 from providers.qemu.domain import (
     METADATA_NS,
     METADATA_PREFIX,
@@ -54,7 +57,7 @@ from providers.qemu.domain import (
 )
 from providers.qemu.errors import in_thread, plain_reason
 from providers.qemu.guest_agent import GuestAgent
-from providers.qemu.hostcheck import KVM_DEVICE_FIX, SlowCall, kvm_device_problem
+from providers.qemu.hostcheck import KVM_DEVICE_FIX, SlowCall, kvm_device_problem, traversal_check
 from providers.qemu.images import Image, ImageCatalog
 from providers.qemu.input import InputDriver
 from providers.qemu.pool import HotPool, PoolConfig
@@ -116,7 +119,11 @@ class QemuProvider(Provider):
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Connect to libvirt and pick the accelerator (probing KVM once). Safe to call again."""
+        """Connect to libvirt and pick the accelerator (probing KVM once). Safe to call again.
+
+        Raises:
+            ProviderError: libvirt cannot be reached, or a state directory cannot be made.
+        """
         async with self._start_lock:
             if self.accelerator is not None:
                 return
@@ -138,22 +145,23 @@ class QemuProvider(Provider):
             if self.pool is not None:
                 self.pool.start()
 
-    async def probe(self) -> dict[str, Any]:
-        """Host checks for `gh-runner doctor`: each entry is {ok, detail, fix?}."""
-        checks: dict[str, Any] = {}
+    async def host_checks(self) -> list[HostCheck]:
+        """libvirt reachable, the accelerator it chose, and directories QEMU's user can traverse."""
+        checks: list[HostCheck] = []
         try:
             await self.start()
-            checks["libvirt"] = {"ok": True, "detail": f"connected to {self.libvirt_uri}"}
-            checks["accelerator"] = {
-                "ok": True, "detail": f"{self.accelerator}: {self.accelerator_reason}",
-                **({"fix": "enable hardware virtualisation (or nested KVM) for fast guests"}
-                   if self.accelerator == "tcg" else {}),
-            }
+            checks.append(HostCheck("libvirt", CheckStatus.OK, f"connected to {self.libvirt_uri}"))
+            if self.accelerator == "tcg":
+                checks.append(HostCheck("accelerator", CheckStatus.WARN, f"tcg: {self.accelerator_reason}",
+                                        "enable hardware virtualisation (or nested KVM) for fast guests"))
+            else:
+                checks.append(HostCheck("accelerator", CheckStatus.OK,
+                                        f"{self.accelerator}: {self.accelerator_reason}"))
         except ProviderError as e:
-            checks["libvirt"] = {"ok": False, "detail": str(e),
-                                 "fix": "start libvirtd (and virtlogd), or pass --libvirt-uri"}
-        checks["state_dir"] = _traversal_check(self.state_dir)
-        checks["images_dir"] = _traversal_check(self.images_dir)
+            checks.append(HostCheck("libvirt", CheckStatus.FAIL, str(e),
+                                    "start libvirtd (and virtlogd), or pass --libvirt-uri"))
+        checks.append(traversal_check("state_dir", self.state_dir))
+        checks.append(traversal_check("images_dir", self.images_dir))
         return checks
 
     async def close(self) -> None:
@@ -524,20 +532,6 @@ class QemuProvider(Provider):
                         raise
 
         await in_thread(f"destroying machine {name}", lambda: self.conn.call(go), timeout=CALL_TIMEOUT)
-
-
-def _traversal_check(path: Path) -> dict[str, Any]:
-    """QEMU runs as libvirt-qemu under qemu:///system: every parent must be world-executable."""
-    p = path.resolve()
-    for parent in [p, *p.parents]:
-        try:
-            mode = parent.stat().st_mode
-        except OSError:
-            continue
-        if not mode & 0o001:
-            return {"ok": False, "detail": f"{parent} is not traversable by libvirt-qemu (mode {mode & 0o777:o})",
-                    "fix": f"chmod o+x {parent}, or keep {path.name} under /var/lib/gh-runner"}
-    return {"ok": True, "detail": f"{path} is reachable by libvirt-qemu"}
 
 
 class QemuMachine(Machine):

@@ -8,7 +8,7 @@ from pathlib import Path
 import libvirt
 from PIL import Image
 
-from providers.base import ProviderError
+from providers.errors import ProviderError
 from providers.qemu.connection import Connection
 
 # Some QEMU 7.x builds write PNG screen dumps with red and blue swapped (pixman x8r8g8b8 read as RGB

@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
-from providers.base import DEFAULT_OUTPUT_CAP, MachineNotReady, ProviderError, ScriptResult
+from providers.base import DEFAULT_OUTPUT_CAP, ScriptResult
+from providers.errors import MachineNotReady, ProviderError
 
 if TYPE_CHECKING:
     from providers.qemu.provider import QemuMachine
@@ -290,7 +291,7 @@ class WinRMRunner:
                          output_cap: int = DEFAULT_OUTPUT_CAP) -> ScriptResult:
         try:
             # The blocking loop checks the deadline itself; the outer bound covers a hung HTTP call.
-            async with asyncio.timeout(timeout + 2 * self.poll_timeout):  # not wait_for: loses cancels on 3.11
+            async with asyncio.timeout(timeout + 2 * self.poll_timeout):
                 return await asyncio.to_thread(self.run_blocking, script, env, timeout, output_cap)
         except TimeoutError:
             raise ProviderError(f"WinRM did not answer within {timeout:g}s") from None

@@ -33,8 +33,8 @@ import pytest_asyncio
 import yaml
 
 from providers.base import MachineSource
+from providers.errors import MachineLimit, MachineLimitExceeded
 from providers.qemu import QemuMachine, QemuProvider
-from providers.qemu.diskcap import MachineLimit, MachineLimitExceeded
 from providers.qemu.network import BRIDGE
 from providers.qemu.winrm import machine_address
 
