@@ -57,6 +57,7 @@ from providers.qemu.domain import (
 )
 from providers.qemu.errors import in_thread, plain_reason
 from providers.qemu.guest_agent import GuestAgent
+from providers.qemu.handle import CALL_TIMEOUT, Domain
 from providers.qemu.hostcheck import KVM_DEVICE_FIX, SlowCall, kvm_device_problem, traversal_check
 from providers.qemu.images import Image, ImageCatalog
 from providers.qemu.input import InputDriver
@@ -68,7 +69,6 @@ from providers.qemu.warm import WARM_BUILD_TIMEOUT_S, WARM_COLD_RESERVE_S, WarmS
 
 log = structlog.get_logger("providers.qemu")
 
-CALL_TIMEOUT = 60.0  # one libvirt call; generous because a loaded 2-core host is slow to start QEMU
 OWNER_FILE = "owner.json"
 ZERO_FREE_MEMORY = r"""
 sync; echo 3 > /proc/sys/vm/drop_caches
@@ -184,17 +184,6 @@ class QemuProvider(Provider):
 
     # -- machines ----------------------------------------------------------------------------
 
-    def _lookup_blocking(self, name: str) -> libvirt.virDomain | None:
-        def go(c: libvirt.virConnect) -> libvirt.virDomain | None:
-            try:
-                return c.lookupByName(name)
-            except libvirt.libvirtError as e:
-                if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
-                    return None
-                raise
-
-        return self.conn.call(go)
-
     async def create_machine(self, machine_id: str, source: MachineSource, *, timeout: float) -> Machine:
         if self.pool is not None and machine_id not in self._machines:
             pooled = await self.pool.take(machine_id, source, await self._source_key(source))
@@ -239,36 +228,25 @@ class QemuProvider(Provider):
     async def _prime(self, machine: QemuMachine, timeout: float) -> float:
         """Run a paused, just-restored machine until its guest agent answers, then pause it again
         (see providers/qemu/pool.py); returns the seconds the answer took."""
-        def set_running(running: bool) -> None:
-            def go(c: libvirt.virConnect) -> None:
-                dom = c.lookupByName(machine.domain_name)
-                if running:
-                    dom.resume()
-                else:
-                    dom.suspend()
-
-            self.conn.call(go, retry=False)
-
-        await in_thread("resuming a machine for the hot pool", set_running, True, timeout=CALL_TIMEOUT)
+        await machine.domain.resume("resuming a machine for the hot pool")
         started = time.monotonic()
         await machine.agent.wait_ready(timeout, alive=machine._require_running)
         answered = time.monotonic() - started
-        await in_thread("pausing a machine for the hot pool", set_running, False, timeout=CALL_TIMEOUT)
+        await machine.domain.suspend("pausing a machine for the hot pool")
         return answered
 
     async def _adopt(self, machine: QemuMachine, machine_id: str) -> None:
         """Make a pooled (paused) machine `machine_id`'s, and resume it."""
         own = Ownership(runner=self.runner_name, machine_id=machine_id, machine_dir=str(machine.dir))
 
-        def go(c: libvirt.virConnect) -> None:  # one hop to the worker thread: this is the lease's latency
-            dom = c.lookupByName(machine.domain_name)
+        def go(_c: libvirt.virConnect, dom: libvirt.virDomain) -> None:  # one hop: this is the lease's latency
             dom.setMetadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, ownership_xml(own), METADATA_PREFIX,
                             METADATA_NS, libvirt.VIR_DOMAIN_AFFECT_LIVE)
             dom.resume()
 
         (machine.dir / OWNER_FILE).write_text(json.dumps({"runner": own.runner, "machine_id": machine_id,
                                                           "domain": machine.domain_name}))
-        await in_thread("handing out a pooled machine", lambda: self.conn.call(go, retry=False), timeout=CALL_TIMEOUT)
+        await machine.domain.run("handing out a pooled machine", go, retry=False)
         old = machine.machine_id
         self._machines.pop(old, None)
         machine.machine_id = machine_id
@@ -285,7 +263,7 @@ class QemuProvider(Provider):
         name = domain_name(self.runner_name, machine_id)
         if machine_id in self._machines:
             raise ProviderError(f"machine {machine_id} already exists (domain {name})")
-        if await in_thread("looking up machine", self._lookup_blocking, name, timeout=CALL_TIMEOUT) is not None:
+        if await Domain(self.conn, name).exists():
             # Ours by name, yet no machine of this process: a previous runner process's leftover (the
             # server re-leased an attempt that process was starting when it died). Replace it.
             log.warning("removing a leftover machine with this id", machine_id=machine_id, domain=name)
@@ -497,8 +475,8 @@ class QemuProvider(Provider):
         if self.png_swapped is None and self._calibrations < 20:
             self._calibrations += 1
             try:
-                ppm = await in_thread("calibrating screenshot colours", ppm_dump_blocking, self.conn,
-                                      machine.domain_name, machine.dir, timeout=CALL_TIMEOUT)
+                ppm = await in_thread("calibrating screenshot colours", ppm_dump_blocking, machine.domain,
+                                      machine.dir, timeout=CALL_TIMEOUT)
             except (ProviderError, OSError) as e:
                 log.warning("cannot calibrate screenshot colours", reason=str(e))
                 return None
@@ -510,28 +488,7 @@ class QemuProvider(Provider):
         return self.png_swapped
 
     async def _destroy_domain(self, name: str, persistent: bool = False) -> None:
-        def go(c: libvirt.virConnect) -> None:
-            try:
-                dom = c.lookupByName(name)
-            except libvirt.libvirtError as e:
-                if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
-                    return
-                raise
-            try:
-                dom.destroy()
-            except libvirt.libvirtError as e:
-                if e.get_error_code() not in (libvirt.VIR_ERR_NO_DOMAIN, libvirt.VIR_ERR_OPERATION_INVALID):
-                    raise
-            if persistent:
-                try:
-                    dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM
-                                      | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
-                                      | libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
-                except libvirt.libvirtError as e:
-                    if e.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
-                        raise
-
-        await in_thread(f"destroying machine {name}", lambda: self.conn.call(go), timeout=CALL_TIMEOUT)
+        await Domain(self.conn, name).destroy(persistent)
 
 
 class QemuMachine(Machine):
@@ -548,15 +505,16 @@ class QemuMachine(Machine):
         self._destroyed = False
         self._screen_size: tuple[int, int] | None = None
         self._screen_size_at = 0.0
-        self.agent = GuestAgent(provider.conn, name)
-        self.input = InputDriver(provider.conn, name, self._current_screen_size)
+        self.domain = Domain(provider.conn, name)
+        self.agent = GuestAgent(self.domain)
+        self.input = InputDriver(self.domain, self._current_screen_size)
         self._winrm: Any = None
         self.credentials: Credentials | None = None  # this machine's own WinRM password, in memory only
         self.write_cap: WriteCap | None = None
 
     async def _stop_over_limit(self, exc: MachineLimitExceeded) -> None:
         # The domain goes at once (it may be writing still); its files stay until destroy().
-        await self.provider._destroy_domain(self.domain_name)
+        await self.domain.destroy()
 
     def _over_limit(self) -> None:
         if self.write_cap is not None and self.write_cap.exceeded is not None:
@@ -566,20 +524,8 @@ class QemuMachine(Machine):
     def _uses_winrm(self) -> bool:
         return self.image.routes.script is Channel.WINRM
 
-    async def _state(self) -> int | None:
-        def go(c: libvirt.virConnect) -> int | None:
-            try:
-                return int(c.lookupByName(self.domain_name).state()[0])
-            except libvirt.libvirtError as e:
-                if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
-                    return None
-                raise
-
-        return await in_thread("reading machine state", lambda: self.provider.conn.call(go), timeout=CALL_TIMEOUT,
-                               slow=SlowCall.STATE)
-
     async def _require_running(self) -> None:
-        st = await self._state()
+        st = await self.domain.state()
         if st in (libvirt.VIR_DOMAIN_RUNNING, libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_BLOCKED):
             return
         tail = self.console_tail()
@@ -664,8 +610,7 @@ class QemuMachine(Machine):
 
     async def screenshot(self) -> bytes:
         self._over_limit()
-        raw, mime = await in_thread("taking a screenshot", screenshot_blocking, self.provider.conn, self.domain_name,
-                                    timeout=CALL_TIMEOUT)
+        raw, mime = await in_thread("taking a screenshot", screenshot_blocking, self.domain, timeout=CALL_TIMEOUT)
         swap = False
         if mime == "image/png":
             swap = bool(await self.provider._png_swapped(self, raw))
@@ -711,14 +656,12 @@ class QemuMachine(Machine):
             else:
                 if not self._uses_winrm:
                     await self.agent.run_sh("sync", env=None, timeout=60)
-                await in_thread("pausing machine", lambda: p.conn.call(
-                    lambda c: c.lookupByName(self.domain_name).suspend()), timeout=CALL_TIMEOUT)
+                await self.domain.suspend()
                 try:
                     await overlays.write_version_disk(self.overlay, self.image.disk, partial / "disk.qcow2",
                                                       flatten=p.flatten_versions)
                 finally:
-                    await in_thread("resuming machine", lambda: p.conn.call(
-                        lambda c: c.lookupByName(self.domain_name).resume()), timeout=CALL_TIMEOUT)
+                    await self.domain.resume()
             meta = {"image": self.image.manifest.name, "image_checksum": self.image.info.checksum,
                     "start_state_id": start_state_id, "version": version, "with_memory": with_memory,
                     "flattened": p.flatten_versions, "created_at": time.time()}
@@ -745,10 +688,7 @@ class QemuMachine(Machine):
             # free guest memory holds stale data: fill tmpfs (the kernel zeroes pages it hands
             # out), delete it, and drop the clean page cache.
             await self.agent.run_sh(ZERO_FREE_MEMORY, env=None, timeout=120)
-        await in_thread("saving machine memory",
-                        lambda: p.conn.call(lambda c: c.lookupByName(self.domain_name).save(str(mem)),
-                                            retry=False),
-                        timeout=600)
+        await self.domain.save(str(mem), timeout=600)
         try:
             await overlays.write_version_disk(self.overlay, self.image.disk, dest / "disk.qcow2",
                                               flatten=p.flatten_versions)
@@ -761,8 +701,8 @@ class QemuMachine(Machine):
                                                                              libvirt.VIR_DOMAIN_SAVE_PAUSED),
                                                     retry=False),
                                 timeout=600)
-                await in_thread("saving the device state", lazy.save_devstate_blocking, p.conn, self.domain_name,
-                                devstate, 120.0, timeout=150.0)
+                await in_thread("saving the device state", lazy.save_devstate_blocking, self.domain, devstate, 120.0,
+                                timeout=150.0)
         finally:
             if resume:
                 await in_thread("resuming machine after save",
@@ -780,7 +720,7 @@ class QemuMachine(Machine):
         if self.write_cap is not None:
             await self.write_cap.close()
         try:
-            await p._destroy_domain(self.domain_name)
+            await self.domain.destroy()
         except ProviderError as e:
             log.warning("destroying machine failed, will retry on reap", machine_id=self.machine_id, reason=str(e))
             raise

@@ -358,8 +358,7 @@ def credentials_path(machine: QemuMachine) -> Path:
 def machine_address(machine: QemuMachine) -> str:
     import libvirt
 
-    def go(c: libvirt.virConnect) -> str:
-        dom = c.lookupByName(machine.domain_name)
+    def go(_c: libvirt.virConnect, dom: libvirt.virDomain) -> str:
         ifaces = dom.interfaceAddresses(libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE, 0)
         for iface in ifaces.values():
             for a in iface.get("addrs") or []:
@@ -367,4 +366,4 @@ def machine_address(machine: QemuMachine) -> str:
                     return str(a["addr"])
         raise ProviderError("the machine has no address on the isolated network yet")
 
-    return machine.provider.conn.call(go)
+    return machine.domain.call_blocking(go)
