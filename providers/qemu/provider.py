@@ -8,14 +8,14 @@ Layout under `state_dir` (0711 down to the disks' own 0750 directories: see `fil
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import libvirt
 import structlog
@@ -53,19 +53,19 @@ from providers.qemu.domain import (
     domain_prefix,
     ownership_from_domain_xml,
     ownership_xml,
-    rewrite_saved_xml,
 )
 from providers.qemu.errors import in_thread, plain_reason
 from providers.qemu.guest_agent import GuestAgent
 from providers.qemu.handle import CALL_TIMEOUT, Domain
-from providers.qemu.hostcheck import KVM_DEVICE_FIX, SlowCall, kvm_device_problem, traversal_check
+from providers.qemu.hostcheck import KVM_DEVICE_FIX, kvm_device_problem, traversal_check
 from providers.qemu.images import Image, ImageCatalog
 from providers.qemu.input import InputDriver
 from providers.qemu.pool import HotPool, PoolConfig
-from providers.qemu.saveimage import SaveImageError, read_save_image, write_machine_copy
 from providers.qemu.screen import png_swap_verdict, ppm_dump_blocking, screenshot_blocking, to_png
+from providers.qemu.starts import STARTS, Launch
 from providers.qemu.states import StateStore, VersionFiles
 from providers.qemu.warm import WARM_BUILD_TIMEOUT_S, WARM_COLD_RESERVE_S, WarmSnapshots, snapshot_key, warm_fits
+from providers.qemu.winrm import WinRMChannel, credentials_path, load_credentials
 
 log = structlog.get_logger("providers.qemu")
 
@@ -112,7 +112,8 @@ class QemuProvider(Provider):
         self.warm = WarmSnapshots(self.state_dir, self._build_warm) if warm_snapshots else None
         self.lazy_restore = lazy_restore  # warm snapshots keep their RAM in a file copies map private
         self.last_restore_steps: dict[str, float] = {}  # seconds per step of the latest restore
-        self.pool = HotPool(self, pool, self._pool_sources) if pool is not None and pool.enabled else None
+        self.pool: HotPool[QemuMachine] | None = (
+            HotPool(_PoolHost(self), pool, self._pool_sources) if pool is not None and pool.enabled else None)
         self.png_swapped: bool | None = None  # learnt from the first colourful screenshot
         self._calibrations = 0
 
@@ -225,36 +226,6 @@ class QemuProvider(Provider):
             return []
         return [s for s, _, _ in await self._pool_sources()]
 
-    async def _prime(self, machine: QemuMachine, timeout: float) -> float:
-        """Run a paused, just-restored machine until its guest agent answers, then pause it again
-        (see providers/qemu/pool.py); returns the seconds the answer took."""
-        await machine.domain.resume("resuming a machine for the hot pool")
-        started = time.monotonic()
-        await machine.agent.wait_ready(timeout, alive=machine._require_running)
-        answered = time.monotonic() - started
-        await machine.domain.suspend("pausing a machine for the hot pool")
-        return answered
-
-    async def _adopt(self, machine: QemuMachine, machine_id: str) -> None:
-        """Make a pooled (paused) machine `machine_id`'s, and resume it."""
-        own = Ownership(runner=self.runner_name, machine_id=machine_id, machine_dir=str(machine.dir))
-
-        def go(_c: libvirt.virConnect, dom: libvirt.virDomain) -> None:  # one hop: this is the lease's latency
-            dom.setMetadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, ownership_xml(own), METADATA_PREFIX,
-                            METADATA_NS, libvirt.VIR_DOMAIN_AFFECT_LIVE)
-            dom.resume()
-
-        (machine.dir / OWNER_FILE).write_text(json.dumps({"runner": own.runner, "machine_id": machine_id,
-                                                          "domain": machine.domain_name}))
-        await machine.domain.run("handing out a pooled machine", go, retry=False)
-        old = machine.machine_id
-        self._machines.pop(old, None)
-        machine.machine_id = machine_id
-        self._machines[machine_id] = machine
-        self._private.discard(old)
-        machine.origin = MachineOrigin.POOLED
-        log.info("machine taken from the hot pool", machine_id=machine_id, domain=machine.domain_name)
-
     async def _create_machine(self, machine_id: str, source: MachineSource, *, timeout: float,
                               warm: bool, ram_file: Path | None = None, paused: bool = False) -> QemuMachine:
         deadline = time.monotonic() + timeout
@@ -292,7 +263,7 @@ class QemuProvider(Provider):
         overlay = mdir / "disk.qcow2"
         console = mdir / "console.log"
         machine = QemuMachine(self, machine_id, name, image, mdir)
-        try:
+        async with removed_on_error(machine):
             base = version.disk if version is not None else image.disk
             await overlays.create_overlay(base, overlay, timeout=max(5.0, deadline - time.monotonic()))
             if image.manifest.network == "isolated":
@@ -301,25 +272,16 @@ class QemuProvider(Provider):
             xml = build_domain_xml(DomainSpec(name=name, manifest=image.manifest, image_dir=image.dir,
                                               overlay=overlay, console_log=console, ownership=own,
                                               accelerator=self.accelerator))
-            if version is not None and self.lazy_restore and lazy.has_lazy(version.dir):
-                if await self._restore_lazy(image, name, xml, version, deadline, paused=paused):
-                    machine.restored = True
-                    machine.origin = MachineOrigin.LAZY
-            if machine.origin == MachineOrigin.LAZY:
-                pass
-            elif version is not None and version.memory.is_file():
-                await self._restore(version, name, overlay, console, own, mdir, deadline, paused=paused)
-                machine.restored = True
-                machine.origin = MachineOrigin.RESTORED
-            else:
-                if ram_file is not None:  # a warm snapshot's machine: RAM in a file lazy copies map
-                    xml = lazy.with_ram_file(xml, ram_file, image.manifest.memory_mib, share=True, incoming=False)
-                await in_thread("starting machine",
-                                lambda: self.conn.call(lambda c: c.createXML(xml, 0), retry=False),
-                                timeout=max(5.0, deadline - time.monotonic()), slow=SlowCall.CREATE)
-        except BaseException:
-            await machine.destroy()
-            raise
+            launch = Launch(conn=self.conn, name=name, image=image, xml=xml, mdir=mdir, overlay=overlay,
+                            console=console, ownership=own, deadline=deadline, version=version, paused=paused,
+                            ram_file=ram_file, lazy_allowed=self.lazy_restore, destroy_domain=self._destroy_domain)
+            for way in STARTS:
+                if way.fits(launch) and await way.start(launch):
+                    machine.origin = way.origin
+                    machine.restored = way.origin is not MachineOrigin.COLD
+                    break
+            if launch.steps:
+                self.last_restore_steps = launch.steps
         self._machines[machine_id] = machine
         if self.write_cap_bytes is not None:
             machine.write_cap = WriteCap(mdir, self.write_cap_bytes, machine._stop_over_limit)
@@ -327,54 +289,6 @@ class QemuProvider(Provider):
         log.info("machine created", machine_id=machine_id, domain=name, image=image.manifest.name,
                  start_state=source.start_state_id, version=source.version, origin=machine.origin)
         return machine
-
-    async def _restore_lazy(self, image: Image, name: str, xml: str, version: VersionFiles, deadline: float,
-                            *, paused: bool = False) -> bool:
-        """Start the machine from the snapshot's RAM file, mapped private; False (the half-made
-        domain removed) when QEMU or libvirt would not, and a full restore should be tried."""
-        xml = lazy.with_ram_file(xml, version.dir / lazy.RAM_FILE, image.manifest.memory_mib,
-                                 share=False, incoming=True)
-        try:
-            steps = await in_thread("restoring machine lazily", lazy.restore_blocking, self.conn, xml,
-                            version.dir / lazy.DEVSTATE_FILE, max(5.0, deadline - time.monotonic()) - 1, not paused,
-                            timeout=max(5.0, deadline - time.monotonic()))
-        except ProviderError as e:
-            log.warning("lazy restore failed; restoring in full", domain=name, reason=str(e))
-            await self._destroy_domain(name)
-            return False
-        log.info("machine restored lazily", domain=name, **steps)
-        self.last_restore_steps = steps
-        return True
-
-    async def _restore(self, version: VersionFiles, name: str, overlay: Path, console: Path, own: Ownership,
-                       mdir: Path, deadline: float, *, paused: bool = False) -> None:
-        flags = libvirt.VIR_DOMAIN_SAVE_PAUSED if paused else libvirt.VIR_DOMAIN_SAVE_RUNNING
-        restore_file = mdir / "restore.img"
-        try:
-            saved = await asyncio.to_thread(read_save_image, version.memory)
-            xml = rewrite_saved_xml(lazy.standalone_ram(saved.xml), name=name, overlay=overlay, console_log=console,
-                                    ownership=own)
-            copy_started = time.monotonic()
-            await asyncio.to_thread(write_machine_copy, version.memory, restore_file, xml)
-            copied = time.monotonic()
-        except (SaveImageError, ValueError, OSError) as e:
-            raise ProviderError(f"cannot use the memory image of this start state: {e}") from None
-        started = time.monotonic()
-        try:
-            await in_thread(
-                "restoring machine from memory image",
-                lambda: self.conn.call(lambda c: c.restoreFlags(str(restore_file), None, flags), retry=False),
-                timeout=max(5.0, deadline - time.monotonic()), slow=SlowCall.CREATE)
-            restored = time.monotonic()
-            ago = await asyncio.to_thread(lazy.qemu_started_ago, name)
-        finally:
-            restore_file.unlink(missing_ok=True)
-        # Where a full restore's time goes (bench/warm_start.py prints the medians).
-        self.last_restore_steps = {"copy_memory_image": round(copied - copy_started, 3),
-                                   "restore": round(restored - started, 3)}
-        if ago is not None:
-            self.last_restore_steps["libvirt_before_exec"] = round(max(0.0, restored - started - ago), 3)
-            self.last_restore_steps["qemu_start_to_running"] = round(min(ago, restored - started), 3)
 
     async def _build_warm(self, image: Image, dest: Path) -> None:
         """Boot the image once and keep it, memory and disk, in `dest` (see providers/qemu/warm.py)."""
@@ -491,6 +405,65 @@ class QemuProvider(Provider):
         await Domain(self.conn, name).destroy(persistent)
 
 
+class _PoolHost:
+    """The provider as its hot pool sees it (`pool.PoolHost`): the pool reaches none of its privates."""
+
+    def __init__(self, provider: QemuProvider) -> None:
+        self._p = provider
+
+    async def make_paused(self, machine_id: str, source: MachineSource, *, timeout: float) -> QemuMachine:
+        self._p._private.add(machine_id)  # a pooled machine is the provider's own: never reaped
+        try:
+            return await self._p._create_machine(machine_id, source, timeout=timeout, warm=True, paused=True)
+        except BaseException:
+            self._p._private.discard(machine_id)
+            raise
+
+    def release(self, machine_id: str) -> None:
+        self._p._private.discard(machine_id)
+
+    async def prime(self, machine: QemuMachine, timeout: float) -> float:
+        """Run a paused, just-restored machine until its guest agent answers, then pause it again
+        (see providers/qemu/pool.py); returns the seconds the answer took."""
+        await machine.domain.resume("resuming a machine for the hot pool")
+        started = time.monotonic()
+        await machine.agent.wait_ready(timeout, alive=machine._require_running)
+        answered = time.monotonic() - started
+        await machine.domain.suspend("pausing a machine for the hot pool")
+        return answered
+
+    async def adopt(self, machine: QemuMachine, machine_id: str) -> None:
+        """Make a pooled (paused) machine `machine_id`'s, and resume it."""
+        p = self._p
+        own = Ownership(runner=p.runner_name, machine_id=machine_id, machine_dir=str(machine.dir))
+
+        def go(_c: libvirt.virConnect, dom: libvirt.virDomain) -> None:  # one hop: this is the lease's latency
+            dom.setMetadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, ownership_xml(own), METADATA_PREFIX,
+                            METADATA_NS, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+            dom.resume()
+
+        (machine.dir / OWNER_FILE).write_text(json.dumps({"runner": own.runner, "machine_id": machine_id,
+                                                          "domain": machine.domain_name}))
+        await machine.domain.run("handing out a pooled machine", go, retry=False)
+        old = machine.machine_id
+        p._machines.pop(old, None)
+        machine.machine_id = machine_id
+        p._machines[machine_id] = machine
+        p._private.discard(old)
+        machine.origin = MachineOrigin.POOLED
+        log.info("machine taken from the hot pool", machine_id=machine_id, domain=machine.domain_name)
+
+
+@contextlib.asynccontextmanager
+async def removed_on_error(machine: QemuMachine) -> AsyncIterator[None]:
+    """Whatever fails (or is cancelled) while a machine is being made, nothing of it stays."""
+    try:
+        yield
+    except BaseException:
+        await machine.destroy()
+        raise
+
+
 class QemuMachine(Machine):
     def __init__(self, provider: QemuProvider, machine_id: str, name: str, image: Image, mdir: Path) -> None:
         self.provider = provider
@@ -508,7 +481,8 @@ class QemuMachine(Machine):
         self.domain = Domain(provider.conn, name)
         self.agent = GuestAgent(self.domain)
         self.input = InputDriver(self.domain, self._current_screen_size)
-        self._winrm: Any = None
+        self._winrm: WinRMChannel | None = None
+        self.images_dir = provider.images_dir
         self.credentials: Credentials | None = None  # this machine's own WinRM password, in memory only
         self.write_cap: WriteCap | None = None
 
@@ -577,14 +551,10 @@ class QemuMachine(Machine):
             await asyncio.shield(self._clock_task)
 
     def _winrm_username(self) -> str:
-        from providers.qemu.winrm import credentials_path, load_credentials
-
         return load_credentials(credentials_path(self))[0]
 
-    def _winrm_channel(self) -> Any:
+    def _winrm_channel(self) -> WinRMChannel:
         if self._winrm is None:
-            from providers.qemu.winrm import WinRMChannel
-
             self._winrm = WinRMChannel.for_machine(self)
         return self._winrm
 
