@@ -74,9 +74,19 @@ class SavedVersion:
 
 
 class CheckStatus(StrEnum):
-    OK = "ok"
-    WARN = "warn"  # works, but worse than it could (a TCG-only host: slow guests)
-    FAIL = "fail"  # the runner cannot make machines until it is fixed
+    OK = "OK"
+    WARN = "WARN"  # works, but worse than it could (a TCG-only host: slow guests)
+    FAIL = "FAIL"  # the runner cannot make machines until it is fixed
+    SKIP = "SKIP"  # not checked: a prerequisite failed, or it does not apply here
+
+
+@dataclass(frozen=True)
+class CheckLimits:
+    """How long host checks may wait."""
+
+    accelerator_s: float = 20.0  # proving the hardware accelerator runs a guest
+    fallback_s: float = 60.0  # proving the software fallback does, when it does not
+    call_s: float = 15.0  # one call to the hypervisor
 
 
 @dataclass(frozen=True)
@@ -192,9 +202,10 @@ class Provider(abc.ABC):
             ProviderError: the provider cannot work on this host (the reason says what to fix).
         """
 
-    async def host_checks(self) -> list[HostCheck]:
-        """What `gh-runner doctor` prints about this provider's host. Never raises: a failure is a
-        check with status FAIL."""
+    async def host_checks(self, limits: CheckLimits = CheckLimits()) -> list[HostCheck]:
+        """What `gh-runner doctor` prints about this provider's host, in order. Does not `start()`
+        the provider and changes nothing on the host. Never raises: a failure is a check with status
+        FAIL."""
         return []
 
     @abc.abstractmethod
@@ -254,7 +265,7 @@ class Provider(abc.ABC):
 
 
 __all__ = [
-    "DEFAULT_OUTPUT_CAP", "CheckStatus", "HostCheck", "ImageInfo", "InputNotSupported", "Machine",
+    "DEFAULT_OUTPUT_CAP", "CheckLimits", "CheckStatus", "HostCheck", "ImageInfo", "InputNotSupported", "Machine",
     "MachineLimitExceeded", "MachineNotReady", "MachineOrigin", "MachineSource", "Provider", "ProviderError",
     "SavedVersion", "ScriptResult",
 ]

@@ -22,8 +22,6 @@ from pathlib import Path
 
 import structlog
 
-from providers.base import CheckStatus, HostCheck
-
 log = structlog.get_logger("providers.qemu.hostcheck")
 
 QEMU_USER = "libvirt-qemu"
@@ -94,21 +92,6 @@ def kvm_device_problem(user: str = QEMU_USER, device: Path = KVM_DEVICE) -> str 
         return None
     return (f"{device} is {describe_mode(device)}: {user} (the user QEMU runs as) cannot open it, so libvirtd "
             "re-probes QEMU's capabilities on every call and machine starts wait tens of seconds")
-
-
-def traversal_check(name: str, path: Path) -> HostCheck:
-    """QEMU runs as libvirt-qemu under qemu:///system: every parent of `path` must be world-executable."""
-    p = path.resolve()
-    for parent in [p, *p.parents]:
-        try:
-            mode = parent.stat().st_mode
-        except OSError:
-            continue
-        if not mode & 0o001:
-            return HostCheck(name, CheckStatus.FAIL,
-                             f"{parent} is not traversable by libvirt-qemu (mode {mode & 0o777:o})",
-                             f"chmod o+x {parent}, or keep {path.name} under /var/lib/gh-runner")
-    return HostCheck(name, CheckStatus.OK, f"{path} is reachable by libvirt-qemu")
 
 
 class SlowCall(StrEnum):

@@ -23,7 +23,7 @@ import structlog
 from gh_wire.input import InputEvent
 from providers.base import (
     DEFAULT_OUTPUT_CAP,
-    CheckStatus,
+    CheckLimits,
     HostCheck,
     ImageInfo,
     Machine,
@@ -57,7 +57,8 @@ from providers.qemu.domain import (
 from providers.qemu.errors import in_thread, plain_reason
 from providers.qemu.guest_agent import GuestAgent
 from providers.qemu.handle import CALL_TIMEOUT, Domain
-from providers.qemu.hostcheck import KVM_DEVICE_FIX, kvm_device_problem, traversal_check
+from providers.qemu.hostcheck import KVM_DEVICE_FIX, kvm_device_problem
+from providers.qemu.hostchecks import HostContext, run_host_checks
 from providers.qemu.images import Image, ImageCatalog
 from providers.qemu.input import InputDriver
 from providers.qemu.pool import HotPool, PoolConfig
@@ -146,24 +147,11 @@ class QemuProvider(Provider):
             if self.pool is not None:
                 self.pool.start()
 
-    async def host_checks(self) -> list[HostCheck]:
-        """libvirt reachable, the accelerator it chose, and directories QEMU's user can traverse."""
-        checks: list[HostCheck] = []
-        try:
-            await self.start()
-            checks.append(HostCheck("libvirt", CheckStatus.OK, f"connected to {self.libvirt_uri}"))
-            if self.accelerator == "tcg":
-                checks.append(HostCheck("accelerator", CheckStatus.WARN, f"tcg: {self.accelerator_reason}",
-                                        "enable hardware virtualisation (or nested KVM) for fast guests"))
-            else:
-                checks.append(HostCheck("accelerator", CheckStatus.OK,
-                                        f"{self.accelerator}: {self.accelerator_reason}"))
-        except ProviderError as e:
-            checks.append(HostCheck("libvirt", CheckStatus.FAIL, str(e),
-                                    "start libvirtd (and virtlogd), or pass --libvirt-uri"))
-        checks.append(traversal_check("state_dir", self.state_dir))
-        checks.append(traversal_check("images_dir", self.images_dir))
-        return checks
+    async def host_checks(self, limits: CheckLimits = CheckLimits()) -> list[HostCheck]:
+        """libvirt, /dev/kvm as QEMU's user sees it, capability probing, the images, WinRM
+        credentials, and the accelerator as `start` would judge it (providers/qemu/hostchecks.py)."""
+        ctx = HostContext(self.libvirt_uri, self.images_dir, limits)
+        return await asyncio.to_thread(run_host_checks, ctx)
 
     async def close(self) -> None:
         if self.pool is not None:
