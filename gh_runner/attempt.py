@@ -358,7 +358,7 @@ class Attempt:
         except Exception as e:
             self._log.warning("screenshot for replay failed", label=label, error=f"{type(e).__name__}: {str(e)[:200]}")
             return
-        await self._replay.send(label, png)
+        await self._replay.send_frame(label, png)
 
     async def _screenshot(self) -> bytes:
         async with self._screen_lock:
@@ -528,7 +528,7 @@ class Attempt:
             except Exception as e:
                 self._log.warning("screenshot after input failed", error=f"{type(e).__name__}: {str(e)[:200]}")
             else:
-                await self._replay.send("input", png, shown)
+                await self._replay.send_frame("input", png, shown)
         return MachineResponse(request_id=req.request_id, ok=True)
 
     async def _exec(self, req: MachineRequest) -> MachineResponse:

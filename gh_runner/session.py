@@ -158,7 +158,7 @@ class Session:
         if ws is not None:
             self._closing = asyncio.get_running_loop().create_task(ws.close(1001, "runner going away"))
 
-    async def run(self) -> None:
+    async def keep_connected(self) -> None:
         """Connect, serve, reconnect, until `stop()`."""
         while not self._stop.is_set():
             outcome = await self._connect_once()
@@ -182,7 +182,7 @@ class Session:
             self.handler.on_reconnect_scheduled(self.backoff.failures, delay)
             await self._sleep(delay)
 
-    async def send(self, msg: Any) -> bool:
+    async def send_message(self, msg: Any) -> bool:
         """Send a message on the current connection; False when there is none (callers retry later)."""
         ws = self._ws
         if ws is None or (not self._welcomed and not isinstance(msg, Hello)):

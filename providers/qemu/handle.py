@@ -73,7 +73,7 @@ class Domain:
 
     # -- async, each bounded ---------------------------------------------------------------------
 
-    async def run(self, what: str, fn: Callable[[libvirt.virConnect, libvirt.virDomain], T], *,
+    async def call(self, what: str, fn: Callable[[libvirt.virConnect, libvirt.virDomain], T], *,
                   timeout: float = CALL_TIMEOUT, retry: bool = True, slow: SlowCall | None = None) -> T:
         """`fn(conn, dom)` in a worker thread within `timeout`. Raises ProviderError."""
         return await in_thread(what, lambda: self.call_blocking(fn, retry=retry), timeout=timeout, slow=slow)
@@ -92,15 +92,15 @@ class Domain:
 
     async def suspend(self, what: str = "pausing machine") -> None:
         """Raises ProviderError."""
-        await self.run(what, lambda _c, dom: dom.suspend(), retry=False)
+        await self.call(what, lambda _c, dom: dom.suspend(), retry=False)
 
     async def resume(self, what: str = "resuming machine") -> None:
         """Raises ProviderError."""
-        await self.run(what, lambda _c, dom: dom.resume(), retry=False)
+        await self.call(what, lambda _c, dom: dom.resume(), retry=False)
 
     async def save(self, path: str, *, timeout: float) -> None:
         """Write its memory image to `path`; the domain ends. Raises ProviderError."""
-        await self.run("saving machine memory", lambda _c, dom: dom.save(path), timeout=timeout, retry=False)
+        await self.call("saving machine memory", lambda _c, dom: dom.save(path), timeout=timeout, retry=False)
 
     async def destroy(self, persistent: bool = False) -> None:
         """Stop it; quiet when it is gone. Raises ProviderError."""

@@ -107,7 +107,7 @@ class InputDriver:
         if left > 0:
             await asyncio.sleep(left)
 
-    async def send(self, events: Sequence[InputEvent]) -> None:
+    async def deliver(self, events: Sequence[InputEvent]) -> None:
         # Validate everything first so that a bad event sends nothing rather than half a sequence.
         plans: list[tuple[str, Any]] = []
         for ev in events:

@@ -432,7 +432,7 @@ class _PoolHost:
 
         (machine.dir / OWNER_FILE).write_text(json.dumps({"runner": own.runner, "machine_id": machine_id,
                                                           "domain": machine.domain_name}))
-        await machine.domain.run("handing out a pooled machine", go, retry=False)
+        await machine.domain.call("handing out a pooled machine", go, retry=False)
         old = machine.machine_id
         p._machines.pop(old, None)
         machine.machine_id = machine_id
@@ -587,7 +587,7 @@ class QemuMachine(Machine):
 
     async def send_input(self, events: Sequence[InputEvent]) -> None:
         self._over_limit()
-        await self.input.send(events)
+        await self.input.deliver(events)
 
     async def save(self, start_state_id: str, version: int, *, with_memory: bool = True) -> SavedVersion:
         """Keep disk (and memory) as an immutable version; this machine keeps running afterwards.
