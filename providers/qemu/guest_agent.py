@@ -88,6 +88,10 @@ class GuestAgent:
         self.domain = domain
         self.call_timeout = call_timeout
 
+    @property
+    def domain_name(self) -> str:
+        return self.domain.name
+
     def _command_blocking(self, payload: str, agent_timeout: int, retry: bool) -> str:
         def go(_c: libvirt.virConnect, dom: libvirt.virDomain) -> str:
             out = libvirt_qemu.qemuAgentCommand(dom, payload, agent_timeout, 0)
