@@ -41,35 +41,38 @@ class Domain:
         (`Connection.call`). Raises libvirt.libvirtError."""
         return self.conn.call(lambda c: fn(c, c.lookupByName(self.name)), retry=retry)
 
+    def _lookup(self, c: libvirt.virConnect) -> libvirt.virDomain | None:
+        try:
+            return c.lookupByName(self.name)
+        except libvirt.libvirtError as e:
+            if _gone(e):
+                return None
+            raise
+
     def lookup_blocking(self) -> libvirt.virDomain | None:
         """The virDomain, or None when there is no such domain."""
-        def go(c: libvirt.virConnect) -> libvirt.virDomain | None:
-            try:
-                return c.lookupByName(self.name)
-            except libvirt.libvirtError as e:
-                if _gone(e):
-                    return None
-                raise
-
-        return self.conn.call(go)
+        return self.conn.call(self._lookup)
 
     def destroy_blocking(self, persistent: bool = False) -> None:
         """Stop it (and undefine it when `persistent`); quiet when it is gone already."""
-        dom = self.lookup_blocking()
-        if dom is None:
-            return
-        try:
-            dom.destroy()
-        except libvirt.libvirtError as e:
-            if e.get_error_code() not in (libvirt.VIR_ERR_NO_DOMAIN, libvirt.VIR_ERR_OPERATION_INVALID):
-                raise
-        if persistent:
+        def go(c: libvirt.virConnect) -> None:
+            dom = self._lookup(c)
+            if dom is None:
+                return
             try:
-                dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
-                                  | libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
+                dom.destroy()
             except libvirt.libvirtError as e:
-                if not _gone(e):
+                if e.get_error_code() not in (libvirt.VIR_ERR_NO_DOMAIN, libvirt.VIR_ERR_OPERATION_INVALID):
                     raise
+            if persistent:
+                try:
+                    dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
+                                      | libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
+                except libvirt.libvirtError as e:
+                    if not _gone(e):
+                        raise
+
+        self.conn.call(go)
 
     # -- async, each bounded ---------------------------------------------------------------------
 
@@ -84,11 +87,12 @@ class Domain:
 
     async def state(self) -> int | None:
         """libvirt's VIR_DOMAIN_* state, or None when the domain is gone. Raises ProviderError."""
-        def go() -> int | None:
-            dom = self.lookup_blocking()
+        def go(c: libvirt.virConnect) -> int | None:
+            dom = self._lookup(c)
             return None if dom is None else int(dom.state()[0])
 
-        return await in_thread("reading machine state", go, timeout=CALL_TIMEOUT, slow=SlowCall.STATE)
+        return await in_thread("reading machine state", lambda: self.conn.call(go), timeout=CALL_TIMEOUT,
+                               slow=SlowCall.STATE)
 
     async def suspend(self, what: str = "pausing machine") -> None:
         """Raises ProviderError."""
