@@ -163,7 +163,8 @@ class Machine(abc.ABC):
         """Deliver events in order through the hypervisor.
 
         Raises:
-            InputNotSupported: an event cannot be delivered (checked before any is sent).
+            InputNotSupported: an event cannot be delivered (a key outside the keymap is found before
+                anything is sent; the hypervisor refusing pointer input, when it comes to it).
             MachineLimitExceeded: the machine was stopped over one of the runner's limits.
             ProviderError: the hypervisor failed or the machine is gone.
         """
