@@ -37,6 +37,7 @@ from providers.base import MachineSource
 from providers.qemu import QemuMachine, QemuProvider
 from providers.qemu.domain import DomainSpec, Ownership, build_domain_xml
 from providers.qemu.guest_agent import GuestAgent
+from providers.qemu.handle import Domain
 from providers.qemu.overlays import create_overlay, write_version_disk
 
 RUNNER = "benchstart"
@@ -105,7 +106,7 @@ async def ready_full_copy(p: QemuProvider, work: Path, n: int) -> float:
                                       accelerator=p.accelerator))
     await asyncio.to_thread(lambda: p.conn.call(lambda c: c.createXML(xml, 0)))
     try:
-        await GuestAgent(p.conn, name).wait_ready(READY_TIMEOUT, alive=alive_check(p, name))
+        await GuestAgent(Domain(p.conn, name)).wait_ready(READY_TIMEOUT, alive=alive_check(p, name))
         return time.perf_counter() - t
     finally:
         await p._destroy_domain(name)
@@ -121,7 +122,7 @@ async def ready_snapshot_revert(p: QemuProvider, work: Path, rounds: int) -> lis
     xml = build_domain_xml(DomainSpec(name=name, manifest=img.manifest, image_dir=img.dir, overlay=disk,
                                       console_log=work / "snap.log", ownership=Ownership(RUNNER, "snapshot", str(work)),
                                       accelerator=p.accelerator))
-    agent = GuestAgent(p.conn, name)
+    agent = GuestAgent(Domain(p.conn, name))
     times: list[float] = []
 
     def define_and_start(c: libvirt.virConnect) -> None:

@@ -24,8 +24,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from providers.base import MachineSource
+from providers.errors import MachineLimitExceeded
 from providers.qemu import QemuMachine, QemuProvider
-from providers.qemu.diskcap import POLL_INTERVAL_S, MachineLimitExceeded, allocated_bytes
+from providers.qemu.diskcap import POLL_INTERVAL_S, allocated_bytes
 
 MIB = 1024 * 1024
 FILL = "dd if=/dev/zero of=/fill bs=1M count={count} conv=fsync 2>&1 | tail -1; echo done"

@@ -39,14 +39,12 @@ from gh_wire.protocol import (
     TaskEnd,
     TaskEndReason,
 )
-from providers.base import Machine, MachineSource, Provider, ProviderError, ScriptResult
+from providers.base import Machine, MachineSource, Provider, ScriptResult
+from providers.errors import ProviderError
 
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
-
-# asyncio.wait_for is avoided on purpose: in 3.11 it can swallow a cancellation that lands as its inner
-# awaitable completes, and `cancel` must always stop the attempt. asyncio.timeout does not.
 
 # Phase names: the keys of metrics.phase_seconds and the `phase` of status reports and errors.
 MACHINE = "machine"
@@ -360,7 +358,7 @@ class Attempt:
         except Exception as e:
             self._log.warning("screenshot for replay failed", label=label, error=f"{type(e).__name__}: {str(e)[:200]}")
             return
-        await self._replay.send(label, png)
+        await self._replay.send_frame(label, png)
 
     async def _screenshot(self) -> bytes:
         async with self._screen_lock:
@@ -530,7 +528,7 @@ class Attempt:
             except Exception as e:
                 self._log.warning("screenshot after input failed", error=f"{type(e).__name__}: {str(e)[:200]}")
             else:
-                await self._replay.send("input", png, shown)
+                await self._replay.send_frame("input", png, shown)
         return MachineResponse(request_id=req.request_id, ok=True)
 
     async def _exec(self, req: MachineRequest) -> MachineResponse:

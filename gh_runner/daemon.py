@@ -40,6 +40,7 @@ from typing import Any, Protocol, TypeVar
 
 import structlog
 
+from gh_common.timeouts import within
 from gh_runner import __version__, diskguard
 from gh_runner.config import RunnerConfig, Timeouts
 from gh_runner.journal import InflightRecord, Journal, is_safe_id
@@ -186,22 +187,22 @@ class _Link:
 
     async def status(self, status: str, phase: str) -> None:
         d = self._d
-        run = d._attempts.get(self.attempt_id)
-        if run is not None and status != "done":  # "done" is followed at once by the result itself
+        running = d._attempts.get(self.attempt_id)
+        if running is not None and status != "done":  # "done" is followed at once by the result itself
             # Noted before it is sent, so a crash report never names an earlier phase than the server saw.
-            await d._note_phase(run, status, phase)
+            await d._note_phase(running, status, phase)
         try:
             msg = AttemptStatus(attempt_id=self.attempt_id, status=status,  # type: ignore[arg-type]
                                 phase=phase, at=datetime.now(UTC))
         except ValueError:
             d.log.warning("attempt reported an unknown status", attempt_id=self.attempt_id, status=status)
             return
-        await d.session_send(msg)
+        await d.send_message(msg)
 
     async def frame(self, label: str, png: bytes, event: dict[str, Any] | None) -> None:
         seq = self._seq
         self._seq += 1
-        await self._d.session_send(ReplayFrame(
+        await self._d.send_message(ReplayFrame(
             attempt_id=self.attempt_id, seq=seq, at=datetime.now(UTC), label=label,
             png_b64=base64.b64encode(png).decode(), event=event))
 
@@ -245,6 +246,8 @@ class Daemon:
         self._journal_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gh-journal")
         self._signals = 0
         self.exit_code = 0
+        self._session_task: asyncio.Task[None] | None = None
+        self._timers: list[asyncio.Task[None]] = []
         self.session = Session(
             config.connect_urls(), config.token_value(), self,
             backoff=backoff or Backoff(base=config.reconnect_min, cap=config.reconnect_max),
@@ -284,17 +287,17 @@ class Daemon:
     async def _journal(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._journal_pool, fn, *args)
 
-    async def _note_phase(self, run: _Running, status: str, phase: str) -> None:
+    async def _note_phase(self, running: _Running, status: str, phase: str) -> None:
         """Note an attempt's phase in its in-flight record (not fsync'd: for crash reports only)."""
-        async with run.lock:
+        async with running.lock:
             try:
-                await self._journal(self.journal.update_phase, run.record, status, phase)
+                await self._journal(self.journal.update_phase, running.record, status, phase)
             except OSError as e:
-                self.log.warning("could not note the phase in the journal", attempt_id=run.lease.attempt_id,
+                self.log.warning("could not note the phase in the journal", attempt_id=running.lease.attempt_id,
                                  error=str(e))
 
-    async def session_send(self, msg: Any) -> bool:
-        return await self.session.send(msg)
+    async def send_message(self, msg: Any) -> bool:
+        return await self.session.send_message(msg)
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -324,16 +327,25 @@ class Daemon:
 
     async def run(self) -> int:
         """Run until stopped and drained; returns the process exit code."""
-        start = getattr(self.provider, "start", None)  # optional: connect, probe the accelerator
-        if start is not None:
-            try:
-                await asyncio.wait_for(start(), PROVIDER_CALL_TIMEOUT)
-            except Exception as e:
-                self.log.error("the machine provider could not start; run `gh-runner doctor`",
-                               error=f"{type(e).__name__}: {e}")
-                self.exit_code = 1
-                self._emit("stopped", self.exit_code)
-                return self.exit_code
+        if not await self.startup():
+            self._emit("stopped", self.exit_code)
+            return self.exit_code
+        try:
+            await self.main_loop()
+        finally:
+            await self.shutdown()
+        return self.exit_code
+
+    async def startup(self) -> bool:
+        """Start the provider, recover the journal, reap leftovers, then connect and start the
+        timers. False (exit code 1) when the provider cannot start: nothing else has run."""
+        try:
+            await within(PROVIDER_CALL_TIMEOUT, self.provider.start())
+        except Exception as e:
+            self.log.error("the machine provider could not start; run `gh-runner doctor`",
+                           error=f"{type(e).__name__}: {e}")
+            self.exit_code = 1
+            return False
         await self._journal(self.journal.open)
         recovered = await self._journal(self.journal.recover)
         for problem in self.journal.problems:
@@ -350,37 +362,48 @@ class Daemon:
         self.log.info("runner starting", version=__version__, server=self.session.url, slots=self.config.slots,
                       labels=self.config.labels, images=[i.name for i in self._images],
                       unacked_results=len(self._unacked))
-        session_task = asyncio.create_task(self.session.run(), name="session")
-        timers = [
+        self._session_task = asyncio.create_task(self.session.keep_connected(), name="session")
+        self._timers = [
             asyncio.create_task(self._every(self.config.reap_interval, self._reap_live), name="reaper"),
             asyncio.create_task(self._every(min(self.config.result_resend, 5.0), self._resend_due), name="resend"),
             asyncio.create_task(self._every(self.tick_interval, self._tick), name="tick"),
         ]
-        try:
-            await self._stop.wait()
-            self._emit("draining", len(self._attempts))
-            await self._drain()
-        finally:
-            self.session.stop()
-            for t in timers:
-                t.cancel()
+        return True
+
+    async def main_loop(self) -> None:
+        """Leases arrive through the session (`on_message`); this waits for the first stop signal,
+        then drains: no new leases, running attempts get their grace."""
+        await self._stop.wait()
+        self._emit("draining", len(self._attempts))
+        await self._drain()
+
+    async def shutdown(self) -> None:
+        """Close everything startup opened, in order; runs after the drain, or when `run` is cancelled."""
+        # 1. No more reconnects: the session closes its socket and its task ends.
+        self.session.stop()
+        # 2. The timers (reaper, result re-send, watchdog tick) have nothing left to do.
+        for t in self._timers:
+            t.cancel()
+        # 3. The session gets a moment to close cleanly (within cancels it past that).
+        if self._session_task is not None:
             try:
-                await asyncio.wait_for(session_task, timeout=10)
+                await within(10, self._session_task)
             except (TimeoutError, asyncio.CancelledError):
-                session_task.cancel()
-            await asyncio.gather(*timers, return_exceptions=True)
-            try:
-                await asyncio.wait_for(self.provider.close(), timeout=30)
-            except Exception as e:
-                self.log.warning("closing the provider failed", error=str(e))
+                self._session_task.cancel()
+        await asyncio.gather(*self._timers, return_exceptions=True)
+        # 4. The provider releases its connections and its own machines (the hot pool).
+        try:
+            await within(30, self.provider.close())
+        except Exception as e:
+            self.log.warning("closing the provider failed", error=str(e))
+        # 5. The journal's writers finish what they hold: every result is on disk before exit.
         await asyncio.get_running_loop().run_in_executor(None, self._journal_pool.shutdown)
         self.log.info("runner stopped", exit_code=self.exit_code, unacked_results=len(self._unacked))
         self._emit("stopped", self.exit_code)
-        return self.exit_code
 
     async def _drain(self) -> None:
         self.draining = True
-        await self.session.send(self.heartbeat())  # tell the server at once: no more leases here
+        await self.session.send_message(self.heartbeat())  # tell the server at once: no more leases here
         grace = self.config.drain_grace
         if self._attempts:
             self.log.info("draining: waiting for attempts to finish", in_flight=sorted(self._attempts), grace_s=grace)
@@ -389,17 +412,17 @@ class Daemon:
             forced = self._force.is_set()
             reason = ("the runner was forced to stop (second stop signal)" if forced else
                       f"the runner shut down and the drain grace period ({grace:.0f} s) ran out")
-            for run in list(self._attempts.values()):
-                run.attempt.cancel(reason)
+            for running in list(self._attempts.values()):
+                running.attempt.cancel(reason)
             # Cancelled attempts still destroy their machines; give them the teardown time to do it,
             # or a short while once forced (the reaper of the next start gets whatever is left).
             await self._wait_idle(FORCED_TEARDOWN if forced else self.config.timeouts.teardown + 15,
                                   stop_on_force=not forced)
             if self._force.is_set():
                 await self._wait_idle(FORCED_TEARDOWN, stop_on_force=False)
-            for run in list(self._attempts.values()):
-                if run.task is not None:
-                    run.task.cancel()
+            for running in list(self._attempts.values()):
+                if running.task is not None:
+                    running.task.cancel()
             for t in list(self._job_tasks):
                 t.cancel()
             await asyncio.gather(*[r.task for r in self._attempts.values() if r.task], *self._job_tasks,
@@ -408,7 +431,7 @@ class Daemon:
                 self.exit_code = 1
         if self.jobs is not None:
             try:
-                await asyncio.wait_for(self.jobs.close_all(), timeout=self.config.timeouts.teardown)
+                await within(self.config.timeouts.teardown, self.jobs.close_all())
             except Exception as e:
                 self.log.warning("closing open start states failed", error=str(e))
         # Give the server a moment to acknowledge what just finished; the journal keeps the rest.
@@ -429,8 +452,7 @@ class Daemon:
                 return
             self._changed.clear()
             try:
-                async with asyncio.timeout(min(left, 1.0)):  # not wait_for: it can lose a cancel on 3.11
-                    await self._changed.wait()
+                await within(min(left, 1.0), self._changed.wait())
             except TimeoutError:
                 pass
 
@@ -449,18 +471,18 @@ class Daemon:
 
     async def _refresh_inventory(self) -> None:
         try:
-            self._images = await asyncio.wait_for(self.provider.list_images(), PROVIDER_CALL_TIMEOUT)
+            self._images = await within(PROVIDER_CALL_TIMEOUT, self.provider.list_images())
         except Exception as e:
             self.log.error("listing images failed; advertising none", error=str(e))
             self._images = []
         try:
-            self._held = await asyncio.wait_for(self.provider.held_versions(), PROVIDER_CALL_TIMEOUT)
+            self._held = await within(PROVIDER_CALL_TIMEOUT, self.provider.held_versions())
         except Exception as e:
             self.log.error("listing start-state versions failed; advertising none", error=str(e))
             self._held = []
 
     def _live_machine_ids(self) -> set[str]:
-        keep = ({run.attempt.machine_id for run in self._attempts.values()} | set(self._attempts)
+        keep = ({running.attempt.machine_id for running in self._attempts.values()} | set(self._attempts)
                 | set(self._tearing_down.values()))
         if self.jobs is not None:
             keep |= self.jobs.open_machine_ids
@@ -471,7 +493,7 @@ class Daemon:
 
     async def _reap(self, keep: set[str]) -> None:
         try:
-            reaped = await asyncio.wait_for(self.provider.reap(keep=keep), PROVIDER_CALL_TIMEOUT)
+            reaped = await within(PROVIDER_CALL_TIMEOUT, self.provider.reap(keep=keep))
         except Exception as e:
             self.log.error("reaping leftover machines failed", error=str(e))
             return
@@ -484,7 +506,7 @@ class Daemon:
     async def make_hello(self) -> Hello:
         await self._refresh_inventory()
         try:
-            pooled = await asyncio.wait_for(self.provider.pooled_sources(), PROVIDER_CALL_TIMEOUT)
+            pooled = await within(PROVIDER_CALL_TIMEOUT, self.provider.pooled_sources())
         except Exception as e:
             self.log.warning("listing pooled sources failed; advertising none", error=str(e))
             pooled = []
@@ -504,10 +526,10 @@ class Daemon:
         # Attempts that ran on through a disconnect are only worth finishing if the server still
         # wants them; the others it has already turned into errors (and maybe retried elsewhere).
         wanted = set(welcome.resume)
-        for aid, run in list(self._attempts.items()):
+        for aid, running in list(self._attempts.items()):
             if aid not in wanted:
                 self.log.warning("server gave this attempt up while disconnected; cancelling it", attempt_id=aid)
-                run.attempt.cancel("the server gave this attempt up while the runner was disconnected")
+                running.attempt.cancel("the server gave this attempt up while the runner was disconnected")
         for result in list(self._unacked.values()):
             await self._send_result(result)
 
@@ -536,71 +558,77 @@ class Daemon:
         elif isinstance(msg, Job):
             await self._on_job(msg)
         else:
-            await self.session.send(ErrorMsg(code="unsupported", message=f"runner does not handle {msg.type}",
+            await self.session.send_message(ErrorMsg(code="unsupported", message=f"runner does not handle {msg.type}",
                                              ref_type=msg.type))
 
     # -- leases --------------------------------------------------------------------------------
 
-    def _refusal(self, lease: Lease) -> str | None:
+    def _refusal(self, lease: Lease) -> tuple[LeaseRefusal, str] | None:
+        """Why this runner cannot take `lease` now (the code the server acts on, the text for people)."""
         if self.draining:
-            return "draining: the runner is shutting down and takes no new leases"
+            return LeaseRefusal.DRAINING, "draining: the runner is shutting down and takes no new leases"
         if not is_safe_id(lease.attempt_id):
-            return "attempt id must be 1-128 letters, digits, '_', '.', '-' (it names files and machines)"
+            return (LeaseRefusal.INVALID_LEASE,
+                    "attempt id must be 1-128 letters, digits, '_', '.', '-' (it names files and machines)")
         if self.busy >= self.config.slots:
-            return f"no free slot: {self.busy} of {self.config.slots} busy"
+            return LeaseRefusal.NO_SLOT, f"no free slot: {self.busy} of {self.config.slots} busy"
         # `vm` asks for any virtual machine; any other value must be one of our labels.
         if lease.case.runs_on != "vm" and lease.case.runs_on not in self.config.labels:
             labels = ", ".join(self.config.labels) or "none"
-            return f"runs_on {lease.case.runs_on!r} is not a label of this runner (labels: {labels}; 'vm' always fits)"
+            return (LeaseRefusal.LABEL_MISMATCH, f"runs_on {lease.case.runs_on!r} is not a label of this runner "
+                    f"(labels: {labels}; 'vm' always fits)")
         ref = lease.start_state
         if ref.kind == "image":
             if ref.image not in {i.name for i in self._images}:
                 have = ", ".join(sorted(i.name for i in self._images)) or "none"
-                return f"image {ref.image!r} is not on this runner (it has: {have})"
+                return LeaseRefusal.IMAGE_MISSING, f"image {ref.image!r} is not on this runner (it has: {have})"
         elif (ref.start_state_id, ref.version) not in set(self._held):
-            return f"start state {ref.start_state_id} version {ref.version} is not held by this runner"
+            return (LeaseRefusal.VERSION_MISSING,
+                    f"start state {ref.start_state_id} version {ref.version} is not held by this runner")
         return None
 
-    async def _refuse(self, attempt_id: str, reason: str, code: LeaseRefusal | None = None) -> None:
+    async def _refuse(self, attempt_id: str, code: LeaseRefusal, reason: str) -> None:
         self.log.info("lease refused", attempt_id=attempt_id[:128], reason=reason, code=code)
         self._emit("lease_refused", attempt_id, reason)
-        await self.session.send(LeaseRefuse(attempt_id=attempt_id, reason=reason, code=code))
+        await self.session.send_message(LeaseRefuse(attempt_id=attempt_id, reason=reason, code=code))
 
     async def _on_lease(self, lease: Lease) -> None:
         aid = lease.attempt_id
         if aid in self._attempts:  # our accept was lost on the way: say it again
-            await self.session.send(LeaseAccept(attempt_id=aid))
+            await self.session.send_message(LeaseAccept(attempt_id=aid))
             return
         if aid in self._unacked:
-            await self._refuse(aid, "already finished on this runner; its result is being re-sent")
+            await self._refuse(aid, LeaseRefusal.DUPLICATE,
+                               "already finished on this runner; its result is being re-sent")
             await self._send_result(self._unacked[aid])
             return
-        reason = self._refusal(lease)
-        if reason is not None and reason.startswith("image "):
+        refusal = self._refusal(lease)
+        if refusal is not None and refusal[0] is LeaseRefusal.IMAGE_MISSING:
             await self._refresh_inventory()  # an image may have been installed since the hello
-            reason = self._refusal(lease)
-        if reason is not None:
-            await self._refuse(aid, reason)
+            refusal = self._refusal(lease)
+        if refusal is not None:
+            await self._refuse(aid, *refusal)
             return
         if (low := diskguard.lease_refusal(self.config.state_dir, self.config.disk_reserve_mib * diskguard.MIB)):
-            await self._refuse(aid, low.message, low.code)
+            await self._refuse(aid, low.code, low.message)
             return
         try:
             record = await self._journal(self.journal.record_inflight, aid, aid, lease.test_run_id)
         except OSError as e:
-            await self._refuse(aid, f"runner cannot write its journal: {e.strerror or e}")
+            await self._refuse(aid, LeaseRefusal.JOURNAL_FAILED, f"runner cannot write its journal: {e.strerror or e}")
             return
         try:
             attempt = self.attempt_factory(lease, self.provider, _Link(self, aid), self.config.timeouts)
         except Exception as e:
             self.log.exception("could not create the attempt", attempt_id=aid)
             await self._journal(self._drop_inflight, aid)
-            await self._refuse(aid, f"runner could not start the attempt: {type(e).__name__}: {e}")
+            await self._refuse(aid, LeaseRefusal.START_FAILED,
+                               f"runner could not start the attempt: {type(e).__name__}: {e}")
             return
-        run = _Running(lease=lease, attempt=attempt, record=record)
-        self._attempts[aid] = run
-        await self.session.send(LeaseAccept(attempt_id=aid))
-        run.task = asyncio.create_task(self._run_attempt(run), name=f"attempt-{aid}")
+        running = _Running(lease=lease, attempt=attempt, record=record)
+        self._attempts[aid] = running
+        await self.session.send_message(LeaseAccept(attempt_id=aid))
+        running.task = asyncio.create_task(self._run_attempt(running), name=f"attempt-{aid}")
         self.log.info("lease accepted", attempt_id=aid, case=lease.case.name, busy=self.busy)
         self._emit("attempt_started", aid)
         self._busy_changed()
@@ -608,13 +636,13 @@ class Daemon:
     def _drop_inflight(self, attempt_id: str) -> None:
         (self.journal.inflight_dir / f"{attempt_id}.json").unlink(missing_ok=True)
 
-    async def _run_attempt(self, run: _Running) -> None:
-        aid = run.lease.attempt_id
+    async def _run_attempt(self, running: _Running) -> None:
+        aid = running.lease.attempt_id
         bind_attempt(aid)
         log = structlog.get_logger("gh_runner.daemon")
         started = datetime.now(UTC)
         try:
-            result = await run.attempt.run()
+            result = await running.attempt.run()
             if result.attempt_id != aid:
                 log.error("attempt returned a result for another id; fixing it", got=result.attempt_id)
                 result = result.model_copy(update={"attempt_id": aid})
@@ -628,16 +656,16 @@ class Daemon:
                                    finished_at=datetime.now(UTC),
                                    error=f"internal runner error: {type(e).__name__}: {redactor.scrub(str(e))[:300]}")
         try:
-            async with run.lock:
+            async with running.lock:
                 await self._journal(self.journal.finish, result)
         except OSError as e:
             # Still send it: the server may well ack before anything else goes wrong.
             log.error("could not journal the result; sending it anyway", error=str(e))
         # The slot frees here, with the machine's destroy still running: the result is safe on disk,
         # and a crash before the destroy ends leaves a domain the reaper at the next start removes.
-        self._tearing_down[aid] = run.attempt.machine_id
+        self._tearing_down[aid] = running.attempt.machine_id
         self._attempts.pop(aid, None)
-        redactor.discard(run.redact)
+        redactor.discard(running.redact)
         self._unacked[aid] = result
         log.info("result journaled, sending", outcome=result.outcome, error=result.error)
         self._emit("attempt_finished", result)
@@ -645,14 +673,14 @@ class Daemon:
         self._busy_changed()
         try:
             await self._send_result(result)
-            await run.attempt.wait_torn_down()
+            await running.attempt.wait_torn_down()
         finally:
             self._tearing_down.pop(aid, None)
             self._changed.set()
 
     async def _send_result(self, result: AttemptResult) -> None:
         self._last_sent[result.attempt_id] = time.monotonic()
-        await self.session.send(AttemptFinished(result=result))
+        await self.session.send_message(AttemptFinished(result=result))
 
     async def _resend_due(self) -> None:
         if not self.session.connected:
@@ -682,14 +710,14 @@ class Daemon:
         task.add_done_callback(self._request_tasks.discard)
 
     async def _on_request(self, req: MachineRequest) -> None:
-        run = self._attempts.get(req.attempt_id or "") if req.attempt_id else None
+        running = self._attempts.get(req.attempt_id or "") if req.attempt_id else None
         try:
-            if run is not None:
-                bind_attempt(run.lease.attempt_id)
+            if running is not None:
+                bind_attempt(running.lease.attempt_id)
                 values = [v for v in req.redact if v]
-                run.redact.update(values)
+                running.redact.update(values)
                 redactor.add(*values)
-                resp = await run.attempt.handle_request(req)
+                resp = await running.attempt.handle_request(req)
             elif req.start_state_id and self.jobs is not None and not req.attempt_id:
                 resp = await self.jobs.handle_request(req)
             else:
@@ -701,32 +729,32 @@ class Daemon:
             self.log.exception("machine request failed", attempt_id=req.attempt_id, op=req.op)
             resp = MachineResponse(request_id=req.request_id, ok=False,
                                    error=f"{req.op} failed in the runner: {type(e).__name__}")
-        await self.session.send(resp)
+        await self.session.send_message(resp)
 
     async def _on_task_end(self, msg: TaskEnd) -> None:
-        run = self._attempts.get(msg.attempt_id)
-        if run is None:
-            await self.session.send(ErrorMsg(code="refused", ref_type="task_end",
+        running = self._attempts.get(msg.attempt_id)
+        if running is None:
+            await self.session.send_message(ErrorMsg(code="refused", ref_type="task_end",
                                              message=f"attempt {msg.attempt_id[:128]} is not running on this runner"))
             return
-        run.attempt.task_end(msg)
+        running.attempt.task_end(msg)
 
     async def _on_cancel(self, msg: Cancel) -> None:
-        run = self._attempts.get(msg.attempt_id)
-        if run is not None:
+        running = self._attempts.get(msg.attempt_id)
+        if running is not None:
             self.log.info("cancel from the server", attempt_id=msg.attempt_id, reason=msg.reason)
-            run.attempt.cancel(msg.reason)
+            running.attempt.cancel(msg.reason)
         elif msg.attempt_id in self._unacked:
             await self._send_result(self._unacked[msg.attempt_id])  # already over: the result says how
         else:
-            await self.session.send(ErrorMsg(code="refused", ref_type="cancel",
+            await self.session.send_message(ErrorMsg(code="refused", ref_type="cancel",
                                              message=f"attempt {msg.attempt_id[:128]} is not running on this runner"))
 
     # -- start-state jobs ----------------------------------------------------------------------
 
     async def _on_job(self, job: Job) -> None:
         if self.jobs is None:
-            await self.session.send(JobResult(job_id=job.job_id, ok=False, start_state_id=job.start_state_id,
+            await self.session.send_message(JobResult(job_id=job.job_id, ok=False, start_state_id=job.start_state_id,
                                               error="start-state jobs are not available on this runner"))
             return
         holds = self.jobs.holds_slot(job)
@@ -736,7 +764,7 @@ class Daemon:
         elif holds and self.busy >= self.config.slots:
             refusal = f"no free slot: {self.busy} of {self.config.slots} busy"
         if refusal is not None:
-            await self.session.send(JobResult(job_id=job.job_id, ok=False, error=refusal,
+            await self.session.send_message(JobResult(job_id=job.job_id, ok=False, error=refusal,
                                               start_state_id=job.start_state_id))
             return
         slot_key = f"job:{job.start_state_id}" if job.op == "open" else f"job:{job.job_id}"
@@ -771,4 +799,4 @@ class Daemon:
             self._busy_changed()
         if result.ok and job.op in ("build", "save", "delete"):
             await self._refresh_inventory()
-        await self.session.send(result)
+        await self.session.send_message(result)

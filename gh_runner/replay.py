@@ -111,7 +111,7 @@ class ReplayRecorder:
         """A secret is about to be typed: no later frame may show the screen as it is."""
         self._masked = True
 
-    async def send(self, label: str, png: bytes, event: dict[str, Any] | None = None) -> bool:
+    async def send_frame(self, label: str, png: bytes, event: dict[str, Any] | None = None) -> bool:
         """Send one frame; False (and a log line) if it could not be sent. Callers pass a redacted event."""
         try:
             screen: _Screen | None = await asyncio.to_thread(_decode, png)

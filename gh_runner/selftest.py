@@ -33,7 +33,8 @@ from typing import Any, TextIO
 from gh_runner import outcome as rules
 from gh_runner.selftest_probes import ShellProbes, probes_for
 from gh_wire.input import ClickEvent, KeyEvent, TypeEvent
-from providers.base import ImageInfo, Machine, MachineSource, Provider, ProviderError, ScriptResult
+from providers.base import ImageInfo, Machine, MachineSource, Provider, ScriptResult
+from providers.errors import ProviderError
 
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
+from gh_common.timeouts import within
 from gh_runner import __version__
 from gh_runner.config import is_loopback
 from gh_runner.log import get_logger, redactor
@@ -147,8 +148,7 @@ class Session:
 
     async def _wait_stop(self, delay: float) -> None:
         try:
-            async with asyncio.timeout(delay):  # not wait_for: it can lose a cancel on Python 3.11
-                await self._stop.wait()
+            await within(delay, self._stop.wait())
         except TimeoutError:
             pass
 
@@ -158,7 +158,7 @@ class Session:
         if ws is not None:
             self._closing = asyncio.get_running_loop().create_task(ws.close(1001, "runner going away"))
 
-    async def run(self) -> None:
+    async def keep_connected(self) -> None:
         """Connect, serve, reconnect, until `stop()`."""
         while not self._stop.is_set():
             outcome = await self._connect_once()
@@ -182,7 +182,7 @@ class Session:
             self.handler.on_reconnect_scheduled(self.backoff.failures, delay)
             await self._sleep(delay)
 
-    async def send(self, msg: Any) -> bool:
+    async def send_message(self, msg: Any) -> bool:
         """Send a message on the current connection; False when there is none (callers retry later)."""
         ws = self._ws
         if ws is None or (not self._welcomed and not isinstance(msg, Hello)):
@@ -268,7 +268,7 @@ class Session:
         hello = await self.handler.make_hello()
         await ws.send(encode(hello))
         try:
-            welcome = await asyncio.wait_for(self._await_welcome(ws), timeout=self.welcome_timeout)
+            welcome = await within(self.welcome_timeout, self._await_welcome(ws))
         except TimeoutError:
             await ws.close(1002, "no welcome")
             return _Outcome(f"server sent no welcome within {self.welcome_timeout:.0f} s")

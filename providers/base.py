@@ -18,6 +18,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from gh_wire.input import InputEvent
+from providers.errors import InputNotSupported, MachineLimitExceeded, MachineNotReady, ProviderError
 
 # ---------------------------------------------------------------------------------------------
 # Results and descriptions
@@ -72,16 +73,34 @@ class SavedVersion:
     extra: Mapping[str, str] = field(default_factory=dict)
 
 
-class ProviderError(Exception):
-    """A plain, operator-readable reason something failed in the provider (no libvirt noise)."""
+class CheckStatus(StrEnum):
+    OK = "OK"
+    WARN = "WARN"  # works, but worse than it could (a TCG-only host: slow guests)
+    FAIL = "FAIL"  # the runner cannot make machines until it is fixed
+    SKIP = "SKIP"  # not checked: a prerequisite failed, or it does not apply here
 
 
-class MachineNotReady(ProviderError):
-    """The guest channel did not answer before the deadline."""
+@dataclass(frozen=True)
+class CheckLimits:
+    """How long host checks may wait."""
+
+    accelerator_s: float = 20.0  # proving the hardware accelerator runs a guest
+    fallback_s: float = 60.0  # proving the software fallback does, when it does not
+    call_s: float = 15.0  # one call to the hypervisor
 
 
-class InputNotSupported(ProviderError):
-    """An input event the provider cannot deliver (for example a character outside the keymap)."""
+@dataclass(frozen=True)
+class HostCheck:
+    """One thing a provider found about its host, for `gh-runner doctor`."""
+
+    name: str
+    status: CheckStatus
+    detail: str
+    fix: str | None = None  # the command or step that fixes it (FAIL and WARN)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not CheckStatus.FAIL
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,7 +125,12 @@ class Machine(abc.ABC):
 
     @abc.abstractmethod
     async def wait_ready(self, timeout: float) -> None:
-        """Return once the guest channel answers; raise MachineNotReady after `timeout` seconds."""
+        """Return once the guest channel answers.
+
+        Raises:
+            MachineNotReady: no answer within `timeout` seconds, or the machine stopped first.
+            ProviderError: the hypervisor failed.
+        """
 
     @abc.abstractmethod
     async def run_script(
@@ -117,52 +141,132 @@ class Machine(abc.ABC):
         timeout: float,
         output_cap: int = DEFAULT_OUTPUT_CAP,
     ) -> ScriptResult:
-        """Run a script in the image's shell, elevated, as the signed-in user."""
+        """Run a script in the image's shell, elevated, as the signed-in user. A script past its
+        `timeout` is stopped and returned with `timed_out` set (not raised).
+
+        Raises:
+            MachineLimitExceeded: the machine was stopped over one of the runner's limits.
+            ProviderError: the guest channel or the hypervisor failed (the script may not have run).
+        """
 
     @abc.abstractmethod
     async def screenshot(self) -> bytes:
-        """The screen as PNG bytes, at the guest's resolution, with correct colours."""
+        """The screen as PNG bytes, at the guest's resolution, with correct colours.
+
+        Raises:
+            MachineLimitExceeded: the machine was stopped over one of the runner's limits.
+            ProviderError: the hypervisor failed or the machine is gone.
+        """
 
     @abc.abstractmethod
     async def send_input(self, events: Sequence[InputEvent]) -> None:
-        """Deliver events in order through the hypervisor."""
+        """Deliver events in order through the hypervisor.
+
+        Raises:
+            InputNotSupported: an event cannot be delivered (a key outside the keymap is found before
+                anything is sent; the hypervisor refusing pointer input, when it comes to it).
+            MachineLimitExceeded: the machine was stopped over one of the runner's limits.
+            ProviderError: the hypervisor failed or the machine is gone.
+        """
 
     @abc.abstractmethod
     async def save(self, start_state_id: str, version: int, *, with_memory: bool = True) -> SavedVersion:
-        """Keep this machine's disk (and optionally memory) as an immutable start-state version."""
+        """Keep this machine's disk (and optionally memory) as an immutable start-state version;
+        the machine keeps running. Nothing half-written is left on failure.
+
+        Raises:
+            ProviderError: the version exists already, or saving failed.
+        """
 
     @abc.abstractmethod
     async def destroy(self) -> None:
-        """Stop the machine and delete everything it owns. Idempotent; never raises for a gone machine."""
+        """Stop the machine and delete everything it owns. Idempotent; never raises for a gone machine.
+
+        Raises:
+            ProviderError: the hypervisor would not stop it (its files are gone; the reaper retries).
+        """
 
 
 class Provider(abc.ABC):
-    """A hypervisor (or anything else) that makes machines."""
+    """A hypervisor (or anything else) that makes machines.
+
+    Closed: the runner calls only what is declared here. Optional hooks (`start`, `host_checks`,
+    `held_versions`, `pooled_sources`, `close`) are no-op methods here, so a provider overrides
+    what it has and the runner never looks a method up by name.
+    """
+
+    async def start(self) -> None:  # noqa: B027 - optional hook
+        """Connect and get ready (for QEMU: reach libvirt, pick the accelerator). Called once before
+        anything else; safe to call again. The runner does not start without it.
+
+        Raises:
+            ProviderError: the provider cannot work on this host (the reason says what to fix).
+        """
+
+    async def host_checks(self, limits: CheckLimits = CheckLimits()) -> list[HostCheck]:
+        """What `gh-runner doctor` prints about this provider's host, in order. Does not `start()`
+        the provider and changes nothing on the host. Never raises: a failure is a check with status
+        FAIL."""
+        return []
 
     @abc.abstractmethod
     async def list_images(self) -> list[ImageInfo]:
-        """Images this provider can start machines from."""
+        """Images this provider can start machines from.
+
+        Raises:
+            ProviderError: the images directory cannot be read.
+        """
 
     @abc.abstractmethod
     async def create_machine(self, machine_id: str, source: MachineSource, *, timeout: float) -> Machine:
-        """Make and start a fresh machine (copy-on-write over its source)."""
+        """Make and start a fresh machine (copy-on-write over its source). Nothing of it is left
+        behind when this raises.
+
+        Raises:
+            ProviderError: the image or start-state version is missing or does not match, or the
+                hypervisor failed or did not answer within `timeout`.
+        """
 
     @abc.abstractmethod
     async def reap(self, keep: set[str]) -> list[str]:
         """Destroy machines and overlays this runner left behind whose ids are not in `keep`;
-        return what was removed."""
+        return what was removed.
+
+        Raises:
+            ProviderError: the hypervisor failed (what was removed before stays removed).
+        """
 
     @abc.abstractmethod
     async def delete_version(self, start_state_id: str, version: int) -> None:
-        """Remove a saved start-state version's files."""
+        """Remove a saved start-state version's files.
+
+        Raises:
+            ProviderError: the files could not be removed.
+        """
 
     async def held_versions(self) -> list[tuple[str, int]]:
-        """Start-state versions stored by this provider, as (start_state_id, version)."""
+        """Start-state versions stored by this provider, as (start_state_id, version).
+
+        Raises:
+            ProviderError: the state directory cannot be read.
+        """
         return []
 
     async def pooled_sources(self) -> list[MachineSource]:
-        """Sources this provider keeps machines ready for (a hot pool), so leases on them start at once."""
+        """Sources this provider keeps machines ready for (a hot pool), so leases on them start at once.
+
+        Raises:
+            ProviderError: the provider cannot tell (the runner advertises none).
+        """
         return []
 
     async def close(self) -> None:  # noqa: B027 - optional hook
-        """Release connections. Machines are not destroyed."""
+        """Release connections and the provider's own machines (a pool); attempts' machines are
+        not destroyed. Never raises."""
+
+
+__all__ = [
+    "DEFAULT_OUTPUT_CAP", "CheckLimits", "CheckStatus", "HostCheck", "ImageInfo", "InputNotSupported", "Machine",
+    "MachineLimitExceeded", "MachineNotReady", "MachineOrigin", "MachineSource", "Provider", "ProviderError",
+    "SavedVersion", "ScriptResult",
+]

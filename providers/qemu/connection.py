@@ -9,7 +9,7 @@ from typing import TypeVar
 import libvirt
 import structlog
 
-from providers.base import ProviderError
+from providers.errors import ProviderError
 from providers.qemu.errors import install_error_handler, plain_reason
 
 T = TypeVar("T")

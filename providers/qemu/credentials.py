@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from providers.base import MachineNotReady, ProviderError
+from providers.errors import MachineNotReady, ProviderError
 
 PASSWORD_LENGTH = 24
 _SYMBOLS = "-_.+=!#%"  # no quote, space, backslash, '$' or '`': safe in every shell and in XML

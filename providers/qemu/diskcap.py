@@ -15,29 +15,16 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Awaitable, Callable
-from enum import StrEnum
 from pathlib import Path
 
 import structlog
 
-from providers.base import ProviderError
+from providers.errors import MachineLimit, MachineLimitExceeded, ProviderError
 
 log = structlog.get_logger("providers.qemu")
 
 MIB = 1024 * 1024
 POLL_INTERVAL_S = 0.5
-
-
-class MachineLimit(StrEnum):
-    DISK_WRITE_CAP = "disk_write_cap"
-
-
-class MachineLimitExceeded(ProviderError):
-    """The machine was stopped because it went over one of the runner's limits."""
-
-    def __init__(self, limit: MachineLimit, message: str) -> None:
-        super().__init__(message)
-        self.limit = limit
 
 
 def allocated_bytes(directory: Path) -> int:

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import libvirt
 
-from providers.base import ProviderError
+from providers.errors import ProviderError
 from providers.qemu.hostcheck import SlowCall, slow_hypervisor
 
 T = TypeVar("T")
@@ -72,8 +72,6 @@ async def in_thread(what: str, fn: Callable[..., T], *args: Any, timeout: float,
     `slow` marks a call whose slowness means the hypervisor itself is unwell: past its bound the
     provider says once, plainly, what is wrong (`hostcheck.slow_hypervisor`).
     """
-    # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that lands as the
-    # call completes, and a caller's cancelled loop would then never stop.
     t0 = time.monotonic()
     try:
         async with asyncio.timeout(timeout):

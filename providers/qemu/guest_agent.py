@@ -22,9 +22,10 @@ from typing import Any
 import libvirt
 import libvirt_qemu
 
-from providers.base import DEFAULT_OUTPUT_CAP, MachineNotReady, ProviderError, ScriptResult
-from providers.qemu.connection import Connection
+from providers.base import DEFAULT_OUTPUT_CAP, ScriptResult
+from providers.errors import MachineNotReady, ProviderError
 from providers.qemu.errors import in_thread, plain_reason
+from providers.qemu.handle import Domain
 
 # Bytes per stream that come back inline with the exit status; two base64 streams of this size
 # stay well under libvirt's 4 MiB reply limit. Larger caps are fetched in further pieces.
@@ -83,20 +84,22 @@ def _check_env(env: Mapping[str, str]) -> list[str]:
 class GuestAgent:
     """The qemu-ga channel of one domain, looked up by name on every call (survives reconnects)."""
 
-    def __init__(self, conn: Connection, domain_name: str, *, call_timeout: float = 20.0) -> None:
-        self.conn = conn
-        self.domain_name = domain_name
+    def __init__(self, domain: Domain, *, call_timeout: float = 20.0) -> None:
+        self.domain = domain
         self.call_timeout = call_timeout
 
+    @property
+    def domain_name(self) -> str:
+        return self.domain.name
+
     def _command_blocking(self, payload: str, agent_timeout: int, retry: bool) -> str:
-        def go(c: libvirt.virConnect) -> str:
-            dom = c.lookupByName(self.domain_name)
+        def go(_c: libvirt.virConnect, dom: libvirt.virDomain) -> str:
             out = libvirt_qemu.qemuAgentCommand(dom, payload, agent_timeout, 0)
             if out is None:
                 raise ProviderError("the guest agent returned nothing")
             return str(out)
 
-        return self.conn.call(go, retry=retry)
+        return self.domain.call_blocking(go, retry=retry)
 
     async def command(self, execute: str, arguments: dict[str, Any] | None = None, *,
                       timeout: float | None = None) -> Any:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import structlog
 
-from providers.base import ImageInfo, ProviderError
+from providers.base import ImageInfo
+from providers.errors import ProviderError
 from providers.manifest import ImageManifest, ManifestError, load_manifest, sha256_file
 from providers.qemu.channels import Routes, routes_for
 

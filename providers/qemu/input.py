@@ -17,9 +17,9 @@ import libvirt
 import libvirt_qemu
 
 from gh_wire.input import ClickEvent, DoubleClickEvent, InputEvent, KeyEvent, MoveEvent, ScrollEvent, TypeEvent
-from providers.base import InputNotSupported
-from providers.qemu.connection import Connection
+from providers.errors import InputNotSupported
 from providers.qemu.errors import in_thread
+from providers.qemu.handle import Domain
 from providers.qemu.keymap import combo_keys, text_keys
 
 ABS_MAX = 32767
@@ -68,27 +68,24 @@ def pointer_batches(ev: InputEvent, size: tuple[int, int]) -> list[list[dict[str
 
 
 class InputDriver:
-    def __init__(self, conn: Connection, domain_name: str, screen_size: Callable[[], Awaitable[tuple[int, int]]],
+    def __init__(self, domain: Domain, screen_size: Callable[[], Awaitable[tuple[int, int]]],
                  *, call_timeout: float = 10.0) -> None:
-        self.conn = conn
-        self.domain_name = domain_name
+        self.domain = domain
         self.screen_size = screen_size
         self.call_timeout = call_timeout
         self._keys_done_at = 0.0
 
     def _monitor_blocking(self, cmd: str) -> str:
-        def go(c: libvirt.virConnect) -> str:
-            dom = c.lookupByName(self.domain_name)
+        def go(_c: libvirt.virConnect, dom: libvirt.virDomain) -> str:
             return str(libvirt_qemu.qemuMonitorCommand(dom, cmd, 0))
 
-        return self.conn.call(go, retry=False)  # an event sent twice is a second click
+        return self.domain.call_blocking(go, retry=False)  # an event sent twice is a second click
 
     def _send_key_blocking(self, codes: list[int]) -> None:
-        def go(c: libvirt.virConnect) -> None:
-            dom = c.lookupByName(self.domain_name)
+        def go(_c: libvirt.virConnect, dom: libvirt.virDomain) -> None:
             dom.sendKey(libvirt.VIR_KEYCODE_SET_LINUX, HOLD_MS, codes, len(codes), 0)
 
-        self.conn.call(go, retry=False)  # keys sent twice type twice
+        self.domain.call_blocking(go, retry=False)  # keys sent twice type twice
 
     async def _send_pointer(self, events: list[dict[str, Any]]) -> None:
         cmd = json.dumps({"execute": "input-send-event", "arguments": {"events": events}})
@@ -110,7 +107,7 @@ class InputDriver:
         if left > 0:
             await asyncio.sleep(left)
 
-    async def send(self, events: Sequence[InputEvent]) -> None:
+    async def deliver(self, events: Sequence[InputEvent]) -> None:
         # Validate everything first so that a bad event sends nothing rather than half a sequence.
         plans: list[tuple[str, Any]] = []
         for ev in events:

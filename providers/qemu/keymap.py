@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from providers.base import InputNotSupported
+from providers.errors import InputNotSupported
 
 SHIFT = 42
 

@@ -30,8 +30,9 @@ from typing import Any
 
 import libvirt
 
-from providers.base import ProviderError
+from providers.errors import ProviderError
 from providers.qemu.connection import Connection
+from providers.qemu.handle import Domain
 
 QEMU_NS = "http://libvirt.org/schemas/domain/qemu/1.0"
 RAM_ID = "gh.ram"  # the RAM block's name: the same in the snapshot machine and every copy
@@ -130,13 +131,12 @@ def _wait_migration(dom: libvirt.virDomain, deadline: float, what: str) -> None:
         time.sleep(POLL_S)
 
 
-def save_devstate_blocking(conn: Connection, name: str, dest: Path, timeout: float) -> None:
+def save_devstate_blocking(domain: Domain, dest: Path, timeout: float) -> None:
     """Write the paused machine's device state, without its file-backed RAM, to `dest`; the machine
     stays paused and can still be saved in full by libvirt afterwards."""
     deadline = time.monotonic() + timeout
 
-    def go(c: libvirt.virConnect) -> None:
-        dom = c.lookupByName(name)
+    def go(_c: libvirt.virConnect, dom: libvirt.virDomain) -> None:
         _ignore_shared(dom, True)
         fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # QEMU gets fds, not the path
         try:
@@ -149,7 +149,7 @@ def save_devstate_blocking(conn: Connection, name: str, dest: Path, timeout: flo
         finally:
             _ignore_shared(dom, False)  # libvirt's own save after this must carry the RAM
 
-    conn.call(go, retry=False)
+    domain.call_blocking(go, retry=False)
 
 
 def qemu_started_ago(name: str) -> float | None:

@@ -8,7 +8,7 @@ import os
 import signal
 from pathlib import Path
 
-from providers.base import ProviderError
+from providers.errors import ProviderError
 from providers.qemu import fileperms
 
 QEMU_IMG = "qemu-img"
@@ -26,7 +26,7 @@ async def run_cmd(argv: list[str], *, timeout: float, what: str, stdin: bytes | 
     except FileNotFoundError:
         raise ProviderError(f"{what}: {missing or f'{argv[0]} is not installed'}") from None
     try:
-        async with asyncio.timeout(timeout):  # not wait_for: it can lose a cancel on Python 3.11
+        async with asyncio.timeout(timeout):
             out, err = await proc.communicate(stdin)
     except TimeoutError:
         try:

@@ -7,7 +7,8 @@ taken for an attempt gets the attempt's id (domain metadata and owner file, so t
 reaper keeps it), is resumed, and sets its clock like any restored machine. One machine, one
 attempt: a taken machine never returns to the pool, and the pool refills in the background.
 
-Leaks: pooled machines are the provider's own (`_private`), never reaped while this process runs;
+Leaks: pooled machines are the provider's own (held until `PoolHost.release`), never reaped while this
+process runs;
 `close` destroys them; after a crash the runner's start-up reaper removes them like any leftover,
 and the new process fills a new pool.
 
@@ -27,14 +28,12 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Generic, Protocol, TypeVar
 
 import structlog
 
-from providers.base import MachineSource, ProviderError
-
-if TYPE_CHECKING:
-    from providers.qemu.provider import QemuMachine, QemuProvider
+from providers.base import MachineSource
+from providers.errors import ProviderError
 
 log = structlog.get_logger("providers.qemu.pool")
 
@@ -56,23 +55,57 @@ class PoolConfig:
         return self.per_source > 0 and self.total_mib > 0
 
 
+class PooledMachine(Protocol):
+    """What the pool needs of a machine."""
+
+    @property
+    def machine_id(self) -> str: ...
+    @property
+    def restored(self) -> bool: ...  # made from a memory image (a cold boot is no use paused)
+
+    async def destroy(self) -> None:
+        """Raises ProviderError (the reaper removes what is left)."""
+
+
+M = TypeVar("M", bound=PooledMachine)
+
+
+class PoolHost(Protocol[M]):
+    """What the pool needs of whoever makes its machines (the QEMU provider), and nothing more."""
+
+    async def make_paused(self, machine_id: str, source: MachineSource, *, timeout: float) -> M:
+        """A machine of `source`, restored if it can be, left paused; the host keeps it out of the
+        reaper's way until `release`. Raises ProviderError (nothing of it is left)."""
+
+    async def prime(self, machine: M, timeout: float) -> float:
+        """Run the paused machine until its guest answers, pause it again; the seconds the answer
+        took. Raises ProviderError (MachineNotReady: no answer)."""
+
+    async def adopt(self, machine: M, machine_id: str) -> None:
+        """Make the paused machine `machine_id`'s (the reaper keeps it from now on) and resume it.
+        Raises ProviderError."""
+
+    def release(self, machine_id: str) -> None:
+        """The pool no longer holds `machine_id` (the reaper may take what is left of it)."""
+
+
 @dataclass
-class _Pooled:
-    machine: QemuMachine
+class _Pooled(Generic[M]):
+    machine: M
     key: str  # the source's version (snapshot key or start-state version): stale when it changes
     mib: int
     made_at: float
     primed_s: float  # how long the guest took to answer after its restore (logged; see the docstring)
 
 
-class HotPool:
-    def __init__(self, provider: QemuProvider, config: PoolConfig,
+class HotPool(Generic[M]):
+    def __init__(self, host: PoolHost[M], config: PoolConfig,
                  sources: Callable[[], Awaitable[list[tuple[MachineSource, str, int]]]]) -> None:
         """`sources()` lists what to keep hot now: (source, its version key, guest MiB)."""
-        self.provider = provider
+        self.host = host
         self.config = config
         self._sources = sources
-        self._ready: dict[MachineSource, list[_Pooled]] = {}
+        self._ready: dict[MachineSource, list[_Pooled[M]]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._failed_at: dict[MachineSource, float] = {}
@@ -89,7 +122,7 @@ class HotPool:
     def _used_mib(self) -> int:
         return sum(p.mib for ms in self._ready.values() for p in ms)
 
-    async def take(self, machine_id: str, source: MachineSource, key: str) -> QemuMachine | None:
+    async def take(self, machine_id: str, source: MachineSource, key: str) -> M | None:
         """A paused machine for `source`, made the attempt's and resumed; None when there is none
         (or it could not be resumed: it is destroyed, and the caller makes a machine as usual)."""
         ready = self._ready.get(source) or []
@@ -100,7 +133,7 @@ class HotPool:
                 await self._discard(entry.machine)
                 continue
             try:
-                await self.provider._adopt(entry.machine, machine_id)
+                await self.host.adopt(entry.machine, machine_id)
             except ProviderError as e:
                 log.warning("pooled machine could not be resumed; making one", reason=str(e))
                 await self._discard(entry.machine)
@@ -109,13 +142,13 @@ class HotPool:
             return entry.machine
         return None
 
-    async def _discard(self, machine: QemuMachine) -> None:
+    async def _discard(self, machine: M) -> None:
         try:
             await machine.destroy()
         except ProviderError as e:
             log.warning("pooled machine not destroyed; the reaper will", reason=str(e))
         finally:
-            self.provider._private.discard(machine.machine_id)
+            self.host.release(machine.machine_id)
 
     async def _refill_loop(self) -> None:
         while True:
@@ -148,15 +181,13 @@ class HotPool:
                 log.info("hot pool filled", source=str(source), ready=len(ready), used_mib=self._used_mib(),
                          primed_s=round(primed_s, 3))
 
-    async def _make_one(self, source: MachineSource) -> tuple[QemuMachine, float] | None:
+    async def _make_one(self, source: MachineSource) -> tuple[M, float] | None:
         """A restored, primed, paused machine of `source` and its priming time; None (the source
         marked failed, so it waits REFILL_RETRY_S, and nothing left behind) when there is none."""
         mid = f"pool-{secrets.token_hex(4)}"
-        self.provider._private.add(mid)
         try:
-            m = await self.provider._create_machine(mid, source, timeout=FILL_TIMEOUT_S, warm=True, paused=True)
+            m = await self.host.make_paused(mid, source, timeout=FILL_TIMEOUT_S)
         except ProviderError as e:
-            self.provider._private.discard(mid)
             self._failed(source, "hot pool could not make a machine", str(e))
             return None
         if not m.restored:  # no snapshot to start from: a paused cold machine saves nothing
@@ -164,7 +195,7 @@ class HotPool:
             self._failed(source, "hot pool found no snapshot to restore", "the machine booted cold")
             return None
         try:
-            return m, await self.provider._prime(m, PRIME_TIMEOUT_S)
+            return m, await self.host.prime(m, PRIME_TIMEOUT_S)
         except asyncio.CancelledError:  # the pool is closing: this machine is in no list close() empties
             await asyncio.shield(self._discard(m))
             raise

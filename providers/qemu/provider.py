@@ -8,14 +8,14 @@ Layout under `state_dir` (0711 down to the disks' own 0750 directories: see `fil
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import libvirt
 import structlog
@@ -23,6 +23,8 @@ import structlog
 from gh_wire.input import InputEvent
 from providers.base import (
     DEFAULT_OUTPUT_CAP,
+    CheckLimits,
+    HostCheck,
     ImageInfo,
     Machine,
     MachineNotReady,
@@ -33,13 +35,14 @@ from providers.base import (
     SavedVersion,
     ScriptResult,
 )
+from providers.errors import MachineLimitExceeded
 from providers.manifest import DirectKernelBoot
 from providers.qemu import fileperms, lazy, network, overlays
 from providers.qemu.accel import choose_accelerator
 from providers.qemu.channels import Channel, Duty
 from providers.qemu.connection import Connection
 from providers.qemu.credentials import Credentials, give_machine_password
-from providers.qemu.diskcap import MachineLimitExceeded, WriteCap
+from providers.qemu.diskcap import WriteCap
 from providers.qemu.domain import (
     METADATA_NS,
     METADATA_PREFIX,
@@ -50,22 +53,23 @@ from providers.qemu.domain import (
     domain_prefix,
     ownership_from_domain_xml,
     ownership_xml,
-    rewrite_saved_xml,
 )
 from providers.qemu.errors import in_thread, plain_reason
 from providers.qemu.guest_agent import GuestAgent
-from providers.qemu.hostcheck import KVM_DEVICE_FIX, SlowCall, kvm_device_problem
+from providers.qemu.handle import CALL_TIMEOUT, Domain
+from providers.qemu.hostcheck import KVM_DEVICE_FIX, kvm_device_problem
+from providers.qemu.hostchecks import HostContext, run_host_checks
 from providers.qemu.images import Image, ImageCatalog
 from providers.qemu.input import InputDriver
 from providers.qemu.pool import HotPool, PoolConfig
-from providers.qemu.saveimage import SaveImageError, read_save_image, write_machine_copy
 from providers.qemu.screen import png_swap_verdict, ppm_dump_blocking, screenshot_blocking, to_png
+from providers.qemu.starts import STARTS, Launch
 from providers.qemu.states import StateStore, VersionFiles
 from providers.qemu.warm import WARM_BUILD_TIMEOUT_S, WARM_COLD_RESERVE_S, WarmSnapshots, snapshot_key, warm_fits
+from providers.qemu.winrm import WinRMChannel, credentials_path, load_credentials
 
 log = structlog.get_logger("providers.qemu")
 
-CALL_TIMEOUT = 60.0  # one libvirt call; generous because a loaded 2-core host is slow to start QEMU
 OWNER_FILE = "owner.json"
 ZERO_FREE_MEMORY = r"""
 sync; echo 3 > /proc/sys/vm/drop_caches
@@ -109,14 +113,19 @@ class QemuProvider(Provider):
         self.warm = WarmSnapshots(self.state_dir, self._build_warm) if warm_snapshots else None
         self.lazy_restore = lazy_restore  # warm snapshots keep their RAM in a file copies map private
         self.last_restore_steps: dict[str, float] = {}  # seconds per step of the latest restore
-        self.pool = HotPool(self, pool, self._pool_sources) if pool is not None and pool.enabled else None
+        self.pool: HotPool[QemuMachine] | None = (
+            HotPool(_PoolHost(self), pool, self._pool_sources) if pool is not None and pool.enabled else None)
         self.png_swapped: bool | None = None  # learnt from the first colourful screenshot
         self._calibrations = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Connect to libvirt and pick the accelerator (probing KVM once). Safe to call again."""
+        """Connect to libvirt and pick the accelerator (probing KVM once). Safe to call again.
+
+        Raises:
+            ProviderError: libvirt cannot be reached, or a state directory cannot be made.
+        """
         async with self._start_lock:
             if self.accelerator is not None:
                 return
@@ -138,23 +147,11 @@ class QemuProvider(Provider):
             if self.pool is not None:
                 self.pool.start()
 
-    async def probe(self) -> dict[str, Any]:
-        """Host checks for `gh-runner doctor`: each entry is {ok, detail, fix?}."""
-        checks: dict[str, Any] = {}
-        try:
-            await self.start()
-            checks["libvirt"] = {"ok": True, "detail": f"connected to {self.libvirt_uri}"}
-            checks["accelerator"] = {
-                "ok": True, "detail": f"{self.accelerator}: {self.accelerator_reason}",
-                **({"fix": "enable hardware virtualisation (or nested KVM) for fast guests"}
-                   if self.accelerator == "tcg" else {}),
-            }
-        except ProviderError as e:
-            checks["libvirt"] = {"ok": False, "detail": str(e),
-                                 "fix": "start libvirtd (and virtlogd), or pass --libvirt-uri"}
-        checks["state_dir"] = _traversal_check(self.state_dir)
-        checks["images_dir"] = _traversal_check(self.images_dir)
-        return checks
+    async def host_checks(self, limits: CheckLimits = CheckLimits()) -> list[HostCheck]:
+        """libvirt, /dev/kvm as QEMU's user sees it, capability probing, the images, WinRM
+        credentials, and the accelerator as `start` would judge it (providers/qemu/hostchecks.py)."""
+        ctx = HostContext(self.libvirt_uri, self.images_dir, limits)
+        return await asyncio.to_thread(run_host_checks, ctx)
 
     async def close(self) -> None:
         if self.pool is not None:
@@ -175,17 +172,6 @@ class QemuProvider(Provider):
         await asyncio.to_thread(self.states.delete, start_state_id, version)
 
     # -- machines ----------------------------------------------------------------------------
-
-    def _lookup_blocking(self, name: str) -> libvirt.virDomain | None:
-        def go(c: libvirt.virConnect) -> libvirt.virDomain | None:
-            try:
-                return c.lookupByName(name)
-            except libvirt.libvirtError as e:
-                if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
-                    return None
-                raise
-
-        return self.conn.call(go)
 
     async def create_machine(self, machine_id: str, source: MachineSource, *, timeout: float) -> Machine:
         if self.pool is not None and machine_id not in self._machines:
@@ -228,47 +214,6 @@ class QemuProvider(Provider):
             return []
         return [s for s, _, _ in await self._pool_sources()]
 
-    async def _prime(self, machine: QemuMachine, timeout: float) -> float:
-        """Run a paused, just-restored machine until its guest agent answers, then pause it again
-        (see providers/qemu/pool.py); returns the seconds the answer took."""
-        def set_running(running: bool) -> None:
-            def go(c: libvirt.virConnect) -> None:
-                dom = c.lookupByName(machine.domain_name)
-                if running:
-                    dom.resume()
-                else:
-                    dom.suspend()
-
-            self.conn.call(go, retry=False)
-
-        await in_thread("resuming a machine for the hot pool", set_running, True, timeout=CALL_TIMEOUT)
-        started = time.monotonic()
-        await machine.agent.wait_ready(timeout, alive=machine._require_running)
-        answered = time.monotonic() - started
-        await in_thread("pausing a machine for the hot pool", set_running, False, timeout=CALL_TIMEOUT)
-        return answered
-
-    async def _adopt(self, machine: QemuMachine, machine_id: str) -> None:
-        """Make a pooled (paused) machine `machine_id`'s, and resume it."""
-        own = Ownership(runner=self.runner_name, machine_id=machine_id, machine_dir=str(machine.dir))
-
-        def go(c: libvirt.virConnect) -> None:  # one hop to the worker thread: this is the lease's latency
-            dom = c.lookupByName(machine.domain_name)
-            dom.setMetadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, ownership_xml(own), METADATA_PREFIX,
-                            METADATA_NS, libvirt.VIR_DOMAIN_AFFECT_LIVE)
-            dom.resume()
-
-        (machine.dir / OWNER_FILE).write_text(json.dumps({"runner": own.runner, "machine_id": machine_id,
-                                                          "domain": machine.domain_name}))
-        await in_thread("handing out a pooled machine", lambda: self.conn.call(go, retry=False), timeout=CALL_TIMEOUT)
-        old = machine.machine_id
-        self._machines.pop(old, None)
-        machine.machine_id = machine_id
-        self._machines[machine_id] = machine
-        self._private.discard(old)
-        machine.origin = MachineOrigin.POOLED
-        log.info("machine taken from the hot pool", machine_id=machine_id, domain=machine.domain_name)
-
     async def _create_machine(self, machine_id: str, source: MachineSource, *, timeout: float,
                               warm: bool, ram_file: Path | None = None, paused: bool = False) -> QemuMachine:
         deadline = time.monotonic() + timeout
@@ -277,7 +222,7 @@ class QemuProvider(Provider):
         name = domain_name(self.runner_name, machine_id)
         if machine_id in self._machines:
             raise ProviderError(f"machine {machine_id} already exists (domain {name})")
-        if await in_thread("looking up machine", self._lookup_blocking, name, timeout=CALL_TIMEOUT) is not None:
+        if await Domain(self.conn, name).exists():
             # Ours by name, yet no machine of this process: a previous runner process's leftover (the
             # server re-leased an attempt that process was starting when it died). Replace it.
             log.warning("removing a leftover machine with this id", machine_id=machine_id, domain=name)
@@ -306,7 +251,7 @@ class QemuProvider(Provider):
         overlay = mdir / "disk.qcow2"
         console = mdir / "console.log"
         machine = QemuMachine(self, machine_id, name, image, mdir)
-        try:
+        async with removed_on_error(machine):
             base = version.disk if version is not None else image.disk
             await overlays.create_overlay(base, overlay, timeout=max(5.0, deadline - time.monotonic()))
             if image.manifest.network == "isolated":
@@ -315,25 +260,16 @@ class QemuProvider(Provider):
             xml = build_domain_xml(DomainSpec(name=name, manifest=image.manifest, image_dir=image.dir,
                                               overlay=overlay, console_log=console, ownership=own,
                                               accelerator=self.accelerator))
-            if version is not None and self.lazy_restore and lazy.has_lazy(version.dir):
-                if await self._restore_lazy(image, name, xml, version, deadline, paused=paused):
-                    machine.restored = True
-                    machine.origin = MachineOrigin.LAZY
-            if machine.origin == MachineOrigin.LAZY:
-                pass
-            elif version is not None and version.memory.is_file():
-                await self._restore(version, name, overlay, console, own, mdir, deadline, paused=paused)
-                machine.restored = True
-                machine.origin = MachineOrigin.RESTORED
-            else:
-                if ram_file is not None:  # a warm snapshot's machine: RAM in a file lazy copies map
-                    xml = lazy.with_ram_file(xml, ram_file, image.manifest.memory_mib, share=True, incoming=False)
-                await in_thread("starting machine",
-                                lambda: self.conn.call(lambda c: c.createXML(xml, 0), retry=False),
-                                timeout=max(5.0, deadline - time.monotonic()), slow=SlowCall.CREATE)
-        except BaseException:
-            await machine.destroy()
-            raise
+            launch = Launch(conn=self.conn, name=name, image=image, xml=xml, mdir=mdir, overlay=overlay,
+                            console=console, ownership=own, deadline=deadline, version=version, paused=paused,
+                            ram_file=ram_file, lazy_allowed=self.lazy_restore, destroy_domain=self._destroy_domain)
+            for way in STARTS:
+                if way.fits(launch) and await way.start(launch):
+                    machine.origin = way.origin
+                    machine.restored = way.origin is not MachineOrigin.COLD
+                    break
+            if launch.steps:
+                self.last_restore_steps = launch.steps
         self._machines[machine_id] = machine
         if self.write_cap_bytes is not None:
             machine.write_cap = WriteCap(mdir, self.write_cap_bytes, machine._stop_over_limit)
@@ -341,54 +277,6 @@ class QemuProvider(Provider):
         log.info("machine created", machine_id=machine_id, domain=name, image=image.manifest.name,
                  start_state=source.start_state_id, version=source.version, origin=machine.origin)
         return machine
-
-    async def _restore_lazy(self, image: Image, name: str, xml: str, version: VersionFiles, deadline: float,
-                            *, paused: bool = False) -> bool:
-        """Start the machine from the snapshot's RAM file, mapped private; False (the half-made
-        domain removed) when QEMU or libvirt would not, and a full restore should be tried."""
-        xml = lazy.with_ram_file(xml, version.dir / lazy.RAM_FILE, image.manifest.memory_mib,
-                                 share=False, incoming=True)
-        try:
-            steps = await in_thread("restoring machine lazily", lazy.restore_blocking, self.conn, xml,
-                            version.dir / lazy.DEVSTATE_FILE, max(5.0, deadline - time.monotonic()) - 1, not paused,
-                            timeout=max(5.0, deadline - time.monotonic()))
-        except ProviderError as e:
-            log.warning("lazy restore failed; restoring in full", domain=name, reason=str(e))
-            await self._destroy_domain(name)
-            return False
-        log.info("machine restored lazily", domain=name, **steps)
-        self.last_restore_steps = steps
-        return True
-
-    async def _restore(self, version: VersionFiles, name: str, overlay: Path, console: Path, own: Ownership,
-                       mdir: Path, deadline: float, *, paused: bool = False) -> None:
-        flags = libvirt.VIR_DOMAIN_SAVE_PAUSED if paused else libvirt.VIR_DOMAIN_SAVE_RUNNING
-        restore_file = mdir / "restore.img"
-        try:
-            saved = await asyncio.to_thread(read_save_image, version.memory)
-            xml = rewrite_saved_xml(lazy.standalone_ram(saved.xml), name=name, overlay=overlay, console_log=console,
-                                    ownership=own)
-            copy_started = time.monotonic()
-            await asyncio.to_thread(write_machine_copy, version.memory, restore_file, xml)
-            copied = time.monotonic()
-        except (SaveImageError, ValueError, OSError) as e:
-            raise ProviderError(f"cannot use the memory image of this start state: {e}") from None
-        started = time.monotonic()
-        try:
-            await in_thread(
-                "restoring machine from memory image",
-                lambda: self.conn.call(lambda c: c.restoreFlags(str(restore_file), None, flags), retry=False),
-                timeout=max(5.0, deadline - time.monotonic()), slow=SlowCall.CREATE)
-            restored = time.monotonic()
-            ago = await asyncio.to_thread(lazy.qemu_started_ago, name)
-        finally:
-            restore_file.unlink(missing_ok=True)
-        # Where a full restore's time goes (bench/warm_start.py prints the medians).
-        self.last_restore_steps = {"copy_memory_image": round(copied - copy_started, 3),
-                                   "restore": round(restored - started, 3)}
-        if ago is not None:
-            self.last_restore_steps["libvirt_before_exec"] = round(max(0.0, restored - started - ago), 3)
-            self.last_restore_steps["qemu_start_to_running"] = round(min(ago, restored - started), 3)
 
     async def _build_warm(self, image: Image, dest: Path) -> None:
         """Boot the image once and keep it, memory and disk, in `dest` (see providers/qemu/warm.py)."""
@@ -489,8 +377,8 @@ class QemuProvider(Provider):
         if self.png_swapped is None and self._calibrations < 20:
             self._calibrations += 1
             try:
-                ppm = await in_thread("calibrating screenshot colours", ppm_dump_blocking, self.conn,
-                                      machine.domain_name, machine.dir, timeout=CALL_TIMEOUT)
+                ppm = await in_thread("calibrating screenshot colours", ppm_dump_blocking, machine.domain,
+                                      machine.dir, timeout=CALL_TIMEOUT)
             except (ProviderError, OSError) as e:
                 log.warning("cannot calibrate screenshot colours", reason=str(e))
                 return None
@@ -502,42 +390,66 @@ class QemuProvider(Provider):
         return self.png_swapped
 
     async def _destroy_domain(self, name: str, persistent: bool = False) -> None:
-        def go(c: libvirt.virConnect) -> None:
-            try:
-                dom = c.lookupByName(name)
-            except libvirt.libvirtError as e:
-                if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
-                    return
-                raise
-            try:
-                dom.destroy()
-            except libvirt.libvirtError as e:
-                if e.get_error_code() not in (libvirt.VIR_ERR_NO_DOMAIN, libvirt.VIR_ERR_OPERATION_INVALID):
-                    raise
-            if persistent:
-                try:
-                    dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM
-                                      | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
-                                      | libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
-                except libvirt.libvirtError as e:
-                    if e.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
-                        raise
-
-        await in_thread(f"destroying machine {name}", lambda: self.conn.call(go), timeout=CALL_TIMEOUT)
+        await Domain(self.conn, name).destroy(persistent)
 
 
-def _traversal_check(path: Path) -> dict[str, Any]:
-    """QEMU runs as libvirt-qemu under qemu:///system: every parent must be world-executable."""
-    p = path.resolve()
-    for parent in [p, *p.parents]:
+class _PoolHost:
+    """The provider as its hot pool sees it (`pool.PoolHost`): the pool reaches none of its privates."""
+
+    def __init__(self, provider: QemuProvider) -> None:
+        self._p = provider
+
+    async def make_paused(self, machine_id: str, source: MachineSource, *, timeout: float) -> QemuMachine:
+        self._p._private.add(machine_id)  # a pooled machine is the provider's own: never reaped
         try:
-            mode = parent.stat().st_mode
-        except OSError:
-            continue
-        if not mode & 0o001:
-            return {"ok": False, "detail": f"{parent} is not traversable by libvirt-qemu (mode {mode & 0o777:o})",
-                    "fix": f"chmod o+x {parent}, or keep {path.name} under /var/lib/gh-runner"}
-    return {"ok": True, "detail": f"{path} is reachable by libvirt-qemu"}
+            return await self._p._create_machine(machine_id, source, timeout=timeout, warm=True, paused=True)
+        except BaseException:
+            self._p._private.discard(machine_id)
+            raise
+
+    def release(self, machine_id: str) -> None:
+        self._p._private.discard(machine_id)
+
+    async def prime(self, machine: QemuMachine, timeout: float) -> float:
+        """Run a paused, just-restored machine until its guest agent answers, then pause it again
+        (see providers/qemu/pool.py); returns the seconds the answer took."""
+        await machine.domain.resume("resuming a machine for the hot pool")
+        started = time.monotonic()
+        await machine.agent.wait_ready(timeout, alive=machine._require_running)
+        answered = time.monotonic() - started
+        await machine.domain.suspend("pausing a machine for the hot pool")
+        return answered
+
+    async def adopt(self, machine: QemuMachine, machine_id: str) -> None:
+        """Make a pooled (paused) machine `machine_id`'s, and resume it."""
+        p = self._p
+        own = Ownership(runner=p.runner_name, machine_id=machine_id, machine_dir=str(machine.dir))
+
+        def go(_c: libvirt.virConnect, dom: libvirt.virDomain) -> None:  # one hop: this is the lease's latency
+            dom.setMetadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, ownership_xml(own), METADATA_PREFIX,
+                            METADATA_NS, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+            dom.resume()
+
+        (machine.dir / OWNER_FILE).write_text(json.dumps({"runner": own.runner, "machine_id": machine_id,
+                                                          "domain": machine.domain_name}))
+        await machine.domain.call("handing out a pooled machine", go, retry=False)
+        old = machine.machine_id
+        p._machines.pop(old, None)
+        machine.machine_id = machine_id
+        p._machines[machine_id] = machine
+        p._private.discard(old)
+        machine.origin = MachineOrigin.POOLED
+        log.info("machine taken from the hot pool", machine_id=machine_id, domain=machine.domain_name)
+
+
+@contextlib.asynccontextmanager
+async def removed_on_error(machine: QemuMachine) -> AsyncIterator[None]:
+    """Whatever fails (or is cancelled) while a machine is being made, nothing of it stays."""
+    try:
+        yield
+    except BaseException:
+        await machine.destroy()
+        raise
 
 
 class QemuMachine(Machine):
@@ -554,15 +466,17 @@ class QemuMachine(Machine):
         self._destroyed = False
         self._screen_size: tuple[int, int] | None = None
         self._screen_size_at = 0.0
-        self.agent = GuestAgent(provider.conn, name)
-        self.input = InputDriver(provider.conn, name, self._current_screen_size)
-        self._winrm: Any = None
+        self.domain = Domain(provider.conn, name)
+        self.agent = GuestAgent(self.domain)
+        self.input = InputDriver(self.domain, self._current_screen_size)
+        self._winrm: WinRMChannel | None = None
+        self.images_dir = provider.images_dir
         self.credentials: Credentials | None = None  # this machine's own WinRM password, in memory only
         self.write_cap: WriteCap | None = None
 
     async def _stop_over_limit(self, exc: MachineLimitExceeded) -> None:
         # The domain goes at once (it may be writing still); its files stay until destroy().
-        await self.provider._destroy_domain(self.domain_name)
+        await self.domain.destroy()
 
     def _over_limit(self) -> None:
         if self.write_cap is not None and self.write_cap.exceeded is not None:
@@ -572,20 +486,8 @@ class QemuMachine(Machine):
     def _uses_winrm(self) -> bool:
         return self.image.routes.script is Channel.WINRM
 
-    async def _state(self) -> int | None:
-        def go(c: libvirt.virConnect) -> int | None:
-            try:
-                return int(c.lookupByName(self.domain_name).state()[0])
-            except libvirt.libvirtError as e:
-                if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
-                    return None
-                raise
-
-        return await in_thread("reading machine state", lambda: self.provider.conn.call(go), timeout=CALL_TIMEOUT,
-                               slow=SlowCall.STATE)
-
     async def _require_running(self) -> None:
-        st = await self._state()
+        st = await self.domain.state()
         if st in (libvirt.VIR_DOMAIN_RUNNING, libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_BLOCKED):
             return
         tail = self.console_tail()
@@ -637,14 +539,10 @@ class QemuMachine(Machine):
             await asyncio.shield(self._clock_task)
 
     def _winrm_username(self) -> str:
-        from providers.qemu.winrm import credentials_path, load_credentials
-
         return load_credentials(credentials_path(self))[0]
 
-    def _winrm_channel(self) -> Any:
+    def _winrm_channel(self) -> WinRMChannel:
         if self._winrm is None:
-            from providers.qemu.winrm import WinRMChannel
-
             self._winrm = WinRMChannel.for_machine(self)
         return self._winrm
 
@@ -670,8 +568,7 @@ class QemuMachine(Machine):
 
     async def screenshot(self) -> bytes:
         self._over_limit()
-        raw, mime = await in_thread("taking a screenshot", screenshot_blocking, self.provider.conn, self.domain_name,
-                                    timeout=CALL_TIMEOUT)
+        raw, mime = await in_thread("taking a screenshot", screenshot_blocking, self.domain, timeout=CALL_TIMEOUT)
         swap = False
         if mime == "image/png":
             swap = bool(await self.provider._png_swapped(self, raw))
@@ -690,7 +587,7 @@ class QemuMachine(Machine):
 
     async def send_input(self, events: Sequence[InputEvent]) -> None:
         self._over_limit()
-        await self.input.send(events)
+        await self.input.deliver(events)
 
     async def save(self, start_state_id: str, version: int, *, with_memory: bool = True) -> SavedVersion:
         """Keep disk (and memory) as an immutable version; this machine keeps running afterwards.
@@ -717,14 +614,12 @@ class QemuMachine(Machine):
             else:
                 if not self._uses_winrm:
                     await self.agent.run_sh("sync", env=None, timeout=60)
-                await in_thread("pausing machine", lambda: p.conn.call(
-                    lambda c: c.lookupByName(self.domain_name).suspend()), timeout=CALL_TIMEOUT)
+                await self.domain.suspend()
                 try:
                     await overlays.write_version_disk(self.overlay, self.image.disk, partial / "disk.qcow2",
                                                       flatten=p.flatten_versions)
                 finally:
-                    await in_thread("resuming machine", lambda: p.conn.call(
-                        lambda c: c.lookupByName(self.domain_name).resume()), timeout=CALL_TIMEOUT)
+                    await self.domain.resume()
             meta = {"image": self.image.manifest.name, "image_checksum": self.image.info.checksum,
                     "start_state_id": start_state_id, "version": version, "with_memory": with_memory,
                     "flattened": p.flatten_versions, "created_at": time.time()}
@@ -751,10 +646,7 @@ class QemuMachine(Machine):
             # free guest memory holds stale data: fill tmpfs (the kernel zeroes pages it hands
             # out), delete it, and drop the clean page cache.
             await self.agent.run_sh(ZERO_FREE_MEMORY, env=None, timeout=120)
-        await in_thread("saving machine memory",
-                        lambda: p.conn.call(lambda c: c.lookupByName(self.domain_name).save(str(mem)),
-                                            retry=False),
-                        timeout=600)
+        await self.domain.save(str(mem), timeout=600)
         try:
             await overlays.write_version_disk(self.overlay, self.image.disk, dest / "disk.qcow2",
                                               flatten=p.flatten_versions)
@@ -767,8 +659,8 @@ class QemuMachine(Machine):
                                                                              libvirt.VIR_DOMAIN_SAVE_PAUSED),
                                                     retry=False),
                                 timeout=600)
-                await in_thread("saving the device state", lazy.save_devstate_blocking, p.conn, self.domain_name,
-                                devstate, 120.0, timeout=150.0)
+                await in_thread("saving the device state", lazy.save_devstate_blocking, self.domain, devstate, 120.0,
+                                timeout=150.0)
         finally:
             if resume:
                 await in_thread("resuming machine after save",
@@ -786,7 +678,7 @@ class QemuMachine(Machine):
         if self.write_cap is not None:
             await self.write_cap.close()
         try:
-            await p._destroy_domain(self.domain_name)
+            await self.domain.destroy()
         except ProviderError as e:
             log.warning("destroying machine failed, will retry on reap", machine_id=self.machine_id, reason=str(e))
             raise

@@ -8,8 +8,8 @@ from pathlib import Path
 import libvirt
 from PIL import Image
 
-from providers.base import ProviderError
-from providers.qemu.connection import Connection
+from providers.errors import ProviderError
+from providers.qemu.handle import Domain
 
 # Some QEMU 7.x builds write PNG screen dumps with red and blue swapped (pixman x8r8g8b8 read as RGB
 # bytes); distribution builds differ (Debian's 7.2.22 is fixed), so a version number cannot tell.
@@ -87,7 +87,7 @@ def _dac_owner(xml: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def ppm_dump_blocking(conn: Connection, domain_name: str, work_dir: Path) -> bytes | None:
+def ppm_dump_blocking(domain: Domain, work_dir: Path) -> bytes | None:
     """A PPM screen dump through QMP into a directory QEMU may write; None when that is not possible."""
     import json
     import os
@@ -95,8 +95,7 @@ def ppm_dump_blocking(conn: Connection, domain_name: str, work_dir: Path) -> byt
 
     import libvirt_qemu
 
-    def go(c: libvirt.virConnect) -> bytes | None:
-        dom = c.lookupByName(domain_name)
+    def go(_c: libvirt.virConnect, dom: libvirt.virDomain) -> bytes | None:
         owner = _dac_owner(dom.XMLDesc(0))
         d = work_dir / "screendump"
         d.mkdir(mode=0o700, exist_ok=True)
@@ -112,14 +111,13 @@ def ppm_dump_blocking(conn: Connection, domain_name: str, work_dir: Path) -> byt
         finally:
             shutil.rmtree(d, ignore_errors=True)
 
-    return conn.call(go)
+    return domain.call_blocking(go)
 
 
-def screenshot_blocking(conn: Connection, domain_name: str) -> tuple[bytes, str]:
+def screenshot_blocking(domain: Domain) -> tuple[bytes, str]:
     """virDomainScreenshot through a stream; returns (raw bytes, mime)."""
 
-    def go(c: libvirt.virConnect) -> tuple[bytes, str]:
-        dom = c.lookupByName(domain_name)
+    def go(c: libvirt.virConnect, dom: libvirt.virDomain) -> tuple[bytes, str]:
         stream = c.newStream(0)
         try:
             mime = dom.screenshot(stream, 0, 0)
@@ -139,4 +137,4 @@ def screenshot_blocking(conn: Connection, domain_name: str) -> tuple[bytes, str]
             raise
         return b"".join(chunks), str(mime or "")
 
-    return conn.call(go)
+    return domain.call_blocking(go)

@@ -8,7 +8,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from providers.base import ProviderError
+from providers.errors import ProviderError
 
 _SSID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 DISK = "disk.qcow2"

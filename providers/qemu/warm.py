@@ -23,7 +23,7 @@ from pathlib import Path
 
 import structlog
 
-from providers.base import ProviderError
+from providers.errors import ProviderError
 from providers.manifest import ImageManifest
 from providers.qemu import fileperms
 from providers.qemu.images import Image

@@ -34,14 +34,15 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import yaml
 
-from providers.base import DEFAULT_OUTPUT_CAP, MachineNotReady, ProviderError, ScriptResult
-
-if TYPE_CHECKING:
-    from providers.qemu.provider import QemuMachine
+from providers.base import DEFAULT_OUTPUT_CAP, ScriptResult
+from providers.errors import MachineNotReady, ProviderError
+from providers.qemu.credentials import Credentials
+from providers.qemu.handle import Domain
+from providers.qemu.images import Image
 
 UPLOAD_CHUNK = 48 * 1024  # base64 characters per stdin message (pywinrm's envelope cap is 150 KB)
 WORK_ROOT = r"C:\Windows\Temp"
@@ -290,7 +291,7 @@ class WinRMRunner:
                          output_cap: int = DEFAULT_OUTPUT_CAP) -> ScriptResult:
         try:
             # The blocking loop checks the deadline itself; the outer bound covers a hung HTTP call.
-            async with asyncio.timeout(timeout + 2 * self.poll_timeout):  # not wait_for: loses cancels on 3.11
+            async with asyncio.timeout(timeout + 2 * self.poll_timeout):
                 return await asyncio.to_thread(self.run_blocking, script, env, timeout, output_cap)
         except TimeoutError:
             raise ProviderError(f"WinRM did not answer within {timeout:g}s") from None
@@ -316,11 +317,24 @@ class WinRMRunner:
         raise MachineNotReady(f"WinRM did not answer within {timeout:g}s ({last})")
 
 
+class WinRMTarget(Protocol):
+    """What the WinRM channel needs of a machine (`QemuMachine` has it): no provider behind it."""
+
+    @property
+    def image(self) -> Image: ...
+    @property
+    def images_dir(self) -> Path: ...  # image manifests name their credentials file relative to it
+    @property
+    def credentials(self) -> Credentials | None: ...  # the machine's own password, set by wait_ready
+    @property
+    def domain(self) -> Domain: ...
+
+
 class WinRMChannel(WinRMRunner):
     """A WinRMRunner bound to a machine: finds its address on the isolated network."""
 
     @classmethod
-    def for_machine(cls, machine: QemuMachine) -> WinRMChannel:
+    def for_machine(cls, machine: WinRMTarget) -> WinRMChannel:
         m = machine.image.manifest
         if m.winrm is None:
             raise ProviderError("this image has no WinRM section")
@@ -347,18 +361,17 @@ class WinRMChannel(WinRMRunner):
         return cls(make)
 
 
-def credentials_path(machine: QemuMachine) -> Path:
+def credentials_path(machine: WinRMTarget) -> Path:
     m = machine.image.manifest
     if m.winrm is None:
         raise ProviderError(f"image {m.name!r} has no WinRM section")
-    return machine.provider.images_dir / m.winrm.credentials
+    return machine.images_dir / m.winrm.credentials
 
 
-def machine_address(machine: QemuMachine) -> str:
+def machine_address(machine: WinRMTarget) -> str:
     import libvirt
 
-    def go(c: libvirt.virConnect) -> str:
-        dom = c.lookupByName(machine.domain_name)
+    def go(_c: libvirt.virConnect, dom: libvirt.virDomain) -> str:
         ifaces = dom.interfaceAddresses(libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE, 0)
         for iface in ifaces.values():
             for a in iface.get("addrs") or []:
@@ -366,4 +379,4 @@ def machine_address(machine: QemuMachine) -> str:
                     return str(a["addr"])
         raise ProviderError("the machine has no address on the isolated network yet")
 
-    return machine.provider.conn.call(go)
+    return machine.domain.call_blocking(go)

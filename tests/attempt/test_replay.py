@@ -80,10 +80,10 @@ async def test_every_frame_after_a_secret_is_masked() -> None:
     sink = _Sink()
     rec = ReplayRecorder(sink, attempt_id="at_1")
     raw = _console()
-    assert await rec.send("first", raw)
+    assert await rec.send_frame("first", raw)
     rec.mask_from_now()
-    assert await rec.send("input", raw, {"type": "type", "text": REDACTED})
-    assert await rec.send("last", raw)
+    assert await rec.send_frame("input", raw, {"type": "type", "text": REDACTED})
+    assert await rec.send_frame("last", raw)
     assert [(label, is_mosaic(p)) for label, p in sink.frames] == [("first", False), ("input", True), ("last", True)]
     assert sink.frames[0][1] == raw
 
@@ -92,5 +92,5 @@ async def test_a_frame_that_cannot_be_masked_is_not_sent() -> None:
     sink = _Sink()
     rec = ReplayRecorder(sink, attempt_id="at_1")
     rec.mask_from_now()
-    assert not await rec.send("last", b"not a png")
+    assert not await rec.send_frame("last", b"not a png")
     assert sink.frames == []

@@ -5,25 +5,12 @@ from __future__ import annotations
 
 import os
 import pwd
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from imagebuilder import windows10
 
-from gh_runner import doctor
-
-
-@dataclass
-class Cfg:
-    images_dir: Path
-    state_dir: Path
-    server: str | None = None
-    token: Any = None
-    token_file: Path | None = None
-    slots: int = 1
-    libvirt_uri: str = "qemu:///system"
+from providers.qemu import hostchecks
 
 # "nobody" stands in for the gh-runner service user: it exists on every Debian host, is not root,
 # and its primary group is nogroup.
@@ -31,45 +18,45 @@ SERVICE = pwd.getpwnam("nobody")
 
 
 @pytest.fixture
-def ctx(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> doctor.Context:
-    monkeypatch.setattr(doctor, "SERVICE_USER", SERVICE.pw_name)
-    c = doctor.Context(Cfg(images_dir=tmp_path, state_dir=tmp_path / "state"))
+def ctx(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> hostchecks.HostContext:
+    monkeypatch.setattr(hostchecks, "SERVICE_USER", SERVICE.pw_name)
+    c = hostchecks.HostContext("qemu:///system", tmp_path)
     c.manifests["win10-22h2"] = windows10.manifest("22h2-x", "0" * 64, 1 << 30)
     return c
 
 
-def _creds(ctx: doctor.Context, mode: int, gid: int) -> Path:
-    p = ctx.config.images_dir / windows10.CREDENTIALS_FILE
+def _creds(ctx: hostchecks.HostContext, mode: int, gid: int) -> Path:
+    p = ctx.images_dir / windows10.CREDENTIALS_FILE
     p.write_text("username: gh\npassword: pw\n")
     os.chown(p, 0, gid)
     p.chmod(mode)
     return p
 
 
-def test_the_service_group_with_0640_is_fine(ctx: doctor.Context) -> None:
+def test_the_service_group_with_0640_is_fine(ctx: hostchecks.HostContext) -> None:
     _creds(ctx, 0o640, SERVICE.pw_gid)
-    c = doctor.check_credentials(ctx)
+    c = hostchecks.check_credentials(ctx)
     assert c.status == "OK" and "readable by nobody only" in c.detail
 
 
-def test_a_root_only_file_from_a_sudo_build_fails_and_says_how_to_fix(ctx: doctor.Context) -> None:
+def test_a_root_only_file_from_a_sudo_build_fails_and_says_how_to_fix(ctx: hostchecks.HostContext) -> None:
     p = _creds(ctx, 0o600, 0)
-    c = doctor.check_credentials(ctx)
+    c = hostchecks.check_credentials(ctx)
     assert c.status == "FAIL" and f"nobody cannot read the credentials file {p} (root:root 0600)" in c.detail
     assert c.fix == f"chgrp nobody {p} && chmod 0640 {p}"
 
 
-def test_a_file_every_user_can_read_fails(ctx: doctor.Context) -> None:
+def test_a_file_every_user_can_read_fails(ctx: hostchecks.HostContext) -> None:
     p = _creds(ctx, 0o644, SERVICE.pw_gid)
-    c = doctor.check_credentials(ctx)
+    c = hostchecks.check_credentials(ctx)
     assert c.status == "FAIL" and f"{p} is mode 0644: every user can read it" in c.detail
 
 
-def test_a_missing_file_fails_and_images_without_winrm_skip(ctx: doctor.Context) -> None:
-    c = doctor.check_credentials(ctx)
+def test_a_missing_file_fails_and_images_without_winrm_skip(ctx: hostchecks.HostContext) -> None:
+    c = hostchecks.check_credentials(ctx)
     assert c.status == "FAIL" and "No such file" in c.detail and "image-builder/build windows-10" in (c.fix or "")
     ctx.manifests.clear()
-    assert doctor.check_credentials(ctx).status == "SKIP"
+    assert hostchecks.check_credentials(ctx).status == "SKIP"
 
 
 def test_an_image_no_guest_channel_can_run_fails_the_images_check() -> None:
@@ -87,7 +74,7 @@ def test_an_image_no_guest_channel_can_run_fails_the_images_check() -> None:
         m = windows10.manifest("22h2-x", hashlib.sha256(b"disk").hexdigest(), 1 << 30)
         m = m.model_copy(update={"guest_channels": ["qemu-ga"]})
         (images / "win10-22h2" / "image.yaml").write_text(dump_manifest(m))
-        c = doctor.check_images(doctor.Context(Cfg(images_dir=images, state_dir=images / "state")))
+        c = hostchecks.check_images(hostchecks.HostContext("qemu:///system", images))
         assert c.status == "FAIL" and "image 'win10-22h2': no guest channel runs its powershell scripts" in c.detail
     finally:
         shutil.rmtree(images)

@@ -23,9 +23,8 @@ from pathlib import Path
 import pytest
 import structlog
 
-from gh_runner import doctor
-from providers.base import MachineSource
-from providers.qemu import hostcheck
+from providers.base import HostCheck, MachineSource
+from providers.qemu import hostcheck, hostchecks
 from providers.qemu.errors import in_thread
 from providers.qemu.hostcheck import SlowCall, SlowHypervisorNotice
 from providers.qemu.provider import QemuProvider
@@ -120,11 +119,11 @@ async def test_a_slow_hypervisor_is_named_once_with_the_kvm_cause(tmp_path: Path
     assert "fix: chgrp kvm /dev/kvm && chmod 0660 /dev/kvm" in said[0]
 
 
-def _quick_doctor(images_dir: Path, state_dir: Path) -> dict[str, doctor.Check]:
+def _quick_doctor(images_dir: Path, state_dir: Path) -> dict[str, HostCheck]:
     """The checks a fresh host fails (libvirt, the device as QEMU's user, capability probing)."""
-    cfg = doctor.Context(config=_Cfg(images_dir, state_dir))
+    cfg = hostchecks.HostContext("qemu:///system", images_dir)
     out = {}
-    for check in (doctor.check_libvirt, doctor.check_kvm_device, doctor.check_capabilities):
+    for check in (hostchecks.check_libvirt, hostchecks.check_kvm_device, hostchecks.check_capabilities):
         c = check(cfg)
         out[c.name] = c
     if cfg.conn is not None:

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from imagebuilder import windows10
 
-from providers.base import ProviderError
+from providers.errors import ProviderError
 from providers.manifest import ImageManifest, dump_manifest, load_manifest
 from providers.qemu import QemuProvider
 from providers.qemu import winrm as winrm_mod

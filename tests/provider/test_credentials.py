@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from providers.base import MachineNotReady, ProviderError
+from providers.errors import MachineNotReady, ProviderError
 from providers.qemu.credentials import give_machine_password, new_password, set_password_arguments
 
 

@@ -33,8 +33,8 @@ import pytest_asyncio
 import yaml
 
 from providers.base import MachineSource
+from providers.errors import MachineLimit, MachineLimitExceeded
 from providers.qemu import QemuMachine, QemuProvider
-from providers.qemu.diskcap import MachineLimit, MachineLimitExceeded
 from providers.qemu.network import BRIDGE
 from providers.qemu.winrm import machine_address
 
@@ -85,7 +85,7 @@ async def test_a_machine_over_its_write_cap_is_stopped_with_a_typed_error(provid
         await m.run_script("dd if=/dev/zero of=/fill bs=1M count=160 conv=fsync 2>&1; echo done", timeout=300)
     assert caught.value.limit == MachineLimit.DISK_WRITE_CAP
     assert "over its cap of 48 MiB" in str(caught.value)
-    assert await m._state() is None  # the domain is gone, not just paused
+    assert await m.domain.state() is None  # the domain is gone, not just paused
     with pytest.raises(MachineLimitExceeded):
         await m.screenshot()
 

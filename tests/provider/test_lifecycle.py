@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from providers.base import MachineNotReady, MachineSource, ProviderError
+from providers.base import CheckStatus, MachineSource
+from providers.errors import MachineNotReady, ProviderError
 from providers.qemu import QemuProvider
 
 from .conftest import BOOT_TIMEOUT, LIBVIRT_URI, Machines, make_provider
@@ -212,8 +213,8 @@ async def test_errors_are_plain_and_destroy_is_idempotent(provider: QemuProvider
     assert "libvirt:" not in capfd.readouterr().err  # no libvirt noise on stderr
 
 
-async def test_probe_reports_libvirt_accelerator_and_reachable_dirs(provider: QemuProvider) -> None:
-    checks = await provider.probe()
-    assert checks["libvirt"]["ok"] and checks["accelerator"]["ok"]
-    assert provider.accelerator in ("kvm", "tcg") and provider.accelerator in checks["accelerator"]["detail"]
-    assert checks["state_dir"]["ok"] and checks["images_dir"]["ok"]
+async def test_host_checks_report_libvirt_the_accelerator_and_the_images(provider: QemuProvider) -> None:
+    checks = {c.name: c for c in await provider.host_checks()}
+    assert [*checks] == ["libvirt", "kvmdev", "caps", "images", "creds", "kvm"]
+    assert checks["libvirt"].status is CheckStatus.OK and checks["images"].status is CheckStatus.OK
+    assert checks["kvm"].status in (CheckStatus.OK, CheckStatus.WARN), checks["kvm"].detail

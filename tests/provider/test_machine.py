@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from gh_wire.input import ClickEvent, KeyEvent, MoveEvent, ScrollEvent, TypeEvent
-from providers.base import InputNotSupported, ProviderError
+from providers.errors import InputNotSupported, ProviderError
 from providers.qemu import QemuMachine
 from providers.qemu.connection import Connection
 

@@ -14,7 +14,8 @@ from typing import Any
 import libvirt
 import pytest
 
-from providers.base import MachineNotReady, MachineOrigin, MachineSource
+from providers.base import MachineOrigin, MachineSource
+from providers.errors import MachineNotReady
 from providers.qemu import QemuMachine, QemuProvider
 from providers.qemu.guest_agent import GuestAgent
 from providers.qemu.pool import PoolConfig

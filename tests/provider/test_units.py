@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from gh_wire.input import ClickEvent, DoubleClickEvent, MoveEvent, ScrollEvent
-from providers.base import InputNotSupported, ProviderError
+from providers.errors import InputNotSupported, ProviderError
 from providers.manifest import parse_manifest
 from providers.qemu.domain import (
     METADATA_NS,

@@ -30,7 +30,7 @@ import winrm
 from winrm.exceptions import WinRMTransportError
 from winrm.protocol import Protocol
 
-from providers.base import ProviderError
+from providers.errors import ProviderError
 from providers.qemu.winrm import (
     OPERATION_TIMEOUT_S,
     PS_FLAGS,

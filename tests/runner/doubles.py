@@ -25,7 +25,8 @@ from PIL import Image
 
 from gh_wire.input import InputEvent
 from gh_wire.protocol import AttemptResult, Lease, MachineRequest, MachineResponse, TaskEnd
-from providers.base import ImageInfo, Machine, MachineSource, Provider, ProviderError, SavedVersion, ScriptResult
+from providers.base import ImageInfo, Machine, MachineSource, Provider, SavedVersion, ScriptResult
+from providers.errors import ProviderError
 
 
 def tiny_png() -> bytes:

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from gh_runner.journal import Journal
-from gh_wire.protocol import Cancel, MachineRequest, ResultAck, TaskEnd
+from gh_wire.protocol import Cancel, LeaseRefusal, MachineRequest, ResultAck, StartStateRef, TaskEnd
 
-from .doubles import FakeProvider
+from .doubles import FakeProvider, ScriptedAttempt
 from .peer import Peer, make_lease
 
 
@@ -36,7 +36,7 @@ async def test_lease_beyond_slots_is_refused_with_a_reason(peer: Peer, start_dae
     await peer.wait_type("lease_accept", where=lambda m: m.attempt_id == "at_s1")
     refuse = await peer.wait_type("lease_refuse")
     assert refuse.attempt_id == "at_s2"
-    assert refuse.reason == "no free slot: 2 of 2 busy"
+    assert refuse.reason == "no free slot: 2 of 2 busy" and refuse.code is LeaseRefusal.NO_SLOT
     assert (await peer.wait_type("heartbeat", where=lambda m: m.busy == 2)).slots == 2
     # A slot frees when an attempt ends, and the next lease is accepted.
     await peer.send(TaskEnd(attempt_id="at_s0", answer="done"))
@@ -51,9 +51,10 @@ async def test_leases_for_missing_images_or_unsafe_ids_are_refused(peer: Peer, s
     await peer.send(make_lease("at_img", image="win10-22h2"))
     r = await peer.wait_type("lease_refuse", where=lambda m: m.attempt_id == "at_img")
     assert r.reason == "image 'win10-22h2' is not on this runner (it has: linux-tiny)"
+    assert r.code is LeaseRefusal.IMAGE_MISSING
     await peer.send(make_lease("../../etc/passwd"))
     r = await peer.wait_type("lease_refuse", where=lambda m: m.attempt_id == "../../etc/passwd")
-    assert "attempt id must be" in r.reason
+    assert "attempt id must be" in r.reason and r.code is LeaseRefusal.INVALID_LEASE
 
 
 async def test_runs_on_matches_vm_or_one_of_the_runners_labels(peer: Peer, start_daemon: Any) -> None:
@@ -64,6 +65,33 @@ async def test_runs_on_matches_vm_or_one_of_the_runners_labels(peer: Peer, start
     await peer.send(make_lease("at_gpu", runs_on="gpu-rig"))
     r = await peer.wait_type("lease_refuse", where=lambda m: m.attempt_id == "at_gpu")
     assert r.reason == "runs_on 'gpu-rig' is not a label of this runner (labels: lab, lenovo; 'vm' always fits)"
+    assert r.code is LeaseRefusal.LABEL_MISMATCH
+
+
+async def test_every_other_refusal_carries_its_code(peer: Peer, start_daemon: Any) -> None:
+    def failing_factory(lease: Any, *_: Any) -> Any:
+        if lease.attempt_id == "at_broken":
+            raise RuntimeError("no attempt for you")
+        return ScriptedAttempt(lease, *_)
+
+    peer.auto_ack = False
+    await start_daemon(peer.url, attempt_factory=failing_factory)
+    await peer.wait_type("hello")
+    lease = make_lease("at_ver").model_copy(
+        update={"start_state": StartStateRef(kind="state", image="linux-tiny", start_state_id="ss_1", version=3)})
+    await peer.send(lease)
+    r = await peer.wait_type("lease_refuse", where=lambda m: m.attempt_id == "at_ver")
+    assert r.code is LeaseRefusal.VERSION_MISSING and "not held" in r.reason
+    await peer.send(make_lease("at_broken"))
+    r = await peer.wait_type("lease_refuse", where=lambda m: m.attempt_id == "at_broken")
+    assert r.code is LeaseRefusal.START_FAILED and "no attempt for you" in r.reason
+    await peer.send(make_lease("at_once"))
+    await peer.send(TaskEnd(attempt_id="at_once", answer="done"))
+    await peer.wait_type("attempt_result", where=lambda m: m.result.attempt_id == "at_once")
+    await peer.send(make_lease("at_once"))  # the result is not acknowledged yet: a duplicate
+    r = await peer.wait_type("lease_refuse", where=lambda m: m.attempt_id == "at_once")
+    assert r.code is LeaseRefusal.DUPLICATE
+    assert all(m.code is not None for m in peer.of_type("lease_refuse"))
 
 
 async def test_same_lease_twice_is_accepted_once(peer: Peer, start_daemon: Any) -> None:
@@ -192,7 +220,7 @@ async def test_drain_lets_attempts_finish_and_refuses_new_leases(peer: Peer, sta
     await peer.wait_type("heartbeat", where=lambda m: m.draining is True)
     await peer.send(make_lease("at_d2"))
     refuse = await peer.wait_type("lease_refuse")
-    assert refuse.reason.startswith("draining")
+    assert refuse.reason.startswith("draining") and refuse.code is LeaseRefusal.DRAINING
     assert not r.task.done()
     await peer.send(TaskEnd(attempt_id="at_d1", answer="done"))
     assert await r.stop() == 0

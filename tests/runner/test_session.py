@@ -239,7 +239,7 @@ async def test_a_failing_handler_costs_one_connection_not_the_session(peer: Peer
         def on_reconnect_scheduled(self, failures: int, delay: float) -> None: ...
 
     session = Session(peer.url, peer.token, Handler(), backoff=Backoff(base=0.05, cap=0.1))
-    task = asyncio.create_task(session.run())
+    task = asyncio.create_task(session.keep_connected())
     try:
         await peer.wait_type("hello")
         assert Handler.disconnects == ["runner error on the session: RuntimeError: inventory exploded"]
