@@ -4,10 +4,12 @@ TYPE_CHECKING, and `importlib.import_module("...")` with a constant name.
 
     app       app.py, cli.py: the one place that wires everything together
     http      the routers (api/*) and the agents' machine API
-    loops     the runner gateway, the agent supervisor, the PostgreSQL relay, start-state housekeeping
-    services  scheduler, webhook outbox, serialize, results, replays, auth, agents (base, registry,
-              built-ins, external, models, grants), worker pools, the trust additions to results (trust,
-              stats, calibration, validation, report_page)
+    loops     the runner gateway, the scheduler loop (attempts.scheduler), the agent supervisor, the
+              PostgreSQL relay, start-state housekeeping
+    services  an attempt's life (attempts: matching, states, lease, completion, result intake), the
+              start-state service, runner status, webhook outbox, serialize, results, replays, auth, agents
+              (base, registry, built-ins, external, models, grants), worker pools, the trust additions to
+              results (trust, stats, calibration, validation, report_page)
     storage   state, ports (the Protocols a service needs of another), settings, errors, models, db,
               dbqueue, metrics
 
@@ -24,8 +26,10 @@ ROOT = Path(__file__).resolve().parents[2] / "gh_server"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("app", ("gh_server.app", "gh_server.cli")),
     ("http", ("gh_server.api", "gh_server.agents.machine_api")),
-    ("loops", ("gh_server.gateway", "gh_server.agents.supervisor", "gh_server.relay", "gh_server.start_state_jobs")),
-    ("services", ("gh_server.scheduler", "gh_server.webhooks", "gh_server.serialize", "gh_server.results",
+    ("loops", ("gh_server.gateway", "gh_server.attempts.scheduler", "gh_server.agents.supervisor", "gh_server.relay",
+               "gh_server.start_state_jobs")),
+    ("services", ("gh_server.attempts", "gh_server.start_states", "gh_server.runner_status", "gh_server.webhooks",
+                  "gh_server.serialize", "gh_server.results",
                   "gh_server.replays", "gh_server.auth", "gh_server.agents", "gh_server.workpool",
                   "gh_server.trust", "gh_server.stats", "gh_server.calibration", "gh_server.validation",
                   "gh_server.report_page")),
@@ -141,9 +145,9 @@ def test_no_import_cycles() -> None:
 def test_the_checks_catch_an_upward_import_and_a_cycle() -> None:
     graph = import_graph()
     assert "gh_server.gateway" in graph["gh_server.app"]  # the graph is real: app wires the gateway
-    graph["gh_server.scheduler"].add("gh_server.api.start_states")  # a service reaching up into a router
+    graph["gh_server.attempts.intake"].add("gh_server.api.start_states")  # a service reaching up into a router
     graph["gh_server.state"].add("gh_server.webhooks")  # ... and closing a loop through webhooks -> state
     assert upward_imports(graph)[:1] == [
-        "gh_server.scheduler (services) imports gh_server.api.start_states (http)"]
+        "gh_server.attempts.intake (services) imports gh_server.api.start_states (http)"]
     assert {"gh_server.state", "gh_server.webhooks"} in [c & {"gh_server.state", "gh_server.webhooks"}
                                                          for c in cycles(graph)]
