@@ -16,29 +16,25 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import hmac
 import logging
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 from fastapi import WebSocket
-from sqlalchemy import CursorResult, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from gh_common.timeouts import timeout, within
+from gh_server import runner_rows as rows
 from gh_server.agents.supervisor import AgentSupervisor
 from gh_server.attempts.intake import ResultIntake
 from gh_server.attempts.scheduler import Scheduler
 from gh_server.attempts.states import Reconciled, apply_status, reconcile_in_flight, release_lease
-from gh_server.auth import hash_secret
 from gh_server.dbqueue import DbQueue
-from gh_server.models import Attempt, Runner, RunnerJob, utcnow
-from gh_server.models import ReplayFrame as ReplayRow
+from gh_server.models import utcnow
 from gh_server.ports import JobResultApplier, RunnerLink
 from gh_server.relay import PgRelay
 from gh_wire import protocol
@@ -112,113 +108,6 @@ class _Rejected(Exception):
 
 
 # ---------------------------------------------------------------------------------------------
-# DB jobs of the gateway (plain data in, plain data out)
-# ---------------------------------------------------------------------------------------------
-
-
-def _runner_by_token(session: Session, token: str) -> tuple[str, str] | None:
-    digest = hash_secret(token)
-    row = session.execute(
-        select(Runner.id, Runner.name, Runner.token_hash).where(
-            Runner.token_hash == digest, Runner.revoked_at.is_(None)
-        )
-    ).first()
-    if row is None or not hmac.compare_digest(row.token_hash, digest):
-        return None
-    return row.id, row.name
-
-
-def _record_hello(session: Session, runner_id: str, session_id: str, h: protocol.Hello) -> str | None:
-    r = session.get(Runner, runner_id)
-    if r is None or r.revoked_at is not None:
-        return None
-    now = utcnow()
-    r.labels = list(dict.fromkeys(h.labels))
-    r.slots = h.slots
-    r.busy = len(h.in_flight)
-    r.images = [i.model_dump(exclude_defaults=True) for i in h.images]  # `pooled` only when set
-    r.held_versions = [v.model_dump(exclude_defaults=True) for v in h.start_states]
-    r.version = h.version[:64]
-    r.session_id = session_id
-    r.connected_at = now
-    r.last_seen_at = now
-    r.disconnected_at = None
-    return r.name
-
-
-def _touch(session: Session, runner_id: str, session_id: str, busy: int | None) -> str:
-    """Liveness. "ok", or why this session must end: "revoked" (deleted, possibly through another
-    gh-server process) or "replaced" (the runner connected again, possibly to another process)."""
-    values: dict[str, Any] = {"last_seen_at": utcnow()}
-    if busy is not None:
-        values["busy"] = busy
-    res = session.execute(
-        update(Runner)
-        .where(Runner.id == runner_id, Runner.session_id == session_id, Runner.revoked_at.is_(None))
-        .values(**values)
-        .execution_options(synchronize_session=False)
-    )
-    if cast(CursorResult[Any], res).rowcount == 1:
-        return "ok"
-    revoked = session.scalar(select(Runner.revoked_at).where(Runner.id == runner_id))
-    exists = session.scalar(select(Runner.id).where(Runner.id == runner_id))
-    return "revoked" if exists is None or revoked is not None else "replaced"
-
-
-def _record_disconnect(session: Session, runner_id: str, session_id: str) -> None:
-    session.execute(
-        update(Runner)
-        .where(Runner.id == runner_id, Runner.session_id == session_id)
-        .values(session_id=None, disconnected_at=utcnow(), busy=0)
-        .execution_options(synchronize_session=False)
-    )
-
-
-def _store_frame(session: Session, runner_id: str, f: protocol.ReplayFrame, png: bytes) -> bool:
-    owner = session.scalar(select(Attempt.runner_id).where(Attempt.id == f.attempt_id))
-    if owner != runner_id:
-        return False
-    values = {"attempt_id": f.attempt_id, "seq": f.seq, "at": f.at, "label": f.label[:32], "event": f.event, "png": png}
-    dialect = session.get_bind().dialect.name
-    if dialect == "postgresql":
-        stmt: Any = postgresql.insert(ReplayRow).values(**values).on_conflict_do_nothing()
-    else:
-        stmt = sqlite.insert(ReplayRow).values(**values).on_conflict_do_nothing()
-    session.execute(stmt)
-    return True
-
-
-def _queued_jobs(session: Session, runner_id: str) -> list[tuple[str, dict[str, Any]]]:
-    rows = session.execute(
-        select(RunnerJob.id, RunnerJob.payload)
-        .where(RunnerJob.runner_id == runner_id, RunnerJob.status == "queued")
-        .order_by(RunnerJob.created_at)
-    ).all()
-    return [(jid, dict(payload or {})) for jid, payload in rows]
-
-
-def _mark_job_sent(session: Session, job_id: str) -> None:
-    session.execute(
-        update(RunnerJob)
-        .where(RunnerJob.id == job_id, RunnerJob.status == "queued")
-        .values(status="sent")
-        .execution_options(synchronize_session=False)
-    )
-
-
-def _record_job_result(session: Session, runner_id: str, j: protocol.JobResult) -> bool:
-    job = session.get(RunnerJob, j.job_id)
-    if job is None or (job.runner_id is not None and job.runner_id != runner_id):
-        return False
-    if job.status in ("done", "failed"):
-        return True
-    job.status = "done" if j.ok else "failed"
-    job.error = j.error
-    job.finished_at = utcnow()
-    return True
-
-
-# ---------------------------------------------------------------------------------------------
 # The gateway
 # ---------------------------------------------------------------------------------------------
 
@@ -232,7 +121,7 @@ class Gateway:
         self,
         state: ServerState,
         agents: Callable[[RunnerLink], AgentSupervisor],
-        apply_job_result: JobResultApplier | None = None,
+        apply_job_result: JobResultApplier,
     ) -> None:
         self.state = state
         # What a finished start-state job means is the start-state service's (app.py passes it in).
@@ -284,7 +173,7 @@ class Gateway:
 
                 def gone(s: Session) -> None:
                     for c in conns:
-                        _record_disconnect(s, c.runner_id, c.session_id)
+                        rows.record_disconnect(s, c.runner_id, c.session_id)
 
                 await self.dbq.run(gone)
         for _, _, fut in list(self._pending.values()):
@@ -405,7 +294,7 @@ class Gateway:
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
             raise _Rejected(protocol.CLOSE_TOKEN_REVOKED, "missing Bearer runner token")
-        found = await self.dbq.run(lambda s: _runner_by_token(s, token))
+        found = await self.dbq.run(lambda s: rows.runner_by_token(s, token))
         if found is None:
             raise _Rejected(protocol.CLOSE_TOKEN_REVOKED, "unknown or revoked runner token")
         runner_id, name = found
@@ -442,7 +331,7 @@ class Gateway:
         )
 
         def job(s: Session) -> tuple[str | None, Reconciled]:
-            n = _record_hello(s, runner_id, session_id, hello)
+            n = rows.record_hello(s, runner_id, session_id, hello)
             return n, reconcile_in_flight(s, runner_id, n or name, hello.in_flight)
 
         recorded, rec = await self.dbq.run(job)
@@ -487,7 +376,7 @@ class Gateway:
                     protocol.MachineResponse(request_id="", ok=False, error="the runner disconnected before answering")
                 )
         try:
-            await self.dbq.run(lambda s: _record_disconnect(s, conn.runner_id, conn.session_id))
+            await self.dbq.run(lambda s: rows.record_disconnect(s, conn.runner_id, conn.session_id))
         except Exception:
             log.warning("could not record the disconnect of runner %s", conn.runner_id, exc_info=True)
         log.info("runner %s (%s) disconnected", conn.name, conn.runner_id)
@@ -517,7 +406,7 @@ class Gateway:
 
     async def _touch(self, conn: _Conn) -> None:
         conn.last_db_seen = time.monotonic()
-        state = await self.dbq.run(lambda s: _touch(s, conn.runner_id, conn.session_id, conn.busy))
+        state = await self.dbq.run(lambda s: rows.touch(s, conn.runner_id, conn.session_id, conn.busy))
         if state == "revoked":
             await conn.close(protocol.CLOSE_TOKEN_REVOKED, "runner token revoked")
         elif state == "replaced":
@@ -589,7 +478,7 @@ class Gateway:
                     )
                 )
                 return
-            if not await self.dbq.run(lambda s: _store_frame(s, rid, msg, png)):
+            if not await self.dbq.run(lambda s: rows.store_frame(s, rid, msg, png)):
                 await conn.send(
                     protocol.ErrorMsg(
                         code=ErrorCode.REFUSED,
@@ -622,20 +511,16 @@ class Gateway:
 
     async def _job_result(self, conn: _Conn, msg: protocol.JobResult) -> None:
         """The start-state service owns what a finished job means (status, version, webhook): its
-        `apply_job_result(session, runner_id, msg)` runs here in the gateway's DB batch; without one,
-        the job row alone is closed."""
+        `apply_job_result(session, runner_id, msg)` runs here in the gateway's DB batch."""
         rid = conn.runner_id
         apply = self.apply_job_result
-        if apply is not None:
-            await self.dbq.run(lambda s: apply(s, rid, msg))
-        else:
-            await self.dbq.run(lambda s: _record_job_result(s, rid, msg))
+        await self.dbq.run(lambda s: apply(s, rid, msg))
         self._poke()  # a new held version can unblock queued attempts
 
     async def _send_queued_jobs(self, conn: _Conn) -> None:
         """Start-state jobs queued while the runner was away go out when it is back."""
         rid = conn.runner_id
-        jobs = await self.dbq.run(lambda s: _queued_jobs(s, rid))
+        jobs = await self.dbq.run(lambda s: rows.queued_jobs(s, rid))
         for job_id, payload in jobs:
             try:
                 msg = protocol.Job.model_validate(payload)
@@ -643,6 +528,6 @@ class Gateway:
                 log.warning("runner job %s has an invalid payload; not sent", job_id)
                 continue
             if await conn.send(msg):
-                await self.dbq.run(lambda s, jid=job_id: _mark_job_sent(s, jid))  # type: ignore[misc]
+                await self.dbq.run(lambda s, jid=job_id: rows.mark_job_sent(s, jid))  # type: ignore[misc]
 
 

@@ -7,9 +7,10 @@ TYPE_CHECKING, and `importlib.import_module("...")` with a constant name.
     loops     the runner gateway, the scheduler loop (attempts.scheduler), the agent supervisor, the
               PostgreSQL relay, start-state housekeeping
     services  an attempt's life (attempts: matching, states, lease, completion, result intake), the
-              start-state service, runner status, webhook outbox, serialize, results, replays, auth, agents
-              (base, registry, built-ins, external, models, grants), worker pools, the trust additions to
-              results (trust, stats, calibration, validation, report_page)
+              start-state service, runner status, the rows a runner's session changes, webhook outbox,
+              serialize, results, replays, auth, agents (base, registry, built-ins, external, models,
+              grants), worker pools, the trust additions to results (trust, stats, calibration,
+              validation, report_page)
     storage   state, ports (the Protocols a service needs of another), settings, errors, models, db,
               dbqueue, metrics
 
@@ -28,8 +29,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("http", ("gh_server.api", "gh_server.agents.machine_api")),
     ("loops", ("gh_server.gateway", "gh_server.attempts.scheduler", "gh_server.agents.supervisor", "gh_server.relay",
                "gh_server.start_state_jobs")),
-    ("services", ("gh_server.attempts", "gh_server.start_states", "gh_server.runner_status", "gh_server.webhooks",
-                  "gh_server.serialize", "gh_server.results",
+    ("services", ("gh_server.attempts", "gh_server.start_states", "gh_server.runner_status", "gh_server.runner_rows",
+                  "gh_server.webhooks", "gh_server.serialize", "gh_server.results",
                   "gh_server.replays", "gh_server.auth", "gh_server.agents", "gh_server.workpool",
                   "gh_server.trust", "gh_server.stats", "gh_server.calibration", "gh_server.validation",
                   "gh_server.report_page")),
