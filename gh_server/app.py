@@ -70,7 +70,7 @@ def create_app(settings: Settings, state: ServerState | None = None) -> FastAPI:
 def _wire(app: FastAPI, st: ServerState) -> None:
     """The one place that puts the layers together (tests/server/test_layers.py): the routers, the
     webhook worker, replays, start-state housekeeping, and the runner gateway with what it is given
-    (the start-state service's job results, the agents; at start the scheduler, the result intake and
+    (the start-state service's job results, the agents, the result intake; at start the scheduler and
     the relay) and the agents' machine API on top of it."""
     api.install(app, st)
     webhooks.install(app, st)
@@ -81,9 +81,9 @@ def _wire(app: FastAPI, st: ServerState) -> None:
 
 
 def _serve_runners(app: FastAPI, st: ServerState) -> None:
-    """The runner websocket, and in the app's lifespan the scheduler, the result intake and (PostgreSQL)
-    the relay of this process, handed to the gateway that runs them."""
-    gw = Gateway(st, agents=AgentSupervisor, apply_job_result=apply_job_result)
+    """The runner websocket with the agents and the result intake, and in the app's lifespan the
+    scheduler and (PostgreSQL) the relay of this process, handed to the gateway that runs them."""
+    gw = Gateway(st, agents=AgentSupervisor, intake=ResultIntake, apply_job_result=apply_job_result)
     st.metrics.runners_connected.set_function(lambda: float(len(gw.local_runner_ids_all())))
     st.gateway = gw
     st.extras["gateway"] = gw
@@ -107,6 +107,6 @@ def _serve_runners(app: FastAPI, st: ServerState) -> None:
         if state.engine.dialect.name == "postgresql":  # machine requests for runners held by other processes
             conninfo = state.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
             relay = PgRelay(conninfo, gw.dbq, gw.local_runner_ids_all, gw.machine_request_here, state.metrics)
-        await gw.run(scheduler, ResultIntake(gw, scheduler), relay)
+        await gw.run(scheduler, relay)
 
     st.background.append(run)

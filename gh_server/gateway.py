@@ -35,7 +35,7 @@ from gh_server.attempts.scheduler import Scheduler
 from gh_server.attempts.states import Reconciled, apply_status, reconcile_in_flight, release_lease
 from gh_server.dbqueue import DbQueue
 from gh_server.models import utcnow
-from gh_server.ports import JobResultApplier, RunnerLink
+from gh_server.ports import AttemptEvents, JobResultApplier, RunnerLink
 from gh_server.relay import PgRelay
 from gh_wire import protocol
 from gh_wire.vocab import AttemptStatus, CancelReason, ErrorCode
@@ -113,14 +113,15 @@ class _Rejected(Exception):
 
 
 class Gateway:
-    """The sockets. What it hands frames to is built by app.py: the agent supervisor (made from this
-    gateway by `agents`, as it talks to runners through it), and in `run` the scheduler, the result
-    intake and the PostgreSQL relay."""
+    """The sockets. What it hands frames to is built by app.py: the agent supervisor and the result
+    intake (made from this gateway by `agents` and `intake`, as they talk to runners through it), and
+    in `run` the scheduler and the PostgreSQL relay."""
 
     def __init__(
         self,
         state: ServerState,
         agents: Callable[[RunnerLink], AgentSupervisor],
+        intake: Callable[[RunnerLink, AttemptEvents], ResultIntake],
         apply_job_result: JobResultApplier,
     ) -> None:
         self.state = state
@@ -133,9 +134,10 @@ class Gateway:
         self._pending: dict[str, tuple[str, str, asyncio.Future[protocol.MachineResponse]]] = {}
         self.metrics = state.metrics
         self.scheduler: Scheduler | None = None
-        self.intake: ResultIntake | None = None
         self.relay: PgRelay | None = None  # PostgreSQL: machine requests for runners held by other processes
         self.agents = agents(self)
+        # Results are applied even before the scheduler runs (it is told through `run_changed` and `poke`).
+        self.intake = intake(self, self)
         self._started = False
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -145,10 +147,10 @@ class Gateway:
             self._started = True
             await self.dbq.start()
 
-    async def run(self, scheduler: Scheduler, intake: ResultIntake, relay: PgRelay | None) -> None:
+    async def run(self, scheduler: Scheduler, relay: PgRelay | None) -> None:
         """The background task (app lifespan): what app.py hands in lives as long as this."""
         await self.ensure_started()
-        self.scheduler, self.intake, self.relay = scheduler, intake, relay
+        self.scheduler, self.relay = scheduler, relay
         scheduler.start()
         if relay is not None:
             relay.start()
@@ -161,8 +163,7 @@ class Gateway:
         await self.agents.stop_all()
         if self.relay is not None:
             await self.relay.stop()
-        if self.intake is not None:
-            await self.intake.stop()
+        await self.intake.stop()
         if self.scheduler is not None:
             await self.scheduler.stop()
         conns = list(self.conns.values())
@@ -182,7 +183,9 @@ class Gateway:
         await self.dbq.stop()
         self._started = False
 
-    def _poke(self) -> None:
+    # -- AttemptEvents (what the result intake tells the scheduler, once it runs) -----------------
+
+    def poke(self) -> None:
         if self.scheduler is not None:
             self.scheduler.poke()
         elif self.state.wakeup is not None:
@@ -365,7 +368,7 @@ class Gateway:
             self.run_changed(run)
         await self.agents.resend_task_ends(runner_id, rec.resume, rec.in_task)
         await self._send_queued_jobs(conn)
-        self._poke()
+        self.poke()
 
     async def _closed(self, conn: _Conn) -> None:
         if self.conns.get(conn.runner_id) is conn:
@@ -380,7 +383,7 @@ class Gateway:
         except Exception:
             log.warning("could not record the disconnect of runner %s", conn.runner_id, exc_info=True)
         log.info("runner %s (%s) disconnected", conn.name, conn.runner_id)
-        self._poke()
+        self.poke()
 
     @staticmethod
     async def _receive(ws: WebSocket) -> str | bytes | None:
@@ -452,11 +455,10 @@ class Gateway:
             conn.draining = bool(msg.draining)
             conn.refused_in_row = 0
             if paused and conn.leasable:
-                self._poke()
+                self.poke()
         elif isinstance(msg, protocol.AttemptFinished):
             self.agents.stop(msg.result.attempt_id)
-            if self.intake is not None:
-                await self.intake.receive(rid, conn.name, msg.result)
+            await self.intake.receive(rid, conn.name, msg.result)
         elif isinstance(msg, protocol.AttemptStatus):
             new = await self.dbq.run(lambda s: apply_status(s, rid, msg))
             if new == AttemptStatus.RUNNING or (new is None and msg.status == AttemptStatus.RUNNING):
@@ -515,7 +517,7 @@ class Gateway:
         rid = conn.runner_id
         apply = self.apply_job_result
         await self.dbq.run(lambda s: apply(s, rid, msg))
-        self._poke()  # a new held version can unblock queued attempts
+        self.poke()  # a new held version can unblock queued attempts
 
     async def _send_queued_jobs(self, conn: _Conn) -> None:
         """Start-state jobs queued while the runner was away go out when it is back."""
