@@ -20,6 +20,7 @@ from typing import Any, cast
 
 from sqlalchemy import CursorResult, and_, or_, select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from gh_server.models import Attempt, Runner, TestRun, new_id, utcnow
 from gh_wire import protocol
@@ -149,6 +150,9 @@ def apply_status(session: Session, runner_id: str, msg: protocol.AttemptStatus) 
     values: dict[str, Any] = {"started_at": msg.at} if status == S.PREPARING and a.started_at is None else {}
     if not move(session, a.id, a.status, status, **values):
         return None
+    # The row moved in SQL: keep the loaded object the same, for the next job of this DB batch.
+    for key, value in {"status": status, **values}.items():
+        set_committed_value(a, key, value)
     return status
 
 
