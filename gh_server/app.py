@@ -9,14 +9,19 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from gh_server import accesslog, api, db, errors, gateway, replays, start_state_jobs, webhooks
+from gh_server import accesslog, api, db, errors, replays, start_state_jobs, webhooks
 from gh_server.agents.machine_api import router as machine_router
 from gh_server.agents.machine_limits import InFlightLimit
-from gh_server.agents.supervisor import MACHINE_API_PATH
-from gh_server.api.start_states import apply_job_result
+from gh_server.agents.supervisor import MACHINE_API_PATH, AgentSupervisor
+from gh_server.attempts.intake import ResultIntake
+from gh_server.attempts.scheduler import Scheduler
 from gh_server.auth import ensure_admin_key
 from gh_server.bodylimit import BodyLimit
+from gh_server.gateway import PATH as GATEWAY_PATH
+from gh_server.gateway import Gateway
+from gh_server.relay import PgRelay
 from gh_server.settings import Settings
+from gh_server.start_states import apply_job_result
 from gh_server.state import ServerState
 
 
@@ -63,13 +68,45 @@ def create_app(settings: Settings, state: ServerState | None = None) -> FastAPI:
 
 
 def _wire(app: FastAPI, st: ServerState) -> None:
-    """The one place that puts the layers together (tests/server/test_layers.py): the routers, the
+    """The one place that puts the layers together (tests/test_layers.py): the routers, the
     webhook worker, replays, start-state housekeeping, and the runner gateway with what it is given
-    (the start-state service's job results) and the agents' machine API on top of it."""
+    (the start-state service's job results, the agents, the result intake; at start the scheduler and
+    the relay) and the agents' machine API on top of it."""
     api.install(app, st)
     webhooks.install(app, st)
     replays.install(app, st)
     start_state_jobs.install(app, st)
     if st.settings.gateway:
-        gw = gateway.install(app, st, apply_job_result=apply_job_result)
-        app.include_router(machine_router(gw.agents))
+        _serve_runners(app, st)
+
+
+def _serve_runners(app: FastAPI, st: ServerState) -> None:
+    """The runner websocket with the agents and the result intake, and in the app's lifespan the
+    scheduler and (PostgreSQL) the relay of this process, handed to the gateway that runs them."""
+    gw = Gateway(st, agents=AgentSupervisor, intake=ResultIntake, apply_job_result=apply_job_result)
+    st.metrics.runners_connected.set_function(lambda: float(len(gw.local_runner_ids_all())))
+    st.gateway = gw
+    st.extras["gateway"] = gw
+    app.add_api_websocket_route(GATEWAY_PATH, gw.endpoint)
+    app.include_router(machine_router(gw.agents))
+
+    async def run(state: ServerState) -> None:
+        s = state.settings
+        if state.wakeup is None:
+            state.wakeup = asyncio.Event()
+        scheduler = Scheduler(
+            gw.dbq,
+            gw,
+            state.wakeup,
+            grace_s=s.runner_grace_seconds,
+            dead_after_s=s.dead_after,
+            judge_configured=s.judge is not None,
+        )
+        scheduler.on_leased = state.metrics.leased
+        relay = None
+        if state.engine.dialect.name == "postgresql":  # machine requests for runners held by other processes
+            conninfo = state.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+            relay = PgRelay(conninfo, gw.dbq, gw.local_runner_ids_all, gw.machine_request_here, state.metrics)
+        await gw.run(scheduler, relay)
+
+    st.background.append(run)

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+from gh_common import timeouts
+
 IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 RESOLVE_TIMEOUT_S = 10.0
 
@@ -89,7 +91,7 @@ async def resolve(url: str, allow: Sequence[str] = (), timeout: float = RESOLVE_
     else:
         loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(timeout):  # not wait_for: it can lose a cancel on 3.11
+            async with timeouts.timeout(timeout):
                 infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except (OSError, TimeoutError) as e:
             raise Refused(f"{host} could not be resolved: {e}") from None

@@ -3,9 +3,11 @@
 One socket per runner. The gateway authenticates it (Bearer runner token, sha256 in the DB,
 compared in constant time), records its hello on the runner row, answers welcome, keeps it alive
 with heartbeats both ways, and turns its frames into row changes (results applied once, statuses
-moved forward, replay frames stored once) through one batched DB writer (`DbQueue`). It hosts the
-scheduler loop and the agent supervisor of this process, and implements `GatewayPort` for the API
-(kick a revoked runner, send it a message, relay a machine request).
+moved forward, replay frames stored once) through one batched DB writer (`DbQueue`), and hands each
+to its owner: results to `attempts.intake`, refusals to the scheduler, statuses to `attempts.states`
+and the agent supervisor, job results to the start-state service. app.py builds those and hands them
+in; the gateway runs them as long as it runs. It implements `GatewayPort` for the API (kick a revoked
+runner, send it a message, relay a machine request).
 """
 
 from __future__ import annotations
@@ -14,29 +16,29 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import hmac
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import pydantic
-from fastapi import FastAPI, WebSocket
-from sqlalchemy import CursorResult, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from fastapi import WebSocket
 from sqlalchemy.orm import Session
 
-from gh_server import scheduler as sched
+from gh_common.timeouts import timeout, within
+from gh_server import runner_rows as rows
 from gh_server.agents.supervisor import AgentSupervisor
-from gh_server.auth import hash_secret
+from gh_server.attempts.intake import ResultIntake
+from gh_server.attempts.scheduler import Scheduler
+from gh_server.attempts.states import Reconciled, apply_status, reconcile_in_flight, release_lease
 from gh_server.dbqueue import DbQueue
-from gh_server.models import Attempt, Runner, RunnerJob, utcnow
-from gh_server.models import ReplayFrame as ReplayRow
-from gh_server.ports import JobResultApplier
+from gh_server.models import utcnow
+from gh_server.ports import AttemptEvents, JobResultApplier, RunnerLink
 from gh_server.relay import PgRelay
-from gh_server.workpool import PoolTimeout, WorkPool
 from gh_wire import protocol
+from gh_wire.vocab import AttemptStatus, CancelReason, ErrorCode
 
 if TYPE_CHECKING:
     from gh_server.state import ServerState
@@ -49,7 +51,6 @@ HELLO_TIMEOUT_S = 30.0
 # more until its next heartbeat: the DB's count of its attempts cannot see everything that holds its slots.
 PAUSE_AFTER_REFUSALS = 2
 SEND_TIMEOUT_S = 30.0
-JUDGE_SLACK_S = 10.0  # on top of the judge endpoint's timeout: reading the replay frames, the queue
 
 
 @dataclass
@@ -62,7 +63,7 @@ class _Conn:
     closed: asyncio.Event
     last_db_seen: float = 0.0
     busy: int = 0
-    reconciled: sched.Reconciled | None = None
+    reconciled: Reconciled | None = None
     draining: bool = False  # said so in a heartbeat: offer it nothing
     refused_in_row: int = 0  # refusals since its last accept: a runner that keeps refusing is paused
 
@@ -85,7 +86,7 @@ class _Conn:
             return False
         try:
             async with self.lock:
-                await asyncio.wait_for(self.ws.send_text(frame), SEND_TIMEOUT_S)
+                await within(SEND_TIMEOUT_S, self.ws.send_text(frame))
             return True
         except Exception:  # a socket that broke under us: the reader will notice and clean up
             self.closed.set()
@@ -96,7 +97,7 @@ class _Conn:
             return
         self.closed.set()
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.ws.close(code=code, reason=reason[:120]), 5.0)
+            await within(5.0, self.ws.close(code=code, reason=reason[:120]))
 
 
 class _Rejected(Exception):
@@ -107,119 +108,22 @@ class _Rejected(Exception):
 
 
 # ---------------------------------------------------------------------------------------------
-# DB jobs of the gateway (plain data in, plain data out)
-# ---------------------------------------------------------------------------------------------
-
-
-def _runner_by_token(session: Session, token: str) -> tuple[str, str] | None:
-    digest = hash_secret(token)
-    row = session.execute(
-        select(Runner.id, Runner.name, Runner.token_hash).where(
-            Runner.token_hash == digest, Runner.revoked_at.is_(None)
-        )
-    ).first()
-    if row is None or not hmac.compare_digest(row.token_hash, digest):
-        return None
-    return row.id, row.name
-
-
-def _record_hello(session: Session, runner_id: str, session_id: str, h: protocol.Hello) -> str | None:
-    r = session.get(Runner, runner_id)
-    if r is None or r.revoked_at is not None:
-        return None
-    now = utcnow()
-    r.labels = list(dict.fromkeys(h.labels))
-    r.slots = h.slots
-    r.busy = len(h.in_flight)
-    r.images = [i.model_dump(exclude_defaults=True) for i in h.images]  # `pooled` only when set
-    r.held_versions = [v.model_dump(exclude_defaults=True) for v in h.start_states]
-    r.version = h.version[:64]
-    r.session_id = session_id
-    r.connected_at = now
-    r.last_seen_at = now
-    r.disconnected_at = None
-    return r.name
-
-
-def _touch(session: Session, runner_id: str, session_id: str, busy: int | None) -> str:
-    """Liveness. "ok", or why this session must end: "revoked" (deleted, possibly through another
-    gh-server process) or "replaced" (the runner connected again, possibly to another process)."""
-    values: dict[str, Any] = {"last_seen_at": utcnow()}
-    if busy is not None:
-        values["busy"] = busy
-    res = session.execute(
-        update(Runner)
-        .where(Runner.id == runner_id, Runner.session_id == session_id, Runner.revoked_at.is_(None))
-        .values(**values)
-        .execution_options(synchronize_session=False)
-    )
-    if cast(CursorResult[Any], res).rowcount == 1:
-        return "ok"
-    revoked = session.scalar(select(Runner.revoked_at).where(Runner.id == runner_id))
-    exists = session.scalar(select(Runner.id).where(Runner.id == runner_id))
-    return "revoked" if exists is None or revoked is not None else "replaced"
-
-
-def _record_disconnect(session: Session, runner_id: str, session_id: str) -> None:
-    session.execute(
-        update(Runner)
-        .where(Runner.id == runner_id, Runner.session_id == session_id)
-        .values(session_id=None, disconnected_at=utcnow(), busy=0)
-        .execution_options(synchronize_session=False)
-    )
-
-
-def _store_frame(session: Session, runner_id: str, f: protocol.ReplayFrame, png: bytes) -> bool:
-    owner = session.scalar(select(Attempt.runner_id).where(Attempt.id == f.attempt_id))
-    if owner != runner_id:
-        return False
-    values = {"attempt_id": f.attempt_id, "seq": f.seq, "at": f.at, "label": f.label[:32], "event": f.event, "png": png}
-    dialect = session.get_bind().dialect.name
-    if dialect == "postgresql":
-        stmt: Any = postgresql.insert(ReplayRow).values(**values).on_conflict_do_nothing()
-    else:
-        stmt = sqlite.insert(ReplayRow).values(**values).on_conflict_do_nothing()
-    session.execute(stmt)
-    return True
-
-
-def _queued_jobs(session: Session, runner_id: str) -> list[tuple[str, dict[str, Any]]]:
-    rows = session.execute(
-        select(RunnerJob.id, RunnerJob.payload)
-        .where(RunnerJob.runner_id == runner_id, RunnerJob.status == "queued")
-        .order_by(RunnerJob.created_at)
-    ).all()
-    return [(jid, dict(payload or {})) for jid, payload in rows]
-
-
-def _mark_job_sent(session: Session, job_id: str) -> None:
-    session.execute(
-        update(RunnerJob)
-        .where(RunnerJob.id == job_id, RunnerJob.status == "queued")
-        .values(status="sent")
-        .execution_options(synchronize_session=False)
-    )
-
-
-def _record_job_result(session: Session, runner_id: str, j: protocol.JobResult) -> bool:
-    job = session.get(RunnerJob, j.job_id)
-    if job is None or (job.runner_id is not None and job.runner_id != runner_id):
-        return False
-    if job.status in ("done", "failed"):
-        return True
-    job.status = "done" if j.ok else "failed"
-    job.error = j.error
-    job.finished_at = utcnow()
-    return True
-
-
-# ---------------------------------------------------------------------------------------------
 # The gateway
 # ---------------------------------------------------------------------------------------------
 
 
 class Gateway:
-    def __init__(self, state: ServerState, apply_job_result: JobResultApplier | None = None) -> None:
+    """The sockets. What it hands frames to is built by app.py: the agent supervisor and the result
+    intake (made from this gateway by `agents` and `intake`, as they talk to runners through it), and
+    in `run` the scheduler and the PostgreSQL relay."""
+
+    def __init__(
+        self,
+        state: ServerState,
+        agents: Callable[[RunnerLink], AgentSupervisor],
+        intake: Callable[[RunnerLink, AttemptEvents], ResultIntake],
+        apply_job_result: JobResultApplier,
+    ) -> None:
         self.state = state
         # What a finished start-state job means is the start-state service's (app.py passes it in).
         self.apply_job_result = apply_job_result
@@ -228,15 +132,12 @@ class Gateway:
         self.conns: dict[str, _Conn] = {}
         # request id -> (runner id, session id it was sent on, answer)
         self._pending: dict[str, tuple[str, str, asyncio.Future[protocol.MachineResponse]]] = {}
-        self._judging: set[str] = set()
-        # The judge's time bound is its endpoint's (the whole call, replay frames included) plus a slack.
-        judge_timeout = (self.settings.judge.timeout if self.settings.judge else 120.0) + JUDGE_SLACK_S
         self.metrics = state.metrics
-        self.judge_pool = WorkPool("judge", self.settings.judge_workers, judge_timeout,
-                                   observer=self.metrics.pool_observer)
-        self.scheduler: sched.Scheduler | None = None
+        self.scheduler: Scheduler | None = None
         self.relay: PgRelay | None = None  # PostgreSQL: machine requests for runners held by other processes
-        self.agents = AgentSupervisor(self)
+        self.agents = agents(self)
+        # Results are applied even before the scheduler runs (it is told through `run_changed` and `poke`).
+        self.intake = intake(self, self)
         self._started = False
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -246,27 +147,13 @@ class Gateway:
             self._started = True
             await self.dbq.start()
 
-    async def run(self, state: ServerState) -> None:
-        """The background task (app lifespan): the scheduler and the agents live as long as this."""
+    async def run(self, scheduler: Scheduler, relay: PgRelay | None) -> None:
+        """The background task (app lifespan): what app.py hands in lives as long as this."""
         await self.ensure_started()
-        if state.wakeup is None:
-            state.wakeup = asyncio.Event()
-        s = self.settings
-        self.scheduler = sched.Scheduler(
-            self.dbq,
-            self,
-            state.wakeup,
-            grace_s=s.runner_grace_seconds,
-            dead_after_s=s.dead_after,
-            judge_configured=s.judge is not None,
-        )
-        self.scheduler.on_leased = self.metrics.leased
-        self.scheduler.start()
-        if self.state.engine.dialect.name == "postgresql":
-            conninfo = self.state.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-            self.relay = PgRelay(conninfo, self.dbq, self.local_runner_ids_all, self._machine_request_here,
-                                 self.metrics)
-            self.relay.start()
+        self.scheduler, self.relay = scheduler, relay
+        scheduler.start()
+        if relay is not None:
+            relay.start()
         try:
             await asyncio.Event().wait()
         finally:
@@ -276,7 +163,7 @@ class Gateway:
         await self.agents.stop_all()
         if self.relay is not None:
             await self.relay.stop()
-        await self.judge_pool.stop()  # an unacked result is resent by its runner and judged where it lands
+        await self.intake.stop()
         if self.scheduler is not None:
             await self.scheduler.stop()
         conns = list(self.conns.values())
@@ -287,7 +174,7 @@ class Gateway:
 
                 def gone(s: Session) -> None:
                     for c in conns:
-                        _record_disconnect(s, c.runner_id, c.session_id)
+                        rows.record_disconnect(s, c.runner_id, c.session_id)
 
                 await self.dbq.run(gone)
         for _, _, fut in list(self._pending.values()):
@@ -296,13 +183,15 @@ class Gateway:
         await self.dbq.stop()
         self._started = False
 
-    def _poke(self) -> None:
+    # -- AttemptEvents (what the result intake tells the scheduler, once it runs) -----------------
+
+    def poke(self) -> None:
         if self.scheduler is not None:
             self.scheduler.poke()
         elif self.state.wakeup is not None:
             self.state.wakeup.set()
 
-    def _run_changed(self, run_id: str | None) -> None:
+    def run_changed(self, run_id: str | None) -> None:
         if self.scheduler is not None:
             self.scheduler.run_changed(run_id)
 
@@ -337,9 +226,9 @@ class Gateway:
         A runner connected to another process (PostgreSQL) is reached through that process (gh_server.relay)."""
         if runner_id not in self.conns and self.relay is not None:
             return await self.relay.forward(runner_id, req, timeout)
-        return await self._machine_request_here(runner_id, req, timeout)
+        return await self.machine_request_here(runner_id, req, timeout)
 
-    async def _machine_request_here(
+    async def machine_request_here(
         self, runner_id: str, req: protocol.MachineRequest, timeout: float
     ) -> protocol.MachineResponse:
         loop = asyncio.get_running_loop()
@@ -360,7 +249,7 @@ class Gateway:
                     request_id=req.request_id, ok=False, error="the runner holding this machine is not connected"
                 )
             try:
-                return await asyncio.wait_for(asyncio.shield(fut), timeout)
+                return await within(timeout, asyncio.shield(fut))
             except TimeoutError:
                 return protocol.MachineResponse(
                     request_id=req.request_id,
@@ -408,12 +297,12 @@ class Gateway:
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
             raise _Rejected(protocol.CLOSE_TOKEN_REVOKED, "missing Bearer runner token")
-        found = await self.dbq.run(lambda s: _runner_by_token(s, token))
+        found = await self.dbq.run(lambda s: rows.runner_by_token(s, token))
         if found is None:
             raise _Rejected(protocol.CLOSE_TOKEN_REVOKED, "unknown or revoked runner token")
         runner_id, name = found
         try:
-            raw = await asyncio.wait_for(self._receive(ws), HELLO_TIMEOUT_S)
+            raw = await within(HELLO_TIMEOUT_S, self._receive(ws))
         except TimeoutError:
             raise _Rejected(protocol.CLOSE_HEARTBEAT_TIMEOUT, "no hello") from None
         if raw is None:
@@ -426,7 +315,8 @@ class Gateway:
         if not isinstance(hello, protocol.Hello):
             await ws.send_text(
                 protocol.encode(
-                    protocol.ErrorMsg(code="bad_message", message="the first frame must be hello", ref_type=hello.type)
+                    protocol.ErrorMsg(code=ErrorCode.BAD_MESSAGE, message="the first frame must be hello",
+                                      ref_type=hello.type)
                 )
             )
             raise _Rejected(1008, "the first frame must be hello")
@@ -443,9 +333,9 @@ class Gateway:
             runner_id, name, session_id, ws, asyncio.Lock(), asyncio.Event(), time.monotonic(), len(hello.in_flight)
         )
 
-        def job(s: Session) -> tuple[str | None, sched.Reconciled]:
-            n = _record_hello(s, runner_id, session_id, hello)
-            return n, sched.reconcile_in_flight(s, runner_id, n or name, hello.in_flight)
+        def job(s: Session) -> tuple[str | None, Reconciled]:
+            n = rows.record_hello(s, runner_id, session_id, hello)
+            return n, reconcile_in_flight(s, runner_id, n or name, hello.in_flight)
 
         recorded, rec = await self.dbq.run(job)
         if recorded is None:
@@ -471,14 +361,14 @@ class Gateway:
             )
         )
         for aid in rec.unwanted:
-            await conn.send(protocol.Cancel(attempt_id=aid, reason="the server no longer wants this attempt"))
+            await conn.send(protocol.Cancel(attempt_id=aid, reason=CancelReason.NOT_WANTED))
         for aid in rec.lost:
             self.agents.stop(aid)
         for run in rec.runs:
-            self._run_changed(run)
+            self.run_changed(run)
         await self.agents.resend_task_ends(runner_id, rec.resume, rec.in_task)
         await self._send_queued_jobs(conn)
-        self._poke()
+        self.poke()
 
     async def _closed(self, conn: _Conn) -> None:
         if self.conns.get(conn.runner_id) is conn:
@@ -489,11 +379,11 @@ class Gateway:
                     protocol.MachineResponse(request_id="", ok=False, error="the runner disconnected before answering")
                 )
         try:
-            await self.dbq.run(lambda s: _record_disconnect(s, conn.runner_id, conn.session_id))
+            await self.dbq.run(lambda s: rows.record_disconnect(s, conn.runner_id, conn.session_id))
         except Exception:
             log.warning("could not record the disconnect of runner %s", conn.runner_id, exc_info=True)
         log.info("runner %s (%s) disconnected", conn.name, conn.runner_id)
-        self._poke()
+        self.poke()
 
     @staticmethod
     async def _receive(ws: WebSocket) -> str | bytes | None:
@@ -519,7 +409,7 @@ class Gateway:
 
     async def _touch(self, conn: _Conn) -> None:
         conn.last_db_seen = time.monotonic()
-        state = await self.dbq.run(lambda s: _touch(s, conn.runner_id, conn.session_id, conn.busy))
+        state = await self.dbq.run(lambda s: rows.touch(s, conn.runner_id, conn.session_id, conn.busy))
         if state == "revoked":
             await conn.close(protocol.CLOSE_TOKEN_REVOKED, "runner token revoked")
         elif state == "replaced":
@@ -529,7 +419,7 @@ class Gateway:
         dead_after = self.settings.dead_after
         while not conn.closed.is_set():
             try:
-                async with asyncio.timeout(dead_after):  # not wait_for: it can lose a cancel on 3.11
+                async with timeout(dead_after):
                     raw = await self._receive(conn.ws)
             except TimeoutError:
                 log.warning("runner %s silent for %g s: closing", conn.name, dead_after)
@@ -550,7 +440,7 @@ class Gateway:
                 log.exception("handling %s from runner %s failed", getattr(msg, "type", "?"), conn.name)
                 await conn.send(
                     protocol.ErrorMsg(
-                        code="internal",
+                        code=ErrorCode.INTERNAL,
                         message="the server could not handle this frame; it was not applied",
                         ref_type=getattr(msg, "type", None),
                     )
@@ -565,14 +455,15 @@ class Gateway:
             conn.draining = bool(msg.draining)
             conn.refused_in_row = 0
             if paused and conn.leasable:
-                self._poke()
+                self.poke()
         elif isinstance(msg, protocol.AttemptFinished):
-            await self._result(conn, msg.result)
+            self.agents.stop(msg.result.attempt_id)
+            await self.intake.receive(rid, conn.name, msg.result)
         elif isinstance(msg, protocol.AttemptStatus):
-            new = await self.dbq.run(lambda s: sched.apply_status(s, rid, msg))
-            if new == "running" or (new is None and msg.status == "running"):
+            new = await self.dbq.run(lambda s: apply_status(s, rid, msg))
+            if new == AttemptStatus.RUNNING or (new is None and msg.status == AttemptStatus.RUNNING):
                 await self.agents.on_running(rid, msg.attempt_id)
-            elif msg.status in ("checking", "done"):
+            elif msg.status in (AttemptStatus.CHECKING, AttemptStatus.DONE):
                 self.agents.stop(msg.attempt_id)
         elif isinstance(msg, protocol.MachineResponse):
             pending = self._pending.get(msg.request_id)
@@ -584,14 +475,15 @@ class Gateway:
             except (binascii.Error, ValueError):
                 await conn.send(
                     protocol.ErrorMsg(
-                        code="bad_message", message="replay_frame: png_b64 is not base64", ref_type=msg.type
+                        code=ErrorCode.BAD_MESSAGE, message="replay_frame: png_b64 is not base64",
+                        ref_type=msg.type
                     )
                 )
                 return
-            if not await self.dbq.run(lambda s: _store_frame(s, rid, msg, png)):
+            if not await self.dbq.run(lambda s: rows.store_frame(s, rid, msg, png)):
                 await conn.send(
                     protocol.ErrorMsg(
-                        code="refused",
+                        code=ErrorCode.REFUSED,
                         ref_type=msg.type,
                         message=f"attempt {msg.attempt_id} is not leased to this runner",
                     )
@@ -600,11 +492,11 @@ class Gateway:
             conn.refused_in_row = 0  # the lease row is already `leased` to it; its statuses move it on
         elif isinstance(msg, protocol.LeaseRefuse):
             conn.refused_in_row += 1
-            log.info("runner %s refused %r: %r", conn.name, msg.attempt_id[:80], msg.reason[:200])
+            log.info("runner %s refused %r (%s): %r", conn.name, msg.attempt_id[:80], msg.code, msg.reason[:200])
             if self.scheduler is not None:
-                await self.scheduler.refused(msg.attempt_id, rid)
+                await self.scheduler.refused(msg.attempt_id, rid, msg.code)
             else:
-                await self.dbq.run(lambda s: sched.release_lease(s, msg.attempt_id, rid))
+                await self.dbq.run(lambda s: release_lease(s, msg.attempt_id, rid))
         elif isinstance(msg, protocol.JobResult):
             await self._job_result(conn, msg)
         elif isinstance(msg, protocol.ErrorMsg):
@@ -612,7 +504,8 @@ class Gateway:
         elif isinstance(msg, protocol.Hello):
             await conn.send(
                 protocol.ErrorMsg(
-                    code="bad_message", message="hello was already received on this connection", ref_type="hello"
+                    code=ErrorCode.BAD_MESSAGE, message="hello was already received on this connection",
+                    ref_type="hello"
                 )
             )
         if time.monotonic() - conn.last_db_seen > self.settings.heartbeat_interval:
@@ -620,20 +513,16 @@ class Gateway:
 
     async def _job_result(self, conn: _Conn, msg: protocol.JobResult) -> None:
         """The start-state service owns what a finished job means (status, version, webhook): its
-        `apply_job_result(session, runner_id, msg)` runs here in the gateway's DB batch; without one,
-        the job row alone is closed."""
+        `apply_job_result(session, runner_id, msg)` runs here in the gateway's DB batch."""
         rid = conn.runner_id
         apply = self.apply_job_result
-        if apply is not None:
-            await self.dbq.run(lambda s: apply(s, rid, msg))
-        else:
-            await self.dbq.run(lambda s: _record_job_result(s, rid, msg))
-        self._poke()  # a new held version can unblock queued attempts
+        await self.dbq.run(lambda s: apply(s, rid, msg))
+        self.poke()  # a new held version can unblock queued attempts
 
     async def _send_queued_jobs(self, conn: _Conn) -> None:
         """Start-state jobs queued while the runner was away go out when it is back."""
         rid = conn.runner_id
-        jobs = await self.dbq.run(lambda s: _queued_jobs(s, rid))
+        jobs = await self.dbq.run(lambda s: rows.queued_jobs(s, rid))
         for job_id, payload in jobs:
             try:
                 msg = protocol.Job.model_validate(payload)
@@ -641,81 +530,6 @@ class Gateway:
                 log.warning("runner job %s has an invalid payload; not sent", job_id)
                 continue
             if await conn.send(msg):
-                await self.dbq.run(lambda s, jid=job_id: _mark_job_sent(s, jid))  # type: ignore[misc]
-
-    async def _result(self, conn: _Conn, result: protocol.AttemptResult) -> None:
-        """Apply a result (once, by attempt id) and ack it. A result that needs the rubric judge is judged
-        in the judge pool, off this read loop: the runner's other slots keep being answered meanwhile,
-        and the ack goes out when the verdict is applied (a copy resent meanwhile is not judged twice)."""
-        aid = result.attempt_id
-        self.agents.stop(aid)
-        if aid in self._judging:
-            return  # the first copy is being judged; it is acked when applied
-        rubric_case: dict[str, Any] | None = None
-        if self.settings.judge is not None and result.outcome != "error":
-            rubric_case = await self.dbq.run(lambda s: _rubric_case(s, conn.runner_id, aid))
-        if rubric_case is None:
-            await self._apply_result(conn.runner_id, conn.name, result, None)
-            return
-        self._judging.add(aid)
-        self.judge_pool.spawn(self._judge_then_apply(conn.runner_id, conn.name, result, rubric_case),
-                              name=f"gh-judge-{aid}")
-
-    async def _judge_then_apply(self, runner_id: str, name: str, result: protocol.AttemptResult,
-                                case: dict[str, Any]) -> None:
-        from gh_server.agents.models import judge_attempt
-
-        endpoint = self.settings.judge
-        assert endpoint is not None
-        aid = result.attempt_id
-        try:
-            try:
-                judge = await self.judge_pool.run(lambda: judge_attempt(endpoint, self.dbq, aid, case, result))
-            except PoolTimeout as e:
-                judge = {"error": f"rubric judge: no verdict within {e.timeout:g} s"}
-            else:
-                if judge.get("error"):  # asked, and failed (HTTP error, no verdict): the pool saw it return
-                    self.metrics.call_errors.labels(kind="judge", reason="error").inc()
-            await self._apply_result(runner_id, name, result, judge)
-        finally:
-            self._judging.discard(aid)
-
-    async def _apply_result(self, runner_id: str, name: str, result: protocol.AttemptResult,
-                            judge: dict[str, Any] | None) -> None:
-        aid = result.attempt_id
-        applied = await self.dbq.run(lambda s: sched.apply_result(s, runner_id, result, judge))
-        # Ack always, even a duplicate or a stranger's: the runner journals until acked. By runner id, not
-        # by socket: after a judge's wait the runner may be on a new connection.
-        await self.send(runner_id, protocol.ResultAck(attempt_id=aid))
-        if applied.note:
-            log.warning("result for %r from runner %s not applied: %s", aid[:80], name, applied.note)
-        if applied.applied:
-            self.metrics.results.labels(outcome=applied.outcome or "error").inc()
-            self._run_changed(applied.test_run_id)
-            self._poke()
+                await self.dbq.run(lambda s, jid=job_id: rows.mark_job_sent(s, jid))  # type: ignore[misc]
 
 
-def _rubric_case(session: Session, runner_id: str, attempt_id: str) -> dict[str, Any] | None:
-    from gh_server.models import RunCase
-
-    row = session.execute(
-        select(Attempt.status, Attempt.runner_id, RunCase.case)
-        .join(RunCase, RunCase.id == Attempt.run_case_id)
-        .where(Attempt.id == attempt_id)
-    ).first()
-    if row is None or row.runner_id != runner_id or row.status in ("done", "cancelled"):
-        return None
-    case = dict(row.case or {})
-    rubric = (case.get("success") or {}).get("rubric")
-    return case if isinstance(rubric, str) and rubric.strip() else None
-
-
-def install(app: FastAPI, state: ServerState, apply_job_result: JobResultApplier | None = None) -> Gateway:
-    """Add the runner websocket; run the scheduler in the app's lifespan. (app.py adds the machine API.)"""
-    gw = Gateway(state, apply_job_result)
-    state.metrics.runners_connected.set_function(lambda: float(len(gw.local_runner_ids_all())))
-    state.gateway = gw
-    state.extras["gateway"] = gw
-    app.add_api_websocket_route(PATH, gw.endpoint)
-    state.background.append(gw.run)
-    return gw

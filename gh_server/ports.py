@@ -3,6 +3,7 @@ imports the loop or router that provides them (app.py wires the real ones togeth
 
 - `RunnerLink`: what the agent supervisor needs of the runner gateway (the sockets, the DB writer).
 - `AgentHost`: what the API and the start-state jobs need of the agents (the machine API's grants).
+- `AttemptEvents`: what result intake needs of the scheduler loop (a run to check, a pass to run soon).
 - `JobResultApplier`: what a finished start-state job means (the start-state service's, called by the
   gateway in its DB batch).
 """
@@ -50,6 +51,14 @@ class RunnerLink(Protocol):
         self, runner_id: str, req: protocol.MachineRequest, timeout: float
     ) -> protocol.MachineResponse:
         """Relay a request to the runner holding the machine (wherever it is connected); never raises."""
+
+
+class AttemptEvents(Protocol):
+    def run_changed(self, run_id: str | None) -> None:
+        """An attempt of this run finished: check (soon) whether the run is complete."""
+
+    def poke(self) -> None:
+        """Something changed that may let an attempt be leased: run a pass soon."""
 
 
 class AgentHost(Protocol):

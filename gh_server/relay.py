@@ -23,6 +23,7 @@ import psycopg
 from sqlalchemy import CursorResult, delete, select, text, update
 from sqlalchemy.orm import Session
 
+from gh_common import timeouts
 from gh_server.dbqueue import DbQueue
 from gh_server.metrics import ServerMetrics
 from gh_server.models import MachineRelay, Runner, utcnow
@@ -142,7 +143,7 @@ class PgRelay:
                     request_id=req.request_id, ok=False, error="the runner holding this machine is not connected"
                 )
             try:
-                async with asyncio.timeout(timeout):  # not wait_for: it can lose a cancel on 3.11
+                async with timeouts.timeout(timeout):
                     return await fut
             except TimeoutError:
                 return protocol.MachineResponse(

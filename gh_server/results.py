@@ -18,9 +18,9 @@ from sqlalchemy.orm import Session
 from gh_server import trust
 from gh_server.models import Attempt, RunCase, TestRun, utcnow
 from gh_server.timestamps import ts
+from gh_wire.vocab import ACTIVE
 
 QUEUED = ("queued",)
-RUNNING = ("leased", "preparing", "running", "checking")
 
 
 def rate(passed: int, failed: int) -> float | None:
@@ -51,7 +51,7 @@ def progress_for(
         p["total"] += n
         if status in QUEUED:
             p["queued"] += n
-        elif status in RUNNING:
+        elif status in ACTIVE:
             p["running"] += n
         elif status == "done" and outcome in ("passed", "failed", "error"):
             p[outcome] += n

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from gh_server.models import ApiKey, Attempt, Runner, StartState, TestCase, TestRun, TestSet
 from gh_server.timestamps import ts as ts  # re-exported: the routers and results read it from here
+from gh_wire.vocab import AttemptStatus
 
 
 def test_case(row: TestCase) -> dict[str, Any]:
@@ -91,7 +92,7 @@ def test_run(
 
 
 # Internal attempt statuses -> the API's (a lease not yet accepted is already being prepared for).
-_ATTEMPT_STATUS = {"leased": "preparing"}
+_ATTEMPT_STATUS: dict[str, str] = {AttemptStatus.LEASED: AttemptStatus.PREPARING}
 
 
 def replay_url(settings: Any, base_url: str, attempt_id: str) -> str:

@@ -31,6 +31,7 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from gh_common.timeouts import within
 from gh_server import serialize
 from gh_server.agents.base import AgentContext, Machine, Relay
 from gh_server.models import (
@@ -46,6 +47,7 @@ from gh_server.models import (
 )
 from gh_server.state import ServerState
 from gh_wire import protocol
+from gh_wire.vocab import UNFINISHED
 
 log = logging.getLogger("gh_server.start_state_jobs")
 
@@ -53,7 +55,6 @@ DEFAULT_IDLE_SECONDS = 7200.0
 DEFAULT_INTERVAL_SECONDS = 5.0
 INSTRUCTION_MINUTES = 60  # the agent's time budget for setting a machine up
 INSTRUCTION_SLACK_SECONDS = 600.0  # past the budget, before a silent agent run is given up
-ACTIVE_ATTEMPT = ("queued", "leased", "preparing", "running", "checking")
 ACTIVE_RUN = ("queued", "running")
 ACTIVE_JOB = ("queued", "sent")
 
@@ -119,7 +120,7 @@ def close_idle(session: Session, idle: float, now: datetime | None = None) -> li
 
 def _active_run_cases() -> Any:
     active_runs = select(TestRun.id).where(TestRun.status.in_(ACTIVE_RUN))
-    active_cases = select(Attempt.run_case_id).where(Attempt.status.in_(ACTIVE_ATTEMPT))
+    active_cases = select(Attempt.run_case_id).where(Attempt.status.in_(UNFINISHED))
     return or_(RunCase.test_run_id.in_(active_runs), RunCase.id.in_(active_cases))
 
 
@@ -347,7 +348,7 @@ async def run_instruction(st: ServerState, claim: dict[str, Any]) -> None:
             agent = AgentRegistry.from_settings(st.settings).get(agent_id)
             async with sup.granted(token, GrantSpec(task_id, claim["runner_id"], max_steps=None,
                                                     minutes=INSTRUCTION_MINUTES, start_state_id=ssid)):
-                outcome = await asyncio.wait_for(agent.run(ctx), INSTRUCTION_MINUTES * 60 + 60)
+                outcome = await within(INSTRUCTION_MINUTES * 60 + 60, agent.run(ctx))
             log.info("start state %s: agent %s finished its instruction (task %s, %d steps)",
                      ssid, agent_id, task_id, outcome.steps)
         except TimeoutError:

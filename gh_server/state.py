@@ -49,7 +49,7 @@ class ServerState:
     # Set when a webhook delivery is enqueued, so the worker does not wait for its next poll.
     webhook_wakeup: asyncio.Event | None = None
     # Long-running coroutines started in the app's lifespan and cancelled at shutdown
-    # (gateway.install appends its scheduler/liveness loops here; webhooks its delivery worker).
+    # (app.py appends the gateway with its scheduler; webhooks its delivery worker).
     background: list[Callable[[ServerState], Coroutine[Any, Any, None]]] = field(default_factory=list)
     extras: dict[str, object] = field(default_factory=dict)
     metrics: ServerMetrics = field(default_factory=ServerMetrics)

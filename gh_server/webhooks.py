@@ -22,6 +22,7 @@ import httpx
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from gh_common import timeouts
 from gh_server import egress
 from gh_server.models import WebhookDelivery, WebhookEndpoint, new_id, utcnow
 from gh_server.serialize import ts
@@ -164,7 +165,7 @@ async def worker(st: ServerState, poll_seconds: float = 5.0) -> None:
             except Exception:
                 log.exception("webhook delivery pass failed")
             try:
-                async with asyncio.timeout(poll_seconds):  # not wait_for: it can lose a cancel on 3.11
+                async with timeouts.timeout(poll_seconds):
                     await st.webhook_wakeup.wait()
             except TimeoutError:
                 pass

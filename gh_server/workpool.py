@@ -17,6 +17,8 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from gh_common import timeouts
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -61,7 +63,7 @@ class WorkPool:
         start = time.monotonic()
         outcome = "error"
         try:
-            async with asyncio.timeout(bound):  # not wait_for: it can lose a cancel on 3.11
+            async with timeouts.timeout(bound):
                 self.waiting += 1
                 try:
                     await self._sem.acquire()

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from gh_wire.input import InputEvent
+from gh_wire.vocab import CancelReason, ErrorCode
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 16 * 1024 * 1024  # a replay frame (PNG, base64) fits well under this
@@ -81,7 +82,7 @@ class TaskEndReason(StrEnum):
 class ProtocolError(Exception):
     """A frame that is not valid JSON, not an object, or not a known, well-formed message."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -294,7 +295,7 @@ class Lease(_Msg):
 class Cancel(_Msg):
     type: Literal["cancel"] = "cancel"
     attempt_id: str
-    reason: str = "cancelled"
+    reason: str = CancelReason.CANCELLED  # the server sends a CancelReason; a runner shows any text
 
 
 class ResultAck(_Msg):
@@ -362,7 +363,7 @@ class ErrorMsg(_Msg):
     """The answer to a frame that could not be understood; the session stays up."""
 
     type: Literal["error"] = "error"
-    code: str  # bad_json | bad_message | unknown_type | unsupported | refused | internal
+    code: ErrorCode
     message: str
     ref_type: str | None = None
 
@@ -395,28 +396,28 @@ _SERVER_TYPES = {"welcome", "heartbeat", "lease", "cancel", "result_ack", "machi
 
 def _parse(raw: str | bytes, adapter: TypeAdapter[Any], known: set[str]) -> Any:
     if isinstance(raw, bytes):
-        raise ProtocolError("bad_message", "binary frames are not part of the protocol; send JSON text")
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "binary frames are not part of the protocol; send JSON text")
     if len(raw) > MAX_FRAME_BYTES:
-        raise ProtocolError("bad_message", f"frame of {len(raw)} bytes is over the {MAX_FRAME_BYTES} limit")
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, f"frame of {len(raw)} bytes is over the {MAX_FRAME_BYTES} limit")
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError) as e:
-        raise ProtocolError("bad_json", f"frame is not valid JSON: {str(e)[:200]}") from None
+        raise ProtocolError(ErrorCode.BAD_JSON, f"frame is not valid JSON: {str(e)[:200]}") from None
     if not isinstance(data, dict):
-        raise ProtocolError("bad_message", "a frame must be a JSON object with a 'type'")
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "a frame must be a JSON object with a 'type'")
     mtype = data.get("type")
     if not isinstance(mtype, str):
-        raise ProtocolError("bad_message", "a frame must have a string 'type'")
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "a frame must have a string 'type'")
     if mtype not in known:
-        raise ProtocolError("unknown_type", f"unknown message type {mtype[:64]!r}")
+        raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"unknown message type {mtype[:64]!r}")
     try:
         return adapter.validate_python(data)
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ()))
-        raise ProtocolError("bad_message", f"{mtype}: {where}: {first.get('msg', 'invalid')}"[:500]) from None
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, f"{mtype}: {where}: {first.get('msg', 'invalid')}"[:500]) from None
     except RecursionError:
-        raise ProtocolError("bad_message", "frame nests too deeply") from None
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "frame nests too deeply") from None
 
 
 def parse_runner_message(raw: str | bytes) -> Any:

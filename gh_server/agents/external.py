@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from gh_common.timeouts import within
 from gh_server.agents.base import AgentContext, AgentError, AgentFailed, AgentOutcome
 from gh_server.agents.sandbox import Sandbox
 from gh_wire.protocol import TaskEndReason
@@ -85,7 +86,7 @@ class CommandAgent:
         except OSError as e:
             raise AgentError(f"agent {self.agent_id}: could not start {self.command[0]!r}: {e.strerror or e}") from None
         try:
-            out, err = await asyncio.wait_for(proc.communicate(doc), min(self.timeout, ctx.minutes * 60.0 + 60.0))
+            out, err = await within(min(self.timeout, ctx.minutes * 60.0 + 60.0), proc.communicate(doc))
         except TimeoutError:
             _kill(proc)
             await proc.wait()
@@ -94,7 +95,7 @@ class CommandAgent:
         except asyncio.CancelledError:
             _kill(proc)
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(proc.wait(), 5.0)
+                await within(5.0, proc.wait())
             raise
         finally:
             _kill(proc)  # also after a clean exit: what the agent started must not outlive its attempt

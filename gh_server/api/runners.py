@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -16,19 +15,12 @@ from gh_server.api.schemas import RunnerCreate
 from gh_server.auth import Principal, hash_secret, new_runner_token
 from gh_server.errors import not_found
 from gh_server.models import Runner, new_id, utcnow
-from gh_server.settings import Settings
+from gh_server.runner_status import is_online
 
 router = APIRouter(tags=["Runners"])
 
 # Close code for a revoked token (the runner stops retrying hot and says so).
 CLOSE_REVOKED = 4001
-
-
-def is_online(row: Runner, settings: Settings) -> bool:
-    """Connected (a gateway session holds it) and heard from recently: a row another process owns counts too."""
-    if row.session_id is None or row.last_seen_at is None or row.revoked_at is not None:
-        return False
-    return row.last_seen_at >= utcnow() - timedelta(seconds=settings.online_window_seconds)
 
 
 @router.post("/v1/runners", summary="Register a runner; the response has its token (gh_rn_...), shown once")

@@ -21,14 +21,13 @@ from sqlalchemy.orm import Session
 
 from gh_server import serialize
 from gh_server.api.common import DB, Admin, Member, PageParams, like, page_body, paginate, state_of
-from gh_server.api.runners import is_online
 from gh_server.api.schemas import InputBody, StartStateCreate, StartStateUpdate
 from gh_server.auth import Principal, require_member
 from gh_server.errors import ApiError, conflict, invalid, not_found
 from gh_server.models import Runner, RunnerJob, StartState, StartStateVersion, TestCase, new_id, utcnow
 from gh_server.start_state_jobs import dispatch_jobs as _dispatch
 from gh_server.start_state_jobs import new_job as _job
-from gh_server.state import ServerState
+from gh_server.start_states import runner_for_image
 from gh_wire import protocol
 
 router = APIRouter(tags=["Start states"])
@@ -78,24 +77,6 @@ def images(session: Session) -> dict[str, dict[str, Any]]:
                 if lab not in entry["labels"]:
                     entry["labels"].append(lab)
     return out
-
-
-def _pick_runner(session: Session, st: ServerState, image: str) -> Runner | None:
-    """A runner that advertises the image: connected ones first, then the most recently seen."""
-    candidates = [
-        r
-        for r in session.scalars(select(Runner).where(Runner.revoked_at.is_(None)))
-        if any(isinstance(i, dict) and i.get("name") == image for i in r.images or [])
-    ]
-    if not candidates:
-        return None
-
-    def score(r: Runner) -> tuple[int, int, float]:
-        here = st.gateway is not None and st.gateway.connected(r.id)
-        seen = r.last_seen_at.timestamp() if r.last_seen_at else 0.0
-        return (int(here), int(is_online(r, st.settings)), seen)
-
-    return max(candidates, key=score)
 
 
 def _source_of(session: Session, ss: StartState) -> dict[str, Any]:
@@ -163,7 +144,7 @@ async def create_start_state(body: StartStateCreate, request: Request, _p: Princ
             else:
                 image = src
                 source = {"kind": "image", "image": image}
-                runner = _pick_runner(s, st, image)
+                runner = runner_for_image(s, st, image)
                 if runner is None:
                     raise invalid("from", f"no runner advertises the image {image!r}")
                 runner_id = runner.id
@@ -391,62 +372,3 @@ async def start_state_input(
 
     await run_in_threadpool(touch)
     return {"object": "input", "ok": True, "count": len(body.events)}
-
-
-def apply_job_result(session: Session, runner_id: str, j: protocol.JobResult) -> bool:
-    """What a finished job means for its start state (called by the gateway in its DB batch; idempotent).
-
-    build/save ok -> a new version held by that runner, `ready`, start_state.ready; build failed ->
-    `failed` with the runner's reason, start_state.failed; a failed save keeps the last good version
-    (`ready`, with the error) and also sends start_state.failed; an open that failed leaves it as before.
-    Returns False when the job is unknown or belongs to another runner."""
-    from gh_server import webhooks
-
-    job = session.get(RunnerJob, j.job_id)
-    if job is None or (job.runner_id is not None and job.runner_id != runner_id):
-        return False
-    if job.status in ("done", "failed"):
-        return True
-    now = utcnow()
-    job.status, job.error, job.finished_at = ("done" if j.ok else "failed"), j.error, now
-    ss = session.get(StartState, job.start_state_id)
-    if ss is None:
-        return True  # deleted meanwhile: its delete job frees the disks
-    event: str | None = None
-    if job.op in ("build", "save"):
-        if j.ok:
-            version = j.version or ss.version + 1
-            if session.get(StartStateVersion, (ss.id, version)) is None:
-                session.add(
-                    StartStateVersion(
-                        start_state_id=ss.id, version=version, runner_id=runner_id, size_bytes=j.size_bytes
-                    )
-                )
-            ss.version = max(ss.version, version)
-            ss.status, ss.error, ss.runner_id = "ready", None, runner_id
-            runner = session.get(Runner, runner_id)
-            if runner is not None:
-                # Older versions stay listed: runs pinned to them must still be leased here.
-                key = (ss.id, version)
-                held = [h for h in runner.held_versions or [] if (h.get("start_state_id"), h.get("version")) != key]
-                runner.held_versions = [*held, {"start_state_id": ss.id, "version": version}]
-            event = "start_state.ready"
-        else:
-            reason = j.error or "the runner gave no reason"
-            if job.op == "build" or ss.version < 1:
-                ss.status, ss.error = "failed", reason
-            else:
-                ss.status, ss.error = "ready", f"save failed: {reason}"
-            event = "start_state.failed"
-    elif job.op == "open" and not j.ok:
-        reason = j.error or "the runner gave no reason"
-        if ss.version < 1:
-            ss.status, ss.error = "failed", reason
-            event = "start_state.failed"
-        else:
-            ss.status, ss.error = "ready", f"open failed: {reason}"
-    ss.updated_at = now
-    if event is not None:
-        session.flush()
-        webhooks.enqueue(session, event, serialize.start_state(ss))
-    return True

@@ -43,7 +43,6 @@ router = APIRouter(tags=["Test runs"])
 
 MAX_ATTEMPTS = 5000
 BUILTIN_AGENTS = {"default", "noop", "reference"}
-UNFINISHED = ("queued", "leased", "preparing", "running", "checking")
 
 
 def known_agents(settings: Settings) -> set[str]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import update
 
+from gh_server.attempts.completion import run_summary
 from gh_server.models import Runner, TestRun
-from gh_server.scheduler import run_summary
 from gh_wire import protocol
 
 from .conftest import GwServer, await_for
@@ -116,6 +116,29 @@ async def test_refused_lease_goes_to_another_runner(server: GwServer) -> None:
         r2 = await SimRunner(server.ws_url, t2, name="other", slots=1, images=["linux-tiny"]).connect()
         try:
             assert (await r2.expect("lease")).attempt_id == lease.attempt_id
+        finally:
+            await r2.close()
+    finally:
+        await r1.close()
+
+
+async def test_runner_refusing_as_unwell_gets_no_other_attempt(server: GwServer) -> None:
+    """The server reads a refusal's code: a runner low on disk is skipped for every attempt a while."""
+    _, t1 = server.add_runner("lowdisk")
+    r1 = await SimRunner(server.ws_url, t1, name="lowdisk", slots=2, images=["linux-tiny"]).connect()
+    try:
+        _, (aid,) = server.add_run([{}])
+        assert (await r1.expect("lease")).attempt_id == aid
+        await r1.send(protocol.LeaseRefuse(attempt_id=aid, reason="disk low", code=protocol.LeaseRefusal.DISK_LOW))
+        await await_for(lambda: server.attempt(aid).status == "queued", what="back to queued")
+        await r1.send(protocol.Heartbeat(at=now(), busy=0))  # says nothing of its disk: still skipped
+        _, (other,) = server.add_run([{}])
+        await no_lease(r1)
+        _, t2 = server.add_runner("healthy")
+        r2 = await SimRunner(server.ws_url, t2, name="healthy", slots=2, images=["linux-tiny"]).connect()
+        try:
+            got = {(await r2.expect("lease")).attempt_id for _ in range(2)}
+            assert got == {aid, other}
         finally:
             await r2.close()
     finally:

@@ -1,4 +1,4 @@
-"""The scheduler's pure parts and its DB steps on a real SQLite schema (the API's migrations)."""
+"""The attempt modules' pure parts and its DB steps on a real SQLite schema (the API's migrations)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from gh_server import db
-from gh_server import scheduler as sched
 from gh_server.agents.base import AgentError
 from gh_server.agents.models import parse_verdict
+from gh_server.attempts import completion, intake, lease, matching, states
 from gh_server.dbqueue import DbQueue
 from gh_server.models import Attempt, RunCase, Runner, TestRun, utcnow
 from gh_server.settings import Settings
@@ -22,8 +22,8 @@ from gh_wire import protocol
 
 
 def caps(rid: str = "rn_a", *, labels: tuple[str, ...] = (), images: tuple[str, ...] = ("linux-tiny",),
-         held: tuple[tuple[str, int], ...] = (), free: int = 1) -> sched.RunnerCaps:
-    return sched.RunnerCaps(rid, rid, frozenset(labels), frozenset(images), frozenset(held), free)
+         held: tuple[tuple[str, int], ...] = (), free: int = 1) -> matching.RunnerCaps:
+    return matching.RunnerCaps(rid, rid, frozenset(labels), frozenset(images), frozenset(held), free)
 
 
 IMAGE = {"kind": "image", "image": "linux-tiny"}
@@ -42,38 +42,39 @@ IMAGE = {"kind": "image", "image": "linux-tiny"}
     ("vm", IMAGE, "rn_b", caps("rn_a"), False),
     ("vm", IMAGE, "rn_a", caps("rn_a"), True),
 ])
-def test_runner_can_run(runs_on: str, ss: dict[str, Any], pin: str | None, runner: sched.RunnerCaps, ok: bool) -> None:
-    assert sched.runner_can_run(sched.Candidate("at_1", runs_on, ss, pin), runner) is ok
+def test_runner_can_run(runs_on: str, ss: dict[str, Any], pin: str | None, runner: matching.RunnerCaps,
+                        ok: bool) -> None:
+    assert matching.runner_can_run(matching.Candidate("at_1", runs_on, ss, pin), runner) is ok
 
 
 def test_pick_runner_spreads_load_and_skips_refusers() -> None:
     a, b, c = caps("rn_a", free=2), caps("rn_b", free=5), caps("rn_c", free=0)
-    cand = sched.Candidate("at_1", "vm", IMAGE, None)
-    assert sched.pick_runner(cand, [a, b, c], lambda *_: False) is b
-    assert sched.pick_runner(cand, [a, b, c], lambda att, rid: rid == "rn_b") is a
-    assert sched.pick_runner(cand, [c], lambda *_: False) is None  # full
+    cand = matching.Candidate("at_1", "vm", IMAGE, None)
+    assert matching.pick_runner(cand, [a, b, c], lambda *_: False) is b
+    assert matching.pick_runner(cand, [a, b, c], lambda att, rid: rid == "rn_b") is a
+    assert matching.pick_runner(cand, [c], lambda *_: False) is None  # full
 
 
 def test_pick_runner_prefers_a_runner_with_the_source_in_its_hot_pool() -> None:
     cold = caps("rn_cold", free=5)
-    hot = sched.RunnerCaps("rn_hot", "rn_hot", frozenset(), frozenset(["linux-tiny"]), frozenset([("ss_1", 2)]), 1,
+    hot = matching.RunnerCaps("rn_hot", "rn_hot", frozenset(), frozenset(["linux-tiny"]), frozenset([("ss_1", 2)]), 1,
                            hot=frozenset([("image", "linux-tiny"), ("state", "ss_1", "2")]))
-    full_hot = sched.RunnerCaps("rn_full", "rn_full", frozenset(), frozenset(["linux-tiny"]), frozenset(), 0,
+    full_hot = matching.RunnerCaps("rn_full", "rn_full", frozenset(), frozenset(["linux-tiny"]), frozenset(), 0,
                                 hot=frozenset([("image", "linux-tiny")]))
-    image = sched.Candidate("at_1", "vm", IMAGE, None)
-    state = sched.Candidate("at_2", "vm", {"kind": "state", "image": "linux-tiny", "start_state_id": "ss_1",
+    image = matching.Candidate("at_1", "vm", IMAGE, None)
+    state = matching.Candidate("at_2", "vm", {"kind": "state", "image": "linux-tiny", "start_state_id": "ss_1",
                                            "version": 2}, None)
-    assert sched.pick_runner(image, [cold, hot, full_hot], lambda *_: False) is hot
-    assert sched.pick_runner(state, [cold, hot], lambda *_: False) is hot
-    assert sched.pick_runner(image, [cold, hot], lambda att, rid: rid == "rn_hot") is cold
-    other = sched.Candidate("at_3", "vm", {"kind": "image", "image": "linux-tiny-2"}, None)
+    assert matching.pick_runner(image, [cold, hot, full_hot], lambda *_: False) is hot
+    assert matching.pick_runner(state, [cold, hot], lambda *_: False) is hot
+    assert matching.pick_runner(image, [cold, hot], lambda att, rid: rid == "rn_hot") is cold
+    other = matching.Candidate("at_3", "vm", {"kind": "image", "image": "linux-tiny-2"}, None)
     wide = caps("rn_wide", images=("linux-tiny-2",), free=3)
-    assert sched.pick_runner(other, [hot, wide], lambda *_: False) is wide
+    assert matching.pick_runner(other, [hot, wide], lambda *_: False) is wide
 
 
 def test_refusal_list_expires() -> None:
     t = [100.0]
-    rl = sched.RefusalList(backoff=30, clock=lambda: t[0])
+    rl = matching.RefusalList(backoff=30, clock=lambda: t[0])
     rl.add("at_1", "rn_a")
     assert rl("at_1", "rn_a") and not rl("at_1", "rn_b") and not rl("at_2", "rn_a")
     t[0] += 31
@@ -82,11 +83,44 @@ def test_refusal_list_expires() -> None:
     assert rl._until == {}
 
 
+def test_refusal_list_reads_the_code() -> None:
+    """How long a refusal keeps an attempt off a runner depends on why; an unwell runner gets nothing."""
+    t = [100.0]
+    rl = matching.RefusalList(backoff=30, clock=lambda: t[0])
+    rl.add("at_busy", "rn_a", protocol.LeaseRefusal.NO_SLOT)
+    rl.add("at_img", "rn_a", protocol.LeaseRefusal.IMAGE_MISSING)
+    rl.add("at_disk", "rn_b", protocol.LeaseRefusal.DISK_LOW)
+    # The runner is unwell: every attempt skips it, not only the refused one; other runners are untouched.
+    assert rl("at_disk", "rn_b") and rl("at_other", "rn_b") and not rl("at_other", "rn_a")
+    assert rl("at_busy", "rn_a") and rl("at_img", "rn_a")
+    t[0] += matching.SHORT_BACKOFF_S + 1  # a slot frees soon: offered again before a code-less refusal's 30 s
+    assert not rl("at_busy", "rn_a") and rl("at_img", "rn_a") and rl("at_other", "rn_b")
+    t[0] += matching.UNWELL_BACKOFF_S
+    assert not rl("at_other", "rn_b") and rl("at_img", "rn_a")  # missing image: still kept off for long
+    t[0] += matching.LONG_BACKOFF_S
+    assert not rl("at_img", "rn_a")
+    rl.prune()
+    assert rl._until == {}
+    assert set(matching.BACKOFF_S) == set(protocol.LeaseRefusal)  # every code has its backoff
+
+
+def test_pick_runner_skips_a_runner_that_refused_as_unwell() -> None:
+    rl = matching.RefusalList(clock=lambda: 0.0)
+    a, b = caps("rn_a", free=4), caps("rn_b", free=1)
+    cand = matching.Candidate("at_2", "vm", IMAGE, None)
+    assert matching.pick_runner(cand, [a, b], rl) is a
+    rl.add("at_1", "rn_a", protocol.LeaseRefusal.HYPERVISOR_DOWN)
+    assert matching.pick_runner(cand, [a, b], rl) is b
+    rl2 = matching.RefusalList(clock=lambda: 0.0)
+    rl2.add("at_1", "rn_a", protocol.LeaseRefusal.NO_SLOT)  # busy, not unwell: other attempts still go to it
+    assert matching.pick_runner(cand, [a, b], rl2) is a
+
+
 def test_frozen_case_carries_only_what_the_runner_needs() -> None:
     case = {"test_case_id": "tc_1", "key": "K-1", "name": "n", "prompt": "p", "setup_script": "s",
             "success": {"check_script": "c", "rubric": None}, "limits": {"minutes": 3, "steps": None},
             "runs_on": "lab", "customer": {"facts": {"pw": {"secret": "x"}}}, "metadata": {"reference_fix": "f"}}
-    fc = sched.frozen_case(case)
+    fc = lease.frozen_case(case)
     assert (fc.check_script, fc.limits.minutes, fc.runs_on, fc.key) == ("c", 3, "lab", "K-1")
     dumped = protocol.encode(fc)
     assert '"x"' not in dumped and "reference_fix" not in dumped
@@ -119,11 +153,11 @@ def seed(s: Session, n: int = 1) -> list[str]:
 def test_lease_pass_claims_oldest_within_free_slots(dbs: sessionmaker[Session]) -> None:
     with dbs() as s:
         ids = seed(s, 6)
-        p = sched.lease_pass(s, ["rn_a"], lambda *_: False, sched.RunCaseCache(), False)
+        p = lease.lease_pass(s, ["rn_a"], lambda *_: False, lease.RunCaseCache(), False)
         s.commit()
         assert [g.attempt_id for g in p.grants] == ids[:4]  # FIFO, 4 slots
         assert s.get(TestRun, "tr_1").status == "running"  # type: ignore[union-attr]
-        again = sched.lease_pass(s, ["rn_a"], lambda *_: False, sched.RunCaseCache(), False)
+        again = lease.lease_pass(s, ["rn_a"], lambda *_: False, lease.RunCaseCache(), False)
         assert again.grants == []  # no free slot left: the DB count, not the runner's word
 
 
@@ -134,7 +168,7 @@ def test_runner_caps_read_the_hot_pool_from_the_hello(dbs: sessionmaker[Session]
                      held_versions=[{"start_state_id": "ss_1", "version": 2, "pooled": True},
                                     {"start_state_id": "ss_1", "version": 3}]))
     with dbs() as s:
-        (caps_h,) = sched.load_runner_caps(s, ["rn_h"])
+        (caps_h,) = lease.load_runner_caps(s, ["rn_h"])
     assert caps_h.hot == {("image", "linux-tiny"), ("state", "ss_1", "2")}
     assert caps_h.images == {"linux-tiny", "other"}
 
@@ -143,8 +177,8 @@ def test_fail_attempt_retries_once_even_when_called_twice(dbs: sessionmaker[Sess
     with dbs() as s:
         (aid,) = seed(s)
         s.query(Attempt).filter_by(id=aid).update({"status": "running", "runner_id": "rn_a"})
-        r1 = sched.fail_attempt(s, aid, "boom")
-        r2 = sched.fail_attempt(s, aid, "boom again")
+        r1 = states.fail_attempt(s, aid, "boom")
+        r2 = states.fail_attempt(s, aid, "boom again")
         s.commit()
         assert r1 is not None and r2 is None
         assert s.query(Attempt).count() == 2
@@ -156,14 +190,14 @@ def test_retries_stop_at_three_attempts(dbs: sessionmaker[Session]) -> None:
         chain = [aid]
         while True:
             s.query(Attempt).filter_by(id=chain[-1]).update({"status": "running", "runner_id": "rn_a"})
-            nxt = sched.fail_attempt(s, chain[-1], "boom")
+            nxt = states.fail_attempt(s, chain[-1], "boom")
             if nxt is None:
                 break
             chain.append(nxt)
         s.commit()
         assert len(chain) == 3
         assert [a.is_last for a in s.query(Attempt).order_by(Attempt.created_at)] == [False, False, True]
-        assert sched.complete_runs(s, ["tr_1"]) == ["tr_1"]
+        assert completion.complete_runs(s, ["tr_1"]) == ["tr_1"]
 
 
 def test_apply_result_needs_the_leaseholder(dbs: sessionmaker[Session]) -> None:
@@ -172,10 +206,10 @@ def test_apply_result_needs_the_leaseholder(dbs: sessionmaker[Session]) -> None:
         s.query(Attempt).filter_by(id=aid).update({"status": "checking", "runner_id": "rn_a"})
         s.commit()
         res = protocol.AttemptResult(attempt_id=aid, outcome="passed")
-        other = sched.apply_result(s, "rn_b", res)
+        other = intake.apply_result(s, "rn_b", res)
         assert not other.applied and other.note == "attempt not leased to this runner"
-        ok = sched.apply_result(s, "rn_a", res)
-        dup = sched.apply_result(s, "rn_a", protocol.AttemptResult(attempt_id=aid, outcome="failed"))
+        ok = intake.apply_result(s, "rn_a", res)
+        dup = intake.apply_result(s, "rn_a", protocol.AttemptResult(attempt_id=aid, outcome="failed"))
         s.commit()
         assert ok.applied and not dup.applied
         assert s.get(Attempt, aid).outcome == "passed"  # type: ignore[union-attr]
@@ -185,11 +219,11 @@ def test_rubric_only_result_without_judge_is_error(dbs: sessionmaker[Session]) -
     with dbs() as s:
         (aid,) = seed(s)
         s.query(Attempt).filter_by(id=aid).update({"status": "checking", "runner_id": "rn_a"})
-        out = sched.apply_result(s, "rn_a", protocol.AttemptResult(attempt_id=aid, outcome="passed",
+        out = intake.apply_result(s, "rn_a", protocol.AttemptResult(attempt_id=aid, outcome="passed",
                                                                     check_absent=True))
         s.commit()
         assert out.outcome == "error" and out.retry_id is not None
-        judged = sched.apply_result(s, "rn_a", protocol.AttemptResult(attempt_id=aid, outcome="passed"))
+        judged = intake.apply_result(s, "rn_a", protocol.AttemptResult(attempt_id=aid, outcome="passed"))
         assert not judged.applied
 
 

@@ -219,8 +219,8 @@ def test_hand_made_state_closed_unsaved_is_deleted(server: Server, gateway: Fake
 
 
 def test_job_results_move_the_state_and_send_webhooks(server: Server, gateway: FakeGateway) -> None:
-    from gh_server.api.start_states import apply_job_result
     from gh_server.models import WebhookDelivery
+    from gh_server.start_states import apply_job_result
 
     c = server.admin
     rn = c.runners.create("job-runner")

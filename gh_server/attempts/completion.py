@@ -1,0 +1,100 @@
+"""Run completion: a run with no unfinished attempt becomes `completed` (once, guarded by its status) and
+its `test_run.completed` webhook is enqueued; `run_summary` is its progress and pass rate.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Iterable
+from typing import Any, cast
+
+from sqlalchemy import CursorResult, func, select, update
+from sqlalchemy.orm import Session
+
+from gh_server.models import Attempt, TestRun, utcnow
+from gh_wire.vocab import ACTIVE, UNFINISHED, AttemptStatus, Outcome
+
+log = logging.getLogger(__name__)
+
+
+def complete_runs(session: Session, run_ids: Iterable[str] | None = None) -> list[str]:
+    """Runs with nothing left queued or running become `completed`; `test_run.completed` is enqueued."""
+    q = select(TestRun).where(TestRun.status.in_(("queued", "running")))
+    ids = None if run_ids is None else list(set(run_ids))
+    if ids is not None:
+        if not ids:
+            return []
+        q = q.where(TestRun.id.in_(ids))
+    done = []
+    for run in session.scalars(q).all():
+        left = session.scalar(
+            select(Attempt.id).where(Attempt.test_run_id == run.id, Attempt.status.in_(UNFINISHED)).limit(1)
+        )
+        if left is not None:
+            continue
+        has_any = session.scalar(select(Attempt.id).where(Attempt.test_run_id == run.id).limit(1))
+        if has_any is None and run.status == "queued":
+            continue  # still being created
+        now = utcnow()
+        # Guarded by the status read: when two gh-server processes see the run finish, one completes it
+        # (and sends its webhook).
+        res = session.execute(
+            update(TestRun)
+            .where(TestRun.id == run.id, TestRun.status == run.status)
+            .values(status="completed", started_at=run.started_at or now, finished_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        if cast(CursorResult[Any], res).rowcount != 1:
+            continue
+        session.refresh(run)
+        _enqueue_completed(session, run)
+        done.append(run.id)
+    return done
+
+
+def run_summary(session: Session, run_id: str) -> tuple[dict[str, int], dict[str, float | None]]:
+    """progress and pass_rate of a run, from the last attempt of each try (errors never count)."""
+    rows = session.execute(
+        select(Attempt.agent_id, Attempt.status, Attempt.outcome, func.count())
+        .where(Attempt.test_run_id == run_id, Attempt.is_last.is_(True))
+        .group_by(Attempt.agent_id, Attempt.status, Attempt.outcome)
+    ).all()
+    progress = {"total": 0, "queued": 0, "running": 0, "passed": 0, "failed": 0, "error": 0}
+    per_agent: dict[str, list[int]] = {}
+    for agent, status, outcome, n in rows:
+        progress["total"] += n
+        if status == AttemptStatus.QUEUED:
+            progress["queued"] += n
+        elif status in ACTIVE:
+            progress["running"] += n
+        elif outcome in set(Outcome):
+            progress[outcome] += n
+        tally = per_agent.setdefault(agent, [0, 0])
+        if outcome == Outcome.PASSED:
+            tally[0] += n
+        if outcome in (Outcome.PASSED, Outcome.FAILED):
+            tally[1] += n
+    pass_rate = {a: (round(p / t, 4) if t else None) for a, (p, t) in per_agent.items()}
+    return progress, pass_rate
+
+
+def _enqueue_completed(session: Session, run: TestRun) -> None:
+    try:
+        webhooks = importlib.import_module("gh_server.webhooks")
+        from gh_server import serialize
+    except ImportError:  # the API half is not installed (unit tests of this module alone)
+        return
+    try:
+        payload = serialize.test_run(session, run)
+    except Exception:  # the run must complete even if its webhook body cannot be rendered
+        log.exception("could not render test_run %s for its webhook", run.id)
+        progress, pass_rate = run_summary(session, run.id)
+        payload = {
+            "object": "test_run",
+            "test_run_id": run.id,
+            "status": run.status,
+            "progress": progress,
+            "pass_rate": pass_rate,
+        }
+    webhooks.enqueue(session, "test_run.completed", payload)
