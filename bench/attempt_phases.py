@@ -44,7 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml
 
-from gh_runner.attempt import Attempt, PhaseTimeouts
+from gh_runner.attempt import Attempt
+from gh_runner.config import Timeouts
 from gh_wire.protocol import FrozenCase, Lease, Limits, MachineRequest, StartStateRef, TaskEnd
 from providers.base import MachineSource
 from providers.qemu import QemuProvider
@@ -110,7 +111,7 @@ async def one_attempt(provider: QemuProvider, case: Mapping[str, Any], aid: str,
            if warm and not image_only else StartStateRef(kind="image", image="linux-tiny"))
     lease = Lease(attempt_id=aid, agent_id="reference", case=frozen, start_state=ref)
     link = ReferenceLink(case)
-    attempt = Attempt(lease, provider, link, PhaseTimeouts(), background_teardown=background_teardown)
+    attempt = Attempt(lease, provider, link, Timeouts(), background_teardown=background_teardown)
     link.attempt = attempt
     t0 = time.monotonic()
     result = await attempt.run()

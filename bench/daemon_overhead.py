@@ -67,10 +67,11 @@ def attempt_factory(kind: str) -> Any:
             hold = 0.0  # ends as soon as its machine is up
 
         return Quick
-    from gh_runner.attempt import Attempt, PhaseTimeouts
+    from gh_runner.attempt import Attempt
+
 
     def make(lease: Any, provider: Any, link: Any, timeouts: Any) -> Any:
-        return Attempt(lease, provider, link, PhaseTimeouts(**timeouts.model_dump()))
+        return Attempt(lease, provider, link, timeouts)
 
     return make
 

@@ -20,13 +20,13 @@ import asyncio
 import base64
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
 import structlog
 
 from gh_runner import outcome as rules
+from gh_runner.config import Timeouts
 from gh_runner.replay import ReplayRecorder, is_secret_event, redact_event, redact_text
 from gh_wire.protocol import (
     AttemptMetrics,
@@ -66,19 +66,6 @@ LINK_TIMEOUT = 10.0  # a status report that takes longer than this is dropped (b
 WATCH_INTERVAL = 1.0  # at most one "change" frame per second
 
 _background: set[asyncio.Task[Any]] = set()  # shielded destroys outliving a cancelled teardown
-
-
-@dataclass(frozen=True)
-class PhaseTimeouts:
-    """Seconds per phase; the defaults suit TCG guests. Configurable from the daemon's config."""
-
-    machine: float = 180.0  # create + boot/restore
-    ready: float = 180.0  # guest channel answers
-    setup: float = 600.0
-    check: float = 300.0
-    task_grace: float = 30.0  # after limits.minutes, waiting for the agent's task_end
-    screen: float = 30.0
-    teardown: float = 60.0
 
 
 class AttemptLink(Protocol):
@@ -126,7 +113,7 @@ class Attempt:
         lease: Lease,
         provider: Provider,
         link: AttemptLink,
-        timeouts: PhaseTimeouts = PhaseTimeouts(),
+        timeouts: Timeouts = Timeouts(),
         *,
         seconds_per_minute: float = 60.0,  # test hook: scales limits.minutes
         background_teardown: bool = False,

@@ -42,8 +42,8 @@ class ConfigError(Exception):
 
 
 class Timeouts(BaseModel):
-    """Per-phase attempt timeouts in seconds (mirrors `gh_runner.attempt.PhaseTimeouts`); a start-state job's
-    bounds (`gh_runner.jobs.JobTimeouts`) derive from it."""
+    """Per-phase attempt timeouts in seconds: the attempt's phase bounds (one definition), from which a
+    start-state job's bounds (`gh_runner.jobs.JobTimeouts`) derive."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -139,13 +139,9 @@ AttemptFactory = Callable[[Lease, Provider, Any, Timeouts], AttemptLike]
 
 
 def default_attempt_factory(lease: Lease, provider: Provider, link: Any, timeouts: Timeouts) -> AttemptLike:
-    import dataclasses
+    from gh_runner.attempt import Attempt
 
-    from gh_runner.attempt import Attempt, PhaseTimeouts
-
-    known = {f.name for f in dataclasses.fields(PhaseTimeouts)}
-    phase_timeouts = PhaseTimeouts(**{k: v for k, v in timeouts.model_dump().items() if k in known})
-    return Attempt(lease, provider, link, phase_timeouts, background_teardown=True)
+    return Attempt(lease, provider, link, timeouts, background_teardown=True)
 
 
 def make_provider(config: RunnerConfig) -> Provider:

@@ -10,14 +10,15 @@ import pytest
 import structlog
 
 from gh_runner import attempt as attempt_mod
-from gh_runner.attempt import Attempt, PhaseTimeouts
+from gh_runner.attempt import Attempt
+from gh_runner.config import Timeouts
 from gh_wire.input import KeyEvent, TypeEvent
 from gh_wire.protocol import MachineRequest, TaskEnd
 from providers.base import ScriptResult
 
 from .fakes import WAIT, FakeLink, FakeMachine, FakeProvider, is_mosaic, make_lease, ok
 
-FAST = PhaseTimeouts(machine=5, ready=5, setup=5, check=5, task_grace=0.3, screen=5, teardown=5)
+FAST = Timeouts(machine=5, ready=5, setup=5, check=5, task_grace=0.3, screen=5, teardown=5)
 
 
 def exec_req(script: str, rid: str = "r1", **kw: object) -> MachineRequest:
@@ -119,7 +120,7 @@ async def test_setup_hangs_when_the_guest_stops_answering(provider: FakeProvider
         return ok()
 
     provider.scripts["break"] = hang
-    t = PhaseTimeouts(machine=5, ready=5, setup=0.3, check=5, task_grace=0.3, screen=5, teardown=5)
+    t = Timeouts(machine=5, ready=5, setup=0.3, check=5, task_grace=0.3, screen=5, teardown=5)
     result = await finish(await start(Attempt(make_lease(), provider, link, t)))
     assert result.outcome == "error" and result.error_phase == "setup"
     assert result.error is not None and "stopped answering" in result.error and "0.3 s" in result.error
@@ -177,7 +178,7 @@ async def test_task_limit_reached_is_still_checked(provider: FakeProvider, link:
 
 
 async def test_task_end_during_grace_gives_the_answer(provider: FakeProvider, link: FakeLink) -> None:
-    t = PhaseTimeouts(machine=5, ready=5, setup=5, check=5, task_grace=WAIT, screen=5, teardown=5)
+    t = Timeouts(machine=5, ready=5, setup=5, check=5, task_grace=WAIT, screen=5, teardown=5)
     a = Attempt(make_lease(minutes=1), provider, link, t, seconds_per_minute=0.2)
     run = await start(a)
     await link.reached("task")
@@ -254,7 +255,7 @@ async def test_outer_cancellation_propagates_and_destroys(provider: FakeProvider
 
 async def test_machine_that_never_gets_ready(provider: FakeProvider, link: FakeLink) -> None:
     provider.never_ready = True
-    t = PhaseTimeouts(machine=5, ready=0.2, setup=5, check=5, task_grace=0.3, screen=5, teardown=5)
+    t = Timeouts(machine=5, ready=0.2, setup=5, check=5, task_grace=0.3, screen=5, teardown=5)
     result = await finish(await start(Attempt(make_lease(), provider, link, t)))
     assert result.outcome == "error" and result.error_phase == "ready"
     assert result.error is not None and "guest channel never came up" in result.error and "0.2 s" in result.error
@@ -453,7 +454,7 @@ async def test_cancel_after_the_work_is_done_keeps_the_result(provider: FakeProv
 async def test_machine_made_after_teardown_gave_up_is_still_destroyed(provider: FakeProvider,
                                                                        link: FakeLink) -> None:
     provider.create_gate = asyncio.Event()
-    t = PhaseTimeouts(machine=5, ready=5, setup=5, check=5, task_grace=0.3, screen=5, teardown=0.2)
+    t = Timeouts(machine=5, ready=5, setup=5, check=5, task_grace=0.3, screen=5, teardown=0.2)
     a = Attempt(make_lease(), provider, link, t)
     run = await start(a)
     await asyncio.wait_for(provider.creating.wait(), WAIT)

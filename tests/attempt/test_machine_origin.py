@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from gh_runner.attempt import Attempt, PhaseTimeouts
+from gh_runner.attempt import Attempt
+from gh_runner.config import Timeouts
 from gh_wire.protocol import TaskEnd
 from providers.base import MachineOrigin
 
 from .fakes import FakeLink, FakeProvider, make_lease
 
-FAST = PhaseTimeouts(machine=5, ready=5, setup=5, check=5, task_grace=0.3, screen=5, teardown=5)
+FAST = Timeouts(machine=5, ready=5, setup=5, check=5, task_grace=0.3, screen=5, teardown=5)
 
 
 @pytest.mark.parametrize("origin", list(MachineOrigin))

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from gh_runner.attempt import Attempt, PhaseTimeouts
+from gh_runner.attempt import Attempt
+from gh_runner.config import Timeouts
 from gh_wire.input import KeyEvent
 from gh_wire.protocol import FrozenCase, Lease, Limits, MachineRequest, StartStateRef, TaskEnd
 from providers.base import Provider
@@ -86,7 +87,7 @@ async def until_task(link: FakeLink, run: asyncio.Task[Any]) -> None:
 
 def new_attempt(provider: Provider, link: FakeLink) -> Attempt:
     attempt_id = f"at_itest_{secrets.token_hex(4)}"
-    return Attempt(lease(attempt_id), provider, link, PhaseTimeouts(machine=WAIT, ready=WAIT, teardown=120))
+    return Attempt(lease(attempt_id), provider, link, Timeouts(machine=WAIT, ready=WAIT, teardown=120))
 
 
 async def play(provider: Provider, *, fix: bool) -> tuple[Any, FakeLink, list[Any]]:
