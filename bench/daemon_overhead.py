@@ -69,7 +69,6 @@ def attempt_factory(kind: str) -> Any:
         return Quick
     from gh_runner.attempt import Attempt
 
-
     def make(lease: Any, provider: Any, link: Any, timeouts: Any) -> Any:
         return Attempt(lease, provider, link, timeouts)
 
