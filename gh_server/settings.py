@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails
 
 from gh_common.configfile import read_mapping
 from gh_server.ids import unaddressable
@@ -20,7 +22,7 @@ class AgentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: str
-    kind: Literal["builtin", "command", "http"] = "builtin"
+    kind: Literal["builtin", "command", "http"] = "builtin"  # `model`: ModelAgentConfig
     builtin: Literal["noop", "reference"] | None = None  # for kind=builtin
     command: list[str] | None = None
     url: str | None = None
@@ -49,6 +51,148 @@ class AgentConfig(BaseModel):
         return self
 
 
+class ModelApi(StrEnum):
+    """The wire API a model agent speaks (gh_server.agents.model)."""
+
+    ANTHROPIC = "anthropic"  # Messages API with the computer-use tool
+    OPENAI_RESPONSES = "openai-responses"  # Responses API with the computer tool
+    OPENAI_CHAT = "openai-chat"  # Chat Completions with images, on any OpenAI-compatible server
+
+
+class ChatOutput(StrEnum):
+    """How an `openai-chat` model writes its actions."""
+
+    TOOL_CALLS = "tool_calls"  # a `computer` function tool over our action schema (pixels of the scaled screen)
+    PYAUTOGUI = "pyautogui"  # pyautogui code in the reply, as OSWorld's baselines and OpenCUA emit
+    UI_TARS = "ui-tars"  # UI-TARS action text (Thought: ... Action: click(start_box='(x,y)')), 0-1000 grid
+
+
+class ModelTool(StrEnum):
+    COMPUTER = "computer"  # screen, pointer and keyboard
+    SHELL = "shell"  # run a script on the machine (the image's script language), as the exec request
+
+
+# The tool versions each API's SDK defines; the first is the default. Anthropic's toolset is the current
+# one, computer_20251124 the previous one still served; OpenAI's GA tool and the preview one.
+TOOL_VERSIONS: dict[ModelApi, tuple[str, ...]] = {
+    ModelApi.ANTHROPIC: ("computer_toolset_20260801", "computer_20251124"),
+    ModelApi.OPENAI_RESPONSES: ("computer", "computer_use_preview"),
+    ModelApi.OPENAI_CHAT: ("function",),
+}
+
+
+class ModelPrice(BaseModel):
+    """US dollars per million tokens; `cost_cents` of an attempt is computed from it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cached_input: float | None = Field(default=None, ge=0)  # None: cached input tokens cost `input`
+
+
+class ModelAgentConfig(BaseModel):
+    """A built-in computer-use agent driving a model (`kind: model`). See docs/agents.md.
+
+    The API key is read from gh-server's environment (`api_key_env`) at each call: it is never stored
+    here, logged, sent to a runner, put in a replay, or given to an agent process."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    kind: Literal["model"]
+    api: ModelApi
+    model: str = Field(min_length=1)
+    api_key_env: str | None = None  # None: no key (a local OpenAI-compatible server)
+    base_url: str | None = None  # None: the API's own service
+    output: ChatOutput | None = None  # openai-chat only (default tool_calls)
+    tool_version: str | None = None  # one of TOOL_VERSIONS[api]; None: the first
+    tools: list[ModelTool] = Field(default_factory=lambda: [ModelTool.COMPUTER])
+    max_steps: int = Field(default=50, ge=1, le=10_000)  # model turns, when the case has no limits.steps
+    max_tokens: int = Field(default=4096, ge=1, le=200_000)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    # The size screenshots are scaled to for the model, and its coordinates scaled back from (None: the
+    # guest's own size).
+    screen: tuple[int, int] | None = None
+    keep_screens: int = Field(default=3, ge=1, le=100)  # past screenshots kept in the model's context
+    price: ModelPrice | None = None
+    system: str | None = Field(default=None, max_length=100_000)  # extra instructions after ours
+    timeout: float = Field(default=120.0, gt=0, le=3600)  # one model call, retries excluded
+    retries: int = Field(default=3, ge=0, le=10)  # 429/5xx/connection, with the SDK's backoff (Retry-After)
+    max_invalid: int = Field(default=3, ge=1, le=100)  # unparseable replies or invalid actions in a row
+
+    @field_validator("id")
+    @classmethod
+    def _addressable(cls, v: str) -> str:
+        problem = unaddressable(v) if v else "must not be empty"
+        if problem:
+            raise ValueError(f"agent id {v!r} {problem}")
+        return v
+
+    @field_validator("screen")
+    @classmethod
+    def _screen(cls, v: tuple[int, int] | None) -> tuple[int, int] | None:
+        if v is not None and not (64 <= v[0] <= 8192 and 64 <= v[1] <= 8192):
+            raise ValueError("screen is [width, height] in pixels, each 64 to 8192")
+        return v
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _key_env(cls, v: str | None) -> str | None:
+        if v is not None and (not v.replace("_", "").isalnum() or v.upper().startswith("GH_SERVER_")):
+            raise ValueError("api_key_env names an environment variable (letters, digits, _), never a GH_SERVER_ one")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelAgentConfig:
+        if ModelTool.COMPUTER not in self.tools:
+            raise ValueError("tools must include computer ([computer] or [computer, shell])")
+        if len(set(self.tools)) != len(self.tools):
+            raise ValueError("tools lists a tool twice")
+        if self.output is not None and self.api != ModelApi.OPENAI_CHAT:
+            raise ValueError(f"output is for api openai-chat, not {self.api}")
+        versions = TOOL_VERSIONS[self.api]
+        if self.tool_version is not None and self.tool_version not in versions:
+            raise ValueError(f"tool_version for api {self.api} is one of {', '.join(versions)}")
+        if self.api != ModelApi.OPENAI_CHAT and self.api_key_env is None:
+            raise ValueError(f"api {self.api} needs api_key_env (the environment variable holding the key)")
+        return self
+
+    @property
+    def chat_output(self) -> ChatOutput:
+        return self.output or ChatOutput.TOOL_CALLS
+
+    @property
+    def tool(self) -> str:
+        return self.tool_version or TOOL_VERSIONS[self.api][0]
+
+
+AGENT_KINDS = ("builtin", "command", "http", "model")
+
+
+def agent_config(agent_id: str, raw: Any) -> AgentConfig | ModelAgentConfig:
+    """One `agents` entry by its kind: a model (ModelAgentConfig), else a built-in, command or HTTP agent.
+
+    Raises:
+        pydantic.ValidationError: located at the entry's id (agents.<id>.<setting>), not at a union member.
+    """
+    if isinstance(raw, AgentConfig | ModelAgentConfig):
+        return raw
+    kind = raw.get("kind", "builtin") if isinstance(raw, dict) else None
+    if isinstance(raw, dict) and kind not in AGENT_KINDS:
+        raise ValidationError.from_exception_data("AgentConfig", [InitErrorDetails(
+            type="value_error", loc=(agent_id, "kind"), input=kind,
+            ctx={"error": ValueError(f"kind is one of {', '.join(AGENT_KINDS)}, not {kind!r}")})])
+    cls: type[AgentConfig] | type[ModelAgentConfig] = (
+        ModelAgentConfig if isinstance(raw, dict) and raw.get("kind") == "model" else AgentConfig)
+    try:
+        return cls.model_validate(raw)
+    except ValidationError as e:
+        errors = [InitErrorDetails(type=err["type"], loc=(agent_id, *err["loc"]), input=err["input"],
+                                   ctx=err.get("ctx", {})) for err in e.errors()]
+        raise ValidationError.from_exception_data(e.title, errors) from None
+
+
 class ModelEndpoint(BaseModel):
     """An OpenAI-compatible chat endpoint (judge, simulated customer)."""
 
@@ -72,7 +216,9 @@ class Settings(BaseModel):
     dead_after: float = 45.0
     # A runner is shown online when connected and seen within this many seconds.
     online_window_seconds: float = 60.0
-    agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    # An entry is a ModelAgentConfig when its kind is `model` (picked in _agent_kinds, so an error names
+    # agents.<id>.<setting>), else an AgentConfig.
+    agents: dict[str, AgentConfig | ModelAgentConfig] = Field(default_factory=dict)
     judge: ModelEndpoint | None = None
     customer_model: ModelEndpoint | None = None
     # Bounded worker pools (gh_server.workpool): how many of each slow call run at once in one process.
@@ -111,6 +257,13 @@ class Settings(BaseModel):
     webhook_allow: list[str] = Field(default_factory=list)
     # How long a request waits for a locked SQLite database before it answers 503 (Retry-After).
     db_busy_timeout: float = Field(default=5.0, gt=0)
+
+    @field_validator("agents", mode="before")
+    @classmethod
+    def _agent_kinds(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            return v
+        return {k: agent_config(str(k), c) for k, c in v.items()}
 
     @property
     def sqlalchemy_url(self) -> str:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 MAX_TYPE_TEXT = 10_000
 MAX_KEYS = 8
+MAX_HOLD_MS = 10_000
 
 
 class _Event(BaseModel):
@@ -37,11 +38,28 @@ class MoveEvent(_Event):
     y: int = Field(ge=0, le=16384)
 
 
+class MouseDownEvent(_Event):
+    """Press a button at x,y and keep it pressed (a drag is a mouse_down, moves and a mouse_up)."""
+
+    type: Literal["mouse_down"] = "mouse_down"
+    x: int = Field(ge=0, le=16384)
+    y: int = Field(ge=0, le=16384)
+    button: Literal["left", "right", "middle"] = "left"
+
+
+class MouseUpEvent(_Event):
+    type: Literal["mouse_up"] = "mouse_up"
+    x: int = Field(ge=0, le=16384)
+    y: int = Field(ge=0, le=16384)
+    button: Literal["left", "right", "middle"] = "left"
+
+
 class ScrollEvent(_Event):
     type: Literal["scroll"] = "scroll"
     x: int = Field(ge=0, le=16384)
     y: int = Field(ge=0, le=16384)
-    dy: int = Field(ge=-100, le=100, description="notches; positive scrolls down")
+    dy: int = Field(default=0, ge=-100, le=100, description="notches; positive scrolls down")
+    dx: int = Field(default=0, ge=-100, le=100, description="notches; positive scrolls right")
 
 
 class TypeEvent(_Event):
@@ -52,9 +70,11 @@ class TypeEvent(_Event):
 class KeyEvent(_Event):
     type: Literal["key"] = "key"
     keys: list[str] = Field(min_length=1, max_length=MAX_KEYS, description='e.g. ["CTRL", "ALT", "DELETE"]')
+    hold_ms: int | None = Field(default=None, ge=1, le=MAX_HOLD_MS,
+                                description="hold the chord this long before releasing it (default: a tap)")
 
 
 InputEvent = Annotated[
-    ClickEvent | DoubleClickEvent | MoveEvent | ScrollEvent | TypeEvent | KeyEvent,
+    ClickEvent | DoubleClickEvent | MouseDownEvent | MouseUpEvent | MoveEvent | ScrollEvent | TypeEvent | KeyEvent,
     Field(discriminator="type"),
 ]

@@ -16,7 +16,17 @@ from typing import Any
 import libvirt
 import libvirt_qemu
 
-from gh_wire.input import ClickEvent, DoubleClickEvent, InputEvent, KeyEvent, MoveEvent, ScrollEvent, TypeEvent
+from gh_wire.input import (
+    ClickEvent,
+    DoubleClickEvent,
+    InputEvent,
+    KeyEvent,
+    MouseDownEvent,
+    MouseUpEvent,
+    MoveEvent,
+    ScrollEvent,
+    TypeEvent,
+)
 from providers.errors import InputNotSupported
 from providers.qemu.errors import in_thread
 from providers.qemu.handle import Domain
@@ -58,11 +68,14 @@ def pointer_batches(ev: InputEvent, size: tuple[int, int]) -> list[list[dict[str
         for _ in range(clicks):
             out += [button_event(ev.button, True), button_event(ev.button, False)]
         return out
+    if isinstance(ev, MouseDownEvent | MouseUpEvent):
+        return [move_events(ev.x, ev.y, size), button_event(ev.button, isinstance(ev, MouseDownEvent))]
     if isinstance(ev, ScrollEvent):
         out = [move_events(ev.x, ev.y, size)]
-        wheel = "wheel-down" if ev.dy > 0 else "wheel-up"
-        for _ in range(abs(ev.dy)):
-            out += [button_event(wheel, True), button_event(wheel, False)]
+        for notches, wheel in ((ev.dy, "wheel-down" if ev.dy > 0 else "wheel-up"),
+                               (ev.dx, "wheel-right" if ev.dx > 0 else "wheel-left")):
+            for _ in range(abs(notches)):
+                out += [button_event(wheel, True), button_event(wheel, False)]
         return out
     raise InputNotSupported(f"not a pointer event: {ev.type}")
 
@@ -81,9 +94,9 @@ class InputDriver:
 
         return self.domain.call_blocking(go, retry=False)  # an event sent twice is a second click
 
-    def _send_key_blocking(self, codes: list[int]) -> None:
+    def _send_key_blocking(self, codes: list[int], hold_ms: int = HOLD_MS) -> None:
         def go(_c: libvirt.virConnect, dom: libvirt.virDomain) -> None:
-            dom.sendKey(libvirt.VIR_KEYCODE_SET_LINUX, HOLD_MS, codes, len(codes), 0)
+            dom.sendKey(libvirt.VIR_KEYCODE_SET_LINUX, hold_ms, codes, len(codes), 0)
 
         self.domain.call_blocking(go, retry=False)  # keys sent twice type twice
 
@@ -94,13 +107,13 @@ class InputDriver:
         if "error" in parsed:
             raise InputNotSupported(f"the hypervisor refused pointer input: {parsed['error'].get('desc')}")
 
-    async def _send_chord(self, codes: list[int]) -> None:
+    async def _send_chord(self, codes: list[int], hold_ms: int = HOLD_MS) -> None:
         queued = self._keys_done_at - time.monotonic()
         if queued > MAX_QUEUED_S:
             await asyncio.sleep(queued - MAX_QUEUED_S)
-        await in_thread("sending keys", self._send_key_blocking, codes, timeout=self.call_timeout)
+        await in_thread("sending keys", self._send_key_blocking, codes, hold_ms, timeout=self.call_timeout)
         # QEMU plays each chord as: press, hold, release, then its inter-key delay.
-        self._keys_done_at = max(self._keys_done_at, time.monotonic()) + (HOLD_MS + 10) / 1000
+        self._keys_done_at = max(self._keys_done_at, time.monotonic()) + (hold_ms + 10) / 1000
 
     async def _drain_keys(self) -> None:
         left = self._keys_done_at - time.monotonic()
@@ -109,19 +122,19 @@ class InputDriver:
 
     async def deliver(self, events: Sequence[InputEvent]) -> None:
         # Validate everything first so that a bad event sends nothing rather than half a sequence.
-        plans: list[tuple[str, Any]] = []
+        plans: list[tuple[str, Any, int]] = []
         for ev in events:
             if isinstance(ev, TypeEvent):
-                plans.append(("keys", text_keys(ev.text)))
+                plans.append(("keys", text_keys(ev.text), HOLD_MS))
             elif isinstance(ev, KeyEvent):
-                plans.append(("keys", [combo_keys(ev.keys)]))
+                plans.append(("keys", [combo_keys(ev.keys)], ev.hold_ms or HOLD_MS))
             else:
-                plans.append(("pointer", ev))
+                plans.append(("pointer", ev, 0))
         size: tuple[int, int] | None = None
-        for kind, plan in plans:
+        for kind, plan, hold_ms in plans:
             if kind == "keys":
                 for chord in plan:
-                    await self._send_chord(chord)
+                    await self._send_chord(chord, hold_ms)
             else:
                 await self._drain_keys()
                 if size is None:

@@ -11,7 +11,7 @@ import libvirt
 import pytest
 from PIL import Image
 
-from gh_wire.input import ClickEvent, DoubleClickEvent, MoveEvent, ScrollEvent
+from gh_wire.input import ClickEvent, DoubleClickEvent, MouseDownEvent, MouseUpEvent, MoveEvent, ScrollEvent
 from providers.errors import InputNotSupported, ProviderError
 from providers.manifest import parse_manifest
 from providers.qemu.domain import (
@@ -144,6 +144,17 @@ def test_pointer_batches_separate_press_and_release() -> None:
     assert len(scroll) == 7 and scroll[1][0]["data"]["button"] == "wheel-up"
     mv = pointer_batches(MoveEvent(x=320, y=0), size)[0]
     assert mv[0]["data"]["value"] == round(320 * ABS_MAX / 639) and mv[1]["data"]["value"] == 0
+
+
+def test_mouse_down_and_up_are_one_press_each_and_scroll_goes_both_ways() -> None:
+    size = (640, 480)
+    down = pointer_batches(MouseDownEvent(x=10, y=20), size)
+    up = pointer_batches(MouseUpEvent(x=30, y=40, button="middle"), size)
+    assert [b[0]["type"] for b in down] == ["abs", "btn"] and down[1][0]["data"] == {"down": True, "button": "left"}
+    assert up[1][0]["data"] == {"down": False, "button": "middle"}
+    both = pointer_batches(ScrollEvent(x=1, y=1, dy=1, dx=-2), size)
+    assert [b[0]["data"]["button"] for b in both[1:] if b[0]["data"]["down"]] == ["wheel-down", "wheel-left",
+                                                                                 "wheel-left"]
 
 
 # -- screen colours --------------------------------------------------------------------------------
