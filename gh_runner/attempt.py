@@ -27,12 +27,20 @@ import structlog
 
 from gh_runner import outcome as rules
 from gh_runner.config import Timeouts
-from gh_runner.replay import ReplayRecorder, is_secret_event, redact_event, redact_text
+from gh_runner.replay import (
+    ReplayRecorder,
+    exec_event,
+    is_secret_event,
+    redact_event,
+    redact_text,
+    with_note,
+)
 from gh_wire.protocol import (
     AttemptMetrics,
     AttemptResult,
     CheckOutput,
     Lease,
+    MachineRefusal,
     MachineRequest,
     MachineResponse,
     Outcome,
@@ -40,7 +48,7 @@ from gh_wire.protocol import (
     TaskEndReason,
 )
 from providers.base import Machine, MachineSource, Provider, ScriptResult
-from providers.errors import ProviderError
+from providers.errors import InputNotSupported, ProviderError
 
 log = structlog.get_logger(__name__)
 
@@ -392,6 +400,7 @@ class Attempt:
         if end is not None:
             self._metrics.steps, self._metrics.questions, self._metrics.approvals = (
                 end.steps, end.questions, end.approvals)
+            self._metrics.agent_usage = end.usage
         return end
 
     async def wait_torn_down(self) -> None:
@@ -472,6 +481,8 @@ class Attempt:
         try:
             if req.op == "screen":
                 png = await self._screenshot()
+                if req.attempt_id is not None:  # the screen the agent saw is a step of its trajectory
+                    await self._replay.send("screen", png, with_note({"type": "screen"}, req.note, req.redact))
                 return MachineResponse(request_id=req.request_id, ok=True, png_b64=base64.b64encode(png).decode())
             if req.op == "input":
                 return await self._input(req)
@@ -492,6 +503,8 @@ class Attempt:
         machine = self._machine()
         for i, event in enumerate(req.events):
             shown = redact_event(event, req.redact)
+            if i == 0:
+                shown = with_note(shown, req.note, req.redact)
             if is_secret_event(event, req.redact):
                 self._replay.mask_from_now()  # before the keys go in: the watcher may look at any moment
             try:
@@ -507,7 +520,10 @@ class Attempt:
                     detail = "got no answer from the machine in time"
                 else:
                     detail = f"could not be delivered: {redact_text(str(e), req.redact)}"
-                return _refuse(req, f"{where} {detail}{done}")
+                refusal = _refuse(req, f"{where} {detail}{done}")
+                if isinstance(e, InputNotSupported):
+                    refusal.refusal = MachineRefusal.INPUT_NOT_SUPPORTED  # the request's fault, not the machine's
+                return refusal
             try:
                 png = await self._screenshot()
             except asyncio.CancelledError:
@@ -524,6 +540,19 @@ class Attempt:
         async with asyncio.timeout(req.timeout + SCRIPT_SLACK):
             res = await self._machine().run_script(req.script, env=req.env, timeout=req.timeout,
                                                    output_cap=EXEC_OUTPUT_CAP)
+        if req.attempt_id is not None:
+            # An exec is a step of the trajectory too: its script, exit code and output's tail, on the screen
+            # as it is after it (best effort: a screenshot that fails leaves the exec without its frame).
+            shown = with_note(exec_event(req.script, res.exit_code, res.stdout, res.stderr, res.timed_out,
+                                         req.redact), req.note, req.redact)
+            try:
+                png = await self._screenshot()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                self._log.warning("screenshot after exec failed", error=f"{type(e).__name__}: {str(e)[:200]}")
+            else:
+                await self._replay.send("exec", png, shown)
         return MachineResponse(
             request_id=req.request_id,
             ok=True,

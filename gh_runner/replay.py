@@ -65,6 +65,43 @@ def redact_event(event: InputEvent, redact: Sequence[str]) -> dict[str, Any]:
     return shown
 
 
+# An exec's frame shows the script's start and the output's end: enough to follow what the agent did
+# without turning the replay into a log store.
+EXEC_SCRIPT_SHOWN = 2000
+EXEC_TAIL_SHOWN = 1000
+
+
+def redact_value(value: Any, redact: Sequence[str]) -> Any:
+    """Every string inside `value` (dicts, lists) with the secrets replaced."""
+    if isinstance(value, str):
+        return redact_text(value, redact)
+    if isinstance(value, dict):
+        return {str(k): redact_value(v, redact) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_value(v, redact) for v in value]
+    return value
+
+
+def with_note(shown: dict[str, Any], note: dict[str, Any] | None, redact: Sequence[str]) -> dict[str, Any]:
+    """A frame's event with what the agent said for its request (`MachineRequest.note`), redacted."""
+    if note:
+        shown = {**shown, "note": redact_value(note, redact)}
+    return shown
+
+
+def exec_event(script: str, exit_code: int | None, stdout: str, stderr: str, timed_out: bool,
+               redact: Sequence[str]) -> dict[str, Any]:
+    """An exec as its replay frame shows it: the script, the exit code and the output's tail, redacted."""
+    return {
+        "type": "exec",
+        "script": redact_text(script, redact)[:EXEC_SCRIPT_SHOWN],
+        "exit_code": exit_code,
+        "timed_out": timed_out,
+        "stdout_tail": redact_text(stdout, redact)[-EXEC_TAIL_SHOWN:],
+        "stderr_tail": redact_text(stderr, redact)[-EXEC_TAIL_SHOWN:],
+    }
+
+
 @dataclass(frozen=True)
 class _Screen:
     digest: bytes

@@ -178,9 +178,11 @@ def results(session: Session, run: TestRun) -> dict[str, Any]:
             "cost_cents": pair_cost.get(k),
         }
         data.append(row)
-        a = by_agent.setdefault(agent, _tally())
+        a = by_agent.setdefault(agent, {**_tally(), "cost_cents": None})
         for f in ("tries", "passed", "failed", "error"):
             a[f] += p[f]
+        if pair_cost.get(k) is not None:  # what a model agent spent (its price times its tokens), retries too
+            a["cost_cents"] = (a["cost_cents"] or 0) + int(pair_cost[k] or 0)
         agent_secs[agent].extend(pair_secs[k])
         agent_steps[agent].extend(pair_steps[k])
         agent_active[agent] += pair_active[k]

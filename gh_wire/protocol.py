@@ -39,6 +39,9 @@ class MachineRefusal(StrEnum):
 
     REQUEST_TOO_LARGE = "request_too_large"  # the request, encoded, is over the websocket frame limit
     RESPONSE_TOO_LARGE = "response_too_large"  # the answer (exec output, screenshot) is over it
+    # An input event the machine cannot deliver (an unknown key name, a character outside the keymap):
+    # the agent's request was wrong, the machine is fine.
+    INPUT_NOT_SUPPORTED = "input_not_supported"
 
 
 class LeaseRefusal(StrEnum):
@@ -161,6 +164,8 @@ class AttemptMetrics(_Msg):
     # How the attempt's machine was made: cold (booted), restored (memory image read in full),
     # lazy (memory mapped, read on touch) or pooled (a paused machine from the hot pool).
     machine_origin: str | None = None
+    # A model agent's own account (TaskEnd.usage), passed through: turns, tokens, cost_cents, seconds.
+    agent_usage: dict[str, Any] | None = None
 
 
 class AttemptResult(_Msg):
@@ -317,6 +322,9 @@ class MachineRequest(_Msg):
     env: dict[str, str] = Field(default_factory=dict)
     timeout: float = Field(default=120.0, gt=0, le=3600)
     redact: list[str] = Field(default_factory=list, description="values never to echo into a replay")
+    # What the agent meant by this request (a model agent's step number, its words, the action), put on
+    # the request's replay frame; redacted like typed text.
+    note: dict[str, Any] | None = None
 
 
 class TaskEnd(_Msg):
@@ -331,6 +339,9 @@ class TaskEnd(_Msg):
     error: str | None = None  # a failure on our side (customer model, machine): the attempt becomes `error`
     reason: TaskEndReason = TaskEndReason.FINISHED  # why the agent stopped, when there is no error
     note: str | None = None  # e.g. "agent cmd exited with code 3: ..." (for the attempt, never an error)
+    # A model agent's usage (steps, tokens in/out/cached, cost_cents, model seconds per step); the runner
+    # puts it in the attempt's metrics.
+    usage: dict[str, Any] | None = None
 
 
 class Job(_Msg):

@@ -80,26 +80,30 @@ class Machine:
             raise MachineError(why, resp.refusal)
         return resp
 
-    def _req(self, op: str, **kw: Any) -> protocol.MachineRequest:
+    def _req(self, op: str, note: dict[str, Any] | None = None, **kw: Any) -> protocol.MachineRequest:
         if self.start_state_id is not None:
             return protocol.MachineRequest(request_id=uuid.uuid4().hex, start_state_id=self.start_state_id,
                                            op=op, **kw)  # type: ignore[arg-type]
         return protocol.MachineRequest(request_id=uuid.uuid4().hex, attempt_id=self.attempt_id, op=op,  # type: ignore[arg-type]
-                                       redact=self._redact, **kw)
+                                       redact=self._redact, note=note, **kw)
 
-    async def screen(self, timeout: float = 30.0) -> bytes:
+    async def screen(self, timeout: float = 30.0, note: dict[str, Any] | None = None) -> bytes:
+        """The screen as PNG. `note` (what the agent means by looking) goes on the replay frame."""
         import base64
 
-        resp = await self._ask(self._req("screen", timeout=timeout), timeout)
+        resp = await self._ask(self._req("screen", note, timeout=timeout), timeout)
         if not resp.png_b64:
             raise MachineError("screen: the runner sent no image")
         return base64.b64decode(resp.png_b64)
 
-    async def input(self, events: Sequence[InputEvent], timeout: float = 60.0) -> None:
-        await self._ask(self._req("input", events=list(events), timeout=timeout), timeout)
+    async def input(self, events: Sequence[InputEvent], timeout: float = 60.0,
+                    note: dict[str, Any] | None = None) -> None:
+        await self._ask(self._req("input", note, events=list(events), timeout=timeout), timeout)
 
-    async def exec(self, script: str, env: dict[str, str] | None = None, timeout: float = 120.0) -> ExecResult:
-        resp = await self._ask(self._req("exec", script=script, env=dict(env or {}), timeout=timeout), timeout)
+    async def exec(self, script: str, env: dict[str, str] | None = None, timeout: float = 120.0,
+                   note: dict[str, Any] | None = None) -> ExecResult:
+        resp = await self._ask(self._req("exec", note, script=script, env=dict(env or {}), timeout=timeout),
+                               timeout)
         return ExecResult(resp.exit_code, resp.stdout or "", resp.stderr or "", resp.stdout_truncated,
                           resp.stderr_truncated, resp.timed_out)
 
@@ -116,6 +120,9 @@ class AgentContext:
     machine_api_token: str
     ask_customer: Callable[[str], Awaitable[str]] | None = None
     ask_approval: Callable[[str], Awaitable[str]] | None = None  # "approve" or "deny" (operator.approvals)
+    # A model agent's running account (steps, tokens, cost), kept up to date as it goes so that a task
+    # stopped mid-call (its time or step limit, an error) still reports what was spent (TaskEnd.usage).
+    usage: dict[str, Any] | None = None
 
     @property
     def prompt(self) -> str:

@@ -18,6 +18,7 @@ from gh_server.agents import machine_limits
 from gh_server.agents.base import MachineError, TaskStopped
 from gh_server.agents.supervisor import MACHINE_API_PATH, Grant
 from gh_wire.input import InputEvent
+from gh_wire.protocol import MachineRefusal
 
 if TYPE_CHECKING:
     from gh_server.agents.supervisor import AgentSupervisor
@@ -50,10 +51,12 @@ def _error(status: int, etype: str, message: str) -> JSONResponse:
 async def _machine_failed(sup: AgentSupervisor, grant: Grant, e: MachineError) -> JSONResponse:
     """A refused request: 409 when the task was stopped (the agent's end); 413 when it is too large to
     relay over the runner's websocket (the caller's request, or what it asked for, is what to change);
-    502 when the machine failed under the agent, remembered so that an agent which then gives up is our
-    error, not its failure."""
+    400 for an input event the machine cannot deliver (an unknown key name); 502 when the machine failed
+    under the agent, remembered so that an agent which then gives up is our error, not its failure."""
     if isinstance(e, TaskStopped):
         return _error(409, "conflict", str(e))
+    if e.refusal == MachineRefusal.INPUT_NOT_SUPPORTED:
+        return _error(400, "invalid_request", str(e))
     if e.refusal is not None:
         return _error(413, "invalid_request", str(e))
     await sup.machine_failed(grant, str(e))  # on the grant's row: the agent may run in another process

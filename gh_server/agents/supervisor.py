@@ -245,6 +245,9 @@ class AgentSupervisor:
                 steps=tally.steps,
                 error=f"agent {agent_id} crashed: {type(e).__name__}: {str(e)[:500]}",
             )
+        if ctx.usage is not None:  # a model agent's account, whatever ended it
+            end.usage = dict(ctx.usage)
+            end.steps = max(end.steps, int(ctx.usage.get("steps") or 0))
         self.tasks.pop(attempt_id, None)
         self._ended[attempt_id] = (runner_id, end)
         while len(self._ended) > 10_000:  # runners that never came back: forget the oldest

@@ -154,13 +154,17 @@ def apply_result(
             "steps": m.steps,
             "questions": m.questions,
             "approvals": m.approvals,
-            "cost_cents": None,
+            # A model agent's price times its tokens (None for agents that do not say what they spent).
+            "cost_cents": (m.agent_usage or {}).get("cost_cents"),
             "phase_seconds": dict(m.phase_seconds),
             # Why the task ended (agent's side, never an error) and, for an error, the phase it came from.
             "task_end": None if result.task_end is None else {"reason": str(result.task_end),
                                                                 "note": (result.task_note or None)},
             "error_phase": error_phase_of(result, error, judged_error=judge is not None and bool(judge.get("error"))),
             "machine_origin": m.machine_origin,
+            # The model agent's own account: turns, tokens in/out/cached, model seconds per step. The
+            # evaluator's tokens (judge, customer) stay on `judge` and the customer's turns.
+            "model": m.agent_usage,
         },
         "outcome": outcome,
         "error": None if outcome != Outcome.ERROR else (error or NO_REASON)[:4000],
