@@ -255,9 +255,9 @@ class StartStateMachine(Machine):
         super().__init__(relay, runner_id, attempt_id="")
         self.start_state_id = start_state_id
 
-    def _req(self, op: str, **kw: Any) -> protocol.MachineRequest:
+    def _req(self, op: str, note: dict[str, Any] | None = None, **kw: Any) -> protocol.MachineRequest:
         return protocol.MachineRequest(request_id=uuid.uuid4().hex, start_state_id=self.start_state_id,
-                                       op=op, **kw)  # type: ignore[arg-type]
+                                       op=op, note=note, **kw)  # type: ignore[arg-type]
 
 
 def claim_instructions(session: Session) -> list[dict[str, Any]]:

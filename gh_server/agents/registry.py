@@ -8,13 +8,14 @@ from gh_server.agents.base import Agent, AgentError
 from gh_server.agents.builtin import NoopAgent, ReferenceAgent
 from gh_server.agents.external import CommandAgent, HttpAgent
 from gh_server.agents.sandbox import Sandbox
-from gh_server.settings import AgentConfig, Settings
+from gh_server.settings import AgentConfig, ModelAgentConfig, Settings
 
 BUILTINS: dict[str, type] = {"noop": NoopAgent, "reference": ReferenceAgent}
 
 
 class AgentRegistry:
-    def __init__(self, configs: Mapping[str, AgentConfig] | None = None, sandbox: Sandbox | None = None) -> None:
+    def __init__(self, configs: Mapping[str, AgentConfig | ModelAgentConfig] | None = None,
+                 sandbox: Sandbox | None = None) -> None:
         """`sandbox` is required when any agent is a command (ValueError otherwise, at start)."""
         self._configs = dict(configs or {})
         self._sandbox = sandbox
@@ -51,7 +52,11 @@ class AgentRegistry:
         return build(agent_id, cfg, self._sandbox)
 
 
-def build(agent_id: str, cfg: AgentConfig, sandbox: Sandbox | None = None) -> Agent:
+def build(agent_id: str, cfg: AgentConfig | ModelAgentConfig, sandbox: Sandbox | None = None) -> Agent:
+    if isinstance(cfg, ModelAgentConfig):
+        from gh_server.agents.model.loop import ModelAgent  # the SDKs load only when a model agent runs
+
+        return ModelAgent(agent_id, cfg)
     kind = cfg.kind
     if kind == "builtin":
         cls = BUILTINS.get(cfg.builtin or agent_id)
@@ -69,4 +74,4 @@ def build(agent_id: str, cfg: AgentConfig, sandbox: Sandbox | None = None) -> Ag
         if not cfg.url:
             raise AgentError(f"agent {agent_id}: kind http needs a url")
         return HttpAgent(agent_id, cfg.url, cfg.timeout, cfg.headers)
-    raise AgentError(f"agent {agent_id}: unknown kind {kind!r} (builtin, command or http)")
+    raise AgentError(f"agent {agent_id}: unknown kind {kind!r} (builtin, command, http or model)")

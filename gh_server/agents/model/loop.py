@@ -1,0 +1,196 @@
+"""The model agent's step loop: one attempt's task, a model turn at a time.
+
+Lifecycle (each phase bounded; limits.minutes bounds the whole, and cancels a model call in flight):
+
+    look     screenshot through the runner (SCREEN_S), scaled and encoded for the model (ENCODE_S)
+    call     one model call through the API's SDK: its timeout per request, its retries of 429/5xx and
+             connection errors with backoff honouring Retry-After; our bound over all of them (call_bound)
+    parse    the reply into our actions (the API module); a reply that cannot be read is an invalid turn
+    act      each action on the machine (gh_server.agents.model.actor), each machine request with its
+             own timeout; the screen after the turn is the next look
+    record   tokens, cost and seconds on the context's usage (kept current for any end); each request
+             carries a note (step, the model's words, the action) that the runner puts on its replay frame
+
+Ends (docs/agents.md, "What ends a task"): no action and no answer -> finished, the reply's text the
+answer; done / infeasible -> finished; limits.steps (else max_steps) model turns -> step_limit;
+max_invalid invalid turns in a row -> agent_failed; the endpoint unreachable, refusing the key, or
+answering 429/5xx after the retries -> AgentError (ours: the attempt is an error, retried).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import time
+from contextlib import AsyncExitStack
+from typing import Any
+
+import anthropic
+import openai
+
+from gh_common.timeouts import within
+from gh_server.agents.base import AgentContext, AgentError, AgentOutcome
+from gh_server.agents.model import actions as A
+from gh_server.agents.model.actor import Actor, ActResult
+from gh_server.agents.model.conversation import Conversation, Turn
+from gh_server.agents.model.screen import Shot, prepare
+from gh_server.agents.model.usage import Account
+from gh_server.settings import ModelAgentConfig, ModelApi
+from gh_wire.protocol import TaskEndReason
+
+SCREEN_S = 30.0
+ENCODE_S = 20.0
+RETRY_AFTER_CAP_S = 60.0  # the SDKs wait at most this long on a Retry-After
+TEXT_SHOWN = 4000  # of the model's words per step, on the replay frame
+DEFAULT_BASE = {ModelApi.ANTHROPIC: "https://api.anthropic.com", ModelApi.OPENAI_RESPONSES: "https://api.openai.com/v1",
+                ModelApi.OPENAI_CHAT: "https://api.openai.com/v1"}
+# Sent as the key to a server that needs none (a local vLLM): an explicit value, so that the SDK never
+# picks up OPENAI_API_KEY from gh-server's environment and sends it to a server it was not meant for.
+NO_KEY = "none"
+
+
+class ModelAgent:
+    """`kind: model`: a built-in computer-use agent driving a model through its API's SDK."""
+
+    def __init__(self, agent_id: str, cfg: ModelAgentConfig) -> None:
+        self.agent_id = agent_id
+        self.cfg = cfg
+
+    def _key(self) -> str:
+        """The API key, read from gh-server's environment now (never stored, logged or passed on)."""
+        if self.cfg.api_key_env is None:
+            return NO_KEY
+        key = os.environ.get(self.cfg.api_key_env)
+        if not key:
+            raise AgentError(f"agent {self.agent_id}: the environment variable {self.cfg.api_key_env} (its API key) "
+                             "is not set in gh-server's environment")
+        return key
+
+    def call_bound(self) -> float:
+        """All of one call's tries and the SDK's waits between them."""
+        return (self.cfg.retries + 1) * self.cfg.timeout + self.cfg.retries * RETRY_AFTER_CAP_S
+
+    def _conversation(self, stack: AsyncExitStack, key: str, shot: Shot, ctx: AgentContext) -> Conversation:
+        base = self.cfg.base_url or DEFAULT_BASE[self.cfg.api]
+        common: dict[str, Any] = {"api_key": key, "base_url": base, "max_retries": self.cfg.retries,
+                                  "timeout": self.cfg.timeout}
+        if self.cfg.api == ModelApi.ANTHROPIC:
+            from gh_server.agents.model.anthropic_api import AnthropicConversation
+
+            return AnthropicConversation(self.cfg, anthropic.AsyncAnthropic(**common), shot.scale.model)
+        client = openai.AsyncOpenAI(**common)
+        stack.push_async_callback(client.close)
+        if self.cfg.api == ModelApi.OPENAI_RESPONSES:
+            from gh_server.agents.model.responses_api import ResponsesConversation
+
+            start = str(ctx.case.get("start_state") or "")
+            environment = "windows" if "win" in start.lower() else "linux"
+            return ResponsesConversation(self.cfg, client, shot.scale.model, environment)
+        from gh_server.agents.model.chat_api import ChatConversation
+
+        return ChatConversation(self.cfg, client, shot.scale)
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        key = self._key()
+        limit = ctx.max_steps or self.cfg.max_steps
+        first = await self._look(ctx, step=0)
+        account = Account(self.cfg.price, "", str(self.cfg.api), self.cfg.model)
+        actor = Actor(ctx, list(self.cfg.tools), first.scale)
+        try:
+            return await self._steps(ctx, key, limit, first, account, actor)
+        finally:
+            ctx.usage = account.as_dict()  # whatever ended the task: what was spent goes on the attempt
+
+    async def _steps(self, ctx: AgentContext, key: str, limit: int, first: Shot, account: Account,
+                     actor: Actor) -> AgentOutcome:
+        async with AsyncExitStack() as stack:
+            conv = self._conversation(stack, key, first, ctx)
+            if self.cfg.api == ModelApi.ANTHROPIC:
+                stack.push_async_callback(conv.client.close)  # type: ignore[attr-defined]
+            account.coordinates = conv.coordinates
+            ctx.usage = account.as_dict()
+            conv.begin(ctx.prompt, first)
+            invalid_in_a_row = 0
+            while True:
+                if account.steps >= limit:
+                    return AgentOutcome(answer="", steps=account.steps, reason=TaskEndReason.STEP_LIMIT,
+                                        note=f"stopped at {limit} model turns")
+                turn = await self._call(conv, account, key)
+                ctx.usage = account.as_dict()
+                step = account.steps
+                if not turn.acts:  # neither an action nor an answer: its words are the answer
+                    return self._finished(turn.text, account)
+                acted = await conv.act(turn, self._doer(ctx, actor, step, turn),
+                                       functools.partial(self._look, ctx, step, actor))
+                account.invalid += len(acted.invalid)
+                ctx.usage = account.as_dict()
+                if acted.end is not None:
+                    return self._finished(A.answer_of(acted.end), account)
+                invalid_in_a_row = invalid_in_a_row + 1 if acted.invalid else 0
+                if invalid_in_a_row >= self.cfg.max_invalid:
+                    why = "; ".join(acted.invalid)[:500]
+                    return AgentOutcome(answer="", steps=account.steps, reason=TaskEndReason.AGENT_FAILED,
+                                        note=f"agent {self.agent_id}: {invalid_in_a_row} invalid turns in a row "
+                                             f"(last: {why})")
+        raise AssertionError("unreachable")  # mypy: an exit stack may swallow exceptions
+
+    @staticmethod
+    def _finished(answer: str, account: Account) -> AgentOutcome:
+        return AgentOutcome(answer=answer[:100_000], steps=account.steps)
+
+    async def _look(self, ctx: AgentContext, step: int, actor: Actor | None = None) -> Shot:
+        """The look phase: the screen the model will see (its replay frame noted with the step)."""
+        png = await ctx.machine.screen(timeout=SCREEN_S, note={"agent": "model", "step": step, "seen_by_model": True})
+        try:
+            shot = await within(ENCODE_S, asyncio.to_thread(prepare, png, self.cfg.screen))
+        except TimeoutError:
+            raise AgentError(f"scaling the screenshot took over {ENCODE_S:g} s") from None
+        except OSError as e:
+            raise AgentError(f"the machine's screenshot could not be read: {e}") from None
+        if actor is not None:
+            actor.scale = shot.scale  # the guest may have changed its resolution
+        return shot
+
+    async def _call(self, conv: Conversation, account: Account, key: str) -> Turn:
+        """The call phase: one model turn, counted as a step whatever it says."""
+        started = time.monotonic()
+        try:
+            turn = await within(self.call_bound(), conv.call())
+        except TimeoutError:
+            raise AgentError(f"agent {self.agent_id}: the model did not answer within {self.call_bound():g} s "
+                             f"({self.cfg.retries} retries)") from None
+        except (anthropic.APIError, openai.APIError) as e:
+            raise AgentError(self._why(e, key)) from None
+        account.add(turn.usage, time.monotonic() - started)
+        return turn
+
+    def _why(self, e: Exception, key: str) -> str:
+        """An API failure as the attempt's error (the key, should a server echo it, never in it)."""
+        who = f"agent {self.agent_id}: the model endpoint {self.cfg.base_url or DEFAULT_BASE[self.cfg.api]}"
+        status = getattr(e, "status_code", None)
+        detail = str(getattr(e, "message", "") or e)
+        if key and key != NO_KEY:
+            detail = detail.replace(key, "•••")
+        detail = detail[:300]
+        if isinstance(e, anthropic.APIConnectionError | openai.APIConnectionError):
+            return f"{who} could not be reached after {self.cfg.retries} retries ({type(e).__name__})"
+        if status in (401, 403):
+            return f"{who} refused the API key from {self.cfg.api_key_env} (HTTP {status}): {detail}"
+        if status == 429 or (status is not None and status >= 500):
+            return f"{who} answered HTTP {status} after {self.cfg.retries} retries: {detail}"
+        if status is not None:
+            return f"{who} refused the request (HTTP {status}): {detail}"
+        return f"{who} sent a reply that is not the API's: {type(e).__name__}: {detail}"
+
+    def _doer(self, ctx: AgentContext, actor: Actor, step: int, turn: Turn) -> Any:
+        """The act phase's `do`: each action on the machine, its request noted for the replay."""
+        said = [turn.text[:TEXT_SHOWN]] if turn.text else []
+
+        async def do(action: A.Action) -> ActResult:
+            note: dict[str, Any] = {"agent": "model", "step": step, "action": A.describe(action)}
+            if said:
+                note["text"] = said.pop()  # the model's words go with the turn's first request
+            return await actor.act(action, note)
+
+        return do
