@@ -1,0 +1,363 @@
+"""Issue 23: the built-in model agent (`kind: model`) on a real gh-server, against a scripted model
+server (tests/gateway/modelserver.py: replies built from the SDKs' own types) for each API and each
+`output`; the runner is simulated (simrunner) and answers with an 800x600 screen. Each row of
+docs/agents.md's model-agent outcomes has a test here; tests/e2e/test_model_agent.py drives a real guest.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from typing import Any
+
+import pytest
+from openai.types.responses import computer_action as ca
+from PIL import Image
+
+from gh_server.settings import ModelAgentConfig, ModelEndpoint
+from gh_wire import protocol
+
+from .conftest import GwServer
+from .fakehttp import chat_reply, serve
+from .modelserver import (
+    Reply,
+    api_error,
+    chat,
+    claude,
+    computer_call,
+    function_call,
+    member,
+    model_server,
+    response,
+    said,
+    sequence,
+    text,
+    tool,
+)
+from .test_agents import connect, start_task
+
+KEY_ENV = "GH_TEST_MODEL_KEY"
+KEY = "sk-test-0123456789abcdef-never-in-a-replay"
+GUEST = (800, 600)
+
+
+def png(size: tuple[int, int] = GUEST) -> str:
+    buf = io.BytesIO()
+    Image.new("RGB", size, (30, 60, 90)).save(buf, "PNG")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+class Guest:
+    """Answers machine requests like a runner with an 800x600 screen, and remembers them."""
+
+    def __init__(self, r: Any, input_refusal: protocol.MachineRefusal | None = None) -> None:
+        self.r = r
+        self.requests: list[protocol.MachineRequest] = []
+        self.input_refusal = input_refusal
+        self.screen = png()
+        r.on_message = self.handle
+
+    async def handle(self, msg: Any) -> bool:
+        if not isinstance(msg, protocol.MachineRequest):
+            return False
+        self.requests.append(msg)
+        if msg.op == "screen":
+            resp = protocol.MachineResponse(request_id=msg.request_id, ok=True, png_b64=self.screen)
+        elif msg.op == "input":
+            ok = self.input_refusal is None
+            resp = protocol.MachineResponse(request_id=msg.request_id, ok=ok, refusal=self.input_refusal,
+                                            error=None if ok else "input event 1 of 1 (key) could not be delivered: "
+                                                                  "unknown key 'HYPERDRIVE'")
+        else:
+            resp = protocol.MachineResponse(request_id=msg.request_id, ok=True, exit_code=0, stdout="fixed\n",
+                                            stderr="")
+        await self.r.send(resp)
+        return True
+
+    def events(self) -> list[dict[str, Any]]:
+        return [e.model_dump(exclude_none=True) for q in self.requests if q.op == "input" for e in q.events]
+
+
+def agent(url: str, api: str, **kw: Any) -> dict[str, ModelAgentConfig]:
+    base = {"id": "m", "kind": "model", "api": api, "model": "test-model", "base_url": url,
+            "api_key_env": KEY_ENV, "screen": (400, 300), "retries": 1, "timeout": 20,
+            "price": {"input": 3.0, "output": 15.0}}
+    return {"m": ModelAgentConfig.model_validate({**base, **kw})}
+
+
+@pytest.fixture(autouse=True)
+def _key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+
+
+async def _run(server_factory: Any, agents: dict[str, ModelAgentConfig], case: dict[str, Any] | None = None,
+               refusal: protocol.MachineRefusal | None = None, **server_kw: Any) -> tuple[protocol.TaskEnd, Guest]:
+    server: GwServer = server_factory(agents=agents, **server_kw)
+    r = await connect(server)
+    guest = Guest(r, refusal)
+    try:
+        await start_task(server, r, case or {}, "m")
+        end = await r.expect("task_end", timeout=120)
+    finally:
+        await r.close()
+    assert KEY not in end.model_dump_json()  # the key is never in what leaves gh-server
+    assert all(KEY not in q.model_dump_json() for q in guest.requests)
+    return end, guest
+
+
+def _image_size(data_b64: str) -> tuple[int, int]:
+    with Image.open(io.BytesIO(base64.b64decode(data_b64))) as im:
+        return im.size
+
+
+# -- each API and each output ------------------------------------------------------------------------
+
+async def test_anthropic_toolset_acts_scaled_and_answers(server_factory: Any) -> None:
+    script = sequence(
+        claude(text("I'll click the terminal and type."), member("left_click", coordinate=[200, 150]),
+               member("type", text="echo hi\n"), member("key", text="ctrl+l"), tokens=(1000, 50), cached=400),
+        claude(text("All fixed: your app runs again."), tokens=(2000, 30)))
+    with model_server(script) as (url, seen):
+        end, guest = await _run(server_factory, agent(url, "anthropic"))
+    assert end.error is None and end.reason == protocol.TaskEndReason.FINISHED
+    assert end.answer == "All fixed: your app runs again." and end.steps == 2
+    # The model's 400x300 coordinates land on the 800x600 guest.
+    assert guest.events() == [{"type": "click", "x": 400, "y": 300, "button": "left"},
+                              {"type": "type", "text": "echo hi\n"}, {"type": "key", "keys": ["ctrl", "l"]}]
+    first = seen.bodies[0]
+    assert first["tools"][0] == {"type": "computer_toolset_20260801"}
+    assert _image_size(first["messages"][0]["content"][1]["source"]["data"]) == (400, 300)
+    # The key from gh-server's environment, as the SDK sends it (this SDK version: a bearer token).
+    assert all(KEY in (h.get("x-api-key"), h.get("authorization", "").removeprefix("Bearer "))
+               for _, _, h, _ in seen.requests)
+    # The step is on the replay: the screen the model saw, then its words and action on the first input.
+    looks = [q.note for q in guest.requests if q.op == "screen"]
+    assert looks[0] == {"agent": "model", "step": 0, "seen_by_model": True}
+    inputs = [q.note for q in guest.requests if q.op == "input"]
+    assert inputs[0] is not None and inputs[0]["text"] == "I'll click the terminal and type."
+    assert inputs[0]["action"]["type"] == "click" and inputs[0]["step"] == 1 and "text" not in (inputs[1] or {})
+    u = end.usage or {}
+    assert (u["steps"], u["tokens_in"], u["tokens_out"], u["tokens_cached"]) == (2, 3400, 80, 400)
+    # $3/M in, $15/M out: 3400*3 + 80*15 = 11400 micro-dollars = 1.14 cents, rounded up to 2.
+    assert u["cost_cents"] == 2 and abs(u["cost_cents_exact"] - 1.14) < 1e-9
+    assert u["coordinates"] == "pixels 400x300" and len(u["model_seconds"]) == 2
+
+
+async def test_anthropic_previous_tool_version(server_factory: Any) -> None:
+    script = sequence(claude(tool("computer", action="double_click", coordinate=[100, 100])), claude(text("ok")))
+    with model_server(script) as (url, seen):
+        end, guest = await _run(server_factory, agent(url, "anthropic", tool_version="computer_20251124"))
+    assert end.error is None and end.answer == "ok"
+    assert guest.events() == [{"type": "double_click", "x": 200, "y": 200, "button": "left"}]
+    assert seen.bodies[0]["tools"][0]["type"] == "computer_20251124"
+    assert seen.requests[0][2].get("anthropic-beta") == "computer-use-2025-11-24"
+    result = seen.bodies[1]["messages"][2]["content"][0]
+    assert result["type"] == "tool_result" and not result.get("is_error")
+
+
+async def test_responses_batch_and_safety_check_approved(server_factory: Any) -> None:
+    call = computer_call(ca.Click(type="click", button="left", x=40, y=30), ca.Type(type="type", text="ls\n"),
+                         checks=[("malicious_instructions", "The screen asks to disable the firewall.")])
+    script = sequence(response(call), response(said("Done: the firewall stays on.")))
+    with model_server(script) as (url, seen):
+        end, guest = await _run(server_factory, agent(url, "openai-responses"),
+                                case={"operator": {"approvals": "approve"}})
+    assert end.error is None and end.answer == "Done: the firewall stays on." and end.approvals == 1
+    assert guest.events() == [{"type": "click", "x": 80, "y": 60, "button": "left"},
+                              {"type": "type", "text": "ls\n"}]
+    assert seen.bodies[0]["tools"][0] == {"type": "computer"}
+    out = [i for i in seen.bodies[1]["input"] if i.get("type") == "computer_call_output"][0]
+    assert out["call_id"] == call.call_id and out["acknowledged_safety_checks"][0]["code"] == "malicious_instructions"
+    assert out["output"]["image_url"].startswith("data:image/png;base64,")
+    assert seen.requests[0][2].get("authorization") == f"Bearer {KEY}"
+
+
+async def test_responses_safety_check_denied_does_nothing(server_factory: Any) -> None:
+    call = computer_call(ca.Click(type="click", button="left", x=40, y=30), checks=[("sensitive_domain", "bank")])
+    script = sequence(response(call), response(said("I could not do that.")))
+    with model_server(script) as (url, seen):
+        end, guest = await _run(server_factory, agent(url, "openai-responses", tool_version="computer_use_preview"),
+                                case={"operator": {"approvals": "deny"}})
+    assert end.error is None and end.approvals == 1 and guest.events() == []
+    assert seen.bodies[0]["tools"][0]["type"] == "computer_use_preview"
+    assert any("did not approve" in json.dumps(i) for i in seen.bodies[1]["input"])
+
+
+async def test_chat_tool_calls(server_factory: Any) -> None:
+    script = sequence(chat("Scrolling down.", ("computer", {"action": "scroll", "x": 100, "y": 100, "dy": 3}),
+                           ("computer", {"action": "drag", "path": [[0, 0], [50, 50], [100, 0]]})),
+                      chat("It works now."))
+    with model_server(script) as (url, seen):
+        end, guest = await _run(server_factory, agent(url, "openai-chat", output="tool_calls"))
+    assert end.error is None and end.answer == "It works now."
+    assert guest.events() == [
+        {"type": "scroll", "x": 200, "y": 200, "dy": 3, "dx": 0},
+        {"type": "mouse_down", "x": 0, "y": 0, "button": "left"}, {"type": "move", "x": 100, "y": 100},
+        {"type": "move", "x": 200, "y": 0}, {"type": "mouse_up", "x": 200, "y": 0, "button": "left"}]
+    assert seen.requests[0][0] == "/chat/completions"
+    assert [t["function"]["name"] for t in seen.bodies[0]["tools"]] == ["computer", "ask_user", "request_approval",
+                                                                         "infeasible"]
+
+
+async def test_chat_pyautogui(server_factory: Any) -> None:
+    code = "I'll fix it.\n```python\nimport pyautogui\npyautogui.click(10, 20)\npyautogui.hotkey('ctrl', 'c')\n```"
+    script = sequence(chat(code), chat("DONE"))
+    with model_server(script) as (url, _seen):
+        end, guest = await _run(server_factory, agent(url, "openai-chat", output="pyautogui"))
+    assert end.error is None and end.reason == protocol.TaskEndReason.FINISHED
+    assert guest.events() == [{"type": "click", "x": 20, "y": 40, "button": "left"},
+                              {"type": "key", "keys": ["ctrl", "c"]}]
+
+
+async def test_chat_ui_tars_grid(server_factory: Any) -> None:
+    line = "Thought: The terminal is in the middle.\nAction: click(start_box='<|box_start|>(500,500)<|box_end|>')"
+    script = sequence(chat(line), chat("Thought: done.\nAction: finished(content='The app runs.')"))
+    with model_server(script) as (url, _seen):
+        end, guest = await _run(server_factory, agent(url, "openai-chat", output="ui-tars"))
+    assert end.error is None and end.answer == "The app runs."
+    assert guest.events() == [{"type": "click", "x": 400, "y": 300, "button": "left"}]  # 500/1000 of 800x600
+    assert (end.usage or {})["coordinates"] == "grid 0-1000"
+
+
+async def test_shell_only_when_configured(server_factory: Any) -> None:
+    script = sequence(chat(None, ("shell", {"script": "printf ok"})), chat("Fixed with a script."))
+    with model_server(script) as (url, seen):
+        end, guest = await _run(server_factory, agent(url, "openai-chat", tools=["computer", "shell"]))
+    assert end.error is None and end.answer == "Fixed with a script."
+    (ex,) = [q for q in guest.requests if q.op == "exec"]
+    assert ex.script == "printf ok" and ex.note is not None and ex.note["action"]["type"] == "shell"
+    assert "exit code 0" in json.dumps(seen.bodies[1]["messages"])
+    # Without shell in tools the same call is an invalid action, sent back and counted.
+    script = sequence(chat(None, ("shell", {"script": "printf ok"})), chat("ok"))
+    with model_server(script) as (url, seen):
+        end, guest = await _run(server_factory, agent(url, "openai-chat"))
+    assert not [q for q in guest.requests if q.op == "exec"] and (end.usage or {})["invalid"] == 1
+    assert "there is no tool 'shell'" in json.dumps(seen.bodies[1]["messages"]) or \
+        "not one of this agent's tools" in json.dumps(seen.bodies[1]["messages"])
+
+
+# -- what ends a task (docs/agents.md) ---------------------------------------------------------------
+
+async def test_unreachable_endpoint_is_our_error(server_factory: Any) -> None:
+    end, _ = await _run(server_factory, agent("http://127.0.0.1:9", "anthropic"))
+    assert end.error is not None and "could not be reached after 1 retries" in end.error
+
+
+async def test_auth_error_is_our_error(server_factory: Any) -> None:
+    with model_server(sequence(api_error(401, "invalid x-api-key " + KEY))) as (url, seen):
+        end, _ = await _run(server_factory, agent(url, "anthropic"))
+    assert end.error is not None and "refused the API key from GH_TEST_MODEL_KEY (HTTP 401)" in end.error
+    assert len(seen.requests) == 1  # not retried
+
+
+async def test_5xx_after_the_retries_is_our_error(server_factory: Any) -> None:
+    with model_server(sequence(api_error(503, "overloaded"))) as (url, seen):
+        end, _ = await _run(server_factory, agent(url, "openai-chat"))
+    assert end.error is not None and "HTTP 503 after 1 retries" in end.error
+    assert len(seen.requests) == 2
+
+
+async def test_429_is_retried_after_its_retry_after(server_factory: Any) -> None:
+    script = sequence(api_error(429, "slow down", {"retry-after": "2"}), chat("All good."))
+    with model_server(script) as (url, seen):
+        end, _ = await _run(server_factory, agent(url, "openai-chat"))
+    assert end.error is None and end.answer == "All good."
+    (t0, t1) = [t for *_, t in seen.requests]
+    assert t1 - t0 >= 1.9  # the SDK waited as the server asked
+
+
+async def test_invalid_turns_in_a_row_are_the_agents_failure(server_factory: Any) -> None:
+    bad = chat("```python\nos.system('rm -rf /')\n```")
+    with model_server(sequence(bad)) as (url, seen):
+        end, guest = await _run(server_factory, agent(url, "openai-chat", output="pyautogui", max_invalid=3))
+    assert end.error is None and end.reason == protocol.TaskEndReason.AGENT_FAILED
+    assert "3 invalid turns in a row" in (end.note or "") and end.steps == 3 and guest.events() == []
+    assert "os.system() is not one of the pyautogui calls" in json.dumps(seen.bodies[1]["messages"])
+
+
+async def test_invalid_action_is_sent_back_and_a_good_turn_resets_the_count(server_factory: Any) -> None:
+    script = sequence(claude(member("left_click", coordinate=[1])), claude(member("key", text="HYPERDRIVE")),
+                      claude(member("left_click", coordinate=[1, 1])), claude(member("left_click", coordinate=[1])),
+                      claude(text("done")))
+    with model_server(script) as (url, seen):
+        end, _guest = await _run(server_factory, agent(url, "anthropic", max_invalid=3),
+                                 refusal=None)
+    assert end.error is None and end.reason == protocol.TaskEndReason.FINISHED and end.answer == "done"
+    first_result = seen.bodies[1]["messages"][2]["content"][0]
+    assert first_result["is_error"] is True and "coordinate" in json.dumps(first_result)
+    assert (end.usage or {})["invalid"] == 2
+
+
+async def test_an_unknown_key_is_the_models_mistake_not_ours(server_factory: Any) -> None:
+    script = sequence(claude(member("key", text="HYPERDRIVE")))
+    with model_server(script) as (url, _seen):
+        end, _ = await _run(server_factory, agent(url, "anthropic", max_invalid=2),
+                            refusal=protocol.MachineRefusal.INPUT_NOT_SUPPORTED)
+    assert end.error is None and end.reason == protocol.TaskEndReason.AGENT_FAILED
+    assert "unknown key" in (end.note or "")
+
+
+async def test_a_turn_without_action_finishes_with_its_text(server_factory: Any) -> None:
+    with model_server(sequence(response(said("Restart the app and it will work.")))) as (url, _):
+        end, guest = await _run(server_factory, agent(url, "openai-responses"))
+    assert end.error is None and end.reason == protocol.TaskEndReason.FINISHED
+    assert end.answer == "Restart the app and it will work." and end.steps == 1 and guest.events() == []
+
+
+async def test_infeasible_answers_with_its_reason(server_factory: Any) -> None:
+    with model_server(sequence(response(function_call("infeasible", reason="no network card")))) as (url, _):
+        end, _guest = await _run(server_factory, agent(url, "openai-responses"))
+    assert end.error is None and end.answer == "infeasible: no network card"
+
+
+async def test_step_limit_counts_model_turns(server_factory: Any) -> None:
+    with model_server(sequence(chat(None, ("computer", {"action": "click", "x": 1, "y": 1})))) as (url, seen):
+        end, guest = await _run(server_factory, agent(url, "openai-chat", max_steps=50),
+                                case={"limits": {"minutes": 5, "steps": 3}})
+    assert end.error is None and end.reason == protocol.TaskEndReason.STEP_LIMIT
+    assert end.steps == 3 and len(seen.requests) == 3 and len(guest.events()) == 3
+
+
+async def test_max_steps_when_the_case_has_no_step_limit(server_factory: Any) -> None:
+    with model_server(sequence(chat(None, ("computer", {"action": "wait", "seconds": 0})))) as (url, seen):
+        end, _ = await _run(server_factory, agent(url, "openai-chat", max_steps=2))
+    assert end.reason == protocol.TaskEndReason.STEP_LIMIT and end.steps == 2 and len(seen.requests) == 2
+
+
+async def test_ask_user_goes_to_the_simulated_customer(server_factory: Any) -> None:
+    script = sequence(claude(tool("ask_user", question="What is your Wi-Fi called?")), claude(text("Thanks!")))
+    with serve(chat_reply("It's HomeNet, dear.")) as (cust_url, cust_seen), model_server(script) as (url, seen):
+        end, _ = await _run(server_factory, agent(url, "anthropic"),
+                            customer_model=ModelEndpoint(base_url=cust_url + "/v1", model="cust"),
+                            case={"customer": {"persona": "Retired teacher", "facts": {"Wi-Fi network": "HomeNet"}}})
+    assert end.error is None and end.questions == 1 and end.answer == "Thanks!"
+    assert "The user answered: It's HomeNet, dear." in json.dumps(seen.bodies[1]["messages"])
+    assert "What is your Wi-Fi called?" in json.dumps(cust_seen[0][1])
+    # The evaluator's tokens are not the agent's: only the model agent's calls are on its usage.
+    assert (end.usage or {})["tokens_in"] == 200
+
+
+async def test_request_approval_follows_the_operator(server_factory: Any) -> None:
+    script = sequence(chat(None, ("request_approval", {"what": "delete the old profile"})), chat("ok"))
+    with model_server(script) as (url, seen):
+        end, _ = await _run(server_factory, agent(url, "openai-chat"), case={"operator": {"approvals": "deny"}})
+    assert end.approvals == 1 and "The operator's decision: deny" in json.dumps(seen.bodies[1]["messages"])
+
+
+@pytest.mark.timeout(200)
+async def test_time_limit_stops_a_model_call_in_flight(server_factory: Any) -> None:
+    script = sequence(Reply(delay=150, body={}))  # the model never answers within the task's minute
+    with model_server(script) as (url, seen):
+        end, _ = await _run(server_factory, agent(url, "anthropic", timeout=600),
+                            case={"limits": {"minutes": 1}})
+    assert end.error is None and end.reason == protocol.TaskEndReason.TIME_LIMIT
+    assert len(seen.requests) == 1 and (end.usage or {})["steps"] == 0
+
+
+async def test_missing_key_is_our_error(server_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(KEY_ENV)
+    with model_server(sequence(chat("hi"))) as (url, seen):
+        end, _ = await _run(server_factory, agent(url, "anthropic"))
+    assert end.error is not None and "GH_TEST_MODEL_KEY (its API key) is not set" in end.error
+    assert not seen.requests
