@@ -11,11 +11,15 @@
   function describe(ev) {
     if (!ev) return "";
     switch (ev.type) {
-      case "click": case "double_click": return ev.type + " " + (ev.button || "left") + " at " + ev.x + "," + ev.y;
+      case "click": case "double_click": case "mouse_down": case "mouse_up":
+        return ev.type + " " + (ev.button || "left") + " at " + ev.x + "," + ev.y;
       case "move": return "move to " + ev.x + "," + ev.y;
-      case "scroll": return "scroll " + ev.dy + " at " + ev.x + "," + ev.y;
+      case "scroll": return "scroll " + (ev.dx ? "dx " + ev.dx + " " : "") + "dy " + (ev.dy || 0) + " at " + ev.x + "," + ev.y;
       case "type": return "type " + JSON.stringify(ev.text);
-      case "key": return "key " + (ev.keys || []).join("+");
+      case "key": return "key " + (ev.keys || []).join("+") + (ev.hold_ms ? " held " + ev.hold_ms + " ms" : "");
+      case "exec": return "exec (exit " + (ev.timed_out ? "timed out" : ev.exit_code) + ") " +
+        JSON.stringify((ev.script || "").split("\n")[0].slice(0, 80));
+      case "screen": return (ev.note && ev.note.seen_by_model ? "the model looks (step " + ev.note.step + ")" : "screen");
       default: return ev.type || JSON.stringify(ev);
     }
   }
@@ -79,6 +83,38 @@
     $("events").appendChild(li); items.push(li);
   });
 
+  // A model step's words and an exec's output go under the frame; a click is drawn where it landed.
+  var detail = document.createElement("pre");
+  detail.id = "step-detail";
+  $("frame-info").after(detail);
+  var wrap = $("screen-wrap");
+  wrap.style.position = "relative";
+  var marker = document.createElement("div");
+  marker.id = "click-marker";
+  marker.style.cssText = "position:absolute;width:18px;height:18px;margin:-9px 0 0 -9px;border:3px solid #e33;" +
+    "border-radius:50%;pointer-events:none;display:none";
+  wrap.appendChild(marker);
+  var POINTED = {click: 1, double_click: 1, mouse_down: 1, mouse_up: 1, move: 1, scroll: 1};
+  function place(ev) {
+    var img = $("screen");
+    if (!ev || !POINTED[ev.type] || !img.naturalWidth) { marker.style.display = "none"; return; }
+    marker.style.left = (img.offsetLeft + ev.x * img.clientWidth / img.naturalWidth) + "px";
+    marker.style.top = (img.offsetTop + ev.y * img.clientHeight / img.naturalHeight) + "px";
+    marker.style.display = "block";
+  }
+  function details(ev) {
+    if (!ev) return "";
+    var out = [];
+    if (ev.note && ev.note.step != null) out.push("step " + ev.note.step + (ev.note.action ? ": " + ev.note.action.type : ""));
+    if (ev.note && ev.note.text) out.push(ev.note.text);
+    if (ev.type === "exec") {
+      out.push("$ " + ev.script, "exit code " + ev.exit_code + (ev.timed_out ? " (timed out)" : ""));
+      if (ev.stdout_tail) out.push(ev.stdout_tail);
+      if (ev.stderr_tail) out.push("stderr: " + ev.stderr_tail);
+    }
+    return out.join("\n");
+  }
+
   var current = -1, timer = null;
   var scrub = $("scrub");
   scrub.max = String(Math.max(0, frames.length - 1));
@@ -89,6 +125,9 @@
     current = i;
     var f = frames[i];
     $("screen").src = f.src;
+    $("screen").onload = function () { place(f.event); };
+    place(f.event);
+    text(detail, details(f.event));
     marks[i].classList.add("current"); items[i].classList.add("current");
     scrub.value = String(i);
     text($("clock"), (f.t || 0).toFixed(1) + " s");

@@ -93,7 +93,8 @@ def _key(monkeypatch: pytest.MonkeyPatch) -> None:
 
 async def _run(server_factory: Any, agents: dict[str, ModelAgentConfig], case: dict[str, Any] | None = None,
                refusal: protocol.MachineRefusal | None = None, **server_kw: Any) -> tuple[protocol.TaskEnd, Guest]:
-    server: GwServer = server_factory(agents=agents, **server_kw)
+    # The simulated runner sends no heartbeats of its own: give it longer than a slow model call.
+    server: GwServer = server_factory(agents=agents, dead_after=300.0, **server_kw)
     r = await connect(server)
     guest = Guest(r, refusal)
     try:
