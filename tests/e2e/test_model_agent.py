@@ -52,7 +52,8 @@ ANSWER = "Your app's config is back: mode=production."
 
 # Per agent (by the model name it sends): the replies in order.
 SCRIPTS: dict[str, list[Reply]] = {
-    "claude-shell": [claude(text("I'll write the config file."), tool("shell", script=FIX + " && cat /opt/app/app.conf")),
+    "claude-shell": [claude(text("I'll write the config file."),
+                            tool("shell", script=FIX + " && cat /opt/app/app.conf")),
                      claude(text(ANSWER))],
     "claude-gui": [claude(text("I'll type the fix into the console."), member("type", text=FIX),
                           member("key", text="Return")),

@@ -168,7 +168,7 @@ async def test_responses_batch_and_safety_check_approved(server_factory: Any) ->
     assert guest.events() == [{"type": "click", "x": 80, "y": 60, "button": "left"},
                               {"type": "type", "text": "ls\n"}]
     assert seen.bodies[0]["tools"][0] == {"type": "computer"}
-    out = [i for i in seen.bodies[1]["input"] if i.get("type") == "computer_call_output"][0]
+    out = next(i for i in seen.bodies[1]["input"] if i.get("type") == "computer_call_output")
     assert out["call_id"] == call.call_id and out["acknowledged_safety_checks"][0]["code"] == "malicious_instructions"
     assert out["output"]["image_url"].startswith("data:image/png;base64,")
     assert seen.requests[0][2].get("authorization") == f"Bearer {KEY}"

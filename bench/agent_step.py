@@ -1,0 +1,187 @@
+"""The model agent's own cost per step, against a zero-latency scripted model, on a real guest.
+
+    .venv/bin/python bench/agent_step.py [--images-dir DIR] [--steps 30] [--screen 1280x800]
+
+A linux-tiny machine (the desktop image is not there yet) is made with the QEMU provider; the model
+agent (gh_server.agents.model) runs its loop on it through a relay that serves its machine requests
+straight from the provider (what the runner does, minus the websocket hop and the replay frames). The
+model is a local HTTP server answering at once with SDK-typed replies: a click and a key per turn. Per
+API, for each step (the time between two model requests, the model's own time being ~0):
+
+  screen   the screenshot request (the hypervisor's screenshot to PNG)
+  act      the input requests of the turn (a click, a key)
+  rest     everything else: scaling and encoding the screenshot, building the request, the SDK's
+           round trip on loopback, parsing the reply, bookkeeping
+
+printed as p50 / p90 in milliseconds. The host may be shared: compare the rows of one run.
+Everything it makes is named gh-bench-agentstep-* and removed at the end, even on failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import itertools
+
+from anthropic.types.beta import BetaMessage, BetaTextBlock, BetaToolUseBlock, BetaUsage
+from openai.types.chat import ChatCompletion, ChatCompletionMessage, ChatCompletionMessageFunctionToolCall
+from openai.types.chat.chat_completion import Choice
+from openai.types.chat.chat_completion_message_function_tool_call import Function
+
+from gh_server.agents.base import AgentContext, Machine
+from gh_server.agents.model.loop import ModelAgent
+from gh_server.settings import ModelAgentConfig
+from gh_wire import protocol
+from providers.base import MachineSource
+from providers.qemu import QemuProvider
+
+RUNNER = "bench-agentstep"
+KEY_ENV = "GH_BENCH_MODEL_KEY"
+
+
+def _reply(api: str, n: int) -> dict[str, Any]:
+    if api == "anthropic":
+        msg = BetaMessage(
+            id=f"msg_{n}", type="message", role="assistant", model="bench", stop_reason="tool_use", stop_sequence=None,
+            content=[BetaTextBlock(type="text", text="Clicking."),
+                     BetaToolUseBlock(id=f"t{n}a", type="tool_use", name="left_click", input={"coordinate": [10, 10]},
+                                      toolset_name="computer"),
+                     BetaToolUseBlock(id=f"t{n}b", type="tool_use", name="key", input={"text": "shift"},
+                                      toolset_name="computer")],
+            usage=BetaUsage(input_tokens=1000, output_tokens=20))
+        return msg.model_dump(mode="json", exclude_none=True)
+    calls = [ChatCompletionMessageFunctionToolCall(id=f"c{n}a", type="function", function=Function(
+                 name="computer", arguments=json.dumps({"action": "click", "x": 10, "y": 10}))),
+             ChatCompletionMessageFunctionToolCall(id=f"c{n}b", type="function", function=Function(
+                 name="computer", arguments=json.dumps({"action": "key", "keys": ["shift"]})))]
+    c = ChatCompletion(id=f"cc{n}", object="chat.completion", created=0, model="bench", choices=[Choice(
+        index=0, finish_reason="tool_calls", message=ChatCompletionMessage(role="assistant", content="Clicking.",
+                                                                          tool_calls=calls))])
+    return c.model_dump(mode="json", exclude_none=True)
+
+
+@contextmanager
+def model(api: str) -> Iterator[tuple[str, list[float]]]:
+    arrivals: list[float] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length", "0")))
+            arrivals.append(time.monotonic())
+            out = json.dumps(_reply(api, len(arrivals))).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    t = threading.Thread(target=httpd.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", arrivals
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def pct(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(p * (len(s) - 1)))] if s else float("nan")
+
+
+async def run_api(machine: Any, api: str, steps: int, screen: tuple[int, int]) -> dict[str, list[float]]:
+    spans: list[tuple[str, float, float]] = []
+
+    async def relay(_runner: str, req: protocol.MachineRequest, _timeout: float) -> protocol.MachineResponse:
+        t0 = time.monotonic()
+        try:
+            if req.op == "screen":
+                png = await machine.screenshot()
+                b64 = base64.b64encode(png).decode()
+                return protocol.MachineResponse(request_id=req.request_id, ok=True, png_b64=b64)
+            if req.op == "input":
+                await machine.send_input(req.events)
+                return protocol.MachineResponse(request_id=req.request_id, ok=True)
+            raise AssertionError(req.op)
+        finally:
+            spans.append((req.op, t0, time.monotonic()))
+
+    with model(api) as (url, arrivals):
+        cfg = ModelAgentConfig(id="bench", kind="model", api=api, model="bench", base_url=url,  # type: ignore[arg-type]
+                               api_key_env=KEY_ENV, screen=screen, max_steps=steps, keep_screens=3)
+        ctx = AgentContext(attempt_id="at_bench", runner_id="rn_bench", agent_id="bench", test_run_id="tr_bench",
+                           case={"limits": {"minutes": 30}, "prompt": "bench"},
+                           machine=Machine(relay, "rn_bench", "at_bench"), machine_api_url="", machine_api_token="")
+        await ModelAgent("bench", cfg).run(ctx)
+    out: dict[str, list[float]] = {"step": [], "screen": [], "act": [], "rest": []}
+    for a, b in itertools.pairwise(arrivals):
+        inside = [(op, s, e) for op, s, e in spans if a <= s < b]
+        screen_s = sum(e - s for op, s, e in inside if op == "screen")
+        act_s = sum(e - s for op, s, e in inside if op == "input")
+        out["step"].append(b - a)
+        out["screen"].append(screen_s)
+        out["act"].append(act_s)
+        out["rest"].append(b - a - screen_s - act_s)
+    return out
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--images-dir", default=os.environ.get("GH_IMAGES_DIR", "/var/tmp/gh-runner/images"))
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--screen", default="1280x800")
+    args = ap.parse_args()
+    w, h = (int(v) for v in args.screen.split("x"))
+    os.environ[KEY_ENV] = "bench-key"
+    state = Path(tempfile.mkdtemp(prefix="gh-bench-agentstep-", dir="/var/tmp"))
+    os.chmod(state, 0o755)  # libvirt-qemu must reach the overlays
+    provider = QemuProvider(Path(args.images_dir), state, RUNNER)
+    await provider.start()
+    machine = None
+    try:
+        t0 = time.monotonic()
+        machine = await provider.create_machine("bench-agentstep-1", MachineSource(image="linux-tiny"), timeout=600)
+        print(f"machine ready in {time.monotonic() - t0:.1f} s ({provider.accelerator}); "
+              f"guest screen {len(await machine.screenshot())} bytes PNG; model screen {w}x{h}")
+        print(f"{'api':<12} {'steps':>5}  {'step p50':>9} {'p90':>7}  {'screen p50':>10} {'act p50':>8} "
+              f"{'rest p50':>9} {'rest p90':>9}   (ms)")
+        for api in ("anthropic", "openai-chat"):
+            r = await run_api(machine, api, args.steps, (w, h))
+            ms = {k: [v * 1000 for v in vs] for k, vs in r.items()}
+            print(f"{api:<12} {len(ms['step']):>5}  {pct(ms['step'], .5):>9.0f} {pct(ms['step'], .9):>7.0f}  "
+                  f"{pct(ms['screen'], .5):>10.0f} {pct(ms['act'], .5):>8.0f} {pct(ms['rest'], .5):>9.0f} "
+                  f"{pct(ms['rest'], .9):>9.0f}")
+            print(f"{'':<12} mean step {statistics.mean(ms['step']):.0f} ms")
+    finally:
+        if machine is not None:
+            await machine.destroy()
+        await provider.reap(keep=set())
+        await provider.close()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
