@@ -354,17 +354,39 @@ def test_settings_precedence_and_config_file(tmp_path: Path, monkeypatch: pytest
 
 
 @pytest.mark.parametrize(("agent", "message"), [
-    ({"kind": "telepathy"}, "Input should be 'builtin', 'command' or 'http'"),
+    ({"kind": "telepathy"}, "agents.mine.kind\n  Value error, kind is one of builtin, command, http, model"),
     ({"kind": "command"}, "kind command needs a non-empty `command`"),
     ({"kind": "http"}, "kind http needs a `url`"),
     ({"kind": "command", "comand": ["./agent.sh"]}, "Extra inputs are not permitted"),
     ({"kind": "builtin", "builtin": "oracle"}, "Input should be 'noop' or 'reference'"),
+    # Issue 23: a model agent's settings, each named where it is wrong.
+    ({"kind": "model", "api": "gemini", "model": "m"}, "agents.mine.api\n  Input should be 'anthropic'"),
+    ({"kind": "model", "api": "anthropic", "model": "m"}, "api anthropic needs api_key_env"),
+    ({"kind": "model", "api": "openai-chat", "model": "m", "output": "json"}, "agents.mine.output\n"),
+    ({"kind": "model", "api": "anthropic", "model": "m", "api_key_env": "K", "output": "pyautogui"},
+     "output is for api openai-chat"),
+    ({"kind": "model", "api": "openai-chat", "model": "m", "tools": ["shell"]}, "tools must include computer"),
+    ({"kind": "model", "api": "openai-chat", "model": "m", "screen": [10, 10]}, "agents.mine.screen\n"),
+    ({"kind": "model", "api": "openai-chat", "model": "m", "api_key_env": "GH_SERVER_API_KEY"},
+     "never a GH_SERVER_ one"),
+    ({"kind": "model", "api": "openai-responses", "model": "m", "api_key_env": "K", "tool_version": "computer_2099"},
+     "tool_version for api openai-responses is one of computer, computer_use_preview"),
+    ({"kind": "model", "api": "openai-chat", "model": "m", "max_step": 3}, "agents.mine.max_step\n  Extra inputs"),
 ])
 def test_a_misconfigured_agent_is_refused_at_start(tmp_path: Path, agent: dict[str, object], message: str) -> None:
     cfg = tmp_path / "server.yaml"
     cfg.write_text(yaml.safe_dump({"agents": {"mine": agent}}))
     with pytest.raises(pydantic.ValidationError, match=re.escape(message)):
         Settings.from_env(config_file=cfg, data_dir=tmp_path)
+
+
+def test_gh_server_with_a_bad_model_agent_stops_at_start_naming_the_setting(tmp_path: Path) -> None:
+    cfg = tmp_path / "server.yaml"
+    cfg.write_text(yaml.safe_dump({"agents": {"claude": {"kind": "model", "api": "anthropic", "model": "m",
+                                                         "api_key_env": "ANTHROPIC_API_KEY", "keep_screens": 0}}}))
+    r = subprocess.run([sys.executable, "-m", "gh_server.cli", "--config", str(cfg), "migrate", "--data-dir",
+                        str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "bad settings" in r.stderr and "agents.claude.keep_screens" in r.stderr, r.stderr
 
 
 def test_changed_env_admin_key_revokes_the_old_one() -> None:
