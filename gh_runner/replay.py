@@ -59,7 +59,7 @@ def is_secret_event(event: InputEvent, redact: Sequence[str]) -> bool:
 
 def redact_event(event: InputEvent, redact: Sequence[str]) -> dict[str, Any]:
     """The event as it may appear in a replay frame or a log."""
-    shown = event.model_dump()
+    shown = event.model_dump(exclude_none=True)
     if is_secret_event(event, redact):
         shown["text"] = REDACTED
     return shown

@@ -13,7 +13,7 @@ from gh_runner import attempt as attempt_mod
 from gh_runner.attempt import Attempt
 from gh_runner.config import Timeouts
 from gh_wire.input import KeyEvent, TypeEvent
-from gh_wire.protocol import MachineRequest, TaskEnd
+from gh_wire.protocol import MachineRefusal, MachineRequest, TaskEnd
 from providers.base import ScriptResult
 
 from .fakes import WAIT, FakeLink, FakeMachine, FakeProvider, is_mosaic, make_lease, ok
@@ -375,6 +375,37 @@ async def test_input_frames_and_redaction(provider: FakeProvider, link: FakeLink
     # The secret reached the machine, and nowhere else.
     assert [e.text for e in provider.machines[0].inputs if e.type == "type"][1] == secret
     assert secret not in repr(link.frames) and secret not in repr(logs) and secret not in repr(result)
+
+
+async def test_every_request_of_the_task_leaves_a_frame(provider: FakeProvider, link: FakeLink) -> None:
+    """Issue 23: the screen an agent saw, each exec (script, exit code, output tail) and what the agent
+    meant by a request (its note) are in the replay, secrets redacted; an undeliverable event is a typed
+    refusal (the request's fault, not the machine's)."""
+    secret = "hunter2-Pa55"
+    provider.scripts["echo " + secret] = lambda *_a: ok(f"{secret}\n" + "x" * 3000, code=3)
+    a = Attempt(make_lease(), provider, link, FAST)
+    run = await start(a)
+    await link.reached("task")
+    note = {"agent": "model", "step": 1, "text": f"I will type {secret}"}
+    seen = await a.handle_request(MachineRequest(request_id="s1", attempt_id="at_test1", op="screen",
+                                                 note={"step": 1, "seen_by_model": True}))
+    ran = await a.handle_request(exec_req("echo " + secret, "e1", redact=[secret], note=note))
+    typed = await a.handle_request(MachineRequest(request_id="i1", attempt_id="at_test1", op="input", redact=[secret],
+                                                  note=note, events=[KeyEvent(keys=["A"]), KeyEvent(keys=["B"])]))
+    bad = await a.handle_request(MachineRequest(request_id="i2", attempt_id="at_test1", op="input",
+                                                events=[TypeEvent(text="snow\u2603")]))
+    a.task_end(TaskEnd(attempt_id="at_test1"))
+    await finish(run)
+    assert seen.ok and ran.ok and ran.exit_code == 3 and typed.ok
+    assert not bad.ok and bad.refusal == MachineRefusal.INPUT_NOT_SUPPORTED
+    frames = {label: event for label, _png, event in link.frames if label in ("screen", "exec")}
+    assert frames["screen"] == {"type": "screen", "note": {"step": 1, "seen_by_model": True}}
+    ex = frames["exec"]
+    assert ex["type"] == "exec" and ex["exit_code"] == 3 and ex["script"] == "echo •••" and not ex["timed_out"]
+    assert ex["stdout_tail"] == "x" * 1000 and ex["note"]["text"] == "I will type •••"
+    inputs = [event for label, _png, event in link.frames if label == "input"]
+    assert inputs[0]["note"]["step"] == 1 and "note" not in inputs[1]
+    assert secret not in repr(link.frames)
 
 
 async def test_frames_are_best_effort(provider: FakeProvider, link: FakeLink) -> None:
