@@ -147,6 +147,10 @@ def test_model_agents_fix_a_real_guest_and_the_replay_shows_every_step(work: Pat
         else:
             assert any(f["event"]["type"] == "type" for f in acted), (name, acted)
     assert result["agents"]["claude-shell"]["pass_rate"] == 1.0
+    # What each agent spent, on the results rows and per agent (the server's test_run_results).
+    results = result["results"]
+    assert {r["agent_id"]: r["cost_cents"] for r in results["data"]} == dict.fromkeys(AGENTS, 1)
+    assert {k: v["cost_cents"] for k, v in results["by_agent"].items()} == dict.fromkeys(AGENTS, 1)
     assert all(KEY in (h.get("x-api-key"), h.get("authorization", "").removeprefix("Bearer "))
                for _, _, h, _ in seen.requests)
     runner = re.search(r"runner (local-\d+) with", proc.stdout)
