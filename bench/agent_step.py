@@ -11,7 +11,7 @@ API, for each step (the time between two model requests, the model's own time be
   screen   the screenshot request (the hypervisor's screenshot to PNG)
   act      the input requests of the turn (a click, a key)
   rest     everything else: scaling and encoding the screenshot, building the request, the SDK's
-           round trip on loopback, parsing the reply, bookkeeping
+           round trip on loopback, parsing the reply, bookkeeping (scale+encode alone is printed first)
 
 printed as p50 / p90 in milliseconds. The host may be shared: compare the rows of one run.
 Everything it makes is named gh-bench-agentstep-* and removed at the end, even on failure.
@@ -47,6 +47,7 @@ from openai.types.chat.chat_completion_message_function_tool_call import Functio
 
 from gh_server.agents.base import AgentContext, Machine
 from gh_server.agents.model.loop import ModelAgent
+from gh_server.agents.model.screen import prepare
 from gh_server.settings import ModelAgentConfig
 from gh_wire import protocol
 from providers.base import MachineSource
@@ -168,6 +169,13 @@ async def main() -> None:
               f"guest screen {len(await machine.screenshot())} bytes PNG; model screen {w}x{h}")
         print(f"{'api':<12} {'steps':>5}  {'step p50':>9} {'p90':>7}  {'screen p50':>10} {'act p50':>8} "
               f"{'rest p50':>9} {'rest p90':>9}   (ms)")
+        png = await machine.screenshot()
+        enc = []
+        for _ in range(20):
+            t = time.monotonic()
+            await asyncio.to_thread(prepare, png, (w, h))
+            enc.append((time.monotonic() - t) * 1000)
+        print(f"scale+encode alone (in a thread): p50 {pct(enc, .5):.0f} ms, p90 {pct(enc, .9):.0f} ms")
         for api in ("anthropic", "openai-chat"):
             r = await run_api(machine, api, args.steps, (w, h))
             ms = {k: [v * 1000 for v in vs] for k, vs in r.items()}

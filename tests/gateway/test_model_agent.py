@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -245,11 +246,14 @@ async def test_unreachable_endpoint_is_our_error(server_factory: Any) -> None:
     assert end.error is not None and "could not be reached after 1 retries" in end.error
 
 
-async def test_auth_error_is_our_error(server_factory: Any) -> None:
+async def test_auth_error_is_our_error(server_factory: Any, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)  # every logger, the SDKs' and httpx's included
     with model_server(sequence(api_error(401, "invalid x-api-key " + KEY))) as (url, seen):
         end, _ = await _run(server_factory, agent(url, "anthropic"))
     assert end.error is not None and "refused the API key from GH_TEST_MODEL_KEY (HTTP 401)" in end.error
+    assert "•••" in end.error  # the server echoed the key: it is cut out of the reason
     assert len(seen.requests) == 1  # not retried
+    assert caplog.records and KEY not in caplog.text
 
 
 async def test_5xx_after_the_retries_is_our_error(server_factory: Any) -> None:
