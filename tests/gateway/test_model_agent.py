@@ -366,3 +366,35 @@ async def test_missing_key_is_our_error(server_factory: Any, monkeypatch: pytest
         end, _ = await _run(server_factory, agent(url, "anthropic"))
     assert end.error is not None and "GH_TEST_MODEL_KEY (its API key) is not set" in end.error
     assert not seen.requests
+
+
+async def test_zoom_and_hold_key_through_the_toolset(server_factory: Any) -> None:
+    script = sequence(claude(member("zoom", region=[0, 0, 100, 50]), member("hold_key", text="shift", duration=1)),
+                      claude(text("seen")))
+    with model_server(script) as (url, seen):
+        end, guest = await _run(server_factory, agent(url, "anthropic"))
+    assert end.error is None and end.answer == "seen"
+    assert guest.events() == [{"type": "key", "keys": ["shift"], "hold_ms": 1000}]
+    zoomed = seen.bodies[1]["messages"][2]["content"][0]
+    image = next(p for p in zoomed["content"] if p.get("type") == "image")
+    assert _image_size(image["source"]["data"]) == (400, 200)  # 100x50 of the model's screen, scaled up to fit
+
+
+@pytest.mark.parametrize("api", ["anthropic", "openai-chat", "openai-responses"])
+async def test_keep_screens_bounds_the_screenshots_in_context(server_factory: Any, api: str) -> None:
+    if api == "anthropic":
+        act, last = claude(member("left_click", coordinate=[1, 1])), claude(text("ok"))
+    elif api == "openai-chat":
+        act, last = chat(None, ("computer", {"action": "click", "x": 1, "y": 1})), chat("ok")
+    else:
+        act, last = response(computer_call(ca.Click(type="click", button="left", x=1, y=1))), response(said("ok"))
+    with model_server(sequence(act, act, act, act, last)) as (url, seen):
+        end, _ = await _run(server_factory, agent(url, api, keep_screens=2))
+    assert end.error is None and end.answer == "ok"
+    final = json.dumps(seen.bodies[-1])
+    if api == "openai-responses":  # every computer_call_output keeps an image: the older ones a placeholder
+        outputs = [i["output"]["image_url"] for i in seen.bodies[-1]["input"]
+                   if i.get("type") == "computer_call_output"]
+        assert len(outputs) == 4 and len(set(outputs[:2])) == 1 and outputs[2] != outputs[0]
+    else:
+        assert final.count("an earlier screenshot, removed") == 3  # 5 screens seen, 2 kept

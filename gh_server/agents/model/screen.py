@@ -70,11 +70,13 @@ def zoom(png: bytes, region: tuple[int, int, int, int], scale: Scale) -> Shot:
         ValueError: an empty or inverted region.
     """
     x0, y0 = scale.to_guest(region[0], region[1])
-    x1, y1 = scale.to_guest(region[2], region[3])
+    # The far corner is an exclusive bound: [0, 0, 100, 50] is 100x50 model pixels.
+    x1 = min(round(region[2] * scale.guest[0] / scale.model[0]), scale.guest[0])
+    y1 = min(round(region[3] * scale.guest[1] / scale.model[1]), scale.guest[1])
     if x1 <= x0 or y1 <= y0:
         raise ValueError("zoom region must be x0 < x1 and y0 < y1 on the screen")
     with Image.open(io.BytesIO(png)) as im:
-        part = im.convert("RGB").crop((x0, y0, x1 + 1, y1 + 1))
+        part = im.convert("RGB").crop((x0, y0, x1, y1))
     ratio = min(scale.model[0] / part.width, scale.model[1] / part.height)
     size = (max(1, round(part.width * ratio)), max(1, round(part.height * ratio)))
     return Shot(_encode(part.resize(size, Image.Resampling.LANCZOS)), scale)
