@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from PIL import Image
+from sqlalchemy import select
 
 from gh_server import models, replays
 from gh_server.app import create_state
@@ -186,5 +188,40 @@ def test_exported_replay_loads_in_headless_chromium(state: ServerState) -> None:
             # The first frame (red) is on screen: the image loaded from disk.
             colours = im.convert("RGB").getcolors(maxcolors=1 << 24) or []
             assert any(isinstance(c, tuple) and c[0] > 150 and c[1] < 60 and c[2] < 60 for _n, c in colours)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def test_a_model_agents_steps_show_in_the_page(state: ServerState) -> None:
+    """Issue 23: the page shows a step's words and action under its frame, a click drawn where it landed,
+    and an exec's script, exit code and output."""
+    if chromium.chromium() is None:
+        pytest.fail("chromium is not installed: apt-get install chromium")
+    aid = _seed(state)
+    note = {"agent": "model", "step": 1, "text": "I'll restart the service.", "action": {"type": "click"}}
+    with state.db.begin() as s:
+        for f in s.scalars(select(models.ReplayFrame).where(models.ReplayFrame.attempt_id == aid)):
+            s.delete(f)
+        s.flush()
+        frames = [("input", {"type": "click", "x": 160, "y": 100, "button": "left", "note": note}),
+                  ("exec", {"type": "exec", "script": "service app restart", "exit_code": 0, "timed_out": False,
+                            "stdout_tail": "app restarted", "stderr_tail": ""})]
+        for seq, (label, event) in enumerate(frames):
+            s.add(models.ReplayFrame(attempt_id=aid, seq=seq, at=T0 + timedelta(seconds=5 + seq), label=label,
+                                     event=event, png=_png((0, 0, 200))))
+    out = Path(tempfile.mkdtemp(prefix="gh-replay-export-", dir="/var/tmp"))
+    try:
+        with state.db() as s:
+            page = replays.export_replay(s, aid, out)
+        assert page is not None
+        loaded = chromium.load(page.as_uri(), chromium.OUTPUT_DIR / "replay-model-steps.png")
+        assert 'data-ready="1"' in loaded.dom
+        assert "step 1: click" in loaded.dom and "I'll restart the service." in loaded.dom
+        assert re.search(r'id="click-marker" style="[^"]*display: block', loaded.dom), loaded.dom[-2000:]
+        assert "exec (exit 0)" in loaded.dom  # the exec frame on the timeline
+        with Image.open(loaded.screenshot) as im:
+            colours = im.convert("RGB").getcolors(maxcolors=1 << 24) or []
+            # The marker's red ring is drawn over the blue frame.
+            assert any(isinstance(c, tuple) and c[0] > 200 and c[1] < 80 and c[2] < 80 for _n, c in colours)
     finally:
         shutil.rmtree(out, ignore_errors=True)
