@@ -3,9 +3,9 @@ the runner <-> server protocol and the providers that deliver them."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 # ---------------------------------------------------------------------------------------------
 
@@ -72,6 +72,14 @@ class KeyEvent(_Event):
     keys: list[str] = Field(min_length=1, max_length=MAX_KEYS, description='e.g. ["CTRL", "ALT", "DELETE"]')
     hold_ms: int | None = Field(default=None, ge=1, le=MAX_HOLD_MS,
                                 description="hold the chord this long before releasing it (default: a tap)")
+
+    @model_serializer(mode="wrap")
+    def _tap_as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A tap (no hold_ms) serialises as the seed's key event did: {"type": "key", "keys": [...]}.
+        data: dict[str, Any] = handler(self)
+        if data.get("hold_ms") is None:
+            data.pop("hold_ms", None)
+        return data
 
 
 InputEvent = Annotated[
