@@ -482,7 +482,7 @@ class Attempt:
             if req.op == "screen":
                 png = await self._screenshot()
                 if req.attempt_id is not None:  # the screen the agent saw is a step of its trajectory
-                    await self._replay.send("screen", png, with_note({"type": "screen"}, req.note, req.redact))
+                    await self._replay.send_frame("screen", png, with_note({"type": "screen"}, req.note, req.redact))
                 return MachineResponse(request_id=req.request_id, ok=True, png_b64=base64.b64encode(png).decode())
             if req.op == "input":
                 return await self._input(req)
@@ -552,7 +552,7 @@ class Attempt:
             except Exception as e:
                 self._log.warning("screenshot after exec failed", error=f"{type(e).__name__}: {str(e)[:200]}")
             else:
-                await self._replay.send("exec", png, shown)
+                await self._replay.send_frame("exec", png, shown)
         return MachineResponse(
             request_id=req.request_id,
             ok=True,
