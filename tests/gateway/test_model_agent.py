@@ -256,11 +256,17 @@ async def test_auth_error_is_our_error(server_factory: Any, caplog: pytest.LogCa
     assert caplog.records and KEY not in caplog.text
 
 
-async def test_5xx_after_the_retries_is_our_error(server_factory: Any) -> None:
-    with model_server(sequence(api_error(503, "overloaded"))) as (url, seen):
+@pytest.mark.parametrize(("status", "reason", "tries"), [
+    (503, "answered HTTP 503 after 1 retries", 2),
+    (429, "answered HTTP 429 after 1 retries", 2),
+    (400, "refused the request (HTTP 400)", 1),  # not retried: the same request fails again
+])
+async def test_5xx_or_429_after_the_retries_is_our_error(server_factory: Any, status: int, reason: str,
+                                                        tries: int) -> None:
+    with model_server(sequence(api_error(status, "overloaded", {"retry-after": "0"}))) as (url, seen):
         end, _ = await _run(server_factory, agent(url, "openai-chat"))
-    assert end.error is not None and "HTTP 503 after 1 retries" in end.error
-    assert len(seen.requests) == 2
+    assert end.error is not None and reason in end.error and "overloaded" in end.error, end.error
+    assert len(seen.requests) == tries
 
 
 async def test_429_is_retried_after_its_retry_after(server_factory: Any) -> None:
