@@ -16,12 +16,17 @@ plane is involved: this measures the runner's side of an attempt. Everything it 
 gh-bench-phases-* and removed at the end, even on failure.
 
 Then (`--throughput-rounds`, 0 to skip) attempts per minute on `--slots` slots, every case once per
-round, three ways interleaved round by round (issue 15):
+round, and the median of each phase, four ways interleaved round by round:
 
-  before   every machine booted, the slot held until the machine is destroyed (the old runner)
-  after    machines restored lazily from the image's warm snapshot, teardown in the background
-  pool     as after, plus a hot pool (2 paused machines per source, 1 GiB)
+  lazy-old  machines restored lazily from the image's warm snapshot, teardown in the background,
+            scripts run as before issue 26 (bench/legacy_exec.py: the clock by guest-set-time and
+            its `hwclock -w`, polls from 20 ms, the wrapper of 6 processes)
+  pool-old  as lazy-old, plus a hot pool (2 paused machines per source, 1 GiB): today's pool figure
+  lazy-new  lazy machines, scripts as after issue 26 (the clock in the first exec, polls from 1 ms,
+            the wrapper of 2 processes)
+  pool-new  as lazy-new, plus the hot pool (its machines primed with a script too)
 
+(`--with-cold` adds booted machines, the slot held until the destroy: the runner before issue 15.)
 The warm snapshot is built before the clock starts (once per image per runner; its time is
 printed). The host may be shared: numbers are noisy, ratios from one run are what counts.
 """
@@ -44,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml
 
+from bench.legacy_exec import legacy
 from gh_runner.attempt import Attempt
 from gh_runner.config import Timeouts
 from gh_wire.protocol import FrozenCase, Lease, Limits, MachineRequest, StartStateRef, TaskEnd
@@ -118,7 +124,8 @@ async def one_attempt(provider: QemuProvider, case: Mapping[str, Any], aid: str,
     wall = time.monotonic() - t0
     return {"key": case.get("key"), "mode": "warm" if warm else "cold", "outcome": result.outcome,
             "error": result.error, "wall": wall, "origin": result.metrics.machine_origin,
-            "attempt": attempt, **group(result.metrics.phase_seconds)}
+            "attempt": attempt, "phase_seconds": dict(result.metrics.phase_seconds),
+            **group(result.metrics.phase_seconds)}
 
 
 async def batch(provider: QemuProvider, cases: list[dict[str, Any]], slots: int, tag: str,
@@ -151,22 +158,33 @@ async def pool_full(counts: Callable[[], Mapping[MachineSource, int]], n: int, t
         await asyncio.sleep(0.1)
 
 
-async def throughput(images_dir: Path, state: Path, cases: list[dict[str, Any]], slots: int, rounds: int) -> None:
+PHASES = ("machine", "ready", "setup", "check_before", "first_screen", "task", "check_after", "last_screen")
+
+
+async def throughput(images_dir: Path, state: Path, cases: list[dict[str, Any]], slots: int, rounds: int,
+                     with_cold: bool) -> None:
+    """Attempts per minute and the phases' medians, before and after issue 26 side by side."""
     provs = {
-        "before": QemuProvider(images_dir, state / "before", RUNNER + "-before"),
-        "after": QemuProvider(images_dir, state / "warm", RUNNER + "-after", warm_snapshots=True),
-        "pool": QemuProvider(images_dir, state / "warm", RUNNER + "-pool", warm_snapshots=True,
-                             pool=PoolConfig(per_source=2, total_mib=1024)),
+        "lazy-old": legacy(QemuProvider(images_dir, state / "warm", RUNNER + "-lazyold", warm_snapshots=True)),
+        "pool-old": legacy(QemuProvider(images_dir, state / "warm", RUNNER + "-poolold", warm_snapshots=True,
+                                        pool=PoolConfig(per_source=2, total_mib=1024))),
+        "lazy-new": QemuProvider(images_dir, state / "warm", RUNNER + "-lazynew", warm_snapshots=True),
+        "pool-new": QemuProvider(images_dir, state / "warm", RUNNER + "-poolnew", warm_snapshots=True,
+                                 pool=PoolConfig(per_source=2, total_mib=1024)),
     }
+    if with_cold:
+        provs = {"cold": QemuProvider(images_dir, state / "before", RUNNER + "-before"), **provs}
     for d in ("before", "warm"):
         (state / d).mkdir(mode=0o755)
     walls: dict[str, float] = dict.fromkeys(provs, 0.0)
     done: dict[str, int] = dict.fromkeys(provs, 0)
     origins: dict[str, set[str]] = {k: set() for k in provs}
+    phases: dict[str, dict[str, list[float]]] = {k: {ph: [] for ph in PHASES} for k in provs}
     try:
         t = time.monotonic()
-        await provs["after"].start()
-        m = await provs["after"].create_machine("bench-phases-warmup", MachineSource(image="linux-tiny"), timeout=600)
+        await provs["lazy-new"].start()
+        m = await provs["lazy-new"].create_machine("bench-phases-warmup", MachineSource(image="linux-tiny"),
+                                                   timeout=600)
         await m.destroy()
         print(f"warm snapshot built in {time.monotonic() - t:.1f} s (once per image per runner, not timed below)")
         for p in provs.values():
@@ -177,25 +195,38 @@ async def throughput(images_dir: Path, state: Path, cases: list[dict[str, Any]],
                 pool = provs[mode].pool
                 if pool is not None:  # a runner's pool fills while it waits for leases: not timed
                     await pool_full(pool.counts, 2, 600)
-                wall, rows = await batch(provs[mode], cases, slots, f"{mode}{rnd}x", mode != "before")
+                wall, rows = await batch(provs[mode], cases, slots, f"{mode.replace('-', '')}{rnd}x",
+                                         mode != "cold")
                 walls[mode] += wall
                 done[mode] += sum(r["outcome"] != "error" for r in rows)
                 origins[mode] |= {str(r["origin"]) for r in rows}
+                for r in rows:
+                    if r["outcome"] != "error":
+                        for ph in PHASES:
+                            phases[mode][ph].append(r["phase_seconds"].get(ph, 0.0))
                 errors = [r["error"] for r in rows if r["error"]]
                 print(f"  round {rnd + 1} {mode}: {len(rows)} attempts in {wall:.1f} s"
                       + (f" ({len(errors)} errors: {errors[0][:80]})" if errors else ""), flush=True)
+        print(f"\nmedian seconds per phase ({len(cases)} cases x {rounds} rounds per mode, errors left out)")
+        print(f"{'':9}" + "".join(f"{ph:>13}" for ph in PHASES))
+        for mode in provs:
+            print(f"{mode:9}" + "".join(f"{_med(phases[mode][ph]):13.3f}" for ph in PHASES))
         print(f"\nattempts per minute on {slots} slots ({len(cases)} cases x {rounds} rounds, errors not counted)")
-        base = done["before"] / walls["before"] * 60 if walls["before"] else float("nan")
+        base = done["pool-old"] / walls["pool-old"] * 60 if walls["pool-old"] else float("nan")
         for mode in provs:
             apm = done[mode] / walls[mode] * 60 if walls[mode] else float("nan")
             made = ", ".join(sorted(origins[mode]))
-            print(f"  {mode:7} {apm:6.1f}/min  ({apm / base:4.1f}x before)  machines: {made}")
+            print(f"  {mode:9} {apm:6.1f}/min  ({apm / base:4.2f}x pool-old)  machines: {made}")
     finally:
         for p in provs.values():
             try:
                 await p.reap(keep=set())
             finally:
                 await p.close()
+
+
+def _med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
 
 
 async def make_warm_state(provider: QemuProvider) -> None:
@@ -270,6 +301,7 @@ def main() -> int:
     ap.add_argument("--slots", type=int, default=2)
     ap.add_argument("--throughput-rounds", type=int, default=2, help="rounds of the attempts-per-minute part")
     ap.add_argument("--skip-phases", action="store_true", help="only the attempts-per-minute part")
+    ap.add_argument("--with-cold", action="store_true", help="also booted machines in the attempts-per-minute part")
     args = ap.parse_args()
     cases = yaml.safe_load(args.cases.read_text())["cases"]
     if args.keys:
@@ -281,7 +313,8 @@ def main() -> int:
         if not args.skip_phases:
             asyncio.run(run(args.images_dir, state, cases, args.rounds))
         if args.throughput_rounds > 0:
-            asyncio.run(throughput(args.images_dir, state, cases, args.slots, args.throughput_rounds))
+            asyncio.run(throughput(args.images_dir, state, cases, args.slots, args.throughput_rounds,
+                                   args.with_cold))
     finally:
         shutil.rmtree(state, ignore_errors=True)
     return 0

@@ -36,6 +36,7 @@ import pydantic
 from gh_common.timeouts import within
 from gh_local.casefile import CaseFile, CaseFileError, load_case_file, parse_agents, parse_repeat
 from gh_local.report import build_report, render_table, rows_from_attempts, summarize_agents, write_report
+from gh_runner.poolsize import plan_pool
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -317,7 +318,8 @@ class LocalRun:
             total = int(run["progress"]["total"])
             self.say(f"run {self.run_id}: {len(case_ids)} case(s) x {len(self.agents)} agent(s) "
                      f"({', '.join(self.agents)}) x {self.repeat} tr{'y' if self.repeat == 1 else 'ies'} "
-                     f"= {total} tries, runner {config.name} with {config.slots} slot(s), server {base_url}")
+                     f"= {total} tries, runner {config.name} with {config.slots} slot(s), "
+                     f"{plan_pool(config).describe()}, server {base_url}")
             run = await self._wait(http, run, total)
             if self.interrupted:
                 with contextlib.suppress(Exception):

@@ -94,7 +94,18 @@ class RunnerConfig(BaseModel):
     machine_disk_cap_mib: int = Field(default=20480, ge=64, description="stop a machine whose overlay grows past this")
     timeouts: Timeouts = Field(default_factory=Timeouts)
     warm_snapshots: bool = Field(default=True, description="start machines on an image from its booted snapshot")
-    pool: Pool = Field(default_factory=Pool)
+    pool: Pool | None = Field(default=None, description="the hot pool; unset: sized from the slots and free "
+                              "memory (gh_runner/poolsize.py); `off` turns it off")
+
+    @field_validator("pool", mode="before")
+    @classmethod
+    def _pool_off(cls, v: Any) -> Any:
+        # YAML reads a bare `off` as false; "off" spelt as a string (env, JSON) means the same.
+        if v is False or (isinstance(v, str) and v.strip().lower() in ("off", "false", "no", "0")):
+            return Pool(per_source=0, total_mib=0)
+        if v is True or (isinstance(v, str) and v.strip().lower() in ("auto", "on")):
+            return None
+        return v
 
     @field_validator("labels", mode="before")
     @classmethod

@@ -45,6 +45,7 @@ from gh_runner import __version__, diskguard
 from gh_runner.config import RunnerConfig, Timeouts
 from gh_runner.journal import InflightRecord, Journal, is_safe_id
 from gh_runner.log import bind_attempt, get_logger, redactor
+from gh_runner.poolsize import plan_pool
 from gh_runner.session import Backoff, Session
 from gh_wire.protocol import (
     AttemptFinished,
@@ -156,10 +157,11 @@ def make_provider(config: RunnerConfig) -> Provider:
     from providers.qemu import QemuProvider  # type: ignore[attr-defined]
     from providers.qemu.pool import PoolConfig
 
+    plan = plan_pool(config)
     qemu: Provider = QemuProvider(config.images_dir, config.state_dir, config.name, config.libvirt_uri,
                                   write_cap_bytes=config.machine_disk_cap_mib * diskguard.MIB,
                                   warm_snapshots=config.warm_snapshots,
-                                  pool=PoolConfig(per_source=config.pool.per_source, total_mib=config.pool.total_mib))
+                                  pool=PoolConfig(per_source=plan.per_source, total_mib=plan.total_mib))
     return qemu
 
 
@@ -357,7 +359,7 @@ class Daemon:
         await self._refresh_inventory()
         self.log.info("runner starting", version=__version__, server=self.session.url, slots=self.config.slots,
                       labels=self.config.labels, images=[i.name for i in self._images],
-                      unacked_results=len(self._unacked))
+                      unacked_results=len(self._unacked), pool=plan_pool(self.config).describe())
         self._session_task = asyncio.create_task(self.session.keep_connected(), name="session")
         self._timers = [
             asyncio.create_task(self._every(self.config.reap_interval, self._reap_live), name="reaper"),

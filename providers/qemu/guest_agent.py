@@ -1,10 +1,16 @@
 """Scripts through the QEMU guest agent: guest-exec with the script on stdin, polled with a deadline.
 
+One script is one guest-exec (the wrapper in argv, the script on stdin) and guest-exec-status polls
+that start at 1 ms and back off (a short script is done within a few ms of its start; a long one is
+polled at most every `Polling.cap_s`). A restored guest's clock is set by the same call: the wrapper runs
+`date -s @<seconds>` before the script (see `clock_arg`), instead of qemu-ga's guest-set-time,
+whose `hwclock -w` in the guest waits for the RTC's next second (0.3-0.5 s under TCG).
+
 Why a wrapper: guest-exec's own output capture has no cap below 16 MiB per stream and libvirt's RPC
 refuses replies over 4 MiB, and killing guest-exec's pid alone leaves the script's children running.
-So the agent starts a tiny POSIX-sh wrapper that stores the script (from stdin) in a private temp
-dir, runs it in its own session with output redirected to files, and prints back at most the first
-`cap + 1` bytes of each stream. On timeout we kill the script's whole session, and the wrapper
+So the agent starts a tiny POSIX-sh wrapper that runs the script (read from its stdin) in its own
+session with output redirected to private temp files, and prints back at most the first `cap + 1`
+bytes of each stream. On timeout we kill the script's whole session, and the wrapper
 still reports the partial output.
 """
 
@@ -17,6 +23,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import libvirt
@@ -32,31 +39,74 @@ from providers.qemu.handle import Domain
 INLINE_CHUNK = 1024 * 1024
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 KILL_GRACE_S = 5.0
+# The wrapper's answer when it could not set the clock (busybox `date -s`): the script did not run.
+CLOCK_NOT_SET_EXIT = 125
+CLOCK_NOT_SET_MARK = b"gh-exec: the clock was not set"
 
+
+class ClockMode(StrEnum):
+    """How a restored guest's clock is set (sh guests on qemu-ga; a WinRM image always uses SET_TIME)."""
+
+    IN_EXEC = "in_exec"  # by the first script's own guest-exec: `date -s` before the script
+    SET_TIME = "set_time"  # qemu-ga's guest-set-time beside ready (waits for `hwclock -w` in the guest)
+
+
+@dataclass(frozen=True)
+class Polling:
+    """When guest-exec-status is asked again: `first_s` after the first ask, then `growth` times
+    the previous wait, at most `cap_s`."""
+
+    first_s: float = 0.001
+    growth: float = 2.0
+    cap_s: float = 0.05
+
+
+LEGACY_POLLING = Polling(first_s=0.02, growth=1.5, cap_s=0.25)  # before issue 26, for bench/ side by side
+
+# Every process the wrapper starts costs a fork and an exec of busybox, 5-30 ms each under TCG, so
+# the path to the script's result starts as few as it can: `date` (only when setting the clock),
+# setsid + sh (the script's own), and `head` only for a stream that is not empty; the script is read
+# by its sh from the wrapper's stdin (fd 3) instead of being copied to a file first, and the files
+# are removed in the background (qemu-ga reports the exit without waiting for that). The script
+# sees fd 3 (the rest of its own text) open; its stdin is /dev/null.
 WRAPPER = r"""
-d=/tmp/gh-exec-$1; lim=$2; keep=$3
+f=/tmp/gh-exec-$1; lim=$2; keep=$3
+if [ -n "$4" ]; then
+  case $4 in *[!0-9]*) echo "gh-exec: the clock was not set (bad time)" >&2; exit 125;; esac
+  c=$(( ($4 + 500) / 1000 ))
+  r=
+  [ ! -r /sys/class/rtc/rtc0/since_epoch ] || read r < /sys/class/rtc/rtc0/since_epoch
+  case $r in
+    ''|*[!0-9]*) ;;
+    *) if [ "$r" -ge $(( $4 / 1000 )) ]; then
+         c=$r; [ $(( $4 - r * 1000 )) -le 500 ] || c=$(( r + 1 ))
+       fi;;
+  esac
+  date -s "@$c" >/dev/null 2>&1 || { echo "gh-exec: the clock was not set" >&2; exit 125; }
+fi
 umask 077
-mkdir "$d" || exit 125
-cat > "$d/script" || exit 125
+set -C
+exec 3<&0
 if command -v setsid >/dev/null 2>&1; then s=setsid; else s=; fi
-$s /bin/sh "$d/script" > "$d/out" 2> "$d/err" < /dev/null &
-echo $! > "$d/pid"
+$s /bin/sh /proc/self/fd/3 > "$f.out" 2> "$f.err" < /dev/null &
+echo $! > "$f.pid"
+exec 3<&-
 wait $!
 rc=$?
-head -c "$lim" "$d/out"
-head -c "$lim" "$d/err" >&2
-[ -n "$keep" ] || rm -rf "$d"
+[ ! -s "$f.out" ] || head -c "$lim" "$f.out"
+[ ! -s "$f.err" ] || head -c "$lim" "$f.err" >&2
+[ -n "$keep" ] || rm -f "$f.out" "$f.err" "$f.pid" < /dev/null > /dev/null 2>&1 &
 exit $rc
 """
 
 KILL = r"""
-d=/tmp/gh-exec-$1
-p=$(cat "$d/pid" 2>/dev/null) || exit 0
+p=$(cat "/tmp/gh-exec-$1.pid" 2>/dev/null) || exit 0
 kill -KILL -"$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null
 exit 0
 """
 
-FETCH = r"""tail -c +"$2" "/tmp/gh-exec-$1/$3" | head -c "$4" """
+FETCH = r"""tail -c +"$2" "/tmp/gh-exec-$1.$3" | head -c "$4" """
+FORGET = r"""rm -f "/tmp/gh-exec-$1.out" "/tmp/gh-exec-$1.err" "/tmp/gh-exec-$1.pid" """
 
 
 def decode(data: bytes) -> str:
@@ -81,12 +131,27 @@ def _check_env(env: Mapping[str, str]) -> list[str]:
     return out
 
 
+def clock_arg() -> str:
+    """The host's time in ms, read as the request is sent: the least the guest's time can be when
+    its `date -s` runs. The wrapper takes the seconds from the guest's RTC where it can (QEMU drives
+    it from the host's clock, also after a restore; read without starting a process), as a cold
+    boot does, which stays right however long the guest took to start the wrapper (a loaded host:
+    seconds); the host's time picks the nearer second, and stands in where there is no RTC."""
+    return str(time.time_ns() // 1_000_000)
+
+
+class ClockNotSet(ProviderError):
+    """The wrapper could not set the guest clock; the script did not run."""
+
+
 class GuestAgent:
     """The qemu-ga channel of one domain, looked up by name on every call (survives reconnects)."""
 
-    def __init__(self, domain: Domain, *, call_timeout: float = 20.0) -> None:
+    def __init__(self, domain: Domain, *, call_timeout: float = 20.0, polling: Polling = Polling()) -> None:
         self.domain = domain
         self.call_timeout = call_timeout
+        self.polling = polling
+        self.wrapper = WRAPPER  # bench/legacy_exec.py puts the one before issue 26 here, side by side
 
     @property
     def domain_name(self) -> str:
@@ -163,7 +228,7 @@ class GuestAgent:
 
     async def wait_exec(self, pid: int, deadline: float) -> ExecStatus | None:
         """Poll guest-exec-status until the process exits or `deadline` (monotonic) passes."""
-        delay = 0.02
+        delay = self.polling.first_s
         while True:
             st = await self.exec_status(pid)
             if st.exited:
@@ -172,11 +237,16 @@ class GuestAgent:
             if left <= 0:
                 return None
             await asyncio.sleep(min(delay, left))
-            delay = min(delay * 1.5, 0.25)
+            delay = min(delay * self.polling.growth, self.polling.cap_s)
 
     async def run_sh(self, script: str, *, env: Mapping[str, str] | None, timeout: float,
-                     output_cap: int = DEFAULT_OUTPUT_CAP) -> ScriptResult:
-        """Run `script` with /bin/sh as root in the guest; see the module docstring for the shape."""
+                     output_cap: int = DEFAULT_OUTPUT_CAP, set_clock: bool = False) -> ScriptResult:
+        """Run `script` with /bin/sh as root in the guest; see the module docstring for the shape.
+
+        With `set_clock`, the guest's clock is set to the host's (read as the request is sent)
+        before the script starts, in the same guest-exec. Raises ClockNotSet (the script did not
+        run) when the guest refused.
+        """
         if output_cap < 0:
             raise ProviderError("output_cap must be >= 0")
         full_env = {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8"}
@@ -186,17 +256,21 @@ class GuestAgent:
         inline = min(output_cap, INLINE_CHUNK) + 1
         keep = output_cap > INLINE_CHUNK
         started = time.monotonic()
+        clock = clock_arg() if set_clock else ""
         pid = await self.exec_start(
-            "/bin/sh", ["-c", WRAPPER, "gh-exec", token, str(inline), "keep" if keep else ""],
+            "/bin/sh", ["-c", self.wrapper, "gh-exec", token, str(inline), "keep" if keep else "", clock],
             env=env_list, stdin=script.encode("utf-8"),
         )
         st = await self.wait_exec(pid, started + timeout)
+        if (set_clock and st is not None and st.exit_code == CLOCK_NOT_SET_EXIT
+                and CLOCK_NOT_SET_MARK in st.stderr):
+            raise ClockNotSet(f"the guest did not set its clock: {decode(st.stderr)[:200]}")
         timed_out = st is None
         if st is None:
             await self._kill(token)
             st = await self.wait_exec(pid, time.monotonic() + KILL_GRACE_S)
             if st is None:  # the wrapper itself is stuck: give up on its output
-                await self._exec_quiet(["-c", f"kill -KILL {pid}; rm -rf /tmp/gh-exec-{token}"])
+                await self._exec_quiet(["-c", f"kill -KILL {pid}; {FORGET}", "gh-forget", token])
                 st = ExecStatus(True, None, 9, b"", b"")
         out, err = st.stdout, st.stderr
         try:
@@ -205,7 +279,7 @@ class GuestAgent:
                 err = await self._fetch_rest(token, "err", err, output_cap)
         finally:
             if keep:
-                await self._exec_quiet(["-c", f"rm -rf /tmp/gh-exec-{token}"])
+                await self._exec_quiet(["-c", FORGET, "gh-forget", token])
         duration = time.monotonic() - started
         exit_code: int | None
         if timed_out:
@@ -255,4 +329,4 @@ class GuestAgent:
         await self.command("guest-set-time", {"time": time.time_ns()})
 
 
-__all__ = ["GuestAgent", "ScriptResult", "plain_reason"]
+__all__ = ["ClockMode", "ClockNotSet", "GuestAgent", "Polling", "ScriptResult", "plain_reason"]

@@ -55,7 +55,7 @@ from providers.qemu.domain import (
     ownership_xml,
 )
 from providers.qemu.errors import in_thread, plain_reason
-from providers.qemu.guest_agent import GuestAgent
+from providers.qemu.guest_agent import ClockMode, ClockNotSet, GuestAgent, Polling
 from providers.qemu.handle import CALL_TIMEOUT, Domain
 from providers.qemu.hostcheck import KVM_DEVICE_FIX, kvm_device_problem
 from providers.qemu.hostchecks import HostContext, run_host_checks
@@ -90,7 +90,8 @@ class QemuProvider(Provider):
     def __init__(self, images_dir: Path, state_dir: Path, runner_name: str, libvirt_uri: str = "qemu:///system",
                  *, accelerator: str | None = None, flatten_versions: bool = False,
                  write_cap_bytes: int | None = None, warm_snapshots: bool = False, lazy_restore: bool = True,
-                 pool: PoolConfig | None = None) -> None:
+                 pool: PoolConfig | None = None, clock_mode: ClockMode = ClockMode.IN_EXEC,
+                 polling: Polling = Polling()) -> None:
         self.images_dir = Path(images_dir)
         self.state_dir = Path(state_dir)
         self.runner_name = runner_name
@@ -116,6 +117,9 @@ class QemuProvider(Provider):
         self.pool: HotPool[QemuMachine] | None = (
             HotPool(_PoolHost(self), pool, self._pool_sources) if pool is not None and pool.enabled else None)
         self.png_swapped: bool | None = None  # learnt from the first colourful screenshot
+        self.clock_mode = clock_mode  # how a restored sh guest's clock is set (guest_agent.ClockMode)
+        self.polling = polling  # of guest-exec-status (the old values stay for bench/ side by side)
+        self.prime_script = True  # the pool primes a script's path too (off only in bench/legacy_exec.py)
         self._calibrations = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -417,6 +421,11 @@ class _PoolHost:
         started = time.monotonic()
         await machine.agent.wait_ready(timeout, alive=machine._require_running)
         answered = time.monotonic() - started
+        # A script's path too (qemu-ga's fork, busybox sh, setsid, head): the first after a restore
+        # took ~0.5 s under TCG, later ones a fraction. Its temp files are removed before the pause.
+        if self._p.prime_script:
+            await machine.agent.run_sh("true", env=None, timeout=timeout, output_cap=0)
+            await machine.agent.run_sh("rm -f /tmp/gh-exec-*", env=None, timeout=timeout, output_cap=0)
         await machine.domain.suspend("pausing a machine for the hot pool")
         return answered
 
@@ -463,11 +472,13 @@ class QemuMachine(Machine):
         self.restored = False
         self.origin = MachineOrigin.COLD
         self._clock_task: asyncio.Task[None] | None = None
+        self._clock_chosen = False  # a restored machine's clock is set once, the way wait_ready picks
+        self._clock_in_exec = False  # the next qemu-ga script sets the clock first (ClockMode.IN_EXEC)
         self._destroyed = False
         self._screen_size: tuple[int, int] | None = None
         self._screen_size_at = 0.0
         self.domain = Domain(provider.conn, name)
-        self.agent = GuestAgent(self.domain)
+        self.agent = GuestAgent(self.domain, polling=provider.polling)
         self.input = InputDriver(self.domain, self._current_screen_size)
         self._winrm: WinRMChannel | None = None
         self.images_dir = provider.images_dir
@@ -521,11 +532,17 @@ class QemuMachine(Machine):
                         alive=self._require_running)
             else:
                 await self._winrm_channel().wait_ready(left, alive=self._require_running)
-        if self.restored and self._clock_task is None and routes.channel(Duty.CLOCK) is Channel.QEMU_GA:
-            # A restored guest's clock stands where it was saved. Setting it costs a round trip
-            # plus an hwclock run in the guest (~0.2 s under TCG), so it runs beside whatever the
-            # caller does next; every script waits for it first, so no script sees a stale clock.
-            self._clock_task = asyncio.create_task(self._set_clock())
+        if self.restored and not self._clock_chosen:
+            self._clock_chosen = True
+            # A restored guest's clock stands where it was saved (a pooled one's also lags by its
+            # pause). A sh guest's first script sets it in its own guest-exec (`date -s`, no extra
+            # round trip). Elsewhere qemu-ga's guest-set-time does, beside whatever the caller does
+            # next: on Linux it waits for `hwclock -w` in the guest (0.3-0.5 s under TCG), on
+            # Windows it is a SetSystemTime. Either way no script sees the stale clock.
+            if self._clock_by_exec():
+                self._clock_in_exec = True
+            elif routes.channel(Duty.CLOCK) is Channel.QEMU_GA:
+                self._clock_task = asyncio.create_task(self._set_clock())
         log.info("machine ready", machine_id=self.machine_id, seconds=round(time.monotonic() - started, 2))
 
     async def _set_clock(self) -> None:
@@ -534,9 +551,30 @@ class QemuMachine(Machine):
         except ProviderError as e:
             log.warning("could not set the guest clock after restore", machine_id=self.machine_id, reason=str(e))
 
+    def _clock_by_exec(self) -> bool:
+        return (self.provider.clock_mode is ClockMode.IN_EXEC and self.image.routes.script is Channel.QEMU_GA
+                and self.image.manifest.os != "windows")
+
     async def _clock_set(self) -> None:
+        """Wait until the guest clock is right (for what reads it outside a script: a save)."""
+        if self._clock_in_exec:
+            await self._run_sh("true", env=None, timeout=30.0, output_cap=0)
         if self._clock_task is not None:
             await asyncio.shield(self._clock_task)
+
+    async def _run_sh(self, script: str, *, env: Mapping[str, str] | None, timeout: float,
+                      output_cap: int) -> ScriptResult:
+        if not self._clock_in_exec:
+            return await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap)
+        try:
+            res = await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap, set_clock=True)
+        except ClockNotSet as e:  # the script did not run: set the clock the slow way, then run it
+            log.warning("guest clock not set by the exec; using guest-set-time", machine_id=self.machine_id,
+                        reason=str(e))
+            await self.agent.set_time()
+            res = await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap)
+        self._clock_in_exec = False
+        return res
 
     def _winrm_username(self) -> str:
         return load_credentials(credentials_path(self))[0]
@@ -559,12 +597,13 @@ class QemuMachine(Machine):
         self._over_limit()
         if self._destroyed:
             raise ProviderError("the machine was destroyed")
-        await self._clock_set()
+        if self._clock_task is not None:
+            await asyncio.shield(self._clock_task)
         if self._uses_winrm:
             result: ScriptResult = await self._winrm_channel().run_script(script, env=env, timeout=timeout,
                                                                          output_cap=output_cap)
             return result
-        return await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap)
+        return await self._run_sh(script, env=env, timeout=timeout, output_cap=output_cap)
 
     async def screenshot(self) -> bytes:
         self._over_limit()
@@ -669,6 +708,12 @@ class QemuMachine(Machine):
                                                     retry=False),
                                 timeout=600)
         fileperms.disk_file(mem, read_only=True)
+        if resume and not self._uses_winrm:
+            # Restored from what it just saved: its agent reconnects, and its clock stood still for
+            # the save. The next script sets it (as after any restore) once the agent answers.
+            await self.agent.wait_ready(CALL_TIMEOUT, alive=self._require_running)
+            if self._clock_by_exec():
+                self._clock_in_exec = True
 
     async def destroy(self) -> None:
         """Remove the domain and every file of this machine; idempotent, and quiet for a gone machine."""

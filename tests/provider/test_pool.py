@@ -76,7 +76,9 @@ async def test_a_lease_takes_a_fresh_paused_machine_and_a_restart_reaps_the_pool
         assert b.origin == MachineOrigin.POOLED and b.domain_name != a.domain_name
         await b.wait_ready(BOOT_TIMEOUT)
         # Paused since it was made: its clock would lag by the time it waited, unless set on resume.
-        assert abs(float((await b.run_script("date +%s", timeout=30)).stdout) - time.time()) < 2.0
+        before = time.time()
+        guest = float((await b.run_script("date +%s", timeout=30)).stdout)
+        assert before - 2.0 <= guest <= time.time() + 2.0  # bracketed: a loaded host answers late
         res = await b.run_script("ls /root/a-was-here /dev/shm/a-mem 2>&1", timeout=30)
         assert res.stdout.count("No such file") == 2, res.stdout
         for m in made:
