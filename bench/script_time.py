@@ -109,7 +109,7 @@ async def floors(p: QemuProvider, tries: int) -> dict[str, list[float]]:
     try:
         await m.wait_ready(60)
         await m.run_script("true", timeout=60)
-        tight = GuestAgent(p.conn, m.domain_name, polling=Polling(first_s=0.0005, growth=1.0, cap_s=0.0005))
+        tight = GuestAgent(m.domain, polling=Polling(first_s=0.0005, growth=1.0, cap_s=0.0005))
         for _ in range(tries):
             t = time.monotonic()
             await m.agent.ping()
