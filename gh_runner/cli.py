@@ -28,9 +28,12 @@ agent's screen/input/exec, and reports the result.
 
   gh-runner --server wss://evals.example.com --token gh_rn_... --labels lab,lenovo --slots 4
 
-Subcommands: `images` lists what this runner would advertise, `doctor` checks the host and says
-how to fix what is wrong, `selftest` proves each image end to end on real machines, `local CASES.yaml`
-runs cases on this host with an embedded control plane.
+Subcommands (each has its own --help, listing only its own options):
+  images              list the images and start-state versions this runner would advertise
+  doctor              check this host and this configuration, and say how to fix what is wrong
+  selftest            prove each image end to end on real machines, every step timed
+  local CASES.yaml    run cases on this host with an embedded control plane; the results page
+  validate CASES.yaml check each case is worth scoring: noop fails, reference passes, every time
 """
 
 EPILOG = f"""\
@@ -62,21 +65,36 @@ CONFIG_KEYS = ("server", "token", "token_file", "name", "labels", "slots", "imag
                "libvirt_uri", "metrics_listen", "log_format", "log_level", "drain_grace", "insecure")
 
 
-def _common_options(machine_only: bool = False) -> argparse.ArgumentParser:
+_DEFAULT_DIRS = (f"as root or the service user {SERVICE_DIR}/{{}}, otherwise "
+                 "$XDG_{}_HOME/gh-runner{} (~/.local/{}/gh-runner{})")
+IMAGES_DIR_HELP = "where images live; default " + _DEFAULT_DIRS.format("images", "DATA", "/images", "share", "/images")
+STATE_DIR_HELP = ("journal, overlays and start-state versions; default "
+                  + _DEFAULT_DIRS.format("state", "STATE", "", "state", ""))
+
+
+def _machine_options() -> argparse.ArgumentParser:
+    """The options every command that makes machines on this host takes (the daemon, images, doctor,
+    selftest, local, validate)."""
     # SUPPRESS: an option not typed is absent, so env and file values are not overridden by defaults
     # and the options may be given before or after the subcommand.
     p = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
-    g = p.add_argument_group("runner options")
+    g = p.add_argument_group("host options")
     g.add_argument("--config", metavar="FILE", type=Path, help="YAML config file (GH_RUNNER_CONFIG)")
-    g.add_argument("--images-dir", dest="images_dir", metavar="DIR", help="where images live (see below)")
-    g.add_argument("--state-dir", dest="state_dir", metavar="DIR",
-                   help="journal, overlays and start-state versions (see below)")
+    g.add_argument("--images-dir", dest="images_dir", metavar="DIR", help=IMAGES_DIR_HELP)
+    g.add_argument("--state-dir", dest="state_dir", metavar="DIR", help=STATE_DIR_HELP)
     g.add_argument("--libvirt-uri", dest="libvirt_uri", metavar="URI", help="default qemu:///system")
     g.add_argument("--log-format", dest="log_format", choices=("json", "console"),
                    help="json lines (journald, log shippers) or console text; default console")
-    g.add_argument("--log-level", dest="log_level", choices=("debug", "info", "warning", "error"))
-    if machine_only:
-        return p
+    g.add_argument("--log-level", dest="log_level", choices=("debug", "info", "warning", "error"),
+                   help="default info")
+    return p
+
+
+def _daemon_options() -> argparse.ArgumentParser:
+    """The daemon's own options: how it reaches the control plane and what it offers there. Only the
+    bare form and `doctor` (which checks this configuration) take them."""
+    p = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    g = p.add_argument_group("daemon options")
     g.add_argument("--server", metavar="URL", action="append",
                    help="control plane, e.g. wss://evals.example.com (https:// works too; ws:// only to "
                         "loopback unless --insecure); several gh-server processes: repeat it or separate "
@@ -97,22 +115,26 @@ def _common_options(machine_only: bool = False) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = _common_options()
+    machine, daemon = _machine_options(), _daemon_options()
     parser = argparse.ArgumentParser(
-        prog="gh-runner", description=DESCRIPTION, epilog=EPILOG, parents=[common],
+        prog="gh-runner", description=DESCRIPTION, epilog=EPILOG, parents=[machine, daemon],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"gh-runner {__version__} (protocol {PROTOCOL_VERSION})")
-    sub = parser.add_subparsers(dest="command", metavar="{images,doctor,local,selftest,validate}")
-    images = sub.add_parser("images", parents=[common], help="list the images this runner would advertise",
+    sub = parser.add_subparsers(dest="command", metavar="{images,doctor,selftest,local,validate}")
+    images = sub.add_parser("images", parents=[_machine_options()], help="list the images this runner would advertise",
                             description="List images (name, os, version, checksum) and held start-state versions.")
     images.add_argument("--json", action="store_true", help="machine-readable output")
-    sub.add_parser("doctor", parents=[common], help="check this host and say how to fix what is wrong",
-                   description="Check libvirt, KVM (or the TCG fallback), images, disk space and permissions.")
+    sub.add_parser("doctor", parents=[_machine_options(), _daemon_options()],
+                   help="check this host and this configuration, and say how to fix what is wrong",
+                   description="Check libvirt, KVM (or the TCG fallback), images, disk space and permissions, and the "
+                               "daemon's configuration (server, token): it takes the daemon's options to check them.")
     local = sub.add_parser(
-        "local", parents=[_common_options(machine_only=True)],
+        "local", parents=[_machine_options()],
         help="run cases on this host with an embedded control plane",
         description="Run the cases of CASES (YAML or JSON: `cases:`, optional `agents:` and `repeat:`) on this "
-                    "host, print the results table and write a JSON report. Exit 0 when every try ran.")
+                    "host, print the results table and write a JSON report and the results page. Exit 0 when every "
+                    "try was scored, 1 when any try ended in error (the report is still written), 2 on a usage or "
+                    "configuration error; Ctrl-C writes a partial report of the finished tries.")
     local.add_argument("cases", metavar="CASES", type=Path, help="cases file (YAML or JSON)")
     local.add_argument("--agents", default=None, help="comma-separated agents, e.g. noop,reference")
     local.add_argument("--repeat", type=int, default=None, metavar="N", help="tries per case and agent")
@@ -123,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="settings for the embedded control plane, in gh-server's --config format: `agents` "
                             "(your own command or HTTP agents), `judge`, `customer_model`")
     selftest = sub.add_parser(
-        "selftest", parents=[_common_options(machine_only=True)],
+        "selftest", parents=[_machine_options()],
         help="make real machines from each image and check every step a run needs",
         description="For each image (default: all it would advertise) make real machines and check, step by "
                     "step with a time each: cold start and guest channel, a per-user setting as the signed-in "
@@ -137,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     selftest.add_argument("--name", default=argparse.SUPPRESS,
                           help="runner name; its machines are named <name>-selftest")
     validate = sub.add_parser(
-        "validate", parents=[_common_options(machine_only=True)],
+        "validate", parents=[_machine_options()],
         help="check that each case is valid: noop fails, reference passes, the setup is deterministic",
         description="Run the cases of CASES against noop and reference, N tries each on fresh machines, and "
                     "say per case valid, broken, flaky or unvalidated, with the reasons. Exit 0 when every try "

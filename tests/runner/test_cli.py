@@ -7,6 +7,7 @@ the test-only hook GH_RUNNER_TEST_PROVIDER=runner.doubles:make_provider.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -54,6 +55,41 @@ def test_version_and_help() -> None:
     assert out.returncode == 0
     for needle in ("--server", "--token-file", "GH_RUNNER_", "SIGTERM", "images", "doctor", "local"):
         assert needle in out.stdout
+
+
+DAEMON_ONLY = ("--server", "--token", "--token-file", "--labels", "--slots", "--metrics-listen", "--drain-grace",
+               "--insecure")
+
+
+def test_each_subcommand_lists_only_its_own_options() -> None:
+    from gh_runner.cli import build_parser
+
+    top = build_parser()
+    subs = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert set(subs) == {"images", "doctor", "selftest", "local", "validate"}
+    top_help = top.format_help()
+    for name in subs:  # the top help names every subcommand, validate too
+        assert f"  {name}" in top_help, name
+    for name, p in subs.items():
+        text = p.format_help()
+        options = {o for a in p._actions for o in a.option_strings}
+        # doctor checks the daemon's configuration, so it takes the daemon's options; no other does.
+        own = {"local": {"--slots"}, "validate": {"--slots"}}.get(name, set())  # attempts at once on this host
+        if name != "doctor":
+            assert not options & (set(DAEMON_ONLY) - own), (name, sorted(options & set(DAEMON_ONLY)))
+        # Help is complete: nothing points at a section the page does not have.
+        assert "(see below)" not in text, name
+        for a in p._actions:
+            if a.option_strings and a.help is None and a.dest != "help":
+                raise AssertionError(f"{name} {a.option_strings} has no help")
+    assert "(see below)" not in top_help
+    images_help = run_cli(Path("/tmp"), "images", "--help").stdout
+    assert "--drain-grace" not in images_help and "--token" not in images_help and "--images-dir" in images_help
+
+
+def test_a_daemon_option_on_images_is_a_usage_error(tmp_path: Path) -> None:
+    out = run_cli(tmp_path, "images", "--drain-grace", "5", "--images-dir", str(tmp_path / "img"))
+    assert out.returncode == 2 and "unrecognized arguments: --drain-grace" in out.stderr
 
 
 def test_bad_config_is_refused_with_the_key_and_what_is_allowed(tmp_path: Path) -> None:
