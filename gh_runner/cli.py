@@ -55,14 +55,16 @@ default directories:
 signals and exit codes:
   SIGTERM/SIGINT drains: no new leases, running attempts get --drain-grace seconds, then are
   cancelled and reported as errors. A second signal forces. Exit 0 after a clean drain, 1 on a
-  forced stop or failure, 2 on bad usage or configuration.
+  forced stop or failure, 2 on bad usage or configuration (a token the server refuses, when
+  started by hand on a terminal: see --on-token-refused).
 
 version {__version__}, runner protocol {PROTOCOL_VERSION}.
 """
 
 # Options that map 1:1 onto RunnerConfig keys (dest == key).
 CONFIG_KEYS = ("server", "token", "token_file", "name", "labels", "slots", "images_dir", "state_dir",
-               "libvirt_uri", "metrics_listen", "log_format", "log_level", "drain_grace", "insecure")
+               "libvirt_uri", "metrics_listen", "log_format", "log_level", "drain_grace", "insecure",
+               "on_token_refused")
 
 
 _DEFAULT_DIRS = (f"as root or the service user {SERVICE_DIR}/{{}}, otherwise "
@@ -109,6 +111,9 @@ def _daemon_options() -> argparse.ArgumentParser:
                    help="serve Prometheus metrics here (a bare port binds loopback); default off")
     g.add_argument("--drain-grace", dest="drain_grace", type=float, metavar="SECONDS",
                    help="on SIGTERM, how long running attempts may take to finish; default 600")
+    g.add_argument("--on-token-refused", dest="on_token_refused", choices=("auto", "exit", "retry"),
+                   help="when the server refuses the token: exit 2, or retry every 10 minutes; default auto: exit "
+                        "when started by hand on a terminal, retry under systemd or without a terminal")
     g.add_argument("--insecure", action="store_true",
                    help="allow ws:// (cleartext, token visible on the wire) to a non-loopback server")
     return p

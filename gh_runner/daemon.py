@@ -31,6 +31,7 @@ import base64
 import importlib
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -249,6 +250,8 @@ class Daemon:
             backoff=backoff or Backoff(base=config.reconnect_min, cap=config.reconnect_max),
             revoked_retry=config.revoked_retry, connect_timeout=config.connect_timeout,
             sleep=session_sleep,
+            on_refused=self._token_refused if config.exits_on_refused_token(sys.stderr.isatty(), os.environ)
+            else None,
         )
 
     @staticmethod
@@ -315,6 +318,11 @@ class Daemon:
 
     def request_stop(self) -> None:
         self._stop.set()
+
+    def _token_refused(self, reason: str) -> None:
+        # A configuration error found at the first connect: exit 2, as for a bad flag.
+        self.exit_code = 2
+        self.request_stop()
 
     def force_stop(self) -> None:
         self._stop.set()

@@ -24,6 +24,8 @@ PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 16 * 1024 * 1024  # a replay frame (PNG, base64) fits well under this
 
 # Websocket close codes (4000-4999 are ours, RFC 6455 section 7.4.2).
+# Every runner token starts with this (API keys start gh_live_): a runner can tell an API key pasted as its token.
+RUNNER_TOKEN_PREFIX = "gh_rn_"
 CLOSE_TOKEN_REVOKED = 4001  # token unknown or revoked: do not retry hot
 CLOSE_PROTOCOL_UNSUPPORTED = 4002  # no common protocol version
 CLOSE_REPLACED = 4003  # another connection with the same token took over

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -219,3 +220,81 @@ async def test_kill_9_then_restart_reports_the_interrupted_attempt_and_reaps_it(
     p2.send_signal(signal.SIGTERM)
     code, err = await _exit_code(p2)
     assert code == 0, err
+
+
+API_KEY = "gh_live_" + "k" * 40  # an API key pasted where the runner token goes
+
+
+async def _refused_runner(tmp_path: Path, peer: Peer, *args: str, tty: bool) -> tuple[int | None, str]:
+    """The real console script against a server that refuses its token; stderr on a terminal when
+    `tty` (a runner started by hand). Returns (exit code or None if still running after 20 s, stderr)."""
+    import pty
+
+    env = _env(tmp_path, GH_RUNNER_TOKEN=API_KEY)
+    env.pop("INVOCATION_ID", None)
+    env.pop("NOTIFY_SOCKET", None)
+    master, slave = pty.openpty() if tty else os.pipe()
+    p = await asyncio.create_subprocess_exec(
+        *GH_RUNNER, "--server", peer.url, "--name", "cli-runner", "--state-dir", str(tmp_path / "state"),
+        "--images-dir", str(tmp_path / "img"), *args, env=env, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    chunks: list[bytes] = []
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the terminal's last writer is gone
+                return
+            if not chunk:
+                return
+            chunks.append(chunk)
+
+    reader = asyncio.get_running_loop().run_in_executor(None, read)
+    try:
+        deadline = time.monotonic() + 60
+        # A poll with a deadline: the peer counts handshakes but has no event for them.
+        while peer.handshakes == 0 and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
+        assert peer.handshakes >= 1, "the runner never dialled"
+        try:
+            code: int | None = await asyncio.wait_for(p.wait(), 20)
+        except TimeoutError:
+            code = None
+            p.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(p.wait(), 60)
+    finally:
+        if p.returncode is None:
+            p.kill()
+            await p.wait()
+        await asyncio.wait_for(reader, 30)
+        os.close(master)
+    return code, b"".join(chunks).decode(errors="replace")
+
+
+async def test_a_refused_token_ends_a_runner_started_by_hand_with_a_hint(tmp_path: Path) -> None:
+    peer = Peer(http_status=401)
+    await peer.start()
+    try:
+        code, err = await _refused_runner(tmp_path, peer, tty=True)
+    finally:
+        await peer.stop()
+    assert code == 2, err
+    assert "server refused the runner token (HTTP 401)" in err
+    assert "this is an API key" in err and "not a runner token, gh_rn_..." in err
+    assert "gh-server runners create NAME" in err
+    assert API_KEY not in err  # a secret, even a wrong one, reaches no log
+
+
+async def test_a_refused_token_is_retried_by_a_service(tmp_path: Path) -> None:
+    peer = Peer(http_status=401)
+    await peer.start()
+    try:
+        code, err = await _refused_runner(tmp_path, peer, tty=False)  # no terminal: a service
+        assert code is None, err  # still running: it retries every revoked_retry seconds
+        assert "retrying only every 600 s" in err and "this is an API key" in err
+        code, err = await _refused_runner(tmp_path, peer, "--on-token-refused", "exit", tty=False)
+        assert code == 2, err
+    finally:
+        await peer.stop()
