@@ -241,6 +241,10 @@ def _dispatch(module: str, what: str, arg: Any) -> int:
 def _images(config: RunnerConfig, as_json: bool) -> int:
     from gh_runner.daemon import make_provider
 
+    if not config.images_dir.is_dir():  # a typo in --images-dir is a configuration error, not "no images"
+        return _fail(f"images dir {config.images_dir} does not exist (build an image into it with "
+                     f"`image-builder/build linux-tiny --out {config.images_dir}`, or pass --images-dir)")
+
     async def collect() -> tuple[list[Any], list[tuple[str, int]]]:
         provider = make_provider(config)
         try:

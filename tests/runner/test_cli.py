@@ -106,13 +106,20 @@ def test_bad_config_is_refused_with_the_key_and_what_is_allowed(tmp_path: Path) 
     assert Peer.token not in out.stderr + out.stdout
 
 
+def test_a_missing_images_dir_is_a_configuration_error(tmp_path: Path) -> None:
+    out = run_cli(tmp_path, "images", "--images-dir", str(tmp_path / "nowhere"))
+    assert out.returncode == 2, out
+    assert f"images dir {tmp_path / 'nowhere'} does not exist" in out.stderr
+
+
 def test_images_lists_versions_and_checksums(tmp_path: Path) -> None:
+    (tmp_path / "img").mkdir()
     out = run_cli(tmp_path, "images", "--images-dir", str(tmp_path / "img"))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].split() == ["NAME", "OS", "VERSION", "CHECKSUM"]
     assert lines[1].split() == ["linux-tiny", "linux", "2026.11.1", "sha256:" + "ab" * 32]
-    data = json.loads(run_cli(tmp_path, "images", "--json").stdout)
+    data = json.loads(run_cli(tmp_path, "images", "--json", "--images-dir", str(tmp_path / "img")).stdout)
     assert data["images"][0]["checksum"] == "sha256:" + "ab" * 32
 
 
