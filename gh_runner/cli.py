@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -287,7 +288,7 @@ def _observers(config: RunnerConfig) -> list[Any]:
 
 
 def run_daemon(config: RunnerConfig) -> int:
-    from gh_runner.daemon import Daemon, make_provider
+    from gh_runner.daemon import Daemon, make_provider, remembered_name
     from gh_runner.log import get_logger
 
     try:
@@ -297,19 +298,29 @@ def run_daemon(config: RunnerConfig) -> int:
     except ConfigError as e:
         return _fail(str(e))
     log = get_logger()
+    # A runner not given a name is called by its hostname until it learns the name it was registered
+    # with (the welcome says it); from then on it is called that, in its logs and its machines' names.
+    adopt = config.name == socket.gethostname()
+    if adopt and (known := remembered_name(config.state_dir)):
+        config = config.model_copy(update={"name": known})
 
-    async def go() -> int:
+    async def go(config: RunnerConfig) -> tuple[int, str | None]:
         try:
             provider = make_provider(config)
         except Exception as e:
             log.error("cannot set up the machine provider; run `gh-runner doctor`", error=f"{type(e).__name__}: {e}")
-            return EXIT_FAILED
-        daemon = Daemon(config, provider, observers=_observers(config))
+            return EXIT_FAILED, None
+        daemon = Daemon(config, provider, observers=_observers(config), adopt_registered_name=adopt)
         daemon.install_signal_handlers()
-        return await daemon.run()
+        code = await daemon.run()
+        return code, daemon.restart_as or None
 
     try:
-        return asyncio.run(go())
+        while True:
+            code, rename = asyncio.run(go(config))
+            if not rename or code != EXIT_OK:
+                return code
+            config = config.model_copy(update={"name": rename})
     except KeyboardInterrupt:  # only before the signal handlers are installed
         return EXIT_FAILED
     except OSError as e:

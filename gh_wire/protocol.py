@@ -286,6 +286,9 @@ class Welcome(_Msg):
     resume: list[str] = Field(
         default_factory=list, description="in-flight attempt ids the server still wants finished"
     )
+    name: str | None = Field(
+        default=None, description="the name the runner was registered with (a runner not given --name takes it)"
+    )
 
 
 class Lease(_Msg):

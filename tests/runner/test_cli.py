@@ -305,3 +305,52 @@ async def test_a_refused_token_is_retried_by_a_service(tmp_path: Path) -> None:
         assert code == 2, err
     finally:
         await peer.stop()
+
+
+async def test_a_runner_without_a_name_takes_the_one_it_was_registered_with(tmp_path: Path) -> None:
+    import socket
+
+    peer = Peer(name="lab-1")
+    await peer.start()
+    procs: list[asyncio.subprocess.Process] = []
+
+    async def start() -> asyncio.subprocess.Process:
+        p = await asyncio.create_subprocess_exec(
+            *GH_RUNNER, "--server", peer.url, "--state-dir", str(tmp_path / "state"),
+            "--images-dir", str(tmp_path / "img"), "--log-format", "json", env=_env(tmp_path),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        procs.append(p)
+        return p
+
+    try:
+        p = await start()
+        first = await peer.wait_type("hello", timeout=60)
+        assert first.name == socket.gethostname()  # not told any name: its hostname, until the welcome
+        second = await peer.wait_type("hello", timeout=60, where=lambda m: m.name == "lab-1")
+        assert second.name == "lab-1"
+        assert (tmp_path / "state" / "registered-name").read_text().strip() == "lab-1"
+        p.send_signal(signal.SIGTERM)
+        code, err = await _exit_code(p)
+        assert code == 0, err
+        lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+        starts = [i for i, ln in enumerate(lines) if ln["event"] == "runner starting"]
+        assert len(starts) == 2, [ln["event"] for ln in lines]
+        after = lines[starts[1]:]  # the second start, under the registered name
+        runners = {ln.get("runner") for ln in after if ln.get("runner")}
+        assert runners == {"lab-1"}, runners  # what it logs is its registered name
+        # Started again, it is lab-1 from the first moment (its machines are reaped and named under it).
+        hellos = sum(1 for r in peer.received if getattr(r.msg, "type", None) == "hello")
+        p = await start()
+        again = await peer.wait_for(lambda r: getattr(r.msg, "type", None) == "hello", timeout=60, start=len(
+            peer.received))
+        assert again.msg.name == "lab-1" and hellos == 2
+        p.send_signal(signal.SIGTERM)
+        code, err = await _exit_code(p)
+        assert code == 0, err
+        assert "restarting under it" not in err
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.kill()
+                await p.wait()
+        await peer.stop()
