@@ -559,7 +559,8 @@ class LocalRun:
             report_path = DEFAULT_OUTPUT_ROOT / self.run_id / "report.json"
             replays_dir = report_path.parent / "replays"
         keep = {str(a["attempt_id"]) for a in listed} if partial is not None else None
-        all_attempts = await asyncio.to_thread(self._export_replays, replays_dir, keep)
+        all_attempts = await asyncio.to_thread(self._export_replays, replays_dir, keep,
+                                               report_path.with_suffix(".html"))
         for a in attempts:
             page = replays_dir / str(a["attempt_id"]) / "index.html"
             a["replay_path"] = str(page) if page.is_file() else None
@@ -611,7 +612,8 @@ class LocalRun:
         page.write_text(text, encoding="utf-8")
         return page
 
-    def _export_replays(self, replays_dir: Path, keep: set[str] | None = None) -> list[dict[str, Any]]:
+    def _export_replays(self, replays_dir: Path, keep: set[str] | None = None,
+                        run_page: Path | None = None) -> list[dict[str, Any]]:
         """Every attempt of the run (or those in `keep`), retries included, with its replay written to disk."""
         from sqlalchemy import select
 
@@ -626,7 +628,7 @@ class LocalRun:
             for row in rows:
                 if keep is not None and row.id not in keep:
                     continue
-                export_replay(s, row.id, replays_dir)
+                export_replay(s, row.id, replays_dir, run_page)
                 rc = s.get(models.RunCase, row.run_case_id)
                 out.append(_attempt_dict(row, (rc.case or {}).get("key") if rc is not None else None))
         return out
