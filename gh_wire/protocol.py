@@ -74,6 +74,14 @@ class FrameTooLarge(Exception):
         self.limit = limit
 
 
+class ErrorCause(StrEnum):
+    """Whose an `error` is. Both stay `error` and never count against the agent; they are told apart
+    so a case's author sees their case is at fault, not the platform."""
+
+    INFRASTRUCTURE = "infrastructure"  # machine, guest channel, runner, hypervisor, model endpoint, judge
+    CASE = "case"  # the setup script failed, the check printed no verdict, or printed True before the task
+
+
 class TaskEndReason(StrEnum):
     """Why an agent's task ended. None of these is an `error`: the agent's own failures are scored by
     the check after, and only our side (machine, setup, checks, runner, judge, customer) makes errors."""
@@ -175,6 +183,7 @@ class AttemptResult(_Msg):
     outcome: Outcome
     error: str | None = None  # plain reason an operator can act on (phase, what the guest said)
     error_phase: str | None = None
+    error_cause: ErrorCause | None = None  # for an error: the case's, or ours (None from an older runner: ours)
     check_before: CheckOutput | None = None
     check_after: CheckOutput | None = None
     answer: str | None = None
