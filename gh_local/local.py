@@ -678,12 +678,15 @@ class LocalRun:
 
 
 def _attempt_dict(row: Any, key: str | None) -> dict[str, Any]:
+    from gh_server import serialize
+
     def ts(t: Any) -> str | None:
         return t.isoformat().replace("+00:00", "Z") if t is not None else None
 
     return {"attempt_id": row.id, "test_case_id": row.test_case_id, "key": key, "agent_id": row.agent_id,
             "try": row.try_number, "retry_of": row.retry_of, "status": row.status, "outcome": row.outcome,
-            "error": row.error, "check": row.check, "metrics": row.metrics, "runner_id": row.runner_id,
+            "error": row.error, "error_cause": serialize.error_cause(row), "check": row.check,
+            "metrics": row.metrics, "runner_id": row.runner_id,
             "started_at": ts(row.started_at), "finished_at": ts(row.finished_at)}
 
 

@@ -105,6 +105,14 @@ def replay_url(settings: Any, base_url: str, attempt_id: str) -> str:
     return url
 
 
+def error_cause(row: Attempt) -> str | None:
+    """Whose an `error` is: "case" (its setup or check at fault) or "infrastructure" (ours). An error
+    the runner did not say (the server's own: a runner lost, a judge missing) is ours."""
+    if row.outcome != "error":
+        return None
+    return "case" if (row.metrics or {}).get("error_cause") == "case" else "infrastructure"
+
+
 def attempt(row: Attempt, key: str | None, base_url: str, settings: Any = None) -> dict[str, Any]:
     check = row.check or None
     if check is not None:
@@ -141,6 +149,7 @@ def attempt(row: Attempt, key: str | None, base_url: str, settings: Any = None) 
         "customer": list(row.customer_turns or []),
         "answer": row.answer,
         "error": row.error,
+        "error_cause": error_cause(row),
         "metrics": metrics,
         # Why the agent's task ended (finished, time_limit, step_limit, agent_failed) and what it said.
         "task_end": (row.metrics or {}).get("task_end"),

@@ -103,8 +103,15 @@
     $("agents").tBodies[0].append(el("tr", { "data-agent": a },
       el("td", {}, a), el("td", { class: "pass-rate" }, pct(s.pass_rate)), el("td", {}, ci(s.ci95)),
       el("td", {}, curve(s.pass_at_k)), el("td", {}, curve(s.pass_hat_k)), el("td", {}, pct(st.rate)),
-      el("td", {}, s.median_seconds ?? "n/a"), el("td", {}, s.infrastructure_errors ?? s.error)));
+      el("td", {}, s.median_seconds ?? "n/a"), el("td", { class: "errors-ours" }, s.infrastructure_errors ?? s.error),
+      el("td", { class: "errors-case" }, s.case_errors ?? 0)));
   }
+  // The case's own errors (its setup or check at fault) apart from ours; neither counts against the agent.
+  const ce = t.case_errors || { errors: 0, attempts: t.attempts, by_phase: {} };
+  if (!ce.errors) $("sec-case-errors").hidden = true;
+  $("case-errors").textContent = ce.errors + " of " + ce.attempts + " attempts (" + pct(ce.rate) + ")" +
+    (Object.keys(ce.by_phase).length ? " · by phase: " +
+      Object.entries(ce.by_phase).map(([k, v]) => k + " " + v).join(", ") : "");
   const inf = t.infrastructure || { errors: 0, attempts: t.attempts, by_phase: {} };
   if (!inf.errors) $("sec-infra").hidden = true;
   $("infra").textContent = inf.errors + " of " + inf.attempts + " attempts (" + pct(inf.rate) + ")" +

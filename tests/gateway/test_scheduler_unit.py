@@ -263,3 +263,49 @@ def test_parse_verdict(text: str, want: dict[str, Any]) -> None:
 def test_parse_verdict_rejects_garbage(text: str) -> None:
     with pytest.raises(AgentError):
         parse_verdict(text)
+
+
+def _error_chain(s: Session, aid: str, results: list[protocol.AttemptResult]) -> list[str]:
+    """Apply each result to the latest attempt of the try, as the runner would; the attempt ids."""
+    chain = [aid]
+    for res in results:
+        s.query(Attempt).filter_by(id=chain[-1]).update({"status": "checking", "runner_id": "rn_a"})
+        out = intake.apply_result(s, "rn_a", res.model_copy(update={"attempt_id": chain[-1]}))
+        assert out.applied
+        if out.retry_id is None:
+            break
+        chain.append(out.retry_id)
+    return chain
+
+
+def _case_error(phase: str) -> protocol.AttemptResult:
+    return protocol.AttemptResult(attempt_id="x", outcome="error", error=f"{phase}: the check printed 'true'",
+                                  error_phase=phase, error_cause=protocol.ErrorCause.CASE)
+
+
+def test_a_case_error_that_repeats_on_a_fresh_machine_is_not_retried_again(dbs: sessionmaker[Session]) -> None:
+    with dbs() as s:
+        (aid,) = seed(s)
+        chain = _error_chain(s, aid, [_case_error("check_before")] * 3)
+        s.commit()
+        assert len(chain) == 2  # one fresh machine more; the same fault there ends the try
+        rows = s.query(Attempt).order_by(Attempt.created_at).all()
+        assert [(a.outcome, (a.metrics or {}).get("error_cause")) for a in rows] == [("error", "case")] * 2
+        assert completion.complete_runs(s, ["tr_1"]) == ["tr_1"]
+
+
+def test_errors_of_ours_keep_both_retries_and_a_different_case_fault_is_retried(
+        dbs: sessionmaker[Session]) -> None:
+    ours = protocol.AttemptResult(attempt_id="x", outcome="error", error="machine: did not boot",
+                                  error_phase="machine", error_cause=protocol.ErrorCause.INFRASTRUCTURE)
+    with dbs() as s:
+        (aid,) = seed(s)
+        assert len(_error_chain(s, aid, [ours] * 3)) == 3
+        s.commit()
+    with dbs() as s:
+        s.add(Attempt(id="at_b", test_run_id="tr_1", run_case_id=s.query(Attempt).first().run_case_id,  # type: ignore[union-attr]
+                      test_case_id="tc_1", agent_id="noop", try_number=2, created_at=utcnow()))
+        s.commit()
+        # A case error, then ours on the retry, then the case's again: never the same fault twice in a row.
+        chain = _error_chain(s, "at_b", [_case_error("setup"), ours, _case_error("setup")])
+        assert len(chain) == 3
