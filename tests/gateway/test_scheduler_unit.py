@@ -16,7 +16,7 @@ from gh_server.agents.base import AgentError
 from gh_server.agents.models import parse_verdict
 from gh_server.attempts import completion, intake, lease, matching, states
 from gh_server.dbqueue import DbQueue
-from gh_server.models import Attempt, RunCase, Runner, TestRun, utcnow
+from gh_server.models import Attempt, RunCase, Runner, TestCase, TestRun, utcnow
 from gh_server.settings import Settings
 from gh_wire import protocol
 
@@ -309,3 +309,25 @@ def test_errors_of_ours_keep_both_retries_and_a_different_case_fault_is_retried(
         # A case error, then ours on the retry, then the case's again: never the same fault twice in a row.
         chain = _error_chain(s, "at_b", [_case_error("setup"), ours, _case_error("setup")])
         assert len(chain) == 3
+
+
+def test_a_run_of_noop_and_reference_records_validation_when_it_completes(dbs: sessionmaker[Session]) -> None:
+    with dbs() as s:
+        s.add(TestCase(id="tc_v", key="V-1", name="v", prompt="p", start_state="linux-tiny",
+                       success={"check_script": "x"}))
+        s.add(TestRun(id="tr_v", agents=["noop", "reference"], status="running"))
+        s.flush()
+        rc = RunCase(test_run_id="tr_v", test_case_id="tc_v", case={"key": "V-1"}, start_state=IMAGE)
+        s.add(rc)
+        s.flush()
+        for agent, outcome in (("noop", "failed"), ("reference", "passed")):
+            s.add(Attempt(id=f"at_{agent}", test_run_id="tr_v", run_case_id=rc.id, test_case_id="tc_v",
+                          agent_id=agent, try_number=1, status="done", outcome=outcome, created_at=utcnow(),
+                          check={"before": "False", "after": "True" if outcome == "passed" else "False"}))
+        s.commit()
+        assert s.get(TestCase, "tc_v").validation is None  # type: ignore[union-attr]
+        assert completion.complete_runs(s, ["tr_v"]) == ["tr_v"]
+        s.commit()
+        # Recorded at completion, as docs/server-api.md says: nobody had to GET .../validation first.
+        v = s.get(TestCase, "tc_v").validation  # type: ignore[union-attr]
+        assert v is not None and v["status"] == "valid" and v["test_run_id"] == "tr_v"
