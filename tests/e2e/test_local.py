@@ -298,10 +298,14 @@ def test_a_try_ending_in_error_exits_1_with_the_errors_block_and_the_report(work
     out, err = proc.communicate(timeout=800)
     assert proc.returncode == 1, (out[-3000:], err[-3000:])
     block = out[out.index("errors: 1 of 1 try"):]
+    assert block.splitlines()[1].startswith("  your case"), block  # the author's check, not the platform
     assert "PRM-01/noop try 1" in block and "true" in block.splitlines()[2], block
     assert "1 of 1 try ended in error" in out
     saved = json.loads(report.read_text())  # the report is still written
     assert saved["attempts"][0]["outcome"] == "error" and saved["errors"][0]["count"] == 1
+    assert saved["attempts"][0]["error_cause"] == "case" and saved["errors"][0]["cause"] == "case"
+    # The same fault on a fresh machine: retried once, not twice (2 machines for the try, not 3).
+    assert len(saved["retried_attempts"]) == 1
     assert domains(f"gh-{_runner_name(out)}-") == []
 
 
