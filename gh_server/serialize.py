@@ -113,7 +113,9 @@ def error_cause(row: Attempt) -> str | None:
     return "case" if (row.metrics or {}).get("error_cause") == "case" else "infrastructure"
 
 
-def attempt(row: Attempt, key: str | None, base_url: str, settings: Any = None) -> dict[str, Any]:
+def attempt(row: Attempt, key: str | None, base_url: str, settings: Any = None,
+            queued_reason: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An attempt object; `queued_reason` (gh_server.queue_wait) for a queued one: why it waits."""
     check = row.check or None
     if check is not None:
         check = {"before": check.get("before"), "after": check.get("after"), "passed": check.get("passed")}
@@ -150,6 +152,7 @@ def attempt(row: Attempt, key: str | None, base_url: str, settings: Any = None) 
         "answer": row.answer,
         "error": row.error,
         "error_cause": error_cause(row),
+        "queued_reason": queued_reason if row.status == "queued" else None,
         "metrics": metrics,
         # Why the agent's task ended (finished, time_limit, step_limit, agent_failed) and what it said.
         "task_end": (row.metrics or {}).get("task_end"),

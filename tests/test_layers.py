@@ -72,7 +72,7 @@ GH_SERVER_LAYERS: list[tuple[str, tuple[str, ...]]] = [
                   "gh_server.webhooks", "gh_server.serialize", "gh_server.results",
                   "gh_server.replays", "gh_server.auth", "gh_server.agents", "gh_server.workpool",
                   "gh_server.trust", "gh_server.stats", "gh_server.calibration", "gh_server.validation",
-                  "gh_server.report_page", "gh_server.runner_admin")),
+                  "gh_server.report_page", "gh_server.runner_admin", "gh_server.queue_wait")),
     ("storage", ("gh_server.state", "gh_server.ports", "gh_server.settings", "gh_server.errors", "gh_server.models",
                  "gh_server.db", "gh_server.dbqueue", "gh_server.metrics", "gh_server.ids", "gh_server.timestamps",
                  "gh_server.egress", "gh_server.accesslog", "gh_server.bodylimit", "gh_server")),
