@@ -146,6 +146,9 @@ class TestCaseFields(_Body):
     category: str | None = Field(default=None, max_length=200)
     tags: list[str] | None = None
     metadata: Metadata | None = None
+    # Not stored: says the start_state names an image no runner has advertised yet, on purpose (a runner
+    # with it is coming). Without it such a case is refused, so a misspelled image is caught at once.
+    allow_unknown_image: bool | None = None
 
     _key = field_validator("key")(classmethod(lambda cls, v: check_key(v)))
     _tags = field_validator("tags")(classmethod(lambda cls, v: check_tags(v)))
