@@ -104,7 +104,10 @@ def _serve_runners(app: FastAPI, st: ServerState) -> None:
         )
         scheduler.on_leased = state.metrics.leased
         window = s.online_window_seconds
-        scheduler.periodic.append((queue_wait.LOG_EVERY_S, lambda db: queue_wait.log_waiting(db, window_s=window)))
+        scheduler.periodic += [
+            (queue_wait.LOG_EVERY_S, lambda db: queue_wait.log_waiting(db, window_s=window)),
+            (queue_wait.QUEUE_TIMEOUT_CHECK_S, lambda db: queue_wait.expire_queued(db, window)),
+        ]
         relay = None
         if state.engine.dialect.name == "postgresql":  # machine requests for runners held by other processes
             conninfo = state.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)

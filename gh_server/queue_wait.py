@@ -20,12 +20,15 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gh_server.attempts.completion import complete_runs
 from gh_server.attempts.lease import load_runner_caps
 from gh_server.attempts.matching import Candidate, RunnerCaps, runner_can_run
-from gh_server.models import Attempt, RunCase, Runner, utcnow
+from gh_server.attempts.states import fail_attempt
+from gh_server.models import Attempt, RunCase, Runner, TestRun, utcnow
 
 log = logging.getLogger("gh_server.queue")
 
+QUEUE_TIMEOUT_CHECK_S = 5.0  # how often queue timeouts are looked for (they end within this of their bound)
 ONLINE_WINDOW_S = 60.0  # as settings.online_window_seconds: a runner heard from this recently is online
 LOG_EVERY_S = 60.0
 
@@ -132,3 +135,36 @@ def log_waiting(session: Session, older_than_s: float = LOG_EVERY_S, window_s: f
         log.warning("run %s: %d attempt%s queued over %.0f s (%s): %s", run_id, n, "s" if n != 1 else "",
                     older_than_s, code, message)
     return len(rows)
+
+
+def expire_queued(session: Session, window_s: float = ONLINE_WINDOW_S) -> list[str]:
+    """Attempts queued past their run's `queue_timeout` end as `error` saying why they waited (not
+    retried: a retry would wait for the same thing); their runs are completed when nothing is left.
+    Returns the attempts ended."""
+    now = utcnow()
+    runs = session.execute(select(TestRun.id, TestRun.queue_timeout_seconds).where(
+        TestRun.status.in_(("queued", "running")), TestRun.queue_timeout_seconds.is_not(None))).all()
+    ended: list[str] = []
+    touched: set[str] = set()
+    for run_id, limit_s in runs:
+        limit = float(limit_s or 0)
+        since = now - timedelta(seconds=limit)
+        late = session.scalars(select(Attempt).where(Attempt.test_run_id == run_id, Attempt.status == "queued",
+                                                     Attempt.created_at <= since).limit(5000)).all()
+        if not late:
+            continue
+        reasons = reasons_for(session, late, window_s)
+        for a in late:
+            why = reasons[a.id]
+            error = f"queued longer than the run's queue_timeout ({limit:g} s): {why.message}"
+            fail_attempt(session, a.id, error, retry=False, now=now, expect_status="queued")
+            row = session.get(Attempt, a.id)
+            if row is not None and row.status == "done":
+                # Why it waited, kept with the error (the page and the API show it); ours, never the case's.
+                row.metrics = {**(row.metrics or {}), "error_phase": "queue", "error_cause": "infrastructure",
+                               "queued_reason": why.as_dict()}
+                ended.append(a.id)
+                touched.add(run_id)
+    if touched:
+        complete_runs(session, touched)
+    return ended

@@ -84,6 +84,7 @@ def test_run(
         "pass_rate": pass_rate,
         "agent_versions": {a: None for a in row.agents or []},
         "rerun_of": row.rerun_of,
+        "queue_timeout": row.queue_timeout_seconds,
         "metadata": dict(row.metadata_ or {}),
         "created_at": ts(row.created_at),
         "started_at": ts(row.started_at),

@@ -219,6 +219,8 @@ class TestRunCreate(_Body):
     repeat_by_case: dict[str, int] | None = None
     name: str | None = Field(default=None, max_length=200)
     metadata: Metadata | None = None
+    # Seconds an attempt may wait in the queue; past it, it ends as `error` saying why it waited.
+    queue_timeout: float | None = Field(default=None, gt=0, le=7 * 86400)
     # Accepted for SDK compatibility; a self-hosted control plane has no app or agent versions.
     app_version: str | None = None
     agent_version: str | None = None

@@ -94,6 +94,7 @@ def create_run(
     metadata: dict[str, str] | None = None,
     rerun_of: str | None = None,
     param: str = "test_case_ids",
+    queue_timeout: float | None = None,
 ) -> TestRun:
     """items: (a case row, or a frozen case dict when the case is gone), tries, the agents to try it with."""
     total = sum(tries * len(ag) for _c, tries, ag in items)
@@ -113,6 +114,7 @@ def create_run(
         status="queued",
         rerun_of=rerun_of,
         metadata_=dict(metadata or {}),
+        queue_timeout_seconds=queue_timeout,
     )
     session.add(run)
     session.flush()
@@ -219,6 +221,7 @@ def create_test_run(body: TestRunCreate, request: Request, s: Session = DB, _p: 
         items=items,
         set_customer=test_set.customer if test_set else None,
         metadata=body.metadata,
+        queue_timeout=body.queue_timeout,
     )
     s.commit()
     st.wake()
@@ -354,6 +357,7 @@ def rerun_test_run(
         metadata=dict(run.metadata_ or {}),
         rerun_of=run.id,
         param="only",
+        queue_timeout=run.queue_timeout_seconds,
     )
     s.commit()
     state_of(request).wake()

@@ -12,9 +12,10 @@ import pytest
 from gh_server import queue_wait
 from gh_server.attempts.matching import Candidate, RunnerCaps
 from gh_server.queue_wait import QueueWait
+from gh_wire import protocol
 
 from .conftest import GwServer, await_for
-from .simrunner import SimRunner
+from .simrunner import SimRunner, now
 
 IMAGE = {"kind": "image", "image": "linux-tiny"}
 
@@ -57,10 +58,18 @@ def _attempts(server: GwServer, run_id: str) -> dict[str, dict[str, object]]:
     return {a["attempt_id"]: a for a in r.json()["data"]}
 
 
+async def _heartbeats(r: SimRunner) -> None:
+    # A simulated runner sends no heartbeats of its own; the gateway drops a silent one after dead_after.
+    while True:
+        await r.send(protocol.Heartbeat(at=now(), busy=0, slots=1))
+        await asyncio.sleep(0.3)
+
+
 async def test_queued_attempts_say_why_in_the_api_and_the_log(server: GwServer,
                                                                caplog: pytest.LogCaptureFixture) -> None:
     _, token = server.add_runner("lab-1")
     r = await SimRunner(server.ws_url, token, name="lab-1", slots=1, labels=["lab"], images=["linux-tiny"]).connect()
+    beat = asyncio.create_task(_heartbeats(r))
     try:
         run_id, (typo,) = server.add_run([{"start_state": "linux-tinyy"}],
                                          start_state={"kind": "image", "image": "linux-tinyy"})
@@ -82,7 +91,34 @@ async def test_queued_attempts_say_why_in_the_api_and_the_log(server: GwServer,
         lines = [m for m in caplog.messages if "queued over" in m]
         assert len(lines) == 3 and any("no_image" in m and "linux-tinyy" in m for m in lines), lines
     finally:
+        beat.cancel()
         await r.close()
     # No runner online any more: it says that, not a stale list.
     await await_for(lambda: _attempts(server, run_id)[typo]["queued_reason"]["code"] == "no_runner",  # type: ignore[index]
                     timeout=120, what="the runner to count as offline")
+
+
+async def test_queue_timeout_ends_attempts_that_waited_too_long_with_the_reason(server: GwServer) -> None:
+    _, token = server.add_runner("lab-1")
+    r = await SimRunner(server.ws_url, token, name="lab-1", slots=1, images=["linux-tiny"]).connect()
+    beat = asyncio.create_task(_heartbeats(r))
+    http = httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {server.admin_key}"}, timeout=30)
+    try:
+        case = {"key": "QT-1", "name": "n", "prompt": "p", "start_state": "win10-22h2",
+                "success": {"check_script": "echo False"}, "allow_unknown_image": True}
+        made = await asyncio.to_thread(http.post, "/v1/test_cases", json=case)
+        assert made.status_code == 200, made.text
+        run = (await asyncio.to_thread(http.post, "/v1/test_runs", json={
+            "test_case_ids": ["QT-1"], "agents": ["noop"], "queue_timeout": 1})).json()
+        assert run["queue_timeout"] == 1
+        rid = run["test_run_id"]
+        await await_for(lambda: http.get(f"/v1/test_runs/{rid}").json()["status"] == "completed",
+                        timeout=60, what="the run to end by its queue timeout")
+        (a,) = (await asyncio.to_thread(http.get, f"/v1/test_runs/{rid}/attempts")).json()["data"]
+        assert a["outcome"] == "error" and a["error_cause"] == "infrastructure" and a["retry_of"] is None
+        assert a["error"].startswith("queued longer than the run's queue_timeout (1 s): 1 runner online (lab-1); "
+                                     "none has the image 'win10-22h2'"), a["error"]
+    finally:
+        beat.cancel()
+        await asyncio.to_thread(http.close)
+        await r.close()
