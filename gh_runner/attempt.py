@@ -39,7 +39,6 @@ from gh_wire.protocol import (
     AttemptMetrics,
     AttemptResult,
     CheckOutput,
-    ErrorCause,
     Lease,
     MachineRefusal,
     MachineRequest,
@@ -48,6 +47,7 @@ from gh_wire.protocol import (
     TaskEnd,
     TaskEndReason,
 )
+from gh_wire.vocab import ErrorCause
 from providers.base import Machine, MachineSource, Provider, ScriptResult
 from providers.errors import InputNotSupported, ProviderError
 

@@ -25,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from gh_wire.protocol import CheckOutput, ErrorCause, Outcome, TaskEnd, TaskEndReason
+from gh_wire.protocol import CheckOutput, Outcome, TaskEnd, TaskEndReason
+from gh_wire.vocab import ErrorCause
 from providers.base import ScriptResult
 
 TAIL_LINES = 20

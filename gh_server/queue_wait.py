@@ -14,7 +14,6 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import select
@@ -25,24 +24,13 @@ from gh_server.attempts.lease import load_runner_caps
 from gh_server.attempts.matching import Candidate, RunnerCaps, runner_can_run
 from gh_server.attempts.states import fail_attempt
 from gh_server.models import Attempt, RunCase, Runner, TestRun, utcnow
+from gh_wire.vocab import QueueWait
 
 log = logging.getLogger("gh_server.queue")
 
 QUEUE_TIMEOUT_CHECK_S = 5.0  # how often queue timeouts are looked for (they end within this of their bound)
 ONLINE_WINDOW_S = 60.0  # as settings.online_window_seconds: a runner heard from this recently is online
 LOG_EVERY_S = 60.0
-
-
-class QueueWait(StrEnum):
-    """What a queued attempt waits for."""
-
-    NO_RUNNER = "no_runner"  # no runner is online
-    PINNED_RUNNER_OFFLINE = "pinned_runner_offline"  # it must run on one runner (its start state's), offline
-    NO_LABEL = "no_label"  # no runner online has the label the case runs on
-    NO_IMAGE = "no_image"  # none of those has the image
-    NO_VERSION = "no_version"  # none of those holds the start-state version
-    NO_FREE_SLOT = "no_free_slot"  # a runner can take it, but every slot of every such runner is busy
-    NEXT_PASS = "next_pass"  # a runner with a free slot can take it: the next lease pass offers it
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from gh_wire.input import InputEvent
-from gh_wire.vocab import CancelReason, ErrorCode
+from gh_wire.vocab import CancelReason, ErrorCause, ErrorCode
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 16 * 1024 * 1024  # a replay frame (PNG, base64) fits well under this
@@ -72,14 +72,6 @@ class FrameTooLarge(Exception):
         self.msg_type = msg_type
         self.size = size
         self.limit = limit
-
-
-class ErrorCause(StrEnum):
-    """Whose an `error` is. Both stay `error` and never count against the agent; they are told apart
-    so a case's author sees their case is at fault, not the platform."""
-
-    INFRASTRUCTURE = "infrastructure"  # machine, guest channel, runner, hypervisor, model endpoint, judge
-    CASE = "case"  # the setup script failed, the check printed no verdict, or printed True before the task
 
 
 class TaskEndReason(StrEnum):

@@ -13,7 +13,8 @@ from gh_runner import attempt as attempt_mod
 from gh_runner.attempt import Attempt
 from gh_runner.config import Timeouts
 from gh_wire.input import KeyEvent, TypeEvent
-from gh_wire.protocol import ErrorCause, MachineRefusal, MachineRequest, TaskEnd
+from gh_wire.protocol import MachineRefusal, MachineRequest, TaskEnd
+from gh_wire.vocab import ErrorCause
 from providers.base import ScriptResult
 
 from .fakes import WAIT, FakeLink, FakeMachine, FakeProvider, is_mosaic, make_lease, ok

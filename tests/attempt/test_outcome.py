@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gh_runner import outcome as rules
-from gh_wire.protocol import ErrorCause
+from gh_wire.vocab import ErrorCause
 from providers.base import ScriptResult
 
 T = 300.0

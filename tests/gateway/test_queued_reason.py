@@ -11,8 +11,8 @@ import pytest
 
 from gh_server import queue_wait
 from gh_server.attempts.matching import Candidate, RunnerCaps
-from gh_server.queue_wait import QueueWait
 from gh_wire import protocol
+from gh_wire.vocab import QueueWait
 
 from .conftest import GwServer, await_for
 from .simrunner import SimRunner, now

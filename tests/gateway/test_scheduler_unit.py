@@ -19,6 +19,7 @@ from gh_server.dbqueue import DbQueue
 from gh_server.models import Attempt, RunCase, Runner, TestCase, TestRun, utcnow
 from gh_server.settings import Settings
 from gh_wire import protocol
+from gh_wire.vocab import ErrorCause
 
 
 def caps(rid: str = "rn_a", *, labels: tuple[str, ...] = (), images: tuple[str, ...] = ("linux-tiny",),
@@ -280,7 +281,7 @@ def _error_chain(s: Session, aid: str, results: list[protocol.AttemptResult]) ->
 
 def _case_error(phase: str) -> protocol.AttemptResult:
     return protocol.AttemptResult(attempt_id="x", outcome="error", error=f"{phase}: the check printed 'true'",
-                                  error_phase=phase, error_cause=protocol.ErrorCause.CASE)
+                                  error_phase=phase, error_cause=ErrorCause.CASE)
 
 
 def test_a_case_error_that_repeats_on_a_fresh_machine_is_not_retried_again(dbs: sessionmaker[Session]) -> None:
@@ -297,7 +298,7 @@ def test_a_case_error_that_repeats_on_a_fresh_machine_is_not_retried_again(dbs: 
 def test_errors_of_ours_keep_both_retries_and_a_different_case_fault_is_retried(
         dbs: sessionmaker[Session]) -> None:
     ours = protocol.AttemptResult(attempt_id="x", outcome="error", error="machine: did not boot",
-                                  error_phase="machine", error_cause=protocol.ErrorCause.INFRASTRUCTURE)
+                                  error_phase="machine", error_cause=ErrorCause.INFRASTRUCTURE)
     with dbs() as s:
         (aid,) = seed(s)
         assert len(_error_chain(s, aid, [ours] * 3)) == 3
