@@ -86,11 +86,17 @@
       if (row.flaky) cell.append(" ", el("span", { class: "badge flaky" }, "flaky"));
       cell.append(interval(rate, row.ci95), el("div", { class: "hint ci-text" }, row.ci95 ? "95% CI " + ci(row.ci95) : ""));
       const tries = el("div", { class: "tries" });
+      const waiting = new Set();
       for (const at of (data.attempts[c.test_case_id + "|" + a] || [])) {
-        tries.append(el("a", { class: at.outcome || "", href: at.replay, title: at.attempt_id + " " + (at.outcome || at.status) },
+        const cause = at.error_cause === "case" ? " (your case)" : at.error_cause ? " (ours)" : "";
+        tries.append(el("a", { class: at.outcome || at.status || "", href: at.replay,
+                               title: at.attempt_id + " " + (at.outcome || at.status) + cause },
                         "try " + at.try + (at.retry_of ? "r" : "")));
+        if (at.queued_reason) waiting.add(at.queued_reason.message);
       }
       cell.append(tries);
+      // Why what is still queued waits (which runners are online and what none of them has).
+      for (const why of waiting) cell.append(el("div", { class: "hint waiting" }, "queued: " + why));
       tr.append(cell);
     }
     $("matrix").tBodies[0].append(tr);

@@ -11,7 +11,7 @@ import re
 import httpx
 import pytest
 
-from gh_server.models import TestCase
+from gh_server.models import Attempt, TestCase
 
 from .conftest import Server
 from .test_test_runs import _attempts, _case, _complete, _finish
@@ -103,6 +103,20 @@ def test_report_page_in_chromium(server: Server, db_url: str | None) -> None:
     assert "cdn" not in dom.lower() and "<script src=" not in dom  # all inline: nothing from the network
     # A key works too (the API's own auth).
     assert http.get(f"/v1/test_runs/{rid}/report").status_code == 200
+    # A run still going: its queued tries say why they wait; a try the case broke is the case's error.
+    waiting = c.test_runs.create(test_case_ids=keys[:1], agents=["noop"], repeat=2)["test_run_id"]
+    first_try, _second = _attempts(server, waiting)
+    _finish(server, first_try.id, "error")
+    with server.state.db.begin() as s:
+        row = s.get(Attempt, first_try.id)
+        assert row is not None
+        row.metrics = {**(row.metrics or {}), "error_phase": "check_before", "error_cause": "case"}
+    link = http.get(f"/v1/test_runs/{waiting}/report_url").json()["url"]
+    going = chromium.load(link, chromium.OUTPUT_DIR / f"report-page-waiting-{suffix}.png").dom
+    assert 'class="hint waiting">queued: no runner is online' in going
+    assert f'title="{first_try.id} error (your case)"' in going
+    assert re.search(r'<td class="errors-case">1</td>', going) and '<div id="sec-case-errors">' in going
+    assert re.search(r'<div id="sec-infra" hidden="">', going)  # no error of ours: that section is left out
     # The first run has no earlier run to compare with: no comparison section at all.
     first = chromium.load(html.unescape(base_link), chromium.OUTPUT_DIR / f"report-page-first-{suffix}.png").dom
     assert 'data-rendered="1"' in first
