@@ -103,7 +103,7 @@ def reasons_for(session: Session, attempts: Iterable[Attempt],
         return {}
     caps = load_runner_caps(session, online_runner_ids(session, window_s))
     sources: dict[int, dict[str, Any]] = dict(session.execute(select(RunCase.id, RunCase.start_state).where(
-        RunCase.id.in_({a.run_case_id for a in queued}))).tuples().all())
+        RunCase.id.in_({a.run_case_id for a in queued}))).all())
     return {a.id: explain(Candidate(a.id, a.runs_on, sources.get(a.run_case_id) or {}, a.required_runner_id), caps)
             for a in queued}
 

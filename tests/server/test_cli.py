@@ -40,7 +40,7 @@ def test_help_lists_every_command() -> None:
 
 def _runner_by_token(data_dir: Path, token: str) -> tuple[str, str] | None:
     from gh_server import db
-    from gh_server.gateway import _runner_by_token as lookup
+    from gh_server.runner_rows import runner_by_token as lookup
     from gh_server.settings import Settings
 
     engine = db.make_engine(Settings(data_dir=data_dir))
