@@ -8,9 +8,13 @@ results), so this is also the smallest end-to-end check of the whole system.
 At the end: a table per case and agent, each agent's pass rate with its 95% confidence interval,
 the JSON report and the replays (exported to disk: the embedded server ends with the process).
 
-Exit codes: 0 every try ran (whatever the agents scored); 1 the run could not be carried out
-(no image, runner never connected, tries left unfinished, ...); 2 a bad cases file or flag;
-130 interrupted (Ctrl-C). Every machine is destroyed and every overlay removed in each case.
+Exit codes: 0 every try was scored (passed or failed, whatever the agents scored); 1 a try ended in
+error or did not run to an outcome, or the run could not be carried out (the runner never connected,
+the control plane stopped answering): the report is still written when there is a run, and an errors
+block says why each try ended in error, grouped by cause and reason; 2 a usage or configuration error
+(a bad cases file, flag or --server-config, an image that is not in the images dir); 130 interrupted
+(Ctrl-C): a partial report of the tries that finished is written and the path printed. Every machine
+is destroyed and every overlay removed in each case.
 """
 
 from __future__ import annotations
@@ -35,7 +39,14 @@ import pydantic
 
 from gh_common.timeouts import within
 from gh_local.casefile import CaseFile, CaseFileError, load_case_file, parse_agents, parse_repeat
-from gh_local.report import build_report, render_table, rows_from_attempts, summarize_agents, write_report
+from gh_local.report import (
+    build_report,
+    render_errors,
+    render_table,
+    rows_from_attempts,
+    summarize_agents,
+    write_report,
+)
 from gh_runner.poolsize import plan_pool
 
 EXIT_OK = 0
@@ -52,6 +63,15 @@ DEFAULT_OUTPUT_ROOT = Path("/var/tmp/gh-runner-local")
 
 class LocalError(Exception):
     """The run could not be carried out; the message says why and what to do."""
+
+    exit_code = 1
+
+
+class LocalConfigError(LocalError):
+    """The configuration cannot work (an image that is not there, settings the control plane refuses):
+    a usage error, exit 2, as a bad cases file is."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True)
@@ -131,9 +151,19 @@ class Progress:
     def __init__(self, stream: TextIO, total: int) -> None:
         self.stream = stream
         self.total = total
+        self._total_now = total
         self.tty = stream.isatty()
         self._last: tuple[int, ...] | None = None
+        self._line: str | None = None  # the bar's text while it is on screen
+        self._done = 0
         self._t0 = time.monotonic()
+
+    def _draw_bar(self, done: int, text: str) -> None:
+        width = 30
+        total = self._total_now
+        filled = int(width * done / total) if total else width
+        self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {text}\033[K")
+        self.stream.flush()
 
     def update(self, progress: dict[str, Any]) -> None:
         total = int(progress.get("total") or self.total)
@@ -144,19 +174,58 @@ class Progress:
         text = (f"{done}/{total} done  passed {passed}  failed {failed}  error {error}  "
                 f"running {running}  queued {queued}  {elapsed:,.0f}s")
         if self.tty:
-            width = 30
-            filled = int(width * done / total) if total else width
-            self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {text}\033[K")
-            self.stream.flush()
+            self._total_now = total
+            self._draw_bar(done, text)
         elif counts != self._last:
             self.stream.write(text + "\n")
             self.stream.flush()
         self._last = counts
+        if self.tty:
+            self._line, self._done = text, done
+
+    def above(self, stream: TextIO, text: str) -> None:
+        """Write `text` (whole lines) to `stream` above the bar: clear the bar's line, write, redraw it.
+        Without a bar on screen (not a terminal, not drawn yet, or finished) the text is written as it is."""
+        if self._line is not None:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+        stream.write(text)
+        stream.flush()
+        if self._line is not None:
+            self._draw_bar(self._done, self._line)
 
     def finish(self) -> None:
         if self.tty:
+            self._line = None
             self.stream.write("\n")
             self.stream.flush()
+
+
+class LogsAbove:
+    """A text stream for log lines that writes each whole line above the progress bar (when there is
+    one), so a warning never breaks into the bar or lands at the end of its line."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.progress: Progress | None = None
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        if "\n" in self._pending:
+            whole, _, self._pending = self._pending.rpartition("\n")
+            if self.progress is not None:
+                self.progress.above(self.stream, whole + "\n")
+            else:
+                self.stream.write(whole + "\n")
+                self.stream.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,6 +299,10 @@ def _traversable_tmpdir(prefix: str) -> Path:
 
 
 class LocalRun:
+    # A try that ended in error makes the run exit 1 (the errors block says why). `validate` says
+    # False: finding the cases that error is its job, and its verdicts say so (--strict makes it exit 3).
+    errors_fail = True
+
     def __init__(self, opts: Options, case_file: CaseFile, out: TextIO | None = None) -> None:
         self.opts = opts
         self.cf = case_file
@@ -247,6 +320,7 @@ class LocalRun:
         self._server_task: asyncio.Task[Any] | None = None
         self._daemon_task: asyncio.Task[Any] | None = None
         self._name: RunnerName | None = None
+        self.logs = LogsAbove(sys.stderr)
 
     def say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -259,7 +333,7 @@ class LocalRun:
             code = await self._main()
         except LocalError as e:
             self.say(f"gh-runner local: {e}")
-            code = EXIT_FAILED
+            code = e.exit_code
         except httpx.HTTPError as e:
             self.say(f"gh-runner local: the embedded control plane stopped answering: {type(e).__name__}: {e}")
             code = EXIT_FAILED
@@ -303,7 +377,7 @@ class LocalRun:
         try:
             config = load_config(flags=flags)
         except ConfigError as e:
-            raise LocalError(str(e)) from None
+            raise LocalConfigError(str(e)) from None
 
         await self._check_images(config)
         base_url, admin_key = await self._start_server()
@@ -322,10 +396,20 @@ class LocalRun:
                      f"{plan_pool(config).describe()}, server {base_url}")
             run = await self._wait(http, run, total)
             if self.interrupted:
-                with contextlib.suppress(Exception):
-                    await http.post(f"/v1/test_runs/{self.run_id}/cancel")
-                return EXIT_INTERRUPTED
+                return await self._interrupted(http, run)
             return await self._finish(http, run)
+
+    async def _interrupted(self, http: httpx.AsyncClient, run: dict[str, Any]) -> int:
+        """Ctrl-C: the tries that finished before it go to a partial report; the rest are cancelled."""
+        # The finished tries first, so nothing the cancel ends is taken for a result.
+        finished = [a for a in await _list_all(http, f"/v1/test_runs/{self.run_id}/attempts")
+                    if a.get("finished_at") and a.get("outcome") in ("passed", "failed", "error")]
+        with contextlib.suppress(Exception):
+            await http.post(f"/v1/test_runs/{self.run_id}/cancel")
+        if self.daemon is not None:
+            self.daemon.force_stop()  # machines go while the report is written
+        await self._finish(http, run, partial=finished)
+        return EXIT_INTERRUPTED
 
     async def _check_images(self, config: Any) -> None:
         from gh_runner.daemon import make_provider
@@ -342,7 +426,7 @@ class LocalRun:
         missing = [w for w in wanted if w not in images]
         if missing:
             have = ", ".join(sorted(images)) or "none"
-            raise LocalError(
+            raise LocalConfigError(
                 f"image(s) {', '.join(missing)} not found in {config.images_dir} (found: {have}); build them with "
                 f"`image-builder/build linux-tiny --out {config.images_dir}` or pass --images-dir")
 
@@ -361,7 +445,7 @@ class LocalRun:
         try:
             app = await asyncio.to_thread(create_app, settings)
         except ValueError as e:  # e.g. command agents and no sandbox for them on this host (docs/security.md)
-            raise LocalError(f"the embedded control plane cannot start: {e}") from None
+            raise LocalConfigError(f"the embedded control plane cannot start: {e}") from None
         with contextlib.suppress(ImportError):
             from gh_server import replays
 
@@ -391,8 +475,8 @@ class LocalRun:
         from gh_runner.daemon import Daemon, make_provider
         from gh_runner.log import configure_logging
 
-        # The daemon's own log lines would tear the progress bar; warnings still show.
-        configure_logging("console", "warning", stream=sys.stderr)
+        # Only warnings: the run's own lines are the progress; they print above the bar, never into it.
+        configure_logging("console", "warning", stream=self.logs)  # type: ignore[arg-type]
         cfg = type(config).model_validate({**config.model_dump(), "token": token, "server": base_url})
         provider = make_provider(cfg)
         self.daemon = Daemon(cfg, provider)
@@ -437,6 +521,7 @@ class LocalRun:
 
     async def _wait(self, http: httpx.AsyncClient, run: dict[str, Any], total: int) -> dict[str, Any]:
         progress = Progress(self.out, total)
+        self.logs.progress = progress
         deadline = self._deadline(total)
         try:
             while not self._stop.is_set():
@@ -452,14 +537,21 @@ class LocalRun:
                     raise LocalError("the run did not finish in time; see the runner's warnings above")
                 await self._sleep(POLL_INTERVAL)
         finally:
+            self.logs.progress = None
             progress.finish()
         return run
 
-    async def _finish(self, http: httpx.AsyncClient, run: dict[str, Any]) -> int:
+    async def _finish(self, http: httpx.AsyncClient, run: dict[str, Any],
+                      partial: list[dict[str, Any]] | None = None) -> int:
+        """Write the report and the page, print the table and the errors; the exit code. `partial`:
+        the tries that finished before Ctrl-C, reported alone (and said to be partial)."""
         assert self.run_id is not None
-        results_r = await http.get(f"/v1/test_runs/{self.run_id}/results")
-        results = results_r.json() if results_r.status_code == 200 else None
-        listed = await _list_all(http, f"/v1/test_runs/{self.run_id}/attempts")
+        if partial is None:
+            results_r = await http.get(f"/v1/test_runs/{self.run_id}/results")
+            results = results_r.json() if results_r.status_code == 200 else None
+            listed = await _list_all(http, f"/v1/test_runs/{self.run_id}/attempts")
+        else:
+            results, listed = None, partial  # the server's totals would count the cancelled tries
         # Results count the last attempt of each try; the retried ones go to the report on their own.
         attempts = [a for a in listed if a.get("is_last", True)]
         # Replays go to a folder named after the run, so two runs reported into one folder never mix.
@@ -468,26 +560,42 @@ class LocalRun:
         else:
             report_path = DEFAULT_OUTPUT_ROOT / self.run_id / "report.json"
             replays_dir = report_path.parent / "replays"
-        all_attempts = await asyncio.to_thread(self._export_replays, replays_dir)
+        keep = {str(a["attempt_id"]) for a in listed} if partial is not None else None
+        all_attempts = await asyncio.to_thread(self._export_replays, replays_dir, keep,
+                                               report_path.with_suffix(".html"))
         for a in attempts:
             page = replays_dir / str(a["attempt_id"]) / "index.html"
             a["replay_path"] = str(page) if page.is_file() else None
         rows = rows_from_attempts(attempts, self.cf.keys)
         summaries = summarize_agents(rows, self.agents)
         report = build_report(run, results, attempts, all_attempts, case_order=self.cf.keys,
-                              replays=str(replays_dir))
+                              replays=str(replays_dir), partial=partial is not None)
         await asyncio.to_thread(write_report, report_path, report)
         page = await asyncio.to_thread(self._write_page, report_path.with_suffix(".html"), replays_dir)
         self.say("")
         self.say(render_table(rows, summaries))
+        errors = render_errors(attempts)
+        if errors:
+            self.say("")
+            self.say(errors)
         self.say("")
         self.say(f"report:  {report_path}")
         self.say(f"page:    {page}")
         self.say(f"replays: {replays_dir}/<attempt_id>/index.html")
+        if partial is not None:
+            self.say(f"gh-runner local: interrupted: a partial report of the {len(attempts)} tr"
+                     f"{'y' if len(attempts) == 1 else 'ies'} that finished is in {report_path}; the others "
+                     "were cancelled")
+            return EXIT_INTERRUPTED
         unfinished = [a for a in attempts if a.get("outcome") not in ("passed", "failed", "error")]
         if run.get("status") != "completed" or unfinished:
             self.say(f"gh-runner local: the run ended {run.get('status')} with {len(unfinished)} "
                      "tr(ies) that did not run to an outcome")
+            return EXIT_FAILED
+        errored = [a for a in attempts if a.get("outcome") == "error"]
+        if errored and self.errors_fail:
+            self.say(f"gh-runner local: {len(errored)} of {len(attempts)} tr"
+                     f"{'y' if len(attempts) == 1 else 'ies'} ended in error (see errors above); exit 1")
             return EXIT_FAILED
         return EXIT_OK
 
@@ -506,8 +614,9 @@ class LocalRun:
         page.write_text(text, encoding="utf-8")
         return page
 
-    def _export_replays(self, replays_dir: Path) -> list[dict[str, Any]]:
-        """Every attempt of the run, retries included, with its replay written to disk."""
+    def _export_replays(self, replays_dir: Path, keep: set[str] | None = None,
+                        run_page: Path | None = None) -> list[dict[str, Any]]:
+        """Every attempt of the run (or those in `keep`), retries included, with its replay written to disk."""
         from sqlalchemy import select
 
         from gh_server import models
@@ -519,7 +628,9 @@ class LocalRun:
             rows = s.scalars(select(models.Attempt).where(models.Attempt.test_run_id == self.run_id)
                              .order_by(models.Attempt.created_at)).all()
             for row in rows:
-                export_replay(s, row.id, replays_dir)
+                if keep is not None and row.id not in keep:
+                    continue
+                export_replay(s, row.id, replays_dir, run_page)
                 rc = s.get(models.RunCase, row.run_case_id)
                 out.append(_attempt_dict(row, (rc.case or {}).get("key") if rc is not None else None))
         return out
@@ -569,12 +680,15 @@ class LocalRun:
 
 
 def _attempt_dict(row: Any, key: str | None) -> dict[str, Any]:
+    from gh_server import serialize
+
     def ts(t: Any) -> str | None:
         return t.isoformat().replace("+00:00", "Z") if t is not None else None
 
     return {"attempt_id": row.id, "test_case_id": row.test_case_id, "key": key, "agent_id": row.agent_id,
             "try": row.try_number, "retry_of": row.retry_of, "status": row.status, "outcome": row.outcome,
-            "error": row.error, "check": row.check, "metrics": row.metrics, "runner_id": row.runner_id,
+            "error": row.error, "error_cause": serialize.error_cause(row), "check": row.check,
+            "metrics": row.metrics, "runner_id": row.runner_id,
             "started_at": ts(row.started_at), "finished_at": ts(row.finished_at)}
 
 

@@ -165,9 +165,66 @@ def render_table(rows: Sequence[Row], summaries: Sequence[AgentSummary]) -> str:
     return "\n".join(out)
 
 
+# Who an error is for (the attempt's `error_cause`): the case's author, or us (the platform). Both stay
+# errors and never count against the agent; a server that does not tell them apart leaves it unset.
+CAUSE_LABELS = {
+    "case": "your case (the setup failed, or the check's verdict was not True/False as it must be)",
+    "infrastructure": "ours (machine, guest channel, runner, hypervisor or model endpoint)",
+    None: "cause not recorded",
+}
+
+
+def _cause(a: Mapping[str, Any]) -> str | None:
+    c = a.get("error_cause")
+    return str(c) if c in ("case", "infrastructure") else None
+
+
+def _reason(a: Mapping[str, Any]) -> str:
+    err = a.get("error")
+    if isinstance(err, Mapping):
+        err = err.get("message") or err.get("reason") or json.dumps(err, sort_keys=True)
+    return str(err or "no reason recorded").strip().splitlines()[0][:300]
+
+
+def group_errors(attempts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The tries that ended in error, grouped by cause (your case first) and then by reason."""
+    order = {"case": 0, "infrastructure": 1, None: 2}
+    groups: dict[tuple[str | None, str], list[Mapping[str, Any]]] = {}
+    for a in attempts:
+        if a.get("outcome") == "error":
+            groups.setdefault((_cause(a), _reason(a)), []).append(a)
+    out = []
+    for (cause, reason), items in sorted(groups.items(), key=lambda kv: (order[kv[0][0]], -len(kv[1]), kv[0][1])):
+        out.append({"cause": cause, "reason": reason, "count": len(items),
+                    "tries": [{"key": a.get("key") or a.get("test_case_id"), "agent_id": a.get("agent_id"),
+                               "try": a.get("try"), "attempt_id": a.get("attempt_id")} for a in items]})
+    return out
+
+
+def render_errors(attempts: Sequence[Mapping[str, Any]]) -> str:
+    """The errors block printed after the table ("" when no try ended in error)."""
+    groups = group_errors(attempts)
+    if not groups:
+        return ""
+    n = sum(g["count"] for g in groups)
+    out = [f"errors: {n} of {len(attempts)} tr{'y' if len(attempts) == 1 else 'ies'} (not counted against "
+           "any agent):"]
+    cause: object = object()
+    for g in groups:
+        if g["cause"] != cause:
+            cause = g["cause"]
+            total = sum(x["count"] for x in groups if x["cause"] == cause)
+            out.append(f"  {CAUSE_LABELS[g['cause']]}: {total}")
+        where = ", ".join(f"{t['key']}/{t['agent_id']} try {t['try']}" for t in g["tries"][:6])
+        more = f", +{g['count'] - 6} more" if g["count"] > 6 else ""
+        out.append(f"    {g['count']}x {g['reason']}")
+        out.append(f"       {where}{more}")
+    return "\n".join(out)
+
+
 def _attempt_entry(a: Mapping[str, Any]) -> dict[str, Any]:
     keep = ("attempt_id", "test_case_id", "key", "agent_id", "try", "retry_of", "status", "outcome", "error",
-            "check", "metrics", "replay_url", "replay_path", "runner_id", "started_at", "finished_at")
+            "error_cause", "check", "metrics", "replay_url", "replay_path", "runner_id", "started_at", "finished_at")
     entry = {k: a.get(k) for k in keep}
     entry["seconds"] = attempt_seconds(a)
     return entry
@@ -181,9 +238,11 @@ def build_report(
     *,
     case_order: Sequence[str] = (),
     replays: str | None = None,
+    partial: bool = False,
 ) -> dict[str, Any]:
     """The JSON report: the run, one row per case and agent, agents' pass rates with their 95% CI,
-    every counted attempt (with its replay) and the retried ones."""
+    the errors grouped by cause and reason, every counted attempt (with its replay) and the retried
+    ones. `partial`: only the tries that finished before the run was interrupted."""
     rows = rows_from_attempts(attempts, case_order)
     summaries = summarize_agents(rows, run.get("agents") or ())
     counted = {a.get("attempt_id") for a in attempts}
@@ -191,6 +250,7 @@ def build_report(
         "object": "gh_runner_local_report",
         "test_run_id": run.get("test_run_id"),
         "status": run.get("status"),
+        "partial": partial,
         "created_at": run.get("created_at"),
         "finished_at": run.get("finished_at"),
         "rows": [r.__dict__ for r in rows],
@@ -202,6 +262,7 @@ def build_report(
             }
             for s in summaries
         },
+        "errors": group_errors(attempts),
         "results": dict(results) if results is not None else None,
         "attempts": [_attempt_entry(a) for a in attempts],
         "retried_attempts": [_attempt_entry(a) for a in all_attempts if a.get("attempt_id") not in counted],

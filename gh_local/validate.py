@@ -7,7 +7,8 @@ unvalidated with the reasons, printed after the results table and added to the J
 `validation`. A case is valid when the check before printed False on every machine (the setup broke it,
 deterministically), noop failed every try and reference passed every try.
 
-Exit codes: those of `gh-runner local`; with --strict, 3 when a case is not valid.
+Exit codes: those of `gh-runner local`, except that a try ending in error is a finding here (the case's
+verdict says it), not a failure: 0 when every try ran; with --strict, 3 when a case is not valid.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ def render(validation: dict[str, Any]) -> str:
 
 
 class ValidateRun(LocalRun):
+    errors_fail = False
+
     def __init__(self, *args: Any, strict: bool = False, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.agents = list(AGENTS)
@@ -49,7 +52,10 @@ class ValidateRun(LocalRun):
         self.strict = strict
         self.validation: dict[str, Any] | None = None
 
-    async def _finish(self, http: httpx.AsyncClient, run: dict[str, Any]) -> int:
+    async def _finish(self, http: httpx.AsyncClient, run: dict[str, Any],
+                      partial: list[dict[str, Any]] | None = None) -> int:
+        if partial is not None:  # interrupted: nothing to validate
+            return await super()._finish(http, run, partial)
         # Validated first: that records each case's validation, so the results (and report.html) mark them.
         r = await http.get(f"/v1/test_runs/{self.run_id}/validation")
         code = await super()._finish(http, run)

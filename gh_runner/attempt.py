@@ -47,6 +47,7 @@ from gh_wire.protocol import (
     TaskEnd,
     TaskEndReason,
 )
+from gh_wire.vocab import ErrorCause
 from providers.base import Machine, MachineSource, Provider, ScriptResult
 from providers.errors import InputNotSupported, ProviderError
 
@@ -87,10 +88,11 @@ class AttemptLink(Protocol):
 class AttemptError(Exception):
     """A phase went wrong; `reason` is for an operator (what failed, what the guest said)."""
 
-    def __init__(self, phase: str, reason: str) -> None:
+    def __init__(self, phase: str, reason: str, cause: ErrorCause = ErrorCause.INFRASTRUCTURE) -> None:
         super().__init__(f"{phase}: {reason}")
         self.phase = phase
         self.reason = reason
+        self.cause = cause  # ours unless a judgement of the case's own scripts says otherwise
 
 
 def _now() -> datetime:
@@ -182,9 +184,9 @@ class Attempt:
             await self._status("preparing", SETUP)
             res = await self._phase(SETUP, script_t,
                                     lambda: self._script(case.setup_script or "", {}, script_t))
-            why = rules.judge_setup(res, script_t)
-            if why:
-                raise AttemptError(SETUP, why)
+            setup = rules.judge_setup(res, script_t)
+            if setup is not None:
+                raise AttemptError(SETUP, setup.reason or "the setup failed", setup.cause or ErrorCause.INFRASTRUCTURE)
 
         if case.check_script:
             await self._status("checking", CHECK_BEFORE)
@@ -194,7 +196,8 @@ class Attempt:
             self._check_before = rules.check_output(res)
             before = rules.judge_before(res, check_t)
             if before.outcome == "error":
-                raise AttemptError(CHECK_BEFORE, before.reason or "the check did not print False")
+                raise AttemptError(CHECK_BEFORE, before.reason or "the check did not print False",
+                                   before.cause or ErrorCause.INFRASTRUCTURE)
 
         await self._phase(FIRST_SCREEN, None, lambda: self._capture("first"))
 
@@ -213,7 +216,8 @@ class Attempt:
             self._check_after = rules.check_output(res)
             after = rules.judge_after(res, check_t)
             if after.outcome == "error":
-                raise AttemptError(CHECK_AFTER, after.reason or "the check did not print True or False")
+                raise AttemptError(CHECK_AFTER, after.reason or "the check did not print True or False",
+                                   after.cause or ErrorCause.INFRASTRUCTURE)
             self._outcome = after.outcome
         else:
             # Rubric only: nothing for the runner to judge. `check_absent` tells the server that
@@ -611,20 +615,25 @@ class Attempt:
         outcome: Outcome
         error: str | None = None
         error_phase: str | None = None
+        cause: ErrorCause | None = None
         if self._cancel_reason is not None:
             outcome, error, error_phase = "error", f"cancelled: {self._cancel_reason}", self._cancel_phase
+            cause = ErrorCause.INFRASTRUCTURE
         elif self._error is not None:
             outcome, error, error_phase = "error", str(self._error), self._error.phase
+            cause = self._error.cause
         elif self._outcome is not None:
             outcome = self._outcome
         else:  # unreachable unless the lifecycle returned without a verdict
             outcome, error, error_phase = "error", "internal runner error: no verdict", self.phase
+            cause = ErrorCause.INFRASTRUCTURE
         end = self._task_end
         return AttemptResult(
             attempt_id=self.lease.attempt_id,
             outcome=outcome,
             error=error,
             error_phase=error_phase,
+            error_cause=cause,
             check_before=self._check_before,
             check_after=self._check_after,
             check_absent=self._check_absent and outcome != "error",

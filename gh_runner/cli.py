@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -28,9 +29,12 @@ agent's screen/input/exec, and reports the result.
 
   gh-runner --server wss://evals.example.com --token gh_rn_... --labels lab,lenovo --slots 4
 
-Subcommands: `images` lists what this runner would advertise, `doctor` checks the host and says
-how to fix what is wrong, `selftest` proves each image end to end on real machines, `local CASES.yaml`
-runs cases on this host with an embedded control plane.
+Subcommands (each has its own --help, listing only its own options):
+  images              list the images and start-state versions this runner would advertise
+  doctor              check this host and this configuration, and say how to fix what is wrong
+  selftest            prove each image end to end on real machines, every step timed
+  local CASES.yaml    run cases on this host with an embedded control plane; the results page
+  validate CASES.yaml check each case is worth scoring: noop fails, reference passes, every time
 """
 
 EPILOG = f"""\
@@ -52,31 +56,48 @@ default directories:
 signals and exit codes:
   SIGTERM/SIGINT drains: no new leases, running attempts get --drain-grace seconds, then are
   cancelled and reported as errors. A second signal forces. Exit 0 after a clean drain, 1 on a
-  forced stop or failure, 2 on bad usage or configuration.
+  forced stop or failure, 2 on bad usage or configuration (a token the server refuses, when
+  started by hand on a terminal: see --on-token-refused).
 
 version {__version__}, runner protocol {PROTOCOL_VERSION}.
 """
 
 # Options that map 1:1 onto RunnerConfig keys (dest == key).
 CONFIG_KEYS = ("server", "token", "token_file", "name", "labels", "slots", "images_dir", "state_dir",
-               "libvirt_uri", "metrics_listen", "log_format", "log_level", "drain_grace", "insecure")
+               "libvirt_uri", "metrics_listen", "log_format", "log_level", "drain_grace", "insecure",
+               "on_token_refused")
 
 
-def _common_options(machine_only: bool = False) -> argparse.ArgumentParser:
+_DEFAULT_DIRS = (f"as root or the service user {SERVICE_DIR}/{{}}, otherwise "
+                 "$XDG_{}_HOME/gh-runner{} (~/.local/{}/gh-runner{})")
+IMAGES_DIR_HELP = "where images live; default " + _DEFAULT_DIRS.format("images", "DATA", "/images", "share", "/images")
+STATE_DIR_HELP = ("journal, overlays and start-state versions; default "
+                  + _DEFAULT_DIRS.format("state", "STATE", "", "state", ""))
+
+
+def _machine_options() -> argparse.ArgumentParser:
+    """The options every command that makes machines on this host takes (the daemon, images, doctor,
+    selftest, local, validate)."""
     # SUPPRESS: an option not typed is absent, so env and file values are not overridden by defaults
     # and the options may be given before or after the subcommand.
     p = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
-    g = p.add_argument_group("runner options")
+    g = p.add_argument_group("host options")
     g.add_argument("--config", metavar="FILE", type=Path, help="YAML config file (GH_RUNNER_CONFIG)")
-    g.add_argument("--images-dir", dest="images_dir", metavar="DIR", help="where images live (see below)")
-    g.add_argument("--state-dir", dest="state_dir", metavar="DIR",
-                   help="journal, overlays and start-state versions (see below)")
+    g.add_argument("--images-dir", dest="images_dir", metavar="DIR", help=IMAGES_DIR_HELP)
+    g.add_argument("--state-dir", dest="state_dir", metavar="DIR", help=STATE_DIR_HELP)
     g.add_argument("--libvirt-uri", dest="libvirt_uri", metavar="URI", help="default qemu:///system")
     g.add_argument("--log-format", dest="log_format", choices=("json", "console"),
                    help="json lines (journald, log shippers) or console text; default console")
-    g.add_argument("--log-level", dest="log_level", choices=("debug", "info", "warning", "error"))
-    if machine_only:
-        return p
+    g.add_argument("--log-level", dest="log_level", choices=("debug", "info", "warning", "error"),
+                   help="default info")
+    return p
+
+
+def _daemon_options() -> argparse.ArgumentParser:
+    """The daemon's own options: how it reaches the control plane and what it offers there. Only the
+    bare form and `doctor` (which checks this configuration) take them."""
+    p = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    g = p.add_argument_group("daemon options")
     g.add_argument("--server", metavar="URL", action="append",
                    help="control plane, e.g. wss://evals.example.com (https:// works too; ws:// only to "
                         "loopback unless --insecure); several gh-server processes: repeat it or separate "
@@ -91,28 +112,35 @@ def _common_options(machine_only: bool = False) -> argparse.ArgumentParser:
                    help="serve Prometheus metrics here (a bare port binds loopback); default off")
     g.add_argument("--drain-grace", dest="drain_grace", type=float, metavar="SECONDS",
                    help="on SIGTERM, how long running attempts may take to finish; default 600")
+    g.add_argument("--on-token-refused", dest="on_token_refused", choices=("auto", "exit", "retry"),
+                   help="when the server refuses the token: exit 2, or retry every 10 minutes; default auto: exit "
+                        "when started by hand on a terminal, retry under systemd or without a terminal")
     g.add_argument("--insecure", action="store_true",
                    help="allow ws:// (cleartext, token visible on the wire) to a non-loopback server")
     return p
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = _common_options()
+    machine, daemon = _machine_options(), _daemon_options()
     parser = argparse.ArgumentParser(
-        prog="gh-runner", description=DESCRIPTION, epilog=EPILOG, parents=[common],
+        prog="gh-runner", description=DESCRIPTION, epilog=EPILOG, parents=[machine, daemon],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"gh-runner {__version__} (protocol {PROTOCOL_VERSION})")
-    sub = parser.add_subparsers(dest="command", metavar="{images,doctor,local,selftest,validate}")
-    images = sub.add_parser("images", parents=[common], help="list the images this runner would advertise",
+    sub = parser.add_subparsers(dest="command", metavar="{images,doctor,selftest,local,validate}")
+    images = sub.add_parser("images", parents=[_machine_options()], help="list the images this runner would advertise",
                             description="List images (name, os, version, checksum) and held start-state versions.")
     images.add_argument("--json", action="store_true", help="machine-readable output")
-    sub.add_parser("doctor", parents=[common], help="check this host and say how to fix what is wrong",
-                   description="Check libvirt, KVM (or the TCG fallback), images, disk space and permissions.")
+    sub.add_parser("doctor", parents=[_machine_options(), _daemon_options()],
+                   help="check this host and this configuration, and say how to fix what is wrong",
+                   description="Check libvirt, KVM (or the TCG fallback), images, disk space and permissions, and the "
+                               "daemon's configuration (server, token): it takes the daemon's options to check them.")
     local = sub.add_parser(
-        "local", parents=[_common_options(machine_only=True)],
+        "local", parents=[_machine_options()],
         help="run cases on this host with an embedded control plane",
         description="Run the cases of CASES (YAML or JSON: `cases:`, optional `agents:` and `repeat:`) on this "
-                    "host, print the results table and write a JSON report. Exit 0 when every try ran.")
+                    "host, print the results table and write a JSON report and the results page. Exit 0 when every "
+                    "try was scored, 1 when any try ended in error (the report is still written), 2 on a usage or "
+                    "configuration error; Ctrl-C writes a partial report of the finished tries.")
     local.add_argument("cases", metavar="CASES", type=Path, help="cases file (YAML or JSON)")
     local.add_argument("--agents", default=None, help="comma-separated agents, e.g. noop,reference")
     local.add_argument("--repeat", type=int, default=None, metavar="N", help="tries per case and agent")
@@ -123,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="settings for the embedded control plane, in gh-server's --config format: `agents` "
                             "(your own command or HTTP agents), `judge`, `customer_model`")
     selftest = sub.add_parser(
-        "selftest", parents=[_common_options(machine_only=True)],
+        "selftest", parents=[_machine_options()],
         help="make real machines from each image and check every step a run needs",
         description="For each image (default: all it would advertise) make real machines and check, step by "
                     "step with a time each: cold start and guest channel, a per-user setting as the signed-in "
@@ -137,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     selftest.add_argument("--name", default=argparse.SUPPRESS,
                           help="runner name; its machines are named <name>-selftest")
     validate = sub.add_parser(
-        "validate", parents=[_common_options(machine_only=True)],
+        "validate", parents=[_machine_options()],
         help="check that each case is valid: noop fails, reference passes, the setup is deterministic",
         description="Run the cases of CASES against noop and reference, N tries each on fresh machines, and "
                     "say per case valid, broken, flaky or unvalidated, with the reasons. Exit 0 when every try "
@@ -214,6 +242,10 @@ def _dispatch(module: str, what: str, arg: Any) -> int:
 def _images(config: RunnerConfig, as_json: bool) -> int:
     from gh_runner.daemon import make_provider
 
+    if not config.images_dir.is_dir():  # a typo in --images-dir is a configuration error, not "no images"
+        return _fail(f"images dir {config.images_dir} does not exist (build an image into it with "
+                     f"`image-builder/build linux-tiny --out {config.images_dir}`, or pass --images-dir)")
+
     async def collect() -> tuple[list[Any], list[tuple[str, int]]]:
         provider = make_provider(config)
         try:
@@ -256,7 +288,7 @@ def _observers(config: RunnerConfig) -> list[Any]:
 
 
 def run_daemon(config: RunnerConfig) -> int:
-    from gh_runner.daemon import Daemon, make_provider
+    from gh_runner.daemon import Daemon, make_provider, remembered_name
     from gh_runner.log import get_logger
 
     try:
@@ -266,19 +298,29 @@ def run_daemon(config: RunnerConfig) -> int:
     except ConfigError as e:
         return _fail(str(e))
     log = get_logger()
+    # A runner not given a name is called by its hostname until it learns the name it was registered
+    # with (the welcome says it); from then on it is called that, in its logs and its machines' names.
+    adopt = config.name == socket.gethostname()
+    if adopt and (known := remembered_name(config.state_dir)):
+        config = config.model_copy(update={"name": known})
 
-    async def go() -> int:
+    async def go(config: RunnerConfig) -> tuple[int, str | None]:
         try:
             provider = make_provider(config)
         except Exception as e:
             log.error("cannot set up the machine provider; run `gh-runner doctor`", error=f"{type(e).__name__}: {e}")
-            return EXIT_FAILED
-        daemon = Daemon(config, provider, observers=_observers(config))
+            return EXIT_FAILED, None
+        daemon = Daemon(config, provider, observers=_observers(config), adopt_registered_name=adopt)
         daemon.install_signal_handlers()
-        return await daemon.run()
+        code = await daemon.run()
+        return code, daemon.restart_as or None
 
     try:
-        return asyncio.run(go())
+        while True:
+            code, rename = asyncio.run(go(config))
+            if not rename or code != EXIT_OK:
+                return code
+            config = config.model_copy(update={"name": rename})
     except KeyboardInterrupt:  # only before the signal handlers are installed
         return EXIT_FAILED
     except OSError as e:

@@ -87,6 +87,9 @@ class RunnerConfig(BaseModel):
     reconnect_min: float = Field(default=1.0, gt=0, le=60)
     reconnect_max: float = Field(default=60.0, gt=0, le=3600)
     revoked_retry: float = Field(default=600.0, gt=0, le=86400, description="retry pace after a revoked token")
+    on_token_refused: Literal["auto", "exit", "retry"] = Field(
+        default="auto", description="exit (code 2) or retry every revoked_retry seconds when the server refuses "
+        "the token; auto: exit when run by hand on a terminal, retry as a service")
     connect_timeout: float = Field(default=15.0, gt=0, le=300)
     reap_interval: float = Field(default=300.0, gt=0, le=86400)
     result_resend: float = Field(default=30.0, gt=0, le=3600, description="resend unacked results this often")
@@ -158,6 +161,15 @@ class RunnerConfig(BaseModel):
             raise ConfigError("server: required to run the daemon (--server wss://HOST or GH_RUNNER_SERVER)")
         return self.server.split(",")
 
+    def exits_on_refused_token(self, stderr_is_tty: bool, env: Mapping[str, str]) -> bool:
+        """Whether a refused token ends the runner (exit 2) rather than being retried. `auto`: a runner
+        started by hand (stderr is a terminal, and no service manager: no INVOCATION_ID or NOTIFY_SOCKET
+        from systemd) exits, so a typo is seen at once; a service keeps retrying every revoked_retry
+        seconds, so a token fixed on the server side needs no restart."""
+        if self.on_token_refused != "auto":
+            return self.on_token_refused == "exit"
+        return stderr_is_tty and not env.get("INVOCATION_ID") and not env.get("NOTIFY_SOCKET")
+
     def connect_url(self) -> str:
         return self.connect_urls()[0]
 
@@ -215,7 +227,7 @@ def normalize_server_url(v: str) -> str:
 _BOOL_KEYS = {"insecure"}
 _ENV_KEYS = (
     "server", "token", "token_file", "name", "labels", "slots", "images_dir", "state_dir", "libvirt_uri",
-    "metrics_listen", "log_format", "log_level", "drain_grace", "insecure",
+    "metrics_listen", "log_format", "log_level", "drain_grace", "insecure", "on_token_refused",
 )
 
 

@@ -31,11 +31,13 @@ import base64
 import importlib
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import structlog
@@ -145,6 +147,19 @@ def default_attempt_factory(lease: Lease, provider: Provider, link: Any, timeout
     return Attempt(lease, provider, link, timeouts, background_teardown=True)
 
 
+def registered_name_file(state_dir: Path) -> Path:
+    """Where a runner not given --name remembers the name it was registered with."""
+    return state_dir / "registered-name"
+
+
+def remembered_name(state_dir: Path) -> str | None:
+    try:
+        name = registered_name_file(state_dir).read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return name or None
+
+
 def make_provider(config: RunnerConfig) -> Provider:
     """The QEMU provider, or (tests only) the factory named by GH_RUNNER_TEST_PROVIDER."""
     hook = os.environ.get(TEST_PROVIDER_ENV)
@@ -218,8 +233,14 @@ class Daemon:
         backoff: Backoff | None = None,
         session_sleep: Callable[[float], Any] | None = None,
         tick_interval: float = 1.0,
+        adopt_registered_name: bool = False,
     ) -> None:
+        """`adopt_registered_name`: this runner was not given a name (it has its hostname), so it takes
+        the one it was registered with: the first welcome that says another name stops it cleanly with
+        `restart_as` set, and the CLI starts it again under that name (see `registered_name_file`)."""
         self.config = config
+        self.adopt_registered_name = adopt_registered_name
+        self.restart_as: str | None = None
         self.provider = provider
         self.attempt_factory = attempt_factory or default_attempt_factory
         self.jobs = jobs if jobs is not None else self._default_jobs(provider)
@@ -251,6 +272,8 @@ class Daemon:
             backoff=backoff or Backoff(base=config.reconnect_min, cap=config.reconnect_max),
             revoked_retry=config.revoked_retry, connect_timeout=config.connect_timeout,
             sleep=session_sleep,
+            on_refused=self._token_refused if config.exits_on_refused_token(sys.stderr.isatty(), os.environ)
+            else None,
         )
 
     @staticmethod
@@ -317,6 +340,11 @@ class Daemon:
 
     def request_stop(self) -> None:
         self._stop.set()
+
+    def _token_refused(self, reason: str) -> None:
+        # A configuration error found at the first connect: exit 2, as for a bad flag.
+        self.exit_code = 2
+        self.request_stop()
 
     def force_stop(self) -> None:
         self._stop.set()
@@ -519,6 +547,8 @@ class Daemon:
         )
 
     async def on_welcome(self, welcome: Welcome) -> None:
+        if welcome.name and welcome.name != self.config.name and self._take_registered_name(welcome.name):
+            return
         self._emit("welcome", welcome)
         self._emit("connected", welcome.runner_id)
         # Attempts that ran on through a disconnect are only worth finishing if the server still
@@ -530,6 +560,24 @@ class Daemon:
                 running.attempt.cancel("the server gave this attempt up while the runner was disconnected")
         for result in list(self._unacked.values()):
             await self._send_result(result)
+
+    def _take_registered_name(self, name: str) -> bool:
+        """True when this runner restarts under its registered name (remembered in the state dir, so
+        the next start reaps and names machines under it from the first moment)."""
+        if not self.adopt_registered_name:
+            if self.restart_as is None:
+                self.log.warning("this runner's --name differs from the name it was registered with; its logs and "
+                                 "machines use --name", registered_name=name)
+                self.restart_as = ""  # said once
+            return False
+        try:
+            registered_name_file(self.config.state_dir).write_text(name + "\n", encoding="utf-8")
+        except OSError as e:
+            self.log.warning("could not remember the registered name", error=str(e))
+        self.log.info("this runner is registered under another name; restarting under it", registered_name=name)
+        self.restart_as = name
+        self.request_stop()
+        return True
 
     def heartbeat(self) -> Heartbeat:
         return Heartbeat(at=datetime.now(UTC), busy=self.busy, slots=self.config.slots,

@@ -113,7 +113,8 @@ def configure_logging(fmt: str = "console", level: str = "info", stream: TextIO 
         cache_logger_on_first_use=False,
     )
     # Libraries log through the standard library: keep their warnings, in the same stream.
-    logging.basicConfig(stream=out, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # force: a later call (gh-runner local moves the logs above its progress bar) replaces the stream.
+    logging.basicConfig(stream=out, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", force=True)
     logging.getLogger("websockets").setLevel(logging.ERROR)
 
 

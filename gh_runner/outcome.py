@@ -13,6 +13,11 @@ Decisions where the rules are silent (documented here because operators will ask
 - A timeout is `error` whatever was printed before it.
 - How the task ended is never an error by itself (`task_ending`): an agent stopped by its time
   limit, even mid-exec or mid-input, or one whose process failed, is scored by the check after.
+- Whose an error is (`ErrorCause`): a script that ran to its end and gave the wrong thing is the
+  case's (setup exited non-zero; the check exited non-zero, printed no verdict, printed more than
+  the output cap, or printed True before the task). A script that could not run to its end (a
+  timeout, no exit code: a stuck or killed guest) and every other failure is ours (infrastructure):
+  a slow machine must never be blamed on the author.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gh_wire.protocol import CheckOutput, Outcome, TaskEnd, TaskEndReason
+from gh_wire.vocab import ErrorCause
 from providers.base import ScriptResult
 
 TAIL_LINES = 20
@@ -96,39 +102,49 @@ def _output_excerpt(res: ScriptResult) -> str:
 
 def script_failure(what: str, res: ScriptResult, timeout: float) -> str | None:
     """Why a script run counts as crashed (timeout, non-zero exit, unreadable output), or None."""
+    failed = script_failure_cause(what, res, timeout)
+    return failed[0] if failed else None
+
+
+def script_failure_cause(what: str, res: ScriptResult, timeout: float) -> tuple[str, ErrorCause] | None:
+    """Why a script run counts as crashed, and whose that is; None when it ran to a clean exit."""
     if res.timed_out:
-        return f"the {what} did not finish within {timeout:g} s{_output_excerpt(res)}"
+        return f"the {what} did not finish within {timeout:g} s{_output_excerpt(res)}", ErrorCause.INFRASTRUCTURE
     if res.exit_code is None:
-        return f"the {what} ended without an exit code (killed in the guest?){_output_excerpt(res)}"
+        return (f"the {what} ended without an exit code (killed in the guest?){_output_excerpt(res)}",
+                ErrorCause.INFRASTRUCTURE)
     if res.exit_code != 0:
-        return f"the {what} exited with code {res.exit_code}{_output_excerpt(res)}"
+        return f"the {what} exited with code {res.exit_code}{_output_excerpt(res)}", ErrorCause.CASE
     return None
 
 
 @dataclass(frozen=True)
 class Judgement:
-    """What one run of the check decides: an outcome, and for `error` the plain reason."""
+    """What one run of the check decides: an outcome, and for `error` the plain reason and whose it is."""
 
     outcome: Outcome
     reason: str | None = None
+    cause: ErrorCause | None = None
 
 
-def judge_setup(res: ScriptResult, timeout: float) -> str | None:
-    """The setup must exit 0 in time; returns the reason it did not, or None."""
-    return script_failure("setup script", res, timeout)
+def judge_setup(res: ScriptResult, timeout: float) -> Judgement | None:
+    """The setup must exit 0 in time; the error judgement when it did not, or None."""
+    failed = script_failure_cause("setup script", res, timeout)
+    return Judgement("error", failed[0], failed[1]) if failed else None
 
 
 def _verdict(res: ScriptResult, timeout: float) -> Verdict | Judgement:
     """The check's verdict, or the error judgement when it has none (crashed, timed out, garbage)."""
-    crash = script_failure("check script", res, timeout)
+    crash = script_failure_cause("check script", res, timeout)
     if crash:
-        return Judgement("error", crash)
+        return Judgement("error", crash[0], crash[1])
     if res.stdout_truncated:
-        return Judgement("error", "the check script's stdout was over the output cap, so its last line is unknown")
+        return Judgement("error", "the check script's stdout was over the output cap, so its last line is unknown",
+                         ErrorCause.CASE)
     verdict = parse_verdict(res.stdout)
     if verdict is None:
         return Judgement("error", f"the check script {_printed(res.stdout)}; it must print exactly True or False"
-                                  f"{_output_excerpt(res)}")
+                                  f"{_output_excerpt(res)}", ErrorCause.CASE)
     return verdict
 
 
@@ -142,6 +158,7 @@ def judge_before(res: ScriptResult, timeout: float) -> Judgement:
             "error",
             "the check printed True before the task: the setup did not break the machine "
             "(before the task the check must print False)",
+            ErrorCause.CASE,
         )
     return Judgement("passed")
 

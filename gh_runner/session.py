@@ -46,6 +46,7 @@ from gh_wire.protocol import (
     CLOSE_TOKEN_REVOKED,
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
+    RUNNER_TOKEN_PREFIX,
     ErrorMsg,
     FrameTooLarge,
     Heartbeat,
@@ -92,10 +93,21 @@ class Backoff:
         self.failures = 0
 
 
+def token_hint(token: str) -> str:
+    """What a refused token most likely is, when it is not a runner token at all ("" when it is one)."""
+    if token.startswith(RUNNER_TOKEN_PREFIX):
+        return ""
+    make = "make one with `gh-server runners create NAME` (or POST /v1/runners with an admin API key)"
+    if token.startswith("gh_"):
+        return (f" (this is an API key, {token[:8]}..., not a runner token, {RUNNER_TOKEN_PREFIX}...: {make})")
+    return f" (a runner token starts with {RUNNER_TOKEN_PREFIX}: {make})"
+
+
 @dataclass
 class _Outcome:
     reason: str
     slow: bool = False  # revoked token or protocol mismatch: do not retry hot
+    refused: bool = False  # the server refused the token (unknown or revoked)
     welcomed: bool = False
     up_seconds: float = 0.0
 
@@ -113,7 +125,11 @@ class Session:
         welcome_timeout: float = 30.0,
         stable_after: float = 10.0,
         sleep: Callable[[float], Awaitable[None]] | None = None,
+        on_refused: Callable[[str], None] | None = None,
     ) -> None:
+        """`on_refused`: when given, a refused token ends the session (it is called with the reason and
+        `run()` returns) instead of being retried every `revoked_retry` seconds."""
+        self.on_refused = on_refused
         self.urls = [url] if isinstance(url, str) else list(url)
         if not self.urls:
             raise ValueError("a session needs at least one server URL")
@@ -168,6 +184,10 @@ class Session:
             self._at = (self._at + 1) % len(self.urls)  # a lost or unreachable server: try the next one
             if outcome.welcomed and outcome.up_seconds >= self.stable_after:
                 self.backoff.reset()
+            if outcome.refused and self.on_refused is not None:
+                self.log.error(outcome.reason)
+                self.on_refused(outcome.reason)
+                break
             if outcome.slow:
                 delay = self.revoked_retry
                 if not self._revoked_logged:
@@ -220,7 +240,8 @@ class Session:
             status = e.response.status_code
             if status in (401, 403):
                 return _Outcome(f"server refused the runner token (HTTP {status}): it is unknown or revoked; "
-                                "issue a new runner token and restart gh-runner with it", slow=True)
+                                f"issue a new runner token and restart gh-runner with it{token_hint(self._token)}",
+                                slow=True, refused=True)
             return _Outcome(f"server answered the websocket handshake with HTTP {status}")
         except InvalidURI as e:
             return _Outcome(f"bad server URL: {e}", slow=True)
@@ -253,7 +274,8 @@ class Session:
         suffix = f": {why}" if why else ""
         if code == CLOSE_TOKEN_REVOKED:
             return _Outcome("server closed the session: the runner token is revoked or unknown (close code 4001); "
-                            "issue a new runner token and restart gh-runner with it", slow=True)
+                            f"issue a new runner token and restart gh-runner with it{token_hint(self._token)}",
+                            slow=True, refused=True)
         if code == CLOSE_PROTOCOL_UNSUPPORTED:
             return _Outcome(f"server does not speak protocol {PROTOCOL_VERSION} (close code 4002{suffix}); "
                             "upgrade gh-runner or the server", slow=True)

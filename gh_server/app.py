@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from gh_server import accesslog, api, db, errors, replays, start_state_jobs, webhooks
+from gh_server import accesslog, api, db, errors, queue_wait, replays, start_state_jobs, webhooks
 from gh_server.agents.machine_api import router as machine_router
 from gh_server.agents.machine_limits import InFlightLimit
 from gh_server.agents.supervisor import MACHINE_API_PATH, AgentSupervisor
@@ -103,6 +103,11 @@ def _serve_runners(app: FastAPI, st: ServerState) -> None:
             judge_configured=s.judge is not None,
         )
         scheduler.on_leased = state.metrics.leased
+        window = s.online_window_seconds
+        scheduler.periodic += [
+            (queue_wait.LOG_EVERY_S, lambda db: queue_wait.log_waiting(db, window_s=window)),
+            (queue_wait.QUEUE_TIMEOUT_CHECK_S, lambda db: queue_wait.expire_queued(db, window)),
+        ]
         relay = None
         if state.engine.dialect.name == "postgresql":  # machine requests for runners held by other processes
             conninfo = state.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)

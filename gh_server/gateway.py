@@ -355,6 +355,7 @@ class Gateway:
         await conn.send(
             protocol.Welcome(
                 runner_id=runner_id,
+                name=conn.name,
                 heartbeat_interval=self.settings.heartbeat_interval,
                 dead_after=self.settings.dead_after,
                 resume=rec.resume,

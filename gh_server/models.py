@@ -182,6 +182,8 @@ class TestRun(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
     started_at: Mapped[datetime | None] = mapped_column(default=None)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
+    # An attempt queued longer than this ends as `error` with its queued_reason (None: it waits).
+    queue_timeout_seconds: Mapped[float | None] = mapped_column(Float, default=None)
 
 
 class RunCase(Base):

@@ -173,10 +173,12 @@ def _phases(metrics: dict[str, Any] | None) -> list[dict[str, Any]]:
     return out
 
 
-def replay_data(session: Session, attempt_id: str, frame_url: str) -> dict[str, Any] | None:
+def replay_data(session: Session, attempt_id: str, frame_url: str,
+                run_url: str | None = None) -> dict[str, Any] | None:
     """Everything the page renders, redacted; None for an unknown attempt.
 
-    `frame_url` is a format string with `{seq}` (a route with its token, or a file name offline).
+    `frame_url` is a format string with `{seq}` (a route with its token, or a file name offline);
+    `run_url` the link back to the run's results page.
     """
     att = session.get(models.Attempt, attempt_id)
     if att is None:
@@ -199,6 +201,7 @@ def replay_data(session: Session, attempt_id: str, frame_url: str) -> dict[str, 
     data = {
         "attempt_id": att.id,
         "test_run_id": att.test_run_id,
+        "run_url": run_url,
         "key": case.get("key"),
         "name": case.get("name"),
         "prompt": case.get("prompt"),
@@ -234,11 +237,13 @@ def render_page(data: dict[str, Any], asset_prefix: str) -> str:
             .replace("{{data}}", _embed_json(data)))
 
 
-def export_replay(session: Session, attempt_id: str, out_dir: Path) -> Path | None:
+def export_replay(session: Session, attempt_id: str, out_dir: Path, run_page: Path | None = None) -> Path | None:
     """Write a self-contained replay (page, assets, frames) under `out_dir/<attempt_id>/`; the
-    page opens from disk with no server. Returns the page's path, None for an unknown attempt."""
+    page opens from disk with no server, and links back to `run_page` (the run's report.html) when
+    given. Returns the page's path, None for an unknown attempt."""
     target = out_dir / attempt_id
-    data = replay_data(session, attempt_id, "frames/{seq}.png")
+    run_url = os.path.relpath(run_page, target) if run_page is not None else None
+    data = replay_data(session, attempt_id, "frames/{seq}.png", run_url)
     if data is None:
         return None
     (target / "frames").mkdir(parents=True, exist_ok=True)
@@ -295,7 +300,14 @@ async def replay_page(attempt_id: str, request: Request) -> Response:
 
     def load() -> dict[str, Any] | None:
         with state.db() as session:
-            return replay_data(session, attempt_id, f"/v1/attempts/{attempt_id}/replay/frames/{{seq}}{suffix}")
+            att = session.get(models.Attempt, attempt_id)
+            run_url = None
+            if att is not None and att.test_run_id:
+                # The run's page opens with a token of its own (as report_url gives), or with the same key.
+                run_token = sign_token(signing_key(state.settings), "report:" + att.test_run_id)
+                run_url = f"/v1/test_runs/{att.test_run_id}/report?token={run_token}"
+            return replay_data(session, attempt_id, f"/v1/attempts/{attempt_id}/replay/frames/{{seq}}{suffix}",
+                               run_url)
 
     from starlette.concurrency import run_in_threadpool
 

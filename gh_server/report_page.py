@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gh_server import queue_wait, serialize
 from gh_server import results as res
 from gh_server.models import Attempt, RunCase, TestRun
 from gh_server.serialize import ts
@@ -48,11 +49,15 @@ def _previous(session: Session, run: TestRun) -> TestRun | None:
 def page_data(session: Session, run: TestRun, replay_link: Link, run_link: Link) -> dict[str, Any]:
     results = res.results(session, run)
     attempts: dict[str, list[dict[str, Any]]] = {}
-    for a in session.scalars(select(Attempt).where(Attempt.test_run_id == run.id)
-                             .order_by(Attempt.try_number, Attempt.created_at)):
+    rows = session.scalars(select(Attempt).where(Attempt.test_run_id == run.id)
+                           .order_by(Attempt.try_number, Attempt.created_at)).all()
+    waits = queue_wait.reasons_for(session, rows)  # why each queued one is still queued
+    for a in rows:
+        wait = waits.get(a.id)
         attempts.setdefault(f"{a.test_case_id}|{a.agent_id}", []).append(
             {"attempt_id": a.id, "try": a.try_number, "retry_of": a.retry_of, "status": a.status,
-             "outcome": a.outcome, "replay": replay_link(a.id)})
+             "outcome": a.outcome, "error_cause": serialize.error_cause(a), "replay": replay_link(a.id),
+             "queued_reason": wait.as_dict() if wait is not None else None})
     compare = None
     prev = _previous(session, run)
     if prev is not None:

@@ -84,6 +84,7 @@ def test_run(
         "pass_rate": pass_rate,
         "agent_versions": {a: None for a in row.agents or []},
         "rerun_of": row.rerun_of,
+        "queue_timeout": row.queue_timeout_seconds,
         "metadata": dict(row.metadata_ or {}),
         "created_at": ts(row.created_at),
         "started_at": ts(row.started_at),
@@ -105,7 +106,17 @@ def replay_url(settings: Any, base_url: str, attempt_id: str) -> str:
     return url
 
 
-def attempt(row: Attempt, key: str | None, base_url: str, settings: Any = None) -> dict[str, Any]:
+def error_cause(row: Attempt) -> str | None:
+    """Whose an `error` is: "case" (its setup or check at fault) or "infrastructure" (ours). An error
+    the runner did not say (the server's own: a runner lost, a judge missing) is ours."""
+    if row.outcome != "error":
+        return None
+    return "case" if (row.metrics or {}).get("error_cause") == "case" else "infrastructure"
+
+
+def attempt(row: Attempt, key: str | None, base_url: str, settings: Any = None,
+            queued_reason: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An attempt object; `queued_reason` (gh_server.queue_wait) for a queued one: why it waits."""
     check = row.check or None
     if check is not None:
         check = {"before": check.get("before"), "after": check.get("after"), "passed": check.get("passed")}
@@ -141,6 +152,8 @@ def attempt(row: Attempt, key: str | None, base_url: str, settings: Any = None) 
         "customer": list(row.customer_turns or []),
         "answer": row.answer,
         "error": row.error,
+        "error_cause": error_cause(row),
+        "queued_reason": queued_reason if row.status == "queued" else None,
         "metrics": metrics,
         # Why the agent's task ended (finished, time_limit, step_limit, agent_failed) and what it said.
         "task_end": (row.metrics or {}).get("task_end"),

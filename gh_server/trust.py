@@ -40,7 +40,7 @@ def columns(t: Any) -> list[Any]:
             t.c.metrics["error_phase"].as_string(), t.c.metrics["task_end"]["reason"].as_string(),
             t.c.check["passed"].as_boolean(), t.c.judge["judge_id"].as_string(), t.c.judge["passed"].as_boolean(),
             t.c.judge["usage"]["seconds"].as_float(), t.c.judge["usage"]["tokens"].as_integer(),
-            t.c.metrics["questions"].as_integer(), t.c.id]
+            t.c.metrics["questions"].as_integer(), t.c.id, t.c.metrics["error_cause"].as_string()]
 
 
 class TrustRow(NamedTuple):
@@ -59,6 +59,7 @@ class TrustRow(NamedTuple):
     judge_tokens: int | None
     questions: int | None
     attempt_id: str
+    error_cause: str | None  # for an error: "case" or "infrastructure" (absent: an error of ours)
 
 
 def scored_tries(session: Session, run_ids: list[str]) -> dict[str, Scored]:
@@ -82,12 +83,17 @@ def enrich(session: Session, run: TestRun, res: dict[str, Any], rows: list[Trust
     by_phase: dict[str, int] = defaultdict(int)
     agent_errors: dict[str, int] = defaultdict(int)
     errors = 0
+    # The case's own errors (its setup or check at fault) apart from ours: both never count against the
+    # agent, but the author must see which are theirs.
+    case_by_phase: dict[str, int] = defaultdict(int)
+    agent_case_errors: dict[str, int] = defaultdict(int)
+    case_errors = 0
     # Calibration reads every label: only when this run has rubric verdicts to mark.
     trust_of = calibration.trust_by_judge(session) if any(r.judge_id for r in rows) else {}
     ax = _Axes()
     asked: list[tuple[str, str, str]] = []
     for (agent, case_id, _try, status, outcome, is_last, phase, end, checked, judge_id, judged,
-         judge_s, judge_tok, questions, attempt_id) in rows:
+         judge_s, judge_tok, questions, attempt_id, cause) in rows:
         # The evaluator's own overhead counts every attempt it was spent on, retried ones too.
         ax.judge_seconds[agent] += float(judge_s or 0)
         ax.judge_tokens[agent] += int(judge_tok or 0)
@@ -96,7 +102,11 @@ def enrich(session: Session, run: TestRun, res: dict[str, Any], rows: list[Trust
         if is_last and status == "done" and outcome in ("passed", "failed"):
             scored[(case_id, agent)].append(outcome == "passed")
             ax.count(case_id, agent, checked, judge_id, judged, questions, trust_of)
-        if status == "done" and outcome == "error":
+        if status == "done" and outcome == "error" and cause == "case":
+            case_errors += 1
+            agent_case_errors[agent] += 1
+            case_by_phase[phase or "runner"] += 1
+        elif status == "done" and outcome == "error":
             errors += 1
             agent_errors[agent] += 1
             by_phase[phase or "runner"] += 1  # an attempt errored by the server (runner lost) has no phase
@@ -123,6 +133,7 @@ def enrich(session: Session, run: TestRun, res: dict[str, Any], rows: list[Trust
         a["pass_at_k"], a["pass_hat_k"] = stats.pass_curves(per_agent_cases.get(agent, []))
         a["flaky_cases"] = flaky_cases.get(agent, 0)
         a["infrastructure_errors"] = agent_errors.get(agent, 0)
+        a["case_errors"] = agent_case_errors.get(agent, 0)
     ax.customer_usage(session, asked)
     for row in res["data"]:
         row["rubric"] = ax.rubric_of(row["test_case_id"], row["agent_id"])
@@ -135,6 +146,12 @@ def enrich(session: Session, run: TestRun, res: dict[str, Any], rows: list[Trust
         "attempts": attempts,
         "rate": round(errors / attempts, 4) if attempts else None,
         "by_phase": dict(sorted(by_phase.items())),
+    }
+    res["totals"]["case_errors"] = {
+        "errors": case_errors,
+        "attempts": attempts,
+        "rate": round(case_errors / attempts, 4) if attempts else None,
+        "by_phase": dict(sorted(case_by_phase.items())),
     }
     agents = list(run.agents or [])
     if len(agents) > 1:

@@ -2,7 +2,8 @@
 
 A validation run is an ordinary run of the cases against the built-ins `noop` and `reference`, N tries
 each, every try on a fresh machine (`gh-runner validate CASES.yaml --repeat N`, or POST /v1/test_runs
-with agents [noop, reference] and then GET /v1/test_runs/{id}/validation). A case is:
+with agents [noop, reference]). When such a run completes, each case's validation is recorded on it
+(the results and the page mark it); GET /v1/test_runs/{id}/validation reads the same. A case is:
 
 - `valid`: on every machine the check before printed False (the setup broke it, deterministically),
   `noop` failed every try and `reference` passed every try;
@@ -125,6 +126,11 @@ def _samples(session: Session, run_id: str) -> dict[str, list[Sample]]:
         before = _last_line((check or {}).get("before")) if isinstance(check, dict) else None
         out[case_id].append(Sample(agent, outcome if status == "done" else None, bool(is_last), phase, before))
     return out
+
+
+def can_validate(run: TestRun) -> bool:
+    """A run that tried both noop and reference: its completion records its cases' validation."""
+    return all(a in (run.agents or []) for a in AGENTS)
 
 
 def run_validation(session: Session, run: TestRun, *, record: bool) -> dict[str, Any]:

@@ -18,12 +18,14 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from gh_wire.input import InputEvent
-from gh_wire.vocab import CancelReason, ErrorCode
+from gh_wire.vocab import CancelReason, ErrorCause, ErrorCode
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 16 * 1024 * 1024  # a replay frame (PNG, base64) fits well under this
 
 # Websocket close codes (4000-4999 are ours, RFC 6455 section 7.4.2).
+# Every runner token starts with this (API keys start gh_live_): a runner can tell an API key pasted as its token.
+RUNNER_TOKEN_PREFIX = "gh_rn_"
 CLOSE_TOKEN_REVOKED = 4001  # token unknown or revoked: do not retry hot
 CLOSE_PROTOCOL_UNSUPPORTED = 4002  # no common protocol version
 CLOSE_REPLACED = 4003  # another connection with the same token took over
@@ -173,6 +175,7 @@ class AttemptResult(_Msg):
     outcome: Outcome
     error: str | None = None  # plain reason an operator can act on (phase, what the guest said)
     error_phase: str | None = None
+    error_cause: ErrorCause | None = None  # for an error: the case's, or ours (None from an older runner: ours)
     check_before: CheckOutput | None = None
     check_after: CheckOutput | None = None
     answer: str | None = None
@@ -283,6 +286,9 @@ class Welcome(_Msg):
     dead_after: float = Field(default=45.0, gt=0)
     resume: list[str] = Field(
         default_factory=list, description="in-flight attempt ids the server still wants finished"
+    )
+    name: str | None = Field(
+        default=None, description="the name the runner was registered with (a runner not given --name takes it)"
     )
 
 

@@ -57,3 +57,23 @@ class ErrorCode(StrEnum):
     UNSUPPORTED = "unsupported"
     REFUSED = "refused"
     INTERNAL = "internal"
+
+
+class ErrorCause(StrEnum):
+    """Whose an `error` is. Both stay `error` and never count against the agent; they are told apart
+    so a case's author sees their case is at fault, not the platform."""
+
+    INFRASTRUCTURE = "infrastructure"  # machine, guest channel, runner, hypervisor, model endpoint, judge
+    CASE = "case"  # the setup script failed, the check printed no verdict, or printed True before the task
+
+
+class QueueWait(StrEnum):
+    """What a queued attempt waits for (`attempt.queued_reason.code`, gh_server.queue_wait)."""
+
+    NO_RUNNER = "no_runner"  # no runner is online
+    PINNED_RUNNER_OFFLINE = "pinned_runner_offline"  # it must run on one runner (its start state's), offline
+    NO_LABEL = "no_label"  # no runner online has the label the case runs on
+    NO_IMAGE = "no_image"  # none of those has the image
+    NO_VERSION = "no_version"  # none of those holds the start-state version
+    NO_FREE_SLOT = "no_free_slot"  # a runner can take it, but every slot of every such runner is busy
+    NEXT_PASS = "next_pass"  # a runner with a free slot can take it: the next lease pass offers it

@@ -26,7 +26,7 @@ gh_server's layers, from the top:
               start-state service, runner status, the rows a runner's session changes, webhook outbox,
               serialize, results, replays, auth, agents (base, registry, built-ins, external, models,
               grants), worker pools, the trust additions to results (trust, stats, calibration,
-              validation, report_page)
+              validation, report_page), runner_admin (make and revoke runner tokens)
     storage   state, ports (the Protocols a service needs of another), settings, errors, models, db,
               dbqueue, metrics, and the small helpers (ids, timestamps, egress, accesslog, bodylimit)
 
@@ -72,7 +72,7 @@ GH_SERVER_LAYERS: list[tuple[str, tuple[str, ...]]] = [
                   "gh_server.webhooks", "gh_server.serialize", "gh_server.results",
                   "gh_server.replays", "gh_server.auth", "gh_server.agents", "gh_server.workpool",
                   "gh_server.trust", "gh_server.stats", "gh_server.calibration", "gh_server.validation",
-                  "gh_server.report_page")),
+                  "gh_server.report_page", "gh_server.runner_admin", "gh_server.queue_wait")),
     ("storage", ("gh_server.state", "gh_server.ports", "gh_server.settings", "gh_server.errors", "gh_server.models",
                  "gh_server.db", "gh_server.dbqueue", "gh_server.metrics", "gh_server.ids", "gh_server.timestamps",
                  "gh_server.egress", "gh_server.accesslog", "gh_server.bodylimit", "gh_server")),

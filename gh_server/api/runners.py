@@ -9,12 +9,12 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from gh_server import serialize
+from gh_server import runner_admin, serialize
 from gh_server.api.common import DB, Admin, Member, PageParams, like, page_body, paginate, state_of
 from gh_server.api.schemas import RunnerCreate
-from gh_server.auth import Principal, hash_secret, new_runner_token
+from gh_server.auth import Principal
 from gh_server.errors import not_found
-from gh_server.models import Runner, new_id, utcnow
+from gh_server.models import Runner
 from gh_server.runner_status import is_online
 
 router = APIRouter(tags=["Runners"])
@@ -25,11 +25,7 @@ CLOSE_REVOKED = 4001
 
 @router.post("/v1/runners", summary="Register a runner; the response has its token (gh_rn_...), shown once")
 def create_runner(body: RunnerCreate, s: Session = DB, _p: Principal = Admin) -> dict[str, Any]:
-    token = new_runner_token()
-    row = Runner(
-        id=new_id("rn_"), name=body.name, token_hash=hash_secret(token), labels=[], images=[], held_versions=[]
-    )
-    s.add(row)
+    row, token = runner_admin.register(s, body.name)
     s.commit()
     out = serialize.runner(row, online=False)
     out["token"] = token
@@ -62,13 +58,7 @@ def retrieve_runner(runner_id: str, request: Request, s: Session = DB, _p: Princ
 
 def _revoke(st: Any, runner_id: str) -> bool:
     with st.db.begin() as s:
-        row = s.get(Runner, runner_id)
-        if row is None or row.revoked_at is not None:
-            return False
-        row.revoked_at = utcnow()
-        # The hash of no token: the old token stops matching even for a gateway that ignores revoked_at.
-        row.token_hash = f"revoked:{row.id}"
-    return True
+        return runner_admin.revoke(s, runner_id)
 
 
 @router.delete("/v1/runners/{runner_id}", summary="Revoke a runner's token and disconnect it")

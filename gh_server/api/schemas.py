@@ -146,6 +146,9 @@ class TestCaseFields(_Body):
     category: str | None = Field(default=None, max_length=200)
     tags: list[str] | None = None
     metadata: Metadata | None = None
+    # Not stored: says the start_state names an image no runner has advertised yet, on purpose (a runner
+    # with it is coming). Without it such a case is refused, so a misspelled image is caught at once.
+    allow_unknown_image: bool | None = None
 
     _key = field_validator("key")(classmethod(lambda cls, v: check_key(v)))
     _tags = field_validator("tags")(classmethod(lambda cls, v: check_tags(v)))
@@ -216,6 +219,8 @@ class TestRunCreate(_Body):
     repeat_by_case: dict[str, int] | None = None
     name: str | None = Field(default=None, max_length=200)
     metadata: Metadata | None = None
+    # Seconds an attempt may wait in the queue; past it, it ends as `error` saying why it waited.
+    queue_timeout: float | None = Field(default=None, gt=0, le=7 * 86400)
     # Accepted for SDK compatibility; a self-hosted control plane has no app or agent versions.
     app_version: str | None = None
     agent_version: str | None = None

@@ -14,7 +14,7 @@ from gh_server.api.merge import merge_nested
 from gh_server.api.schemas import TestCaseBatchBody, TestCaseCreate, TestCaseFields
 from gh_server.auth import Principal
 from gh_server.errors import conflict, invalid, not_found
-from gh_server.models import StartState, TestCase, TestCaseTag, TestSet, TestSetCase, new_id, utcnow
+from gh_server.models import Runner, StartState, TestCase, TestCaseTag, TestSet, TestSetCase, new_id, utcnow
 
 router = APIRouter(tags=["Test cases"])
 
@@ -35,9 +35,27 @@ def resolve_case(session: Session, ident: str) -> TestCase:
     return row
 
 
-def _check_start_state(session: Session, value: str, param: str) -> None:
-    if value.startswith("ss_") and session.get(StartState, value) is None:
-        raise invalid(param, f"no start state {value!r}")
+def known_images(session: Session) -> set[str]:
+    """Every image a runner has advertised (each runner's last hello, revoked ones too) or a start state
+    was made from."""
+    known = {str(i.get("name")) for imgs in session.scalars(select(Runner.images)) for i in (imgs or [])
+             if isinstance(i, dict) and i.get("name")}
+    return known | set(session.scalars(select(StartState.image).distinct()))
+
+
+def _check_start_state(session: Session, value: str, param: str, allow_unknown_image: bool = False) -> None:
+    if value.startswith("ss_"):
+        if session.get(StartState, value) is None:
+            raise invalid(param, f"no start state {value!r}")
+        return
+    if allow_unknown_image:
+        return
+    # Until a runner has advertised anything there is nothing to check against (cases may come first).
+    known = known_images(session)
+    if known and value not in known:
+        raise invalid(param, f"no runner has advertised the image {value!r} (known images: "
+                             f"{', '.join(sorted(known))}); fix the name, or send allow_unknown_image: true when a "
+                             "runner with that image is coming")
 
 
 def apply_fields(session: Session, row: TestCase, body: TestCaseFields, param_prefix: str = "") -> None:
@@ -52,7 +70,7 @@ def apply_fields(session: Session, row: TestCase, body: TestCaseFields, param_pr
         if other is not None and other != row.id:
             raise conflict(f"Another test case ({other}) has the key {body.key!r}.", param=param_prefix + "key")
     if "start_state" in sent and body.start_state is not None:
-        _check_start_state(session, body.start_state, param_prefix + "start_state")
+        _check_start_state(session, body.start_state, param_prefix + "start_state", bool(body.allow_unknown_image))
     simple = ("key", "name", "prompt", "start_state", "setup_script", "runs_on", "category")
     for name in simple:
         if name in sent:

@@ -16,8 +16,8 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import delete, insert, or_, select, update
 from sqlalchemy.orm import Session
 
+from gh_server import queue_wait, serialize, webhooks
 from gh_server import results as res
-from gh_server import serialize, webhooks
 from gh_server.api.common import DB, Admin, Member, PageParams, like, page_body, paginate, state_of
 from gh_server.api.schemas import Rerun, TestRunCreate
 from gh_server.api.test_cases import resolve_case
@@ -94,6 +94,7 @@ def create_run(
     metadata: dict[str, str] | None = None,
     rerun_of: str | None = None,
     param: str = "test_case_ids",
+    queue_timeout: float | None = None,
 ) -> TestRun:
     """items: (a case row, or a frozen case dict when the case is gone), tries, the agents to try it with."""
     total = sum(tries * len(ag) for _c, tries, ag in items)
@@ -113,6 +114,7 @@ def create_run(
         status="queued",
         rerun_of=rerun_of,
         metadata_=dict(metadata or {}),
+        queue_timeout_seconds=queue_timeout,
     )
     session.add(run)
     session.flush()
@@ -219,6 +221,7 @@ def create_test_run(body: TestRunCreate, request: Request, s: Session = DB, _p: 
         items=items,
         set_customer=test_set.customer if test_set else None,
         metadata=body.metadata,
+        queue_timeout=body.queue_timeout,
     )
     s.commit()
     st.wake()
@@ -354,6 +357,7 @@ def rerun_test_run(
         metadata=dict(run.metadata_ or {}),
         rerun_of=run.id,
         param="only",
+        queue_timeout=run.queue_timeout_seconds,
     )
     s.commit()
     state_of(request).wake()
@@ -436,7 +440,9 @@ def run_attempts(
     rows, has_more, nxt, total = paginate(s, stmt, Attempt.created_at, Attempt.id, page, newest_first=False)
     st = state_of(request)
     base = st.settings.base_url
-    data = [serialize.attempt(a, keys.get(a.test_case_id), base, st.settings) for a in rows]
+    waits = queue_wait.reasons_for(s, rows, st.settings.online_window_seconds)
+    data = [serialize.attempt(a, keys.get(a.test_case_id), base, st.settings,
+                              waits[a.id].as_dict() if a.id in waits else None) for a in rows]
     return page_body(data, has_more, nxt, total)
 
 
@@ -447,7 +453,9 @@ def retrieve_attempt(attempt_id: str, request: Request, s: Session = DB, _p: Pri
         raise not_found("attempt", attempt_id)
     case = s.scalar(select(RunCase.case).where(RunCase.id == a.run_case_id)) or {}
     st = state_of(request)
-    out = serialize.attempt(a, case.get("key"), st.settings.base_url, st.settings)
+    wait = queue_wait.reasons_for(s, [a], st.settings.online_window_seconds).get(a.id)
+    out = serialize.attempt(a, case.get("key"), st.settings.base_url, st.settings,
+                            wait.as_dict() if wait is not None else None)
     test_case = {k: v for k, v in case.items() if k != "check_script"}
     out["test_case"] = test_case
     return out

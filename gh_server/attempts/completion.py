@@ -1,5 +1,6 @@
 """Run completion: a run with no unfinished attempt becomes `completed` (once, guarded by its status) and
-its `test_run.completed` webhook is enqueued; `run_summary` is its progress and pass rate.
+its `test_run.completed` webhook is enqueued, and a run that tried noop and reference records its cases'
+validation; `run_summary` is its progress and pass rate.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any, cast
 from sqlalchemy import CursorResult, func, select, update
 from sqlalchemy.orm import Session
 
+from gh_server import validation
 from gh_server.models import Attempt, TestRun, utcnow
 from gh_wire.vocab import ACTIVE, UNFINISHED, AttemptStatus, Outcome
 
@@ -48,6 +50,8 @@ def complete_runs(session: Session, run_ids: Iterable[str] | None = None) -> lis
         if cast(CursorResult[Any], res).rowcount != 1:
             continue
         session.refresh(run)
+        if validation.can_validate(run):  # noop and reference both ran: record what it says of each case
+            validation.run_validation(session, run, record=True)
         _enqueue_completed(session, run)
         done.append(run.id)
     return done

@@ -161,6 +161,9 @@ def apply_result(
             "task_end": None if result.task_end is None else {"reason": str(result.task_end),
                                                                 "note": (result.task_note or None)},
             "error_phase": error_phase_of(result, error, judged_error=judge is not None and bool(judge.get("error"))),
+            # Whose the error is, as the runner judged it; a judge's error or an unsaid one is ours.
+            "error_cause": str(result.error_cause) if outcome == "error" and result.outcome == "error"
+            and result.error_cause is not None else None,
             "machine_origin": m.machine_origin,
             # The model agent's own account: turns, tokens in/out/cached, model seconds per step. The
             # evaluator's tokens (judge, customer) stay on `judge` and the customer's turns.

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from sqlalchemy.orm import Session
+
 from gh_common.timeouts import timeout
 from gh_server.attempts.completion import complete_runs
 from gh_server.attempts.lease import RunCaseCache, lease_pass
@@ -67,6 +69,10 @@ class Scheduler:
         self._last_completion_check = 0.0
         self.passes = 0
         self.on_leased: Callable[[list[float]], None] | None = None  # seconds queued, per lease sent (metrics)
+        # DB jobs housekeeping runs every so many seconds, as (interval, job): app.py sets them (the queue's
+        # log and its timeouts, gh_server.queue_wait); their last runs, by index.
+        self.periodic: list[tuple[float, Callable[[Session], Any]]] = []
+        self._last_periodic: dict[int, float] = {}
 
     def start(self) -> None:
         if self._task is None:
@@ -132,6 +138,11 @@ class Scheduler:
             await self.sink.send(rid, protocol.Cancel(attempt_id=aid, reason=CancelReason.RUN_CANCELLED))
         await self.dbq.run(lambda s: complete_runs(s, None))
         self.refusals.prune()
+        now = time.monotonic()
+        for i, (every, job) in enumerate(self.periodic):
+            if now - self._last_periodic.get(i, 0.0) >= every:
+                self._last_periodic[i] = now
+                await self.dbq.run(job)
 
     async def lease_once(self) -> int:
         runner_ids = self.sink.local_runner_ids()

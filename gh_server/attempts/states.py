@@ -81,9 +81,25 @@ def retry_count(session: Session, attempt: Attempt) -> int:
     return n
 
 
+def case_error_repeated(session: Session, a: Attempt) -> bool:
+    """The rule for the case's own errors: one fresh machine more, not two. An attempt that ended in a
+    `case` error is retried once; when that retry (a fresh machine) ends in a `case` error in the same
+    phase, the case is at fault whatever the machine, so the try ends there. Errors of ours keep both
+    retries."""
+    mine = a.metrics or {}
+    if mine.get("error_cause") != "case" or a.retry_of is None:
+        return False
+    before = session.get(Attempt, a.retry_of)
+    if before is None or before.outcome != "error":
+        return False
+    theirs = before.metrics or {}
+    return theirs.get("error_cause") == "case" and theirs.get("error_phase") == mine.get("error_phase")
+
+
 def queue_retry(session: Session, a: Attempt, now: datetime) -> str | None:
-    """Queue the next attempt of `a`'s try (an error is ours: up to 2 retries). Returns its id, if any."""
-    if retry_count(session, a) >= MAX_ATTEMPTS_PER_TRY:
+    """Queue the next attempt of `a`'s try (an error is retried up to 2 times; a `case` error that
+    repeats, once: `case_error_repeated`). Returns its id, if any."""
+    if retry_count(session, a) >= MAX_ATTEMPTS_PER_TRY or case_error_repeated(session, a):
         return None
     run_status = session.scalar(select(TestRun.status).where(TestRun.id == a.test_run_id))
     if run_status == "cancelled":  # a TestRun status

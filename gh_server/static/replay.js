@@ -29,8 +29,17 @@
   text(badge, data.outcome || data.status || "unknown");
   badge.className = "badge " + (data.outcome || "");
   text($("meta"), "attempt " + data.attempt_id + " · agent " + data.agent_id + " · try " + data["try"] +
-       (data.retry_of ? " · retry of " + data.retry_of : "") + " · run " + data.test_run_id +
+       (data.retry_of ? " · retry of " + data.retry_of : "") +
        (data.started_at ? " · started " + data.started_at : "") + (data.finished_at ? " · finished " + data.finished_at : ""));
+  // Back to the run this try belongs to: its results page (served, or report.html beside an export).
+  var back = $("run-link");
+  if (data.run_url) {
+    back.href = data.run_url;
+    text(back, "← run " + data.test_run_id);
+  } else {
+    text(back, "run " + data.test_run_id);
+    back.removeAttribute("href");
+  }
   text($("prompt"), data.prompt);
   text($("answer"), data.answer || "(none)");
   if (data.error) { $("error-box").hidden = false; text($("error"), data.error); }
@@ -47,9 +56,9 @@
   });
 
   var phases = data.phases || [];
-  var made = {cold: "booted", restored: "restored from a memory image", lazy: "restored lazily (memory mapped)",
-              pooled: "taken from the hot pool"};
-  text($("machine"), data.machine ? "machine: " + data.machine + " (" + (made[data.machine] || "?") + ")"
+  var made = {cold: "booted from its image", restored: "restored from a memory image",
+              lazy: "restored from a memory image, read as it is touched", pooled: "taken from the hot pool"};
+  text($("machine"), data.machine ? "machine: " + (made[data.machine] || data.machine) + " (" + data.machine + ")"
                                   : "machine: not recorded");
   var total = phases.reduce(function (s, p) { return Math.max(s, p.start + p.seconds); }, 0);
   frames.forEach(function (f) { total = Math.max(total, f.t || 0); });

@@ -14,6 +14,7 @@ from gh_runner.attempt import Attempt
 from gh_runner.config import Timeouts
 from gh_wire.input import KeyEvent, TypeEvent
 from gh_wire.protocol import MachineRefusal, MachineRequest, TaskEnd
+from gh_wire.vocab import ErrorCause
 from providers.base import ScriptResult
 
 from .fakes import WAIT, FakeLink, FakeMachine, FakeProvider, is_mosaic, make_lease, ok
@@ -94,6 +95,7 @@ async def test_setup_fails(provider: FakeProvider, link: FakeLink) -> None:
     provider.scripts["break"] = lambda m, env, t: ok(stdout="step 1\n", stderr="rm: cannot remove '/x'\n", code=2)
     result = await finish(await start(Attempt(make_lease(), provider, link, FAST)))
     assert result.outcome == "error" and result.error_phase == "setup"
+    assert result.error_cause == ErrorCause.CASE  # the author's setup failed, not the platform
     assert result.error is not None
     assert "exited with code 2" in result.error and "cannot remove '/x'" in result.error and "step 1" in result.error
     assert [s for s, _ in provider.machines[0].scripts_run] == ["break"]  # no check after a broken setup
@@ -106,6 +108,7 @@ async def test_setup_times_out_in_the_guest(provider: FakeProvider, link: FakeLi
     provider.scripts["break"] = lambda m, env, t: ScriptResult(None, "half\n", "", timed_out=True)
     result = await finish(await start(Attempt(make_lease(script_timeout=42), provider, link, FAST)))
     assert result.outcome == "error" and result.error_phase == "setup"
+    assert result.error_cause == ErrorCause.INFRASTRUCTURE  # it could not finish: never blamed on the author
     # The lease's script_timeout is tighter than the runner's own: it is the one applied and named.
     assert result.error is not None and "did not finish within 5 s" in result.error and "half" in result.error
 
@@ -140,6 +143,7 @@ async def test_check_before_must_print_false(provider: FakeProvider, link: FakeL
     provider.scripts["check"] = lambda m, env, t: ok(stdout=stdout, code=code)
     result = await finish(await start(Attempt(make_lease(), provider, link, FAST)))
     assert result.outcome == "error" and result.error_phase == "check_before"
+    assert result.error_cause == ErrorCause.CASE
     assert result.error is not None and phrase in result.error
     assert result.check_before is not None and result.check_before.exit_code == code
     assert result.check_after is None
@@ -156,6 +160,7 @@ async def test_check_after_garbage_is_error(provider: FakeProvider, link: FakeLi
     a.task_end(TaskEnd(attempt_id="at_test1"))
     result = await finish(await start(a))
     assert result.outcome == "error" and result.error_phase == "check_after"
+    assert result.error_cause == ErrorCause.CASE
     assert result.error is not None and "'true'" in result.error
     assert result.check_after is not None and result.check_after.verdict is None
 
@@ -267,6 +272,7 @@ async def test_machine_that_cannot_be_made(provider: FakeProvider, link: FakeLin
     provider.create_error = "image linux-tiny not found in /var/tmp/images"
     result = await finish(await start(Attempt(make_lease(), provider, link, FAST)))
     assert result.outcome == "error" and result.error_phase == "machine"
+    assert result.error_cause == ErrorCause.INFRASTRUCTURE
     assert result.error == "machine: could not make the machine: image linux-tiny not found in /var/tmp/images"
     assert link.statuses[-1] == ("done", "done")
 

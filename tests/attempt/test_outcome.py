@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gh_runner import outcome as rules
+from gh_wire.vocab import ErrorCause
 from providers.base import ScriptResult
 
 T = 300.0
@@ -82,10 +83,14 @@ def test_reasons_say_what_the_guest_said() -> None:
     assert "did not finish within 300 s" in r
 
 
+def _why(j: rules.Judgement | None) -> str:
+    return (j.reason or "") if j is not None else ""
+
+
 def test_setup_rules() -> None:
     assert rules.judge_setup(res("anything"), T) is None
-    assert "exited with code 2" in (rules.judge_setup(res("", 2, stderr="no such file\n"), T) or "")
-    assert "did not finish within 600 s" in (rules.judge_setup(res("", None, timed_out=True), 600) or "")
+    assert "exited with code 2" in _why(rules.judge_setup(res("", 2, stderr="no such file\n"), T))
+    assert "did not finish within 600 s" in _why(rules.judge_setup(res("", None, timed_out=True), 600))
     # A setup's stdout has no verdict to keep: only the exit code matters.
     assert rules.judge_setup(res("", 0, truncated=True), T) is None
 
@@ -103,3 +108,19 @@ def test_tail_is_bounded() -> None:
 def test_long_garbage_line_is_shortened_in_the_reason() -> None:
     r = rules.judge_after(res("x" * 10_000), T).reason or ""
     assert len(r) < 2 * rules.TAIL_BYTES + 500
+
+
+def test_error_causes_tell_the_cases_fault_from_ours() -> None:
+    case, ours = ErrorCause.CASE, ErrorCause.INFRASTRUCTURE
+    setup = rules.judge_setup(res("", 2), T)
+    assert setup is not None and setup.cause == case  # the setup ran to its end and failed
+    setup = rules.judge_setup(res("", None, timed_out=True), T)
+    assert setup is not None and setup.cause == ours  # it could not finish: a stuck or slow machine
+    assert rules.judge_before(res("true"), T).cause == case  # no verdict
+    assert rules.judge_before(res("True"), T).cause == case  # True before the task
+    assert rules.judge_before(res("False", 1), T).cause == case  # crashed after deciding
+    assert rules.judge_before(res("False", None), T).cause == ours  # killed in the guest
+    assert rules.judge_before(res("", 0, truncated=True), T).cause == case  # more than the output cap
+    assert rules.judge_after(res("garbage"), T).cause == case
+    assert rules.judge_after(res("", None, timed_out=True), T).cause == ours
+    assert rules.judge_after(res("True"), T).cause is None and rules.judge_before(res("False"), T).cause is None

@@ -22,7 +22,8 @@ import pytest
 import yaml
 from agentfiles import agent_command
 
-from gh_local.local import Progress, RunnerName
+from gh_local.local import LogsAbove, Progress, RunnerName
+from gh_local.report import group_errors, render_errors
 
 from .procs import domains
 
@@ -132,6 +133,53 @@ def test_progress_is_a_bar_on_a_tty_and_lines_otherwise() -> None:
     assert tty.getvalue().startswith("\r[###############...............] 2/4 done")
 
 
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_log_lines_print_above_the_progress_bar() -> None:
+    screen = _Tty()  # stdout and stderr on one terminal, as an operator runs it
+    p = Progress(screen, 4)
+    logs = LogsAbove(screen)
+    logs.write("before the bar\n")  # no bar yet: written as it is
+    logs.progress = p
+    p.update({"total": 4, "passed": 1, "running": 1, "queued": 2})
+    logs.write("a warn")  # a line in pieces is held until it is whole
+    logs.write("ing\n")
+    p.finish()
+    logs.progress = None
+    out = screen.getvalue()
+    bar = out[out.index("\r["):].split("\033[K")[0]
+    # The bar is cleared, the line written on its own line, and the bar drawn again below it.
+    assert out == f"before the bar\n{bar}\033[K\r\033[Ka warning\n{bar}\033[K\n", repr(out)
+
+
+def test_errors_are_grouped_by_cause_and_reason() -> None:
+    def attempt(key: str, agent: str, n: int, outcome: str, error: str | None = None,
+                cause: str | None = None) -> dict[str, object]:
+        return {"attempt_id": f"at_{key}{agent}{n}", "key": key, "agent_id": agent, "try": n, "outcome": outcome,
+                "error": error, "error_cause": cause}
+
+    attempts = [
+        attempt("A", "noop", 1, "error", "the machine did not boot", "infrastructure"),
+        attempt("A", "noop", 2, "error", "check before printed 'true', not True or False", "case"),
+        attempt("B", "noop", 1, "error", "check before printed 'true', not True or False", "case"),
+        attempt("B", "noop", 2, "passed"),
+        attempt("C", "noop", 1, "error", "setup exited 3"),
+    ]
+    groups = group_errors(attempts)
+    assert [(g["cause"], g["count"]) for g in groups] == [("case", 2), ("infrastructure", 1), (None, 1)]
+    text = render_errors(attempts)
+    lines = text.splitlines()
+    assert lines[0] == "errors: 4 of 5 tries (not counted against any agent):"
+    assert lines[1].startswith("  your case") and lines[1].endswith(": 2")
+    assert lines[2] == "    2x check before printed 'true', not True or False"
+    assert lines[3] == "       A/noop try 2, B/noop try 1"
+    assert lines[4].startswith("  ours (machine") and "the machine did not boot" in lines[5]
+    assert render_errors([attempt("B", "noop", 1, "failed")]) == ""
+
+
 def test_bad_cases_file_exits_2_naming_case_and_field(work: Path, images_dir: Path) -> None:
     path = _cases_file(work, ["PRM-01"])
     data = yaml.safe_load(path.read_text())
@@ -144,14 +192,15 @@ def test_bad_cases_file_exits_2_naming_case_and_field(work: Path, images_dir: Pa
     assert "runner local-" not in out  # refused before anything started
 
 
-def test_missing_image_is_a_run_that_cannot_be_carried_out(work: Path) -> None:
+def test_missing_image_is_a_configuration_error(work: Path) -> None:
     empty = work / "images"
     empty.mkdir(mode=0o755)
-    proc = _local([str(_cases_file(work, ["PRM-01"]))], empty)
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 1, (out, err)
-    assert f"image(s) linux-tiny not found in {empty}" in out
-    assert "image-builder/build linux-tiny" in out
+    for images in (empty, work / "no-such-dir"):
+        proc = _local([str(_cases_file(work, ["PRM-01"]))], images)
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 2, (out, err)  # as a bad cases file is: exit 2 for usage and configuration
+        assert f"image(s) linux-tiny not found in {images}" in out
+        assert "image-builder/build linux-tiny" in out
 
 
 @pytest.mark.skipif(os.path.isdir("/run/systemd/system"), reason="systemd is PID 1 here: the sandbox is there")
@@ -160,7 +209,7 @@ def test_command_agent_without_its_sandbox_is_refused_plainly(work: Path, images
     config.write_text("agent_sandbox: systemd\nagents: {mine: {kind: command, command: [/bin/true]}}\n")
     proc = _local([str(_cases_file(work, ["PRM-01"], agents=["mine"])), "--server-config", str(config)], images_dir)
     out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 1, (out, err)
+    assert proc.returncode == 2, (out, err)
     assert "the embedded control plane cannot start: agent_sandbox systemd: systemd is not PID 1" in out
     assert "Traceback" not in err
 
@@ -239,6 +288,28 @@ def test_local_runs_cases_and_reports(work: Path, images_dir: Path) -> None:
 
 
 @pytest.mark.timeout(900)
+def test_a_try_ending_in_error_exits_1_with_the_errors_block_and_the_report(work: Path, images_dir: Path) -> None:
+    path = _cases_file(work, ["PRM-01"], agents=["noop"], repeat=1)
+    data = yaml.safe_load(path.read_text())
+    data["cases"][0]["success"]["check_script"] = "echo true\n"  # lower case: not a verdict
+    path.write_text(yaml.safe_dump(data))
+    report = work / "out" / "report.json"
+    proc = _local([str(path), "--report", str(report)], images_dir)
+    out, err = proc.communicate(timeout=800)
+    assert proc.returncode == 1, (out[-3000:], err[-3000:])
+    block = out[out.index("errors: 1 of 1 try"):]
+    assert block.splitlines()[1].startswith("  your case"), block  # the author's check, not the platform
+    assert "PRM-01/noop try 1" in block and "true" in block.splitlines()[2], block
+    assert "1 of 1 try ended in error" in out
+    saved = json.loads(report.read_text())  # the report is still written
+    assert saved["attempts"][0]["outcome"] == "error" and saved["errors"][0]["count"] == 1
+    assert saved["attempts"][0]["error_cause"] == "case" and saved["errors"][0]["cause"] == "case"
+    # The same fault on a fresh machine: retried once, not twice (2 machines for the try, not 3).
+    assert len(saved["retried_attempts"]) == 1
+    assert domains(f"gh-{_runner_name(out)}-") == []
+
+
+@pytest.mark.timeout(900)
 def test_ctrl_c_stops_the_run_and_destroys_every_machine(work: Path, images_dir: Path) -> None:
     path = _cases_file(work, ["PRM-01", "FIL-01", "CFG-01"], agents=["noop"], repeat=2)
     proc = _local([str(path), "--report", str(work / "r.json")], images_dir, start_new_session=True)
@@ -250,11 +321,12 @@ def test_ctrl_c_stops_the_run_and_destroys_every_machine(work: Path, images_dir:
     try:
         deadline = time.monotonic() + 600
         name = None
-        while time.monotonic() < deadline:  # Ctrl-C once a machine of this run exists
+        while time.monotonic() < deadline:  # Ctrl-C once a try finished and a machine of this run exists
             seen = "".join(lines)
             if name is None and re.search(r"runner local-\d+ with", seen):
                 name = _runner_name(seen)
-            if name is not None and domains(f"gh-{name}-"):
+            done = [int(m) for m in re.findall(r"^(\d+)/6 done", seen, re.M)]
+            if name is not None and done and 1 <= done[-1] < 6 and domains(f"gh-{name}-"):
                 break
             if proc.poll() is not None:
                 pytest.fail(f"gh-runner local ended early: {seen}")
@@ -268,6 +340,12 @@ def test_ctrl_c_stops_the_run_and_destroys_every_machine(work: Path, images_dir:
         assert proc.returncode == 130, out
         assert "interrupted; every machine was destroyed" in out
         assert domains(f"gh-{name}-") == []
+        # The tries that finished before Ctrl-C are in a partial report, and the output says so.
+        m = re.search(r"a partial report of the (\d+) tr(?:y|ies) that finished is in (\S+);", out)
+        assert m, out
+        saved = json.loads(Path(m.group(2)).read_text())
+        assert saved["partial"] is True and len(saved["attempts"]) == int(m.group(1)) >= 1
+        assert all(a["outcome"] in ("passed", "failed", "error") for a in saved["attempts"])
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -144,6 +144,11 @@ def test_page_embeds_the_timeline_and_never_a_secret(state: ServerState) -> None
     assert [p["name"] for p in data["phases"]][:3] == ["machine", "ready", "setup"]
     assert data["phases"][2]["start"] == 4.5
     assert data["machine"] == "lazy"
+    # The page links back to its run: a link signed for that run (as report_url gives), not the attempt's.
+    run_path, _, run_token = data["run_url"].partition("?token=")
+    assert run_path == "/v1/test_runs/tr_r1/report"
+    assert replays.verify_token(replays.signing_key(state.settings), "report:tr_r1", run_token)
+    assert not replays.verify_token(replays.signing_key(state.settings), aid, run_token)
     # Each frame URL carries the page's token, so the browser can load it.
     token = url.split("token=")[1]
     png = client.get(data["frames"][2]["src"])
@@ -174,14 +179,18 @@ def test_exported_replay_loads_in_headless_chromium(state: ServerState) -> None:
     out = Path(tempfile.mkdtemp(prefix="gh-replay-export-", dir="/var/tmp"))
     try:
         with state.db() as s:
-            page = replays.export_replay(s, aid, out)
+            page = replays.export_replay(s, aid, out, out.parent / (out.name + "-report.html"))
         assert page is not None and page.is_file()
         assert sorted(p.name for p in (page.parent / "frames").iterdir()) == ["0.png", "1.png", "2.png", "3.png"]
         assert SECRET not in page.read_text()
         loaded = chromium.load(page.as_uri(), chromium.OUTPUT_DIR / "replay-export.png")
         assert 'data-ready="1"' in loaded.dom  # the script ran to the end
         assert "frame 1/4" in loaded.dom and "ASK-01" in loaded.dom
-        assert "machine: lazy (restored lazily (memory mapped))" in loaded.dom
+        assert "machine: restored from a memory image, read as it is touched (lazy)" in loaded.dom
+        # Back to the run: report.html, relative to the exported page.
+        back = re.search(r'<a id="run-link" class="back" href="([^"]+)">← run tr_r1</a>', loaded.dom)
+        assert back is not None, loaded.dom[:2000]
+        assert (page.parent / back.group(1)).resolve() == (out.parent / (out.name + "-report.html")).resolve()
         assert SECRET not in loaded.dom
         with Image.open(loaded.screenshot) as im:
             assert im.size[0] >= 800

@@ -16,9 +16,10 @@ from gh_server.agents.base import AgentError
 from gh_server.agents.models import parse_verdict
 from gh_server.attempts import completion, intake, lease, matching, states
 from gh_server.dbqueue import DbQueue
-from gh_server.models import Attempt, RunCase, Runner, TestRun, utcnow
+from gh_server.models import Attempt, RunCase, Runner, TestCase, TestRun, utcnow
 from gh_server.settings import Settings
 from gh_wire import protocol
+from gh_wire.vocab import ErrorCause
 
 
 def caps(rid: str = "rn_a", *, labels: tuple[str, ...] = (), images: tuple[str, ...] = ("linux-tiny",),
@@ -263,3 +264,71 @@ def test_parse_verdict(text: str, want: dict[str, Any]) -> None:
 def test_parse_verdict_rejects_garbage(text: str) -> None:
     with pytest.raises(AgentError):
         parse_verdict(text)
+
+
+def _error_chain(s: Session, aid: str, results: list[protocol.AttemptResult]) -> list[str]:
+    """Apply each result to the latest attempt of the try, as the runner would; the attempt ids."""
+    chain = [aid]
+    for res in results:
+        s.query(Attempt).filter_by(id=chain[-1]).update({"status": "checking", "runner_id": "rn_a"})
+        out = intake.apply_result(s, "rn_a", res.model_copy(update={"attempt_id": chain[-1]}))
+        assert out.applied
+        if out.retry_id is None:
+            break
+        chain.append(out.retry_id)
+    return chain
+
+
+def _case_error(phase: str) -> protocol.AttemptResult:
+    return protocol.AttemptResult(attempt_id="x", outcome="error", error=f"{phase}: the check printed 'true'",
+                                  error_phase=phase, error_cause=ErrorCause.CASE)
+
+
+def test_a_case_error_that_repeats_on_a_fresh_machine_is_not_retried_again(dbs: sessionmaker[Session]) -> None:
+    with dbs() as s:
+        (aid,) = seed(s)
+        chain = _error_chain(s, aid, [_case_error("check_before")] * 3)
+        s.commit()
+        assert len(chain) == 2  # one fresh machine more; the same fault there ends the try
+        rows = s.query(Attempt).order_by(Attempt.created_at).all()
+        assert [(a.outcome, (a.metrics or {}).get("error_cause")) for a in rows] == [("error", "case")] * 2
+        assert completion.complete_runs(s, ["tr_1"]) == ["tr_1"]
+
+
+def test_errors_of_ours_keep_both_retries_and_a_different_case_fault_is_retried(
+        dbs: sessionmaker[Session]) -> None:
+    ours = protocol.AttemptResult(attempt_id="x", outcome="error", error="machine: did not boot",
+                                  error_phase="machine", error_cause=ErrorCause.INFRASTRUCTURE)
+    with dbs() as s:
+        (aid,) = seed(s)
+        assert len(_error_chain(s, aid, [ours] * 3)) == 3
+        s.commit()
+    with dbs() as s:
+        s.add(Attempt(id="at_b", test_run_id="tr_1", run_case_id=s.query(Attempt).first().run_case_id,  # type: ignore[union-attr]
+                      test_case_id="tc_1", agent_id="noop", try_number=2, created_at=utcnow()))
+        s.commit()
+        # A case error, then ours on the retry, then the case's again: never the same fault twice in a row.
+        chain = _error_chain(s, "at_b", [_case_error("setup"), ours, _case_error("setup")])
+        assert len(chain) == 3
+
+
+def test_a_run_of_noop_and_reference_records_validation_when_it_completes(dbs: sessionmaker[Session]) -> None:
+    with dbs() as s:
+        s.add(TestCase(id="tc_v", key="V-1", name="v", prompt="p", start_state="linux-tiny",
+                       success={"check_script": "x"}))
+        s.add(TestRun(id="tr_v", agents=["noop", "reference"], status="running"))
+        s.flush()
+        rc = RunCase(test_run_id="tr_v", test_case_id="tc_v", case={"key": "V-1"}, start_state=IMAGE)
+        s.add(rc)
+        s.flush()
+        for agent, outcome in (("noop", "failed"), ("reference", "passed")):
+            s.add(Attempt(id=f"at_{agent}", test_run_id="tr_v", run_case_id=rc.id, test_case_id="tc_v",
+                          agent_id=agent, try_number=1, status="done", outcome=outcome, created_at=utcnow(),
+                          check={"before": "False", "after": "True" if outcome == "passed" else "False"}))
+        s.commit()
+        assert s.get(TestCase, "tc_v").validation is None  # type: ignore[union-attr]
+        assert completion.complete_runs(s, ["tr_v"]) == ["tr_v"]
+        s.commit()
+        # Recorded at completion, as docs/server-api.md says: nobody had to GET .../validation first.
+        v = s.get(TestCase, "tc_v").validation  # type: ignore[union-attr]
+        assert v is not None and v["status"] == "valid" and v["test_run_id"] == "tr_v"

@@ -59,6 +59,7 @@ class Peer:
     silent: bool = False  # stop sending anything (heartbeats included) once welcomed
     close_on_connect: int | None = None  # accept, then close with this code
     http_status: int | None = None  # refuse the handshake with this HTTP status
+    name: str | None = None  # the registered name the welcome tells the runner
     resume: Callable[[Hello], list[str]] | None = None  # default: resume everything the runner has
     on_message: Callable[[Any], Awaitable[None]] | None = None  # reacts to each runner message (bench)
     record: bool = True  # keep every message (tests); a long bench keeps only heartbeats
@@ -183,7 +184,8 @@ class Peer:
                 if isinstance(msg, Hello):
                     resume = self.resume(msg) if self.resume else list(msg.in_flight)
                     await conn.send(encode(Welcome(runner_id="rn_test", heartbeat_interval=self.heartbeat_interval,
-                                                   dead_after=self.dead_after, resume=resume)))
+                                                   dead_after=self.dead_after, resume=resume,
+                                                   name=self.name)))
                     hb = asyncio.create_task(self._heartbeats(conn))
                 elif isinstance(msg, AttemptFinished):
                     aid = msg.result.attempt_id

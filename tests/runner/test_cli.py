@@ -7,12 +7,14 @@ the test-only hook GH_RUNNER_TEST_PROVIDER=runner.doubles:make_provider.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,41 @@ def test_version_and_help() -> None:
         assert needle in out.stdout
 
 
+DAEMON_ONLY = ("--server", "--token", "--token-file", "--labels", "--slots", "--metrics-listen", "--drain-grace",
+               "--insecure")
+
+
+def test_each_subcommand_lists_only_its_own_options() -> None:
+    from gh_runner.cli import build_parser
+
+    top = build_parser()
+    subs = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert set(subs) == {"images", "doctor", "selftest", "local", "validate"}
+    top_help = top.format_help()
+    for name in subs:  # the top help names every subcommand, validate too
+        assert f"  {name}" in top_help, name
+    for name, p in subs.items():
+        text = p.format_help()
+        options = {o for a in p._actions for o in a.option_strings}
+        # doctor checks the daemon's configuration, so it takes the daemon's options; no other does.
+        own = {"local": {"--slots"}, "validate": {"--slots"}}.get(name, set())  # attempts at once on this host
+        if name != "doctor":
+            assert not options & (set(DAEMON_ONLY) - own), (name, sorted(options & set(DAEMON_ONLY)))
+        # Help is complete: nothing points at a section the page does not have.
+        assert "(see below)" not in text, name
+        for a in p._actions:
+            if a.option_strings and a.help is None and a.dest != "help":
+                raise AssertionError(f"{name} {a.option_strings} has no help")
+    assert "(see below)" not in top_help
+    images_help = run_cli(Path("/tmp"), "images", "--help").stdout
+    assert "--drain-grace" not in images_help and "--token" not in images_help and "--images-dir" in images_help
+
+
+def test_a_daemon_option_on_images_is_a_usage_error(tmp_path: Path) -> None:
+    out = run_cli(tmp_path, "images", "--drain-grace", "5", "--images-dir", str(tmp_path / "img"))
+    assert out.returncode == 2 and "unrecognized arguments: --drain-grace" in out.stderr
+
+
 def test_bad_config_is_refused_with_the_key_and_what_is_allowed(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text("server: ws://127.0.0.1:1\nslots: 2\nslotz: 3\n")
@@ -69,13 +106,20 @@ def test_bad_config_is_refused_with_the_key_and_what_is_allowed(tmp_path: Path) 
     assert Peer.token not in out.stderr + out.stdout
 
 
+def test_a_missing_images_dir_is_a_configuration_error(tmp_path: Path) -> None:
+    out = run_cli(tmp_path, "images", "--images-dir", str(tmp_path / "nowhere"))
+    assert out.returncode == 2, out
+    assert f"images dir {tmp_path / 'nowhere'} does not exist" in out.stderr
+
+
 def test_images_lists_versions_and_checksums(tmp_path: Path) -> None:
+    (tmp_path / "img").mkdir()
     out = run_cli(tmp_path, "images", "--images-dir", str(tmp_path / "img"))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].split() == ["NAME", "OS", "VERSION", "CHECKSUM"]
     assert lines[1].split() == ["linux-tiny", "linux", "2026.11.1", "sha256:" + "ab" * 32]
-    data = json.loads(run_cli(tmp_path, "images", "--json").stdout)
+    data = json.loads(run_cli(tmp_path, "images", "--json", "--images-dir", str(tmp_path / "img")).stdout)
     assert data["images"][0]["checksum"] == "sha256:" + "ab" * 32
 
 
@@ -183,3 +227,130 @@ async def test_kill_9_then_restart_reports_the_interrupted_attempt_and_reaps_it(
     p2.send_signal(signal.SIGTERM)
     code, err = await _exit_code(p2)
     assert code == 0, err
+
+
+API_KEY = "gh_live_" + "k" * 40  # an API key pasted where the runner token goes
+
+
+async def _refused_runner(tmp_path: Path, peer: Peer, *args: str, tty: bool) -> tuple[int | None, str]:
+    """The real console script against a server that refuses its token; stderr on a terminal when
+    `tty` (a runner started by hand). Returns (exit code or None if still running after 20 s, stderr)."""
+    import pty
+
+    env = _env(tmp_path, GH_RUNNER_TOKEN=API_KEY)
+    env.pop("INVOCATION_ID", None)
+    env.pop("NOTIFY_SOCKET", None)
+    master, slave = pty.openpty() if tty else os.pipe()
+    p = await asyncio.create_subprocess_exec(
+        *GH_RUNNER, "--server", peer.url, "--name", "cli-runner", "--state-dir", str(tmp_path / "state"),
+        "--images-dir", str(tmp_path / "img"), *args, env=env, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    chunks: list[bytes] = []
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the terminal's last writer is gone
+                return
+            if not chunk:
+                return
+            chunks.append(chunk)
+
+    reader = asyncio.get_running_loop().run_in_executor(None, read)
+    try:
+        deadline = time.monotonic() + 60
+        # A poll with a deadline: the peer counts handshakes but has no event for them.
+        while peer.handshakes == 0 and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
+        assert peer.handshakes >= 1, "the runner never dialled"
+        try:
+            code: int | None = await asyncio.wait_for(p.wait(), 20)
+        except TimeoutError:
+            code = None
+            p.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(p.wait(), 60)
+    finally:
+        if p.returncode is None:
+            p.kill()
+            await p.wait()
+        await asyncio.wait_for(reader, 30)
+        os.close(master)
+    return code, b"".join(chunks).decode(errors="replace")
+
+
+async def test_a_refused_token_ends_a_runner_started_by_hand_with_a_hint(tmp_path: Path) -> None:
+    peer = Peer(http_status=401)
+    await peer.start()
+    try:
+        code, err = await _refused_runner(tmp_path, peer, tty=True)
+    finally:
+        await peer.stop()
+    assert code == 2, err
+    assert "server refused the runner token (HTTP 401)" in err
+    assert "this is an API key" in err and "not a runner token, gh_rn_..." in err
+    assert "gh-server runners create NAME" in err
+    assert API_KEY not in err  # a secret, even a wrong one, reaches no log
+
+
+async def test_a_refused_token_is_retried_by_a_service(tmp_path: Path) -> None:
+    peer = Peer(http_status=401)
+    await peer.start()
+    try:
+        code, err = await _refused_runner(tmp_path, peer, tty=False)  # no terminal: a service
+        assert code is None, err  # still running: it retries every revoked_retry seconds
+        assert "retrying only every 600 s" in err and "this is an API key" in err
+        code, err = await _refused_runner(tmp_path, peer, "--on-token-refused", "exit", tty=False)
+        assert code == 2, err
+    finally:
+        await peer.stop()
+
+
+async def test_a_runner_without_a_name_takes_the_one_it_was_registered_with(tmp_path: Path) -> None:
+    import socket
+
+    peer = Peer(name="lab-1")
+    await peer.start()
+    procs: list[asyncio.subprocess.Process] = []
+
+    async def start() -> asyncio.subprocess.Process:
+        p = await asyncio.create_subprocess_exec(
+            *GH_RUNNER, "--server", peer.url, "--state-dir", str(tmp_path / "state"),
+            "--images-dir", str(tmp_path / "img"), "--log-format", "json", env=_env(tmp_path),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        procs.append(p)
+        return p
+
+    try:
+        p = await start()
+        first = await peer.wait_type("hello", timeout=60)
+        assert first.name == socket.gethostname()  # not told any name: its hostname, until the welcome
+        second = await peer.wait_type("hello", timeout=60, where=lambda m: m.name == "lab-1")
+        assert second.name == "lab-1"
+        assert (tmp_path / "state" / "registered-name").read_text().strip() == "lab-1"
+        p.send_signal(signal.SIGTERM)
+        code, err = await _exit_code(p)
+        assert code == 0, err
+        lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+        starts = [i for i, ln in enumerate(lines) if ln["event"] == "runner starting"]
+        assert len(starts) == 2, [ln["event"] for ln in lines]
+        after = lines[starts[1]:]  # the second start, under the registered name
+        runners = {ln.get("runner") for ln in after if ln.get("runner")}
+        assert runners == {"lab-1"}, runners  # what it logs is its registered name
+        # Started again, it is lab-1 from the first moment (its machines are reaped and named under it).
+        hellos = sum(1 for r in peer.received if getattr(r.msg, "type", None) == "hello")
+        p = await start()
+        again = await peer.wait_for(lambda r: getattr(r.msg, "type", None) == "hello", timeout=60, start=len(
+            peer.received))
+        assert again.msg.name == "lab-1" and hellos == 2
+        p.send_signal(signal.SIGTERM)
+        code, err = await _exit_code(p)
+        assert code == 0, err
+        assert "restarting under it" not in err
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.kill()
+                await p.wait()
+        await peer.stop()

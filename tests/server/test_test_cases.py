@@ -258,3 +258,28 @@ def test_list_filters_and_pagination(server: Server) -> None:
     with pytest.raises(InvalidRequestError) as e:
         c.test_cases.list(cursor="garbage")
     assert e.value.extra["param"] == "cursor"
+
+
+def test_an_image_no_runner_has_advertised_is_refused_unless_it_is_coming(server: Server) -> None:
+    import httpx
+
+    from gh_server.models import Runner
+
+    c = server.admin
+    # Before any runner has said what it has, there is nothing to check against: cases may come first.
+    c.test_cases.create("n", "p", "linux-tinyy", {"check_script": "echo False"}, key="IMG-0")
+    with server.state.db.begin() as s:
+        s.add(Runner(id="rn_imgs", name="lab-1", token_hash="h-imgs", labels=[], images=[{"name": "linux-tiny"}],
+                     held_versions=[]))
+    with pytest.raises(InvalidRequestError) as e:
+        c.test_cases.create("n", "p", "linux-tinyy", {"check_script": "echo False"}, key="IMG-1")
+    assert "no runner has advertised the image 'linux-tinyy' (known images: linux-tiny)" in str(e.value)
+    assert "allow_unknown_image: true" in str(e.value)
+    http = httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {server.admin_key}"}, timeout=30)
+    case = {"name": "n", "prompt": "p", "start_state": "win10-22h2", "success": {"check_script": "echo False"}}
+    r = http.post("/v1/test_cases/batch", json={"cases": [case]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "cases[0].start_state", r.text
+    r = http.post("/v1/test_cases", json={**case, "key": "IMG-2", "allow_unknown_image": True})
+    assert r.status_code == 200, r.text  # said to be coming: accepted
+    assert "allow_unknown_image" not in r.json()
+    assert c.test_cases.create("n", "p", "linux-tiny", {"check_script": "echo False"}, key="IMG-3")["key"] == "IMG-3"

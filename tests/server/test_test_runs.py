@@ -335,3 +335,27 @@ async def test_async_client(server: Server) -> None:
             await c.test_runs.retrieve("tr_missing")
     finally:
         await c.close()
+
+
+def test_results_tell_the_cases_errors_from_ours(server: Server) -> None:
+    c = server.admin
+    _case(server, "EC-1")
+    rid = c.test_runs.create(test_case_ids=["EC-1"], agents=["noop"], repeat=3)["test_run_id"]
+    ats = _attempts(server, rid)
+    causes = ["case", "infrastructure", None]  # None: an error the runner did not say (ours)
+    for a, cause in zip(ats, causes, strict=True):
+        _finish(server, a.id, "error")
+        with server.state.db.begin() as s:
+            row = s.get(Attempt, a.id)
+            assert row is not None
+            row.metrics = {**(row.metrics or {}), "error_phase": "check_before" if cause == "case" else "machine",
+                           **({"error_cause": cause} if cause else {})}
+    _complete(server, rid)
+    listed = {a["attempt_id"]: a for a in c.test_runs.list_all_attempts(rid)}
+    assert [listed[a.id]["error_cause"] for a in ats] == ["case", "infrastructure", "infrastructure"]
+    res = c.test_runs.results(rid)
+    assert res["totals"]["case_errors"]["errors"] == 1
+    assert res["totals"]["case_errors"]["by_phase"] == {"check_before": 1}
+    assert res["totals"]["infrastructure"]["errors"] == 2
+    assert res["by_agent"]["noop"]["case_errors"] == 1 and res["by_agent"]["noop"]["infrastructure_errors"] == 2
+    assert res["by_agent"]["noop"]["pass_rate"] is None  # neither counts against the agent
