@@ -61,12 +61,35 @@ class WinRMChannel(_M):
         return v
 
 
+class Display(_M):
+    """The size the guest's screen is set to at boot (screenshots and pointer coordinates use it)."""
+
+    width: int = Field(ge=320, le=7680)
+    height: int = Field(ge=200, le=4320)
+
+
+class DesktopSession(_M):
+    """A graphical session signed in at boot. Scripts on such an image run as `user` inside the
+    session's environment (`env`: DISPLAY, DBUS_SESSION_BUS_ADDRESS, XDG_RUNTIME_DIR, ...), so a
+    script changes that user's own settings and opens windows the user sees; `elevation` is how it
+    acts as the administrator (`sudo`, without a password), which together is what "elevated, as
+    the signed-in user" means on Windows (docs/desktop-guests.md). `ready_check`, run as the user,
+    succeeds once the session is up: a booted machine is ready only then."""
+
+    user: str = Field(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")
+    uid: int = Field(ge=1, le=65533)
+    home: str = Field(pattern=r"^/")
+    env: dict[str, str] = Field(default_factory=dict)
+    ready_check: str = Field(min_length=1)
+    elevation: Literal["sudo"] = "sudo"
+
+
 class ImageManifest(_M):
     name: str = Field(pattern=_NAME_RE)
     os: Literal["linux", "windows"]
     version: str = Field(min_length=1, max_length=64)
     description: str = ""
-    shell: Literal["sh", "powershell"]
+    shell: Literal["sh", "bash", "powershell"]
     guest_channels: list[Literal["qemu-ga", "winrm"]] = Field(min_length=1)
     boot: DirectKernelBoot | FirmwareBoot = Field(discriminator="kind")
     machine: Literal["pc", "q35"] = "pc"
@@ -82,6 +105,8 @@ class ImageManifest(_M):
     # Machines start from a booted snapshot of the image (providers/qemu/warm.py); false boots each one.
     warm_snapshot: bool = True
     winrm: WinRMChannel | None = None
+    display: Display | None = None
+    session: DesktopSession | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> ImageManifest:
@@ -89,8 +114,10 @@ class ImageManifest(_M):
             raise ValueError("guest channel 'winrm' needs a 'winrm' section with its credentials reference")
         if self.os == "windows" and self.shell != "powershell":
             raise ValueError("a windows image runs scripts with shell 'powershell'")
-        if self.os == "linux" and self.shell != "sh":
-            raise ValueError("a linux image runs scripts with shell 'sh'")
+        if self.os == "linux" and self.shell not in ("sh", "bash"):
+            raise ValueError("a linux image runs scripts with shell 'sh' or 'bash'")
+        if self.session is not None and (self.os != "linux" or "qemu-ga" not in self.guest_channels):
+            raise ValueError("a desktop session is run through qemu-ga on a linux image")
         return self
 
     @property

@@ -8,7 +8,9 @@ Two channels exist and they are not interchangeable:
   clock after a restore, freeze file systems, shut down, set an account's password.
 
 So a script goes to the channel that runs the image's shell as the signed-in user (WinRM for
-PowerShell, qemu-ga for sh), and qemu-ga keeps its own duties even when WinRM is present. The
+PowerShell, qemu-ga for sh and bash: on an image with a desktop session qemu-ga starts the script
+as the session's user, in its environment, see providers/qemu/desktop.py), and qemu-ga keeps its
+own duties even when WinRM is present. The
 provider builds `Routes` when it loads an image and refuses an image whose routes are incomplete,
 so nothing is advertised that cannot run a script.
 """
@@ -41,6 +43,7 @@ class Duty(StrEnum):
 SCRIPT_CHANNELS: Mapping[str, tuple[Channel, ...]] = MappingProxyType({
     "powershell": (Channel.WINRM,),
     "sh": (Channel.QEMU_GA,),
+    "bash": (Channel.QEMU_GA,),  # linux-desktop: as the session's user (manifest `session`)
 })
 AGENT_DUTIES: Mapping[Duty, tuple[Channel, ...]] = MappingProxyType({
     Duty.CLOCK: (Channel.QEMU_GA,),

@@ -69,8 +69,11 @@ LEGACY_POLLING = Polling(first_s=0.02, growth=1.5, cap_s=0.25)  # before issue 2
 # by its sh from the wrapper's stdin (fd 3) instead of being copied to a file first, and the files
 # are removed in the background (qemu-ga reports the exit without waiting for that). The script
 # sees fd 3 (the rest of its own text) open; its stdin is /dev/null.
+# $5: the interpreter (/bin/sh, /bin/bash); $6: the user to run the script as (empty: root, as
+# qemu-ga). A user's script is first written to its own file (mode 0600, given to that user: a
+# user cannot open root's pipe through /proc/self/fd); its output files stay root's.
 WRAPPER = r"""
-f=/tmp/gh-exec-$1; lim=$2; keep=$3
+f=/tmp/gh-exec-$1; lim=$2; keep=$3; interp=${5:-/bin/sh}; user=$6
 if [ -n "$4" ]; then
   case $4 in *[!0-9]*) echo "gh-exec: the clock was not set (bad time)" >&2; exit 125;; esac
   c=$(( ($4 + 500) / 1000 ))
@@ -88,14 +91,20 @@ umask 077
 set -C
 exec 3<&0
 if command -v setsid >/dev/null 2>&1; then s=setsid; else s=; fi
-$s /bin/sh /proc/self/fd/3 > "$f.out" 2> "$f.err" < /dev/null &
+src=/proc/self/fd/3
+if [ -n "$user" ]; then
+  cat <&3 > "$f.script" && chown "$user:" "$f.script" || exit 125
+  src=$f.script
+  s="$s setpriv --reuid=$user --regid=$user --init-groups"
+fi
+$s "$interp" "$src" > "$f.out" 2> "$f.err" < /dev/null &
 echo $! > "$f.pid"
 exec 3<&-
 wait $!
 rc=$?
 [ ! -s "$f.out" ] || head -c "$lim" "$f.out"
 [ ! -s "$f.err" ] || head -c "$lim" "$f.err" >&2
-[ -n "$keep" ] || rm -f "$f.out" "$f.err" "$f.pid" < /dev/null > /dev/null 2>&1 &
+[ -n "$keep" ] || rm -f "$f.out" "$f.err" "$f.pid" "$f.script" < /dev/null > /dev/null 2>&1 &
 exit $rc
 """
 
@@ -106,11 +115,24 @@ exit 0
 """
 
 FETCH = r"""tail -c +"$2" "/tmp/gh-exec-$1.$3" | head -c "$4" """
-FORGET = r"""rm -f "/tmp/gh-exec-$1.out" "/tmp/gh-exec-$1.err" "/tmp/gh-exec-$1.pid" """
+FORGET = r"""rm -f "/tmp/gh-exec-$1.out" "/tmp/gh-exec-$1.err" "/tmp/gh-exec-$1.pid" "/tmp/gh-exec-$1.script" """
 
 
 def decode(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """Who runs a script: an interpreter, and a user (None: root) with that user's environment
+    (for a desktop image: the signed-in user inside its graphical session, see DesktopSession)."""
+
+    interpreter: str = "/bin/sh"
+    user: str | None = None
+    env: Mapping[str, str] | None = None
+
+
+ROOT_SH = RunAs()
 
 
 @dataclass
@@ -240,8 +262,10 @@ class GuestAgent:
             delay = min(delay * self.polling.growth, self.polling.cap_s)
 
     async def run_sh(self, script: str, *, env: Mapping[str, str] | None, timeout: float,
-                     output_cap: int = DEFAULT_OUTPUT_CAP, set_clock: bool = False) -> ScriptResult:
-        """Run `script` with /bin/sh as root in the guest; see the module docstring for the shape.
+                     output_cap: int = DEFAULT_OUTPUT_CAP, set_clock: bool = False,
+                     run_as: RunAs = ROOT_SH) -> ScriptResult:
+        """Run `script` with /bin/sh as root in the guest (or as `run_as` says: another interpreter,
+        another user and that user's environment); see the module docstring for the shape.
 
         With `set_clock`, the guest's clock is set to the host's (read as the request is sent)
         before the script starts, in the same guest-exec. Raises ClockNotSet (the script did not
@@ -250,6 +274,7 @@ class GuestAgent:
         if output_cap < 0:
             raise ProviderError("output_cap must be >= 0")
         full_env = {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8"}
+        full_env.update(run_as.env or {})
         full_env.update(env or {})
         env_list = _check_env(full_env)
         token = secrets.token_hex(8)
@@ -258,7 +283,8 @@ class GuestAgent:
         started = time.monotonic()
         clock = clock_arg() if set_clock else ""
         pid = await self.exec_start(
-            "/bin/sh", ["-c", self.wrapper, "gh-exec", token, str(inline), "keep" if keep else "", clock],
+            "/bin/sh", ["-c", self.wrapper, "gh-exec", token, str(inline), "keep" if keep else "", clock,
+                        run_as.interpreter, run_as.user or ""],
             env=env_list, stdin=script.encode("utf-8"),
         )
         st = await self.wait_exec(pid, started + timeout)
@@ -329,4 +355,4 @@ class GuestAgent:
         await self.command("guest-set-time", {"time": time.time_ns()})
 
 
-__all__ = ["ClockMode", "ClockNotSet", "GuestAgent", "Polling", "ScriptResult", "plain_reason"]
+__all__ = ["ROOT_SH", "ClockMode", "ClockNotSet", "GuestAgent", "Polling", "RunAs", "ScriptResult", "plain_reason"]

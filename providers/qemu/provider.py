@@ -42,6 +42,7 @@ from providers.qemu.accel import choose_accelerator
 from providers.qemu.channels import Channel, Duty
 from providers.qemu.connection import Connection
 from providers.qemu.credentials import Credentials, give_machine_password
+from providers.qemu.desktop import SESSION_BOOT_TIMEOUT_S, run_as_for, wait_session
 from providers.qemu.diskcap import WriteCap
 from providers.qemu.domain import (
     METADATA_NS,
@@ -71,14 +72,18 @@ from providers.qemu.winrm import WinRMChannel, credentials_path, load_credential
 log = structlog.get_logger("providers.qemu")
 
 OWNER_FILE = "owner.json"
+# Only into tmpfs (a desktop's /tmp is on its disk: writing there would grow the overlay), and
+# leaving GH_KEEP_MIB available: a desktop's processes keep allocating while it runs, and an OOM
+# kill of its X server would save a broken session.
 ZERO_FREE_MEMORY = r"""
 sync; echo 3 > /proc/sys/vm/drop_caches
-avail=$(awk '/^MemAvailable:/ {print int($2 / 1024)}' /proc/meminfo)
-n=$(( (avail - 48) / 2 ))
-if [ "$n" -gt 0 ]; then
-  dd if=/dev/zero of=/dev/shm/.gh-zero bs=1M count="$n" 2>/dev/null
-  dd if=/dev/zero of=/tmp/.gh-zero bs=1M count="$n" 2>/dev/null
-fi
+keep=${GH_KEEP_MIB:-48}
+for dir in /dev/shm /tmp; do
+  grep -q " $dir tmpfs " /proc/mounts || continue
+  avail=$(awk '/^MemAvailable:/ {print int($2 / 1024)}' /proc/meminfo)
+  n=$(( (avail - keep) / 2 ))
+  [ "$n" -gt 0 ] && dd if=/dev/zero of=$dir/.gh-zero bs=1M count="$n" 2>/dev/null
+done
 rm -f /dev/shm/.gh-zero /tmp/.gh-zero
 sync; echo 3 > /proc/sys/vm/drop_caches
 exit 0
@@ -296,10 +301,13 @@ class QemuProvider(Provider):
                     log.warning("no lazy restore for this snapshot; machines restore in full", reason=str(e))
                     ram.unlink(missing_ok=True)
                     ram = None
+            # A desktop is snapshotted with its session up (wait_ready waits for it), which takes
+            # longer than a console's boot.
+            boot_timeout = WARM_BUILD_TIMEOUT_S if image.manifest.session is None else SESSION_BOOT_TIMEOUT_S
             machine = await self._create_machine(mid, MachineSource(image=image.manifest.name),
-                                                 timeout=WARM_BUILD_TIMEOUT_S, warm=False, ram_file=ram)
+                                                 timeout=boot_timeout, warm=False, ram_file=ram)
             try:
-                await machine.wait_ready(WARM_BUILD_TIMEOUT_S)
+                await machine.wait_ready(boot_timeout)
                 await machine.save_files(dest, resume=False, devstate=dest / lazy.DEVSTATE_FILE if ram else None)
             finally:
                 await machine.destroy()
@@ -479,6 +487,7 @@ class QemuMachine(Machine):
         self._screen_size_at = 0.0
         self.domain = Domain(provider.conn, name)
         self.agent = GuestAgent(self.domain, polling=provider.polling)
+        self.run_as = run_as_for(image.manifest)  # root, or the desktop session's user (desktop.py)
         self.input = InputDriver(self.domain, self._current_screen_size)
         self._winrm: WinRMChannel | None = None
         self.images_dir = provider.images_dir
@@ -532,6 +541,12 @@ class QemuMachine(Machine):
                         alive=self._require_running)
             else:
                 await self._winrm_channel().wait_ready(left, alive=self._require_running)
+        if self.image.manifest.session is not None and not self.restored:
+            # A restored desktop was saved with its session up; a booted one is ready only once the
+            # session is (its guest agent answers a minute before that under TCG).
+            took = await wait_session(self.agent, self.image.manifest, self.run_as, deadline,
+                                      alive=self._require_running)
+            log.info("desktop session up", machine_id=self.machine_id, seconds=round(took, 2))
         if self.restored and not self._clock_chosen:
             self._clock_chosen = True
             # A restored guest's clock stands where it was saved (a pooled one's also lags by its
@@ -564,15 +579,20 @@ class QemuMachine(Machine):
 
     async def _run_sh(self, script: str, *, env: Mapping[str, str] | None, timeout: float,
                       output_cap: int) -> ScriptResult:
+        # As the image's scripts run: root, or the desktop session's user (the clock is set by the
+        # wrapper, as root, before the script starts).
         if not self._clock_in_exec:
-            return await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap)
+            return await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap,
+                                           run_as=self.run_as)
         try:
-            res = await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap, set_clock=True)
+            res = await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap, set_clock=True,
+                                          run_as=self.run_as)
         except ClockNotSet as e:  # the script did not run: set the clock the slow way, then run it
             log.warning("guest clock not set by the exec; using guest-set-time", machine_id=self.machine_id,
                         reason=str(e))
             await self.agent.set_time()
-            res = await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap)
+            res = await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap,
+                                          run_as=self.run_as)
         self._clock_in_exec = False
         return res
 
@@ -684,7 +704,8 @@ class QemuMachine(Machine):
             # A smaller memory image restores faster. QEMU sends zero pages almost for free, and
             # free guest memory holds stale data: fill tmpfs (the kernel zeroes pages it hands
             # out), delete it, and drop the clean page cache.
-            await self.agent.run_sh(ZERO_FREE_MEMORY, env=None, timeout=120)
+            keep = "48" if self.image.manifest.session is None else "384"
+            await self.agent.run_sh(ZERO_FREE_MEMORY, env={"GH_KEEP_MIB": keep}, timeout=120)
         await self.domain.save(str(mem), timeout=600)
         try:
             await overlays.write_version_disk(self.overlay, self.image.disk, dest / "disk.qcow2",

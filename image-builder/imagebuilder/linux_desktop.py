@@ -1,0 +1,372 @@
+"""linux-desktop: a signed-in XFCE desktop on Debian 12, built offline from Debian's packages.
+
+The root is made by Debian's own `mmdebstrap` (variant `important` plus the desktop's packages),
+configured by its customize hook (`assets/linux-desktop/customize.sh`: the user `user`, uid 1000,
+with passwordless sudo and the usual folders; lightdm signing it in to XFCE at boot; no screen
+saver, lock or display power management; no first-start questions), and put on an ext4 disk with
+`mkfs.ext4 -d` (no mounts, no loop devices). The machine boots the disk's own kernel and
+initramfs directly (Debian's generic kernel: bochs-drm draws QEMU's standard VGA, and usbhid
+drives QEMU's USB tablet, an absolute pointer X maps 1:1 to the screen).
+
+The build boots it once and proves it, or fails: the guest agent answers; the session is up
+(xfce4-panel running, `xfconf-query` answering as the user); the screen shows a desktop, not a
+console (many colours); keys typed through the hypervisor reach a focused GUI text field; a click
+lands where it was aimed (within 2 px). The first boot stays in the image (the session's first
+start is done once, here, not on every machine).
+
+Version and cache: the version is a digest of the exact package closure apt resolves for this
+package list (name and version of each), the builder sources and the display size. A second
+build whose apt lists have not changed returns at once (`quick_key`); one whose lists changed
+but resolve to the same packages records the new lists and returns in about half a minute.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import stat
+import tempfile
+import time
+from pathlib import Path
+
+from providers.manifest import DesktopSession, DirectKernelBoot, DiskFile, Display, ImageManifest, sha256_file
+
+from . import debs, pipeline, proc
+from .accel import best_accel
+from .errors import BuildError
+from .pipeline import BootPlan, Script, log
+from .vm import BuildVM, Drive, MachineSpec
+
+NAME = "linux-desktop"
+ASSETS = Path(__file__).parent / "assets" / "linux-desktop"
+SUITE = "bookworm"
+VARIANT = "important"
+# Beyond `important`: the kernel and its init, X on QEMU's display, XFCE 4.18 with the usual
+# applications, sound as a setting (PulseAudio: with no sound card it plays into a null sink whose
+# volume and mute are real settings), the guest agent, sudo, the display manager, and what the
+# proofs and tests read the desktop with (python3-tk, xdotool, x11-utils).
+PACKAGES = [
+    "linux-image-amd64", "systemd-sysv", "udev", "dbus", "dbus-user-session", "libpam-systemd",
+    "xserver-xorg-core", "xserver-xorg-input-libinput", "xserver-xorg-video-fbdev", "x11-xserver-utils",
+    "x11-xkb-utils", "x11-utils", "xdotool",
+    "lightdm", "lightdm-gtk-greeter",
+    "xfce4-session", "xfwm4", "xfce4-panel", "xfdesktop4", "xfce4-settings", "xfconf", "thunar",
+    "mousepad", "xfce4-terminal", "xfce4-pulseaudio-plugin", "xfce4-notifyd", "xdg-user-dirs",
+    "adwaita-icon-theme", "elementary-xfce-icon-theme", "fonts-dejavu-core", "librsvg2-common", "gvfs",
+    "at-spi2-core", "pulseaudio", "pulseaudio-utils", "firefox-esr",
+    "python3", "python3-tk", "qemu-guest-agent", "sudo", "procps",
+]
+USER = "user"
+UID = 1000
+HOME = "/home/user"
+DEFAULT_DISPLAY = (1280, 800)
+# Measured in this build's proof: the booted session uses about 600 MiB; Firefox another 300-500.
+MEMORY_MIB = 2048
+VCPUS = 2
+DISK_MIB = 6144
+CMDLINE = ("root=/dev/vda rw quiet console=ttyS0 loglevel=3 "
+           "cryptomgr.notests tsc=reliable no_timer_check random.trust_cpu=on 8250.nr_uarts=1")
+SESSION_ENV = {
+    "DISPLAY": ":0",
+    "XAUTHORITY": f"{HOME}/.Xauthority",
+    "XDG_RUNTIME_DIR": f"/run/user/{UID}",
+    "DBUS_SESSION_BUS_ADDRESS": f"unix:path=/run/user/{UID}/bus",
+    "XDG_SESSION_TYPE": "x11",
+    "XDG_CURRENT_DESKTOP": "XFCE",
+}
+# True once the desktop is the user's: the panel runs and xfconf (on the session bus) answers.
+SESSION_READY = "pgrep -u user -x xfce4-panel >/dev/null && pgrep -u user -x xfdesktop >/dev/null " \
+                "&& xfconf-query -c xfwm4 -p /general/theme >/dev/null"
+SIZE_LIMIT = 1536 * 1024 * 1024  # the compressed disk
+_SOURCES = ["linux_desktop.py"]
+
+
+def _source_digest(*, assets_only: bool = False) -> str:
+    h = hashlib.sha256()
+    files = [] if assets_only else [Path(__file__).parent / s for s in _SOURCES]
+    files += sorted(p for p in ASSETS.rglob("*") if p.is_file())
+    for f in files:
+        h.update(f.relative_to(Path(__file__).parent).as_posix().encode() + b"\0")
+        h.update(f"{stat.S_IMODE(f.stat().st_mode):o}".encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def resolve_closure(packages: list[str], timeout: float = 300.0) -> list[str]:
+    """`name=version` of every package the root will hold, as apt resolves it from the host's
+    lists for an empty system (what mmdebstrap installs): the variant's priorities plus the list."""
+    with tempfile.NamedTemporaryFile(prefix="gh-empty-status-") as empty:
+        cp = proc.run(
+            ["apt-get", "-s", "-o", f"Dir::State::status={empty.name}", "-o", "APT::Install-Recommends=false",
+             "install", "?and(?priority(required),?architecture(native))",
+             "?and(?priority(important),?architecture(native))", *packages],
+            timeout=timeout, check=False)
+    out = cp.stdout.decode(errors="replace")
+    found = sorted(f"{m[1]}={m[2]}" for m in re.finditer(r"^Inst (\S+) \((\S+)", out, re.M))
+    if cp.returncode != 0 or not found:
+        err = cp.stderr.decode(errors="replace").strip()
+        raise BuildError(f"apt cannot resolve the desktop's packages: {err[-400:]} (run apt-get update first)")
+    return found
+
+
+def mmdebstrap(root: Path, cache: Path, size: str, timeout: float = 1800.0) -> None:
+    """The root, from Debian's packages; downloads are kept in `cache` for the next build."""
+    cache.mkdir(parents=True, exist_ok=True)
+    proc.run(
+        ["mmdebstrap", f"--variant={VARIANT}", "--include=" + ",".join(PACKAGES),
+         "--aptopt=APT::Install-Recommends \"false\"",
+         "--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-include=/usr/share/doc/*/copyright",
+         "--dpkgopt=path-exclude=/usr/share/man/*", "--dpkgopt=path-exclude=/usr/share/locale/*",
+         "--dpkgopt=path-include=/usr/share/locale/locale.alias",
+         "--skip=download/empty", "--skip=essential/unlink",
+         "--setup-hook=mkdir -p \"$1\"/var/cache/apt/archives/",
+         f"--setup-hook=sync-in {cache} /var/cache/apt/archives/",
+         f"--customize-hook=sync-out /var/cache/apt/archives {cache}",
+         f"--customize-hook={ASSETS / 'customize.sh'} \"$1\" {ASSETS} {size}",
+         SUITE, root],
+        timeout=timeout)
+
+
+def cached_root(cache: Path, key: str, size: str) -> Path:
+    """The configured root for these packages and assets: built by mmdebstrap once and kept, so a
+    build that failed later (or `--force`) does not install 500 packages again. Older roots are
+    removed (one is about 1.3 GB)."""
+    base = cache / "linux-desktop-root"
+    done = base / key
+    if (done / "etc" / "gh-display").is_file():
+        log(f"reusing the root built for these packages ({done})")
+        return done
+    partial = base / f"{key}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    base.mkdir(parents=True, exist_ok=True)
+    mmdebstrap(partial, cache / "linux-desktop-debs", size)
+    for old in base.iterdir():
+        if old.name != f"{key}.partial":
+            shutil.rmtree(old, ignore_errors=True)
+    partial.rename(done)
+    return done
+
+
+def make_ext4(root: Path, image: Path) -> None:
+    with image.open("wb") as f:
+        f.truncate(DISK_MIB * 1024 * 1024)
+    proc.run(["mkfs.ext4", "-q", "-F", "-L", NAME, "-b", "4096", "-m", "0", "-E", "root_owner=0:0", "-d", root,
+              image], timeout=900)
+
+
+def as_user(command: str) -> str:
+    """A shell line that runs `command` as the signed-in user inside its session's environment
+    (what the provider does for every script on this image)."""
+    env = " ".join(f"{k}={v}" for k, v in SESSION_ENV.items())
+    return (f"setpriv --reuid={UID} --regid={UID} --init-groups env HOME={HOME} USER={USER} LOGNAME={USER} "
+            f"{env} bash -c {_sh_quote(command)}")
+
+
+def _sh_quote(s: str) -> str:
+    return "'" + s.replace("'", "'\\''") + "'"
+
+
+def provisioning(version: str, size: str) -> tuple[list[Script], list[Script]]:
+    provision = [
+        Script("record the image version", f"set -e\necho {version} > /etc/gh-image-version\n", 30),
+        Script(
+            "wait for the signed-in XFCE session",
+            # The first start of a session under TCG takes a minute or two on a loaded host.
+            f"i=0; until {as_user(SESSION_READY)}; do i=$((i + 1)); "
+            "if [ $i -gt 600 ]; then echo 'the XFCE session did not come up within 10 minutes' >&2; "
+            "systemctl --no-pager status lightdm >&2; tail -30 /var/log/lightdm/*.log >&2; exit 1; fi; "
+            "sleep 1; done\n",
+            660,
+        ),
+        Script(
+            "check the session's screen, pointer, folders and sudo",
+            "set -e\n"
+            + as_user(f"xdpyinfo | grep -q 'dimensions: *{size} pixels'")
+            + f" || {{ echo 'the screen is not {size}:' >&2; "
+            + as_user("xdpyinfo | grep dimensions") + " >&2; exit 1; }\n"
+            "grep -q 'QEMU USB Tablet' /proc/bus/input/devices || { echo 'no USB tablet' >&2; exit 1; }\n"
+            + as_user("test -d ~/Desktop && test -d ~/Documents && test -d ~/Downloads && sudo -n true") + "\n"
+            "systemctl is-active --quiet qemu-guest-agent\n",
+            120,
+        ),
+    ]
+    seal = [Script(
+        "seal: clear temporary files and logs, flush the disk",
+        "rm -rf /tmp/gh-* /root/.bash_history /var/log/journal/* /var/lib/apt/lists/*; "
+        "find /var/log -type f -name '*.log' -exec truncate -s 0 {} +; fstrim -a 2>/dev/null; sync\n", 120)]
+    return provision, seal
+
+
+def _screen_colours(vm: BuildVM) -> int:
+    """Distinct colours in a sample of the screen (a text console has two or three)."""
+    shot = vm.workdir / "screen.ppm"
+    vm.screendump(shot)
+    data = shot.read_bytes()
+    parts = data.split(maxsplit=4)
+    if len(parts) < 5 or parts[0] != b"P6":
+        raise BuildError("the screen dump is not a PPM image")
+    pixels = parts[4]
+    return len({pixels[i: i + 3] for i in range(0, len(pixels) - 2, 3 * 31)})
+
+
+def _probe(vm: BuildVM, mode: str, out: str, count: int, timeout: float) -> None:
+    """Start gh-desktop-probe as the user and wait until its window has the keyboard focus."""
+    vm.qga.run_script("/bin/sh", f"rm -f {out} {out}.ready; "
+                      f"{as_user(f'setsid gh-desktop-probe {mode} {out} {count} >/tmp/gh-probe.log 2>&1 &')}\n",
+                      timeout=30)
+    _wait_guest(vm, f"test -e {out}.ready", timeout, f"the {mode} probe window never got the focus")
+
+
+def _wait_guest(vm: BuildVM, condition: str, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while vm.qga.run_script("/bin/sh", condition + "\n", timeout=30).exit_code != 0:
+        if time.monotonic() > deadline:
+            raise BuildError(what)
+        time.sleep(0.3)
+
+
+def _click(vm: BuildVM, x: int, y: int, size: tuple[int, int]) -> None:
+    def axis(v: int, n: int) -> int:
+        return round(max(0, min(v, n - 1)) * 32767 / (n - 1))
+
+    move = [{"type": "abs", "data": {"axis": "x", "value": axis(x, size[0])}},
+            {"type": "abs", "data": {"axis": "y", "value": axis(y, size[1])}}]
+    vm.qmp.execute("input-send-event", {"events": move})
+    time.sleep(0.05)  # NOTE: one HID report per state; the press must not share the move's report
+    for down in (True, False):
+        vm.qmp.execute("input-send-event", {"events": [{"type": "btn", "data": {"down": down, "button": "left"}}]})
+        time.sleep(0.05)
+
+
+def check_desktop(size: tuple[int, int]):  # type: ignore[no-untyped-def]
+    def check(vm: BuildVM, timeout: float = 180.0) -> None:
+        """The screen shows a desktop, typed keys reach a GUI text field, clicks land where aimed."""
+        colours = _screen_colours(vm)
+        if colours < 24:
+            raise BuildError(f"the screen shows {colours} colours: a console or a blank screen, not a desktop")
+        log(f"the screen shows a desktop ({colours} colours in a sample)")
+        _probe(vm, "entry", "/tmp/gh-typed", 1, timeout)
+        vm.type_text("Typed Through QEMU 123\n")
+        _wait_guest(vm, "grep -qx 'Typed Through QEMU 123' /tmp/gh-typed", 60,
+                    "keys typed through QEMU never reached the focused text field")
+        log("keys typed through QEMU reach a focused GUI text field")
+        w, h = size
+        targets = [(0, 0), (w - 1, 0), (0, h - 1), (w - 1, h - 1), (w // 2, h // 2), (w // 3, 2 * h // 3)]
+        _probe(vm, "click", "/tmp/gh-clicks", len(targets), timeout)
+        for x, y in targets:
+            _click(vm, x, y, size)
+        _wait_guest(vm, f"[ $(wc -l < /tmp/gh-clicks) -ge {len(targets)} ]", 60, "clicks never reached the window")
+        got = vm.qga.run_script("/bin/sh", "cat /tmp/gh-clicks", timeout=30).stdout.split("\n")
+        for (x, y), line in zip(targets, got, strict=False):
+            gx, gy, button = (int(v) for v in line.split())
+            if abs(gx - x) > 2 or abs(gy - y) > 2 or button != 1:
+                raise BuildError(f"a left click aimed at ({x}, {y}) landed at ({gx}, {gy}) button {button}")
+        log(f"clicks land where aimed: {', '.join(f'({x},{y})' for x, y in targets)}")
+        vm.qga.run_script("/bin/sh", "rm -f /tmp/gh-typed* /tmp/gh-clicks* /tmp/gh-probe.log", timeout=30)
+
+    return check
+
+
+def build(out: Path, cache: debs.DebCache, *, display: tuple[int, int] = DEFAULT_DISPLAY,
+          force: bool = False) -> Path:
+    started = time.monotonic()
+    size = f"{display[0]}x{display[1]}"
+    settings = {"suite": SUITE, "variant": VARIANT, "packages": PACKAGES, "display": size, "cmdline": CMDLINE,
+                "memory_mib": MEMORY_MIB, "vcpus": VCPUS, "disk_mib": DISK_MIB}
+    quick_key = pipeline.inputs_digest({"apt": debs.apt_state(), "sources": _source_digest(), **settings})
+    if not force and (existing := pipeline.up_to_date(out / NAME, quick_key, key="quick_key")) is not None:
+        log(f"{NAME} {existing.version} is up to date in {out / NAME} ({time.monotonic() - started:.1f} s)")
+        return out / NAME
+    if shutil.which("mmdebstrap") is None:
+        raise BuildError("mmdebstrap is not installed (apt-get install mmdebstrap, or run scripts/setup.sh)")
+    try:
+        closure = resolve_closure(PACKAGES)
+    except BuildError as e:
+        if os.geteuid() != 0:
+            raise
+        log(f"{e}; refreshing apt's package lists and retrying")
+        proc.run(["apt-get", "update", "-qq"], timeout=900)
+        closure = resolve_closure(PACKAGES)
+    record: dict[str, object] = {"packages": closure, "sources": _source_digest(), **settings}
+    digest = pipeline.inputs_digest(record)
+    version = digest[:16]
+    if not force and (existing := pipeline.up_to_date(out / NAME, digest)) is not None:
+        pipeline.record_quick_key(out / NAME, quick_key)
+        log(f"{NAME} {existing.version} is up to date in {out / NAME} ({time.monotonic() - started:.1f} s)")
+        return out / NAME
+    if os.geteuid() != 0:
+        raise BuildError("building linux-desktop needs root (mmdebstrap installs packages into a chroot)")
+
+    work = Path(tempfile.mkdtemp(prefix="gh-build-linux-desktop-", dir="/var/tmp"))
+    os.chmod(work, 0o755)  # QEMU may run as another user on some hosts
+    staging: Path | None = None
+    timings: dict[str, float] = {}
+    try:
+        t = time.monotonic()
+        root_key = pipeline.inputs_digest({"packages": closure, "assets": _source_digest(assets_only=True),
+                                           **settings})[:16]
+        root = cached_root(cache.root, root_key, size)
+        timings["mmdebstrap_s"] = time.monotonic() - t
+        log(f"root ready ({timings['mmdebstrap_s']:.0f} s)")
+        kernels = sorted((root / "boot").glob("vmlinuz-*"))
+        if not kernels:
+            raise BuildError("the root has no /boot/vmlinuz-*")
+        kver = kernels[-1].name.removeprefix("vmlinuz-")
+        staging = pipeline.staging_dir(out, NAME)
+        shutil.copy2(root / "boot" / f"vmlinuz-{kver}", staging / "vmlinuz")
+        shutil.copy2(root / "boot" / f"initrd.img-{kver}", staging / "initrd.img")
+        raw = work / "root.ext4"
+        t = time.monotonic()
+        make_ext4(root, raw)
+        timings["mkfs_s"] = time.monotonic() - t
+
+        spec = MachineSpec(
+            name=NAME, machine="pc", memory_mib=MEMORY_MIB, vcpus=VCPUS, video="vga",
+            kernel=staging / "vmlinuz", initrd=staging / "initrd.img", cmdline=CMDLINE,
+            drives=[Drive(raw, "raw")], tablet="usb", qga_channel=True,
+        )
+        provision, seal = provisioning(version, size)
+        plan = BootPlan("/bin/sh", provision, seal, ready_timeout=600, shutdown_timeout=180,
+                        check=check_desktop(display))
+        vm = BuildVM(spec, best_accel(), work)
+        pipeline.boot_provision_seal(vm, vm.qga, plan)
+        timings.update(plan.timings)
+
+        t = time.monotonic()
+        pipeline.convert_compressed(raw, "raw", staging / "disk.qcow2")
+        timings["compress_s"] = time.monotonic() - t
+        disk_bytes = (staging / "disk.qcow2").stat().st_size
+        if disk_bytes > SIZE_LIMIT:
+            raise BuildError(f"{NAME}'s disk is {disk_bytes / 2**20:.0f} MiB, over the "
+                             f"{SIZE_LIMIT / 2**20:.0f} MiB budget")
+        manifest = ImageManifest(
+            name=NAME, os="linux", version=version,
+            description=f"Debian 12 XFCE 4.18 desktop, user '{USER}' signed in at {size}; kernel {kver}",
+            shell="bash", guest_channels=["qemu-ga"],
+            boot=DirectKernelBoot(
+                kernel="vmlinuz", initrd="initrd.img", cmdline=CMDLINE,
+                kernel_sha256=sha256_file(staging / "vmlinuz"), initrd_sha256=sha256_file(staging / "initrd.img"),
+            ),
+            machine="pc", memory_mib=MEMORY_MIB, vcpus=VCPUS, video="vga",
+            disk=DiskFile(file="disk.qcow2", sha256=sha256_file(staging / "disk.qcow2"),
+                          virtual_size=DISK_MIB * 1024 * 1024),
+            network="none", tablet="usb",
+            display=Display(width=display[0], height=display[1]),
+            session=DesktopSession(user=USER, uid=UID, home=HOME, env=SESSION_ENV, ready_check=SESSION_READY,
+                                   elevation="sudo"),
+        )
+        record["kernel"] = kver
+        timings["total_s"] = time.monotonic() - started
+        record["build_timings"] = {k: round(v, 1) for k, v in timings.items()}
+        final = pipeline.publish(staging, manifest, record, digest, quick_key=quick_key)
+        staging = None
+        total = sum(p.stat().st_size for p in final.iterdir() if p.is_file())
+        log(f"{NAME} {version} written to {final}: {total / 2**20:.0f} MiB "
+            f"(disk {disk_bytes / 2**20:.0f} MiB), build {time.monotonic() - started:.0f} s "
+            f"({', '.join(f'{k} {v:.0f}' for k, v in timings.items())})")
+        return final
+    finally:
+        if staging is not None:
+            pipeline.discard(staging)
+        shutil.rmtree(work, ignore_errors=True)
