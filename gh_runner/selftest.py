@@ -3,7 +3,7 @@
 The first command an operator runs on a lab host after building an image. For each image it runs
 the steps in the order `ImageSelftest._lifecycle` reads, each bounded by its own timeout:
 
-    machine -> user_setting -> verdict -> env -> screenshot -> typing -> click -> warm_start
+    machine -> user_setting -> verdict -> env -> screenshot -> typing -> click -> key_chord -> warm_start
     (cleanup, always, in `run`'s finally)
 
 A step that goes wrong raises `StepFailed(detail, fix)`; the step is recorded as failed with what to
@@ -52,6 +52,7 @@ class Step(StrEnum):
     SCREENSHOT = "screenshot"
     TYPING = "typing"
     CLICK = "click"
+    KEY_CHORD = "key_chord"  # desktops: a chord reaches the window manager (ctrl+alt+t opens a terminal)
     WARM_START = "warm_start"
     CLEANUP = "cleanup"
 
@@ -68,8 +69,9 @@ class StepTimeouts:
 
     @classmethod
     def for_image(cls, image: ImageInfo) -> StepTimeouts:
-        if image.os == "windows":
-            # A cold boot to a signed-in desktop, and a memory image of gigabytes, on a loaded host.
+        if image.os == "windows" or image.shell == "bash":
+            # A cold boot to a signed-in desktop, and a memory image of gigabytes, on a loaded host
+            # (linux-desktop boots to its XFCE session in minutes under TCG).
             return cls(machine=900.0, warm_start=900.0)
         return cls()
 
@@ -101,6 +103,16 @@ def _lines(res: ScriptResult) -> dict[str, str]:
         if sep:
             out[key] = value
     return out
+
+
+def _colours(png: bytes) -> int:
+    """Distinct colours in a quarter-size sample of the screen, without blending."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as img:
+        rgb = img.convert("RGB")
+        small = rgb.resize((max(1, rgb.width // 4), max(1, rgb.height // 4)), Image.Resampling.NEAREST)
+        return len(set(small.getdata()))
 
 
 def _script_ok(what: str, res: ScriptResult, timeout: float) -> None:
@@ -146,6 +158,8 @@ class ImageSelftest:
         await self._step(Step.SCREENSHOT, t.screen, self._screenshot)
         await self._step(Step.TYPING, t.typing, self._typing)
         await self._step(Step.CLICK, t.click, self._click)
+        if self.probes.chord is not None:
+            await self._step(Step.KEY_CHORD, t.typing, self._key_chord)
         await self._step(Step.WARM_START, t.warm_start, self._warm_start)
 
     async def _step(self, step: Step, timeout: float, work: Callable[[], Awaitable[str]], *,
@@ -252,6 +266,14 @@ class ImageSelftest:
                              "the guest shows nothing on its display: check the image's video device and that "
                              "it reached its desktop or console")
         self.screen_size = size
+        if self.probes.min_colours is not None:
+            colours = _colours(png)
+            if colours < self.probes.min_colours:
+                raise StepFailed(f"the screenshot ({size[0]}x{size[1]}) has {colours} colours: a console or a "
+                                 "blank screen, not the desktop",
+                                 "the image's session did not come up on its display: see the guest's "
+                                 "/var/log/lightdm and ~/.xsession-errors")
+            return f"{size[0]}x{size[1]} PNG of a desktop ({colours} colours), not blank, not a console"
         return f"{size[0]}x{size[1]} PNG, not blank (luma {lo}..{hi})"
 
     async def _typing(self) -> str:
@@ -291,6 +313,18 @@ class ImageSelftest:
             raise StepFailed(f"clicked at {x},{y} of {w}x{h}; the guest saw it at {gx},{gy}",
                              "pointer coordinates are scaled wrongly for this screen size")
         return f"clicked at {x},{y}; the guest saw the click at {gx},{gy}"
+
+    async def _key_chord(self) -> str:
+        assert self.machine is not None and self.probes.chord is not None
+        chord = "+".join(self.probes.chord)
+        try:
+            await self.machine.send_input([KeyEvent(keys=self.probes.chord)])
+            if await self._poll(self.probes.chord_seen, lambda r: r.exit_code == 0) is None:
+                raise StepFailed(f"pressed {chord} but its effect never showed ({self.probes.chord_seen})",
+                                 "key chords do not reach the desktop: check the image's keyboard and shortcuts")
+        finally:
+            await self._run(self.probes.chord_undo)
+        return f"pressed {chord}; the desktop acted on it"
 
     async def _warm_start(self) -> str:
         assert self.machine is not None

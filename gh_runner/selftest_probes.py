@@ -1,6 +1,7 @@
 """The scripts `gh-runner selftest` runs in a guest, one set per shell.
 
-Each probe prints `key=value` lines the selftest reads. The sh set runs on linux-tiny in CI; the
+Each probe prints `key=value` lines the selftest reads. The sh set runs on linux-tiny in CI, the
+bash set on linux-desktop (as its signed-in user, through GUI windows: docs/desktop-guests.md); the
 PowerShell set is written for win10-22h2 and has never run on a real Windows guest (there is no
 Windows ISO where this was written): `gh-runner selftest --image win10-22h2` on a lab host is its test.
 """
@@ -33,6 +34,13 @@ class ShellProbes:
     click_position: Callable[[ScriptResult, tuple[int, int]], tuple[int, int] | None]  # pixels, or None yet
     signed_in_fix: str
     elevated_fix: str
+    # Desktops only: the fewest distinct colours a screenshot of the desktop has (a text console has
+    # two or three), and a key chord with a script that succeeds once its effect is seen (and one
+    # that undoes it). None where the image shows a console.
+    min_colours: int | None = None
+    chord: list[str] | None = None
+    chord_seen: str = ""
+    chord_undo: str = ""
 
     def print_bool(self, value: bool) -> str:
         return self.print_true if value else self.print_false
@@ -116,6 +124,64 @@ SH = ShellProbes(
     click_position=evdev_click,
     signed_in_fix="the guest agent should run scripts as the console's user (root on linux-tiny)",
     elevated_fix="scripts must run as root on a Linux image",
+)
+
+# -- bash as the signed-in desktop user (linux-desktop) ---------------------------------------------
+
+_DESKTOP_TYPED = "/tmp/gh-selftest-typed"
+_DESKTOP_CLICK = "/tmp/gh-selftest-click"
+
+# A per-user xfconf property, written and read through the session's own xfconfd (its D-Bus).
+DESKTOP_USER_SETTING = """
+xfconf-query -c xfce4-desktop -p /gh-selftest/probe -n -t string -s "$GH_SELFTEST_NONCE" || exit 1
+echo "value=$(xfconf-query -c xfce4-desktop -p /gh-selftest/probe)"
+echo "user=$(id -un)"
+# The console user: the owner of the graphical session (xfce4-session on the X display).
+echo "console_user=$(ps -o user= -p "$(pgrep -o -x xfce4-session)" 2>/dev/null | tr -d ' ')"
+if sudo -n true 2>/dev/null; then echo elevated=True; else echo elevated=False; fi
+"""
+
+
+def _desktop_probe(mode: str, out: str) -> str:
+    """Start the image's GUI probe (gh-desktop-probe) and return once its window has the focus."""
+    return f"""
+rm -f {out} {out}.ready
+setsid gh-desktop-probe {mode} {out} 1 >/dev/null 2>&1 &
+i=0
+until [ -e {out}.ready ]; do
+  i=$((i + 1)); [ $i -gt 300 ] && {{ echo "the {mode} probe window never got the focus" >&2; exit 1; }}
+  sleep 0.2
+done
+"""
+
+
+def _desktop_click(res: ScriptResult, size: tuple[int, int]) -> tuple[int, int] | None:
+    """"x y button" as X reported the press to the probe window (already in screen pixels)."""
+    parts = res.stdout.split()
+    if len(parts) < 3 or parts[2] != "1":
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+DESKTOP = ShellProbes(
+    setting_name="xfconf xfce4-desktop /gh-selftest/probe",
+    user_setting=DESKTOP_USER_SETTING,
+    read_setting='echo "value=$(xfconf-query -c xfce4-desktop -p /gh-selftest/probe)"',
+    print_true="echo True",
+    print_false="echo False",
+    print_env="printf 'phase=%s\\nanswer=%s\\n' \"$GH_CHECK_PHASE\" \"$GH_AGENT_ANSWER\"",
+    typing_prepare=_desktop_probe("entry", _DESKTOP_TYPED),
+    typed_line=lambda text: text,
+    typing_read=f"cat {_DESKTOP_TYPED} 2>/dev/null || true",
+    click_prepare=_desktop_probe("click", _DESKTOP_CLICK),
+    click_read=f"cat {_DESKTOP_CLICK} 2>/dev/null || true",
+    click_position=_desktop_click,
+    signed_in_fix="the manifest's `session.user` must be the user lightdm signs in (rebuild linux-desktop)",
+    elevated_fix="the session's user needs sudo without a password (/etc/sudoers.d/gh-user in the image)",
+    min_colours=50,
+    chord=["ctrl", "alt", "t"],
+    chord_seen="xdotool search --onlyvisible --class xfce4-terminal >/dev/null",
+    chord_undo="pkill -x xfce4-terminal; true",
 )
 
 # -- PowerShell (win10-22h2; never run on a real Windows guest) ------------------------------------
@@ -207,9 +273,11 @@ POWERSHELL = ShellProbes(
 def probes_for(shell: str) -> ShellProbes:
     if shell == "sh":
         return SH
+    if shell == "bash":
+        return DESKTOP
     if shell == "powershell":
         return POWERSHELL
     raise ValueError(f"no selftest probes for shell {shell!r}")
 
 
-__all__ = ["POWERSHELL", "SH", "ShellProbes", "evdev_click", "probes_for"]
+__all__ = ["DESKTOP", "POWERSHELL", "SH", "ShellProbes", "evdev_click", "probes_for"]

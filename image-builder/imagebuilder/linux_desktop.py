@@ -83,10 +83,12 @@ SIZE_LIMIT = 1536 * 1024 * 1024  # the compressed disk
 _SOURCES = ["linux_desktop.py"]
 
 
-def _source_digest(*, assets_only: bool = False) -> str:
+def _source_digest(*, hook_only: bool = False) -> str:
     h = hashlib.sha256()
-    files = [] if assets_only else [Path(__file__).parent / s for s in _SOURCES]
-    files += sorted(p for p in ASSETS.rglob("*") if p.is_file())
+    if hook_only:
+        files = [ASSETS / "customize.sh"]
+    else:
+        files = [Path(__file__).parent / s for s in _SOURCES] + sorted(p for p in ASSETS.rglob("*") if p.is_file())
     for f in files:
         h.update(f.relative_to(Path(__file__).parent).as_posix().encode() + b"\0")
         h.update(f"{stat.S_IMODE(f.stat().st_mode):o}".encode() + b"\0" + f.read_bytes() + b"\0")
@@ -129,7 +131,7 @@ def mmdebstrap(root: Path, cache: Path, size: str, timeout: float = 1800.0) -> N
 
 
 def cached_root(cache: Path, key: str, size: str) -> Path:
-    """The configured root for these packages and assets: built by mmdebstrap once and kept, so a
+    """The configured root for these packages and this hook: built by mmdebstrap once and kept, so a
     build that failed later (or `--force`) does not install 500 packages again. Older roots are
     removed (one is about 1.3 GB)."""
     base = cache / "linux-desktop-root"
@@ -146,6 +148,14 @@ def cached_root(cache: Path, key: str, size: str) -> Path:
             shutil.rmtree(old, ignore_errors=True)
     partial.rename(done)
     return done
+
+
+def apply_files(root: Path, size: str) -> None:
+    """The image's own files (assets/linux-desktop/rootfs) over the cached root, on every build: a
+    change to one of them needs no new root (the hook copies them too, for a root built alone)."""
+    proc.run(["cp", "-a", "--no-preserve=ownership", f"{ASSETS / 'rootfs'}/.", f"{root}/"], timeout=120)
+    (root / "etc" / "gh-display").write_text(size + "\n")
+    os.chmod(root / "etc" / "sudoers.d" / "gh-user", 0o440)
 
 
 def make_ext4(root: Path, image: Path) -> None:
@@ -304,9 +314,10 @@ def build(out: Path, cache: debs.DebCache, *, display: tuple[int, int] = DEFAULT
     timings: dict[str, float] = {}
     try:
         t = time.monotonic()
-        root_key = pipeline.inputs_digest({"packages": closure, "assets": _source_digest(assets_only=True),
+        root_key = pipeline.inputs_digest({"packages": closure, "hook": _source_digest(hook_only=True),
                                            **settings})[:16]
         root = cached_root(cache.root, root_key, size)
+        apply_files(root, size)
         timings["mmdebstrap_s"] = time.monotonic() - t
         log(f"root ready ({timings['mmdebstrap_s']:.0f} s)")
         kernels = sorted((root / "boot").glob("vmlinuz-*"))

@@ -22,7 +22,7 @@ from providers.qemu import QemuProvider
 
 LIBVIRT_URI = os.environ.get("GH_TEST_LIBVIRT_URI", "qemu:///system")
 GH_RUNNER = Path(sys.executable).parent / "gh-runner"
-STEPS = [str(s) for s in Step]
+STEPS = [str(s) for s in Step if s is not Step.KEY_CHORD]  # a console has no window manager to chord
 
 
 @pytest.fixture
