@@ -1,9 +1,11 @@
 """Time to a guest that answers, four ways side by side in one run, and memory per extra machine.
 
-    .venv/bin/python bench/warm_start.py [--images-dir DIR] [--tries 20] [--pss-machines 4]
-                                         [--memory-mib M --fill-mib F]
+    .venv/bin/python bench/warm_start.py [--images-dir DIR] [--image linux-tiny] [--tries 20]
+                                         [--cold-tries N] [--pss-machines 4] [--memory-mib M --fill-mib F]
 
-On linux-tiny, for each try (the modes interleaved, so drift in host load hits them alike):
+On linux-tiny (or `--image linux-desktop`: "ready" is then a signed-in desktop, and a cold boot
+takes minutes under TCG, so `--cold-tries` bounds how many of the tries boot cold), for each try
+(the modes interleaved, so drift in host load hits them alike):
 
   cold     a fresh overlay on the image, booted
   full     the image's warm snapshot, its memory image read in full by libvirt (today's restore)
@@ -44,7 +46,7 @@ from providers.base import MachineSource
 from providers.qemu import QemuMachine, QemuProvider
 from providers.qemu.pool import PoolConfig
 
-TINY = MachineSource(image="linux-tiny")
+TINY = MachineSource(image="linux-tiny")  # replaced by --image
 MODES = ("cold", "full", "lazy", "pool")
 
 
@@ -55,14 +57,15 @@ def pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
-def pss_kib(m: QemuMachine) -> tuple[int, int]:
+def pss_kib(m: QemuMachine) -> tuple[int, int, int]:
+    """PSS, RSS and private memory (what this machine alone holds: its cost as an extra machine)."""
     pid = Path(f"/run/libvirt/qemu/{m.domain_name}.pid").read_text().strip()
     vals = {}
     for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
         k, _, v = line.partition(":")
-        if k in ("Rss", "Pss"):
+        if k in ("Rss", "Pss", "Private_Clean", "Private_Dirty"):
             vals[k] = int(v.split()[0])
-    return vals["Pss"], vals["Rss"]
+    return vals["Pss"], vals["Rss"], vals["Private_Clean"] + vals["Private_Dirty"]
 
 
 async def until(cond: Callable[[], bool], timeout: float) -> None:
@@ -87,7 +90,7 @@ async def one(p: QemuProvider, mid: str) -> tuple[float, float, dict[str, float]
         await m.destroy()
 
 
-async def pss_of(p: QemuProvider, n: int, tag: str) -> list[tuple[int, int]]:
+async def pss_of(p: QemuProvider, n: int, tag: str) -> list[tuple[int, int, int]]:
     made: list[QemuMachine] = []
     try:
         for i in range(n):
@@ -138,7 +141,7 @@ def fill_before_snapshot(fill_mib: int) -> None:
     QemuMachine.wait_ready = wait_then_fill  # type: ignore[method-assign]
 
 
-async def run(images_dir: Path, state: Path, tries: int, pss_n: int) -> None:
+async def run(images_dir: Path, state: Path, tries: int, pss_n: int, cold_tries: int) -> None:
     # One state dir, so full, lazy and pool share one warm snapshot; a runner name per mode.
     provs = {
         "cold": QemuProvider(images_dir, state, "bench-warm-cold", warm_snapshots=False),
@@ -164,6 +167,8 @@ async def run(images_dir: Path, state: Path, tries: int, pss_n: int) -> None:
         for i in range(tries):
             order = MODES if i % 2 == 0 else tuple(reversed(MODES))
             for mode in order:
+                if mode == "cold" and i >= cold_tries:
+                    continue
                 p = provs[mode]
                 if mode == "pool":
                     await until(lambda: pool.counts().get(TINY, 0) >= 1, 300)  # refills are not timed
@@ -173,10 +178,12 @@ async def run(images_dir: Path, state: Path, tries: int, pss_n: int) -> None:
                 execd[mode].append(e)
                 for k, v in st.items():
                     steps[mode].setdefault(k, []).append(v)
-            print(f"  try {i + 1}/{tries}: " + "  ".join(f"{m} {ready[m][-1]:.3f}" for m in MODES), flush=True)
+            print(f"  try {i + 1}/{tries}: " + "  ".join(f"{m} {ready[m][-1]:.3f}" for m in MODES if ready[m]),
+                  flush=True)
         assert pool.taken == tries, f"only {pool.taken} of {tries} pool tries got a pooled machine"
 
-        print(f"\nseconds, lease to a guest that answers (n={tries} each)")
+        what = " and a signed-in session" if TINY.image != "linux-tiny" else ""
+        print(f"\nseconds, lease to a guest that answers{what} (n={tries} each, cold n={len(ready['cold'])})")
         print(f"{'mode':6} {'ready p50':>10} {'ready p90':>10} {'1st p50':>10} {'1st p90':>10}"
               f" {'cold/x':>8} {'full/x':>8}")
         c50, f50 = pct(ready["cold"], 0.5), pct(ready["full"], 0.5)
@@ -188,13 +195,16 @@ async def run(images_dir: Path, state: Path, tries: int, pss_n: int) -> None:
         for m in ("full", "lazy"):
             print(f"  {m}: " + ", ".join(f"{k} {statistics.median(v):.3f}" for k, v in steps[m].items()))
 
-        print(f"\nmemory of {pss_n} machines from one snapshot at once (KiB per machine)")
+        guest_kib = (await provs["lazy"].catalog.get(TINY.image)).manifest.memory_mib * 1024
+        print(f"\nmemory of {pss_n} machines from one snapshot at once (KiB per machine; guest RAM {guest_kib})")
         for m in ("full", "lazy"):
             vals = await pss_of(provs[m], pss_n, m)
             pss = [v[0] for v in vals]
             rss = [v[1] for v in vals]
-            print(f"  {m}: PSS mean {statistics.mean(pss):8.0f}  RSS mean {statistics.mean(rss):8.0f}  "
-                  f"(PSS each: {', '.join(str(x) for x in pss)})")
+            priv = [v[2] for v in vals]
+            print(f"  {m}: PSS mean {statistics.mean(pss):8.0f} ({100 * statistics.mean(pss) / guest_kib:.0f}% of "
+                  f"the guest's RAM)  RSS mean {statistics.mean(rss):8.0f}  private mean {statistics.mean(priv):8.0f} "
+                  f"({100 * statistics.mean(priv) / guest_kib:.0f}%)  (PSS each: {', '.join(str(x) for x in pss)})")
     finally:
         for p in provs.values():
             try:
@@ -210,7 +220,8 @@ async def _main(args: argparse.Namespace, state: Path) -> None:
             images_dir = bigger_image(images_dir, state / "images", args.memory_mib)
         if args.fill_mib:
             fill_before_snapshot(args.fill_mib)
-        await run(images_dir, state, args.tries, args.pss_machines)
+        await run(images_dir, state, args.tries, args.pss_machines,
+                  args.tries if args.cold_tries is None else args.cold_tries)
     finally:
         await asyncio.to_thread(shutil.rmtree, state, True)
 
@@ -219,11 +230,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images-dir", type=Path,
                     default=Path(os.environ.get("GH_IMAGES_DIR", "/var/tmp/gh-runner/images")))
+    ap.add_argument("--image", default="linux-tiny", help="linux-tiny (default) or linux-desktop")
     ap.add_argument("--tries", type=int, default=20)
+    ap.add_argument("--cold-tries", type=int, default=None, help="tries that include a cold boot (default: all)")
     ap.add_argument("--pss-machines", type=int, default=4)
     ap.add_argument("--memory-mib", type=int, default=0, help="guest RAM (default: the image's)")
     ap.add_argument("--fill-mib", type=int, default=0, help="MiB the snapshot's guest uses before it is saved")
     args = ap.parse_args()
+    global TINY
+    TINY = MachineSource(image=args.image)
     state = Path(tempfile.mkdtemp(prefix="gh-bench-warm-", dir="/var/tmp"))
     state.chmod(0o755)  # libvirt-qemu must reach the overlays
     asyncio.run(_main(args, state))
