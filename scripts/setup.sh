@@ -13,6 +13,7 @@ log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 APT_PACKAGES=(
   qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients libvirt-dev pkg-config
   e2fsprogs cpio zstd xz-utils genisoimage chromium postgresql systemd
+  mmdebstrap  # the linux-desktop image's root, from Debian's packages (scripts/desktop-image.sh)
   nftables dnsmasq-base  # the isolated network: its host firewall (nft), its DHCP (libvirt runs dnsmasq)
   haproxy  # the load balancer in front of several gh-server processes (docs/operations.md, tests/gateway/topology.py)
   python3  # the system interpreter the gh-agent uid can run (tests' command agents; the venv may be under /root)
@@ -71,3 +72,11 @@ fi
 # The linux-tiny image (cached: a second build is instant).
 log "linux-tiny image in $GH_IMAGES_DIR"
 .venv/bin/python image-builder/build linux-tiny --out "$GH_IMAGES_DIR"
+
+# The linux-desktop image (tests/desktop, examples/desktop-basics.yaml): cached like linux-tiny, a
+# fresh build takes 10-15 minutes. GH_SETUP_DESKTOP=0 skips it (the desktop tests build it when
+# they first need it).
+if [ "${GH_SETUP_DESKTOP:-1}" != 0 ]; then
+  log "linux-desktop image in $GH_IMAGES_DIR"
+  bash scripts/desktop-image.sh
+fi
