@@ -37,8 +37,10 @@ class JsonSocket:
             self.sock.close()
             self.sock = None
 
-    def send(self, obj: dict[str, Any]) -> None:
+    def send(self, obj: dict[str, Any], timeout: float = 30.0) -> None:
+        """Raises TimeoutError when the peer has not read what was sent before for `timeout`."""
         assert self.sock is not None, "not connected"
+        self.sock.settimeout(timeout)
         self.sock.sendall(json.dumps(obj).encode() + b"\n")
 
     def recv(self, deadline: float) -> dict[str, Any] | None:

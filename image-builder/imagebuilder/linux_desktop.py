@@ -130,6 +130,12 @@ def mmdebstrap(root: Path, cache: Path, size: str, timeout: float = 1800.0) -> N
         timeout=timeout)
 
 
+def root_cache_key(closure: list[str], size: str) -> str:
+    """What the configured root is a function of: the packages and the hook (not the boot settings)."""
+    return pipeline.inputs_digest({"packages": closure, "hook": _source_digest(hook_only=True), "suite": SUITE,
+                                   "variant": VARIANT, "include": PACKAGES, "display": size})[:16]
+
+
 def cached_root(cache: Path, key: str, size: str) -> Path:
     """The configured root for these packages and this hook: built by mmdebstrap once and kept, so a
     build that failed later (or `--force`) does not install 500 packages again. Older roots are
@@ -314,8 +320,7 @@ def build(out: Path, cache: debs.DebCache, *, display: tuple[int, int] = DEFAULT
     timings: dict[str, float] = {}
     try:
         t = time.monotonic()
-        root_key = pipeline.inputs_digest({"packages": closure, "hook": _source_digest(hook_only=True),
-                                           **settings})[:16]
+        root_key = root_cache_key(closure, size)
         root = cached_root(cache.root, root_key, size)
         apply_files(root, size)
         timings["mmdebstrap_s"] = time.monotonic() - t

@@ -29,24 +29,36 @@ class QGA:
         self.js = JsonSocket(path)
 
     def wait_ready(self, timeout: float) -> float:
-        """Block until the agent answers; returns the seconds it took."""
+        """Block until the agent answers; returns the seconds it took.
+
+        NOTE: until the guest opens its end of the port QEMU reads nothing from our socket, so the
+        sync requests pile up in the socket's send buffer; a boot of minutes (a desktop) fills it
+        and a send would block. So the interval between requests grows, and a send that cannot
+        go through reconnects (which drops what QEMU never read)."""
         start = time.monotonic()
         deadline = start + timeout
         try:
             self.js.connect(deadline)
         except TimeoutError as e:
             raise BuildError(f"the guest agent socket: {e}") from None
+        interval = 1.0
         while time.monotonic() < deadline:
             sync_id = random.randint(1, 2**31 - 1)
             try:
-                self.js.send({"execute": "guest-sync-delimited", "arguments": {"id": sync_id}})
-                step = min(deadline, time.monotonic() + 1.0)
+                try:
+                    self.js.send({"execute": "guest-sync-delimited", "arguments": {"id": sync_id}}, timeout=2.0)
+                except TimeoutError:
+                    self.js.close()
+                    self.js.connect(deadline)
+                    continue
+                step = min(deadline, time.monotonic() + interval)
                 while (reply := self.js.recv(step)) is not None:
                     if reply.get("return") == sync_id:
                         self.execute("guest-ping", timeout=max(1.0, deadline - time.monotonic()))
                         return time.monotonic() - start
             except OSError as e:
                 raise BuildError(f"the guest agent channel closed while waiting for it ({e}): did QEMU exit?") from None
+            interval = min(interval * 1.5, 5.0)
         raise BuildError(f"the guest agent did not answer within {timeout:.0f} s")
 
     def execute(self, command: str, arguments: dict[str, Any] | None = None, timeout: float = 30.0) -> Any:
