@@ -29,7 +29,7 @@ IMAGES_DIR = Path(os.environ.get("GH_IMAGES_DIR", "/var/tmp/gh-runner/images"))
 LIBVIRT_URI = os.environ.get("GH_TEST_LIBVIRT_URI", "qemu:///system")
 IMAGE = "linux-desktop"
 # A restore is seconds; a cold boot of the desktop to its session is minutes under TCG.
-BOOT_TIMEOUT = float(os.environ.get("GH_TEST_DESKTOP_BOOT_TIMEOUT", "900"))
+BOOT_TIMEOUT = float(os.environ.get("GH_TEST_DESKTOP_BOOT_TIMEOUT", "1800"))
 BUILD_TIMEOUT = 3600
 RUNNER_NAME = f"desktest{secrets.token_hex(3)}"
 
