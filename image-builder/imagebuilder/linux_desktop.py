@@ -258,9 +258,11 @@ def _click(vm: BuildVM, x: int, y: int, size: tuple[int, int]) -> None:
 def check_desktop(size: tuple[int, int]):  # type: ignore[no-untyped-def]
     def check(vm: BuildVM, timeout: float = 180.0) -> None:
         """The screen shows a desktop, typed keys reach a GUI text field, clicks land where aimed."""
-        colours = _screen_colours(vm)
-        if colours < 24:
-            raise BuildError(f"the screen shows {colours} colours: a console or a blank screen, not a desktop")
+        deadline = time.monotonic() + 60
+        while (colours := _screen_colours(vm)) < 24:
+            if time.monotonic() > deadline:
+                raise BuildError(f"the screen shows {colours} colours: a console or a blank screen, not a desktop")
+            time.sleep(1.0)
         log(f"the screen shows a desktop ({colours} colours in a sample)")
         _probe(vm, "entry", "/tmp/gh-typed", 1, timeout)
         vm.type_text("Typed Through QEMU 123\n")
