@@ -266,7 +266,10 @@ def check_desktop(size: tuple[int, int]):  # type: ignore[no-untyped-def]
         deadline = time.monotonic() + 60
         while (colours := _screen_colours(vm)) < 24:
             if time.monotonic() > deadline:
-                raise BuildError(f"the screen shows {colours} colours: a console or a blank screen, not a desktop")
+                why = vm.qga.run_script("/bin/sh", "cat /var/log/gh-vga-unblank.log; systemctl --no-pager status "
+                                        "gh-vga-unblank 2>&1 | tail -5; cat /sys/class/tty/tty0/active", timeout=30)
+                raise BuildError(f"the screen shows {colours} colours: a console or a blank screen, not a desktop "
+                                 f"({why.stdout.strip()[-600:]})")
             time.sleep(1.0)
         log(f"the screen shows a desktop ({colours} colours in a sample)")
         _probe(vm, "entry", "/tmp/gh-typed", 1, timeout)
