@@ -74,9 +74,9 @@ log "linux-tiny image in $GH_IMAGES_DIR"
 .venv/bin/python image-builder/build linux-tiny --out "$GH_IMAGES_DIR"
 
 # The linux-desktop image (tests/desktop, examples/desktop-basics.yaml): cached like linux-tiny, a
-# fresh build takes 10-15 minutes. GH_SETUP_DESKTOP=0 skips it (the desktop tests build it when
-# they first need it).
-if [ "${GH_SETUP_DESKTOP:-1}" != 0 ]; then
+# fresh build takes 10-15 minutes. Only with GH_SETUP_DESKTOP=1 for now: its build does not pass
+# its own screen proof yet (issue 22), and a failed build would stop the set-up.
+if [ "${GH_SETUP_DESKTOP:-0}" = 1 ]; then
   log "linux-desktop image in $GH_IMAGES_DIR"
   bash scripts/desktop-image.sh
 fi
