@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import socket
 from collections.abc import Mapping
 from pathlib import Path
@@ -65,6 +66,34 @@ class Pool(BaseModel):
     total_mib: int = Field(default=0, ge=0, le=4 * 1024 * 1024, description="guest memory all of them may hold")
 
 
+class Registry(BaseModel):
+    """An OCI registry for start states and images (issue 25; gh_runner/registry.py, docs/operations.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(description="https://HOST[:PORT] (http:// only for a loopback registry or with insecure)")
+    repository: str = Field(default="gh-runner", description="repository prefix: PREFIX/states/ID, PREFIX/images/NAME")
+    credentials_file: Path | None = Field(default=None, description="`user:password`, or a Docker config.json")
+    ca_file: Path | None = Field(default=None, description="PEM bundle to trust for the registry's TLS")
+    cache_mib: int = Field(default=20480, ge=64, description="pulled start-state versions kept under the state dir")
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, v: str) -> str:
+        url = urlsplit(v.strip())
+        if url.scheme not in ("https", "http") or not url.hostname or url.path not in ("", "/"):
+            raise ValueError("must be https://HOST[:PORT] (or http:// for a loopback registry), no path")
+        return f"{url.scheme}://{url.netloc}"
+
+    @field_validator("repository")
+    @classmethod
+    def _check_repository(cls, v: str) -> str:
+        v = v.strip("/")
+        if not v or not all(re.fullmatch(r"[a-z0-9]+(?:[._-][a-z0-9]+)*", p) for p in v.split("/")):
+            raise ValueError("must be lower-case path components (a-z, 0-9, '.', '_', '-') separated by '/'")
+        return v
+
+
 class RunnerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -99,6 +128,7 @@ class RunnerConfig(BaseModel):
     warm_snapshots: bool = Field(default=True, description="start machines on an image from its booted snapshot")
     pool: Pool | None = Field(default=None, description="the hot pool; unset: sized from the slots and free "
                               "memory (gh_runner/poolsize.py); `off` turns it off")
+    registry: Registry | None = Field(default=None, description="OCI registry for start states and images")
 
     @field_validator("pool", mode="before")
     @classmethod
@@ -147,6 +177,15 @@ class RunnerConfig(BaseModel):
         if not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError("must be HOST:PORT or PORT (a bare port binds loopback), e.g. 127.0.0.1:9464")
         return v
+
+    @model_validator(mode="after")
+    def _check_registry_transport(self) -> RunnerConfig:
+        reg = self.registry
+        if reg is not None and reg.url.startswith("http://") and not self.insecure \
+                and not is_loopback(urlsplit(reg.url).hostname or ""):
+            raise ValueError(f"registry.url {reg.url} is not encrypted; use https:// (or --insecure to send "
+                             "registry credentials in clear text to a non-loopback host)")
+        return self
 
     @model_validator(mode="after")
     def _check_backoff(self) -> RunnerConfig:
@@ -231,8 +270,20 @@ _ENV_KEYS = (
 )
 
 
+# GH_RUNNER_REGISTRY_<KEY> fill `registry.<key>` (GH_RUNNER_REGISTRY_URL alone turns it on).
+_REGISTRY_ENV_KEYS = ("url", "repository", "credentials_file", "ca_file", "cache_mib")
+
+
+def _env_registry(env: Mapping[str, str]) -> dict[str, Any] | None:
+    values = {k: env[ENV_PREFIX + "REGISTRY_" + k.upper()] for k in _REGISTRY_ENV_KEYS
+              if env.get(ENV_PREFIX + "REGISTRY_" + k.upper())}
+    return values or None
+
+
 def _env_values(env: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    if (reg := _env_registry(env)) is not None:
+        out["registry"] = reg
     for key in _ENV_KEYS:
         raw = env.get(ENV_PREFIX + key.upper())
         if raw is None or raw == "":
@@ -269,11 +320,13 @@ def _format_validation(e: ValidationError, source: str, env_names: bool = False)
     for err in e.errors():
         where = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
         if env_names:
-            where = ENV_PREFIX + where.upper()
+            where = ENV_PREFIX + where.upper().replace(".", "_")
         if err.get("type") == "extra_forbidden":
             allowed = ", ".join(sorted(RunnerConfig.model_fields))
             if len(err.get("loc", ())) > 1 and err["loc"][0] == "timeouts":
                 allowed = ", ".join(sorted(Timeouts.model_fields))
+            if len(err.get("loc", ())) > 1 and err["loc"][0] == "registry":
+                allowed = ", ".join(sorted(Registry.model_fields))
             lines.append(f"{where}: unknown key; allowed keys: {allowed}")
         else:
             msg = err.get("msg", "invalid")
@@ -301,11 +354,16 @@ def load_config(
         except ValidationError as e:
             raise ConfigError(_format_validation(e, f"config file {config_file}")) from None
     env_values = _env_values(env)
+    alone = env_values
+    if "registry" in env_values and "url" not in env_values["registry"]:  # the url may come from the file
+        alone = {**env_values, "registry": {"url": "https://registry.invalid", **env_values["registry"]}}
     try:  # validate the environment alone too, so its errors name the variable
-        RunnerConfig.model_validate(env_values)
+        RunnerConfig.model_validate(alone)
     except ValidationError as e:
         raise ConfigError(_format_validation(e, "environment", env_names=True)) from None
     merged: dict[str, Any] = {**file_values, **env_values, **flags}
+    if isinstance(file_values.get("registry"), dict) and "registry" in env_values:  # key by key, as elsewhere
+        merged["registry"] = {**file_values["registry"], **env_values["registry"]}
 
     # The token: explicit value beats a file, an explicit file beats one in the config file,
     # and the systemd credential is the last resort.

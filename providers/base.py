@@ -73,6 +73,19 @@ class SavedVersion:
     extra: Mapping[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class VersionBundle:
+    """A saved start-state version as files, to carry to another runner (through a registry): the
+    image it was saved over (by name and checksum: it only runs over that same image) and its files
+    by name (`disk.qcow2`, `memory.img` when it has one, `meta.json`)."""
+
+    start_state_id: str
+    version: int
+    image: str
+    image_checksum: str
+    files: Mapping[str, Path]
+
+
 class CheckStatus(StrEnum):
     OK = "OK"
     WARN = "WARN"  # works, but worse than it could (a TCG-only host: slow guests)
@@ -251,6 +264,25 @@ class Provider(abc.ABC):
             ProviderError: the state directory cannot be read.
         """
         return []
+
+    async def export_version(self, start_state_id: str, version: int) -> VersionBundle:
+        """The files of a held start-state version, read-only, for a registry push.
+
+        Raises:
+            ProviderError: the version is not held here, or this provider cannot export versions.
+        """
+        raise ProviderError("this provider cannot export start-state versions")
+
+    async def import_version(self, start_state_id: str, version: int, staged: Path) -> int:
+        """Take a version's files (as `export_version` gave them on another runner, already verified)
+        from the directory `staged` into this provider's store, fitting them to the local copy of its
+        image; returns the bytes now held. `staged` is consumed (moved or removed).
+
+        Raises:
+            ProviderError: the files are incomplete, or the image they were saved over is not here
+                with the same checksum.
+        """
+        raise ProviderError("this provider cannot import start-state versions")
 
     async def pooled_sources(self) -> list[MachineSource]:
         """Sources this provider keeps machines ready for (a hot pool), so leases on them start at once.

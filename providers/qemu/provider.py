@@ -34,6 +34,7 @@ from providers.base import (
     ProviderError,
     SavedVersion,
     ScriptResult,
+    VersionBundle,
 )
 from providers.errors import MachineLimitExceeded
 from providers.manifest import DirectKernelBoot
@@ -179,6 +180,34 @@ class QemuProvider(Provider):
 
     async def delete_version(self, start_state_id: str, version: int) -> None:
         await asyncio.to_thread(self.states.delete, start_state_id, version)
+
+    async def export_version(self, start_state_id: str, version: int) -> VersionBundle:
+        vf = self.states.existing(start_state_id, version)
+        meta = await asyncio.to_thread(vf.read_meta)
+        files = {p.name: p for p in (vf.disk, vf.memory, vf.meta) if p.is_file()}
+        return VersionBundle(start_state_id=start_state_id, version=version, image=str(meta.get("image")),
+                             image_checksum=str(meta.get("image_checksum")), files=files)
+
+    async def import_version(self, start_state_id: str, version: int, staged: Path) -> int:
+        """The disk is an overlay whose backing file names the image's disk on the runner that saved
+        it: `qemu-img rebase -u` points it at this runner's copy of the same image (checked by
+        checksum), a header-only change. The memory image's XML is fitted at restore as always."""
+        try:
+            dest = self.states.version(start_state_id, version)
+            meta = VersionFiles(staged).read_meta()
+            image = await self.catalog.get(str(meta.get("image")))
+            if meta.get("image_checksum") != image.info.checksum:
+                raise ProviderError(
+                    f"start state {start_state_id} v{version} was saved over image {meta.get('image')} "
+                    f"{str(meta.get('image_checksum'))[:19]}; this runner has {image.info.checksum[:19]}")
+            disk = staged / "disk.qcow2"
+            if not disk.is_file():
+                raise ProviderError(f"start state {start_state_id} v{version}: no disk.qcow2 among its files")
+            await overlays.run_cmd([overlays.QEMU_IMG, "rebase", "-u", "-q", "-b", str(image.disk), "-F", "qcow2",
+                                    str(disk)], timeout=60, what=f"fitting {disk} to the local image")
+            return await asyncio.to_thread(_install_version, staged, dest.dir)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, staged, True)
 
     # -- machines ----------------------------------------------------------------------------
 
@@ -403,6 +432,16 @@ class QemuProvider(Provider):
 
     async def _destroy_domain(self, name: str, persistent: bool = False) -> None:
         await Domain(self.conn, name).destroy(persistent)
+
+
+def _install_version(staged: Path, dest: Path) -> int:
+    fileperms.machine_dir(dest.parent)
+    fileperms.machine_dir(staged)
+    for f in staged.iterdir():
+        fileperms.disk_file(f, read_only=True)
+    if not dest.exists():  # else pulled twice (a race with a save here): the one in place stands
+        staged.rename(dest)
+    return sum(f.stat().st_size for f in dest.iterdir() if f.is_file())
 
 
 class _PoolHost:
