@@ -2,8 +2,13 @@
 
 The phases run in the order `_lifecycle` reads, each bounded by its own timeout:
 
-    machine -> ready -> setup -> check_before -> first_screen -> task -> check_after -> last_screen
+    [fetch] -> machine -> ready -> setup -> check_before -> first_screen -> task -> check_after -> last_screen
     (teardown, always, in `run`'s finally)
+
+`fetch` is the pull of a start-state version this runner did not hold, from the registry
+(gh_runner.library). The daemon runs it before it accepts the lease, so that a registry fault is a
+refusal (the attempt goes to a holder or waits) and never an error verdict; its seconds are the
+first entry of the result's `phase_seconds`.
 
 A phase that goes wrong raises `AttemptError(phase, reason)` with a reason an operator can act on;
 `run` turns it into an `error` result. The verdict rules themselves live in `gh_runner.outcome`,
@@ -56,6 +61,7 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 # Phase names: the keys of metrics.phase_seconds and the `phase` of status reports and errors.
+FETCH = "fetch"  # before the accept, in the daemon (see above)
 MACHINE = "machine"
 READY = "ready"
 SETUP = "setup"

@@ -9,10 +9,11 @@ event loop (heartbeats, other attempts) and attempts finishing together fsync in
 one attempt they are ordered by its lock: a phase note can never land after the result that ends
 the attempt.
 
-Life of a lease: check a slot -> journal the in-flight record (fsync) -> `lease_accept` -> run
-`Attempt.run()` in its own task (attempt id bound in the log context) -> journal the result
-(fsync) and drop the in-flight record -> `attempt_result`, re-sent after every reconnect and every
-`result_resend` seconds until `result_ack`.
+Life of a lease: check a slot -> [a version not held here: pull it from the registry, holding the
+slot; a registry fault refuses the lease with a typed reason] -> journal the in-flight record
+(fsync) -> `lease_accept` -> run `Attempt.run()` in its own task (attempt id bound in the log
+context) -> journal the result (fsync) and drop the in-flight record -> `attempt_result`, re-sent
+after every reconnect and every `result_resend` seconds until `result_ack`.
 
 Shutdown: the first SIGTERM/SIGINT drains (no new leases; running attempts get `drain_grace`
 seconds, then are cancelled with a reason and report `error`; results get a short while to be
@@ -44,10 +45,13 @@ import structlog
 
 from gh_common.timeouts import within
 from gh_runner import __version__, diskguard
+from gh_runner.attempt import FETCH
 from gh_runner.config import RunnerConfig, Timeouts
 from gh_runner.journal import InflightRecord, Journal, is_safe_id
+from gh_runner.library import FetchRefused, Library, open_registry
 from gh_runner.log import bind_attempt, get_logger, redactor
 from gh_runner.poolsize import plan_pool
+from gh_runner.registry import RegistryError
 from gh_runner.session import Backoff, Session
 from gh_wire.protocol import (
     AttemptFinished,
@@ -188,6 +192,8 @@ class _Running:
     task: asyncio.Task[None] | None = None
     redact: set[str] = field(default_factory=set)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # orders this attempt's journal writes
+    fetch_seconds: float | None = None  # the `fetch` phase: the pull of its version before the accept
+    uses_version: tuple[str, int] | None = None  # marked in use in the library until the attempt ends
 
 
 class _Link:
@@ -234,6 +240,7 @@ class Daemon:
         session_sleep: Callable[[float], Any] | None = None,
         tick_interval: float = 1.0,
         adopt_registered_name: bool = False,
+        library: Library | None = None,
     ) -> None:
         """`adopt_registered_name`: this runner was not given a name (it has its hostname), so it takes
         the one it was registered with: the first welcome that says another name stops it cleanly with
@@ -243,12 +250,16 @@ class Daemon:
         self.restart_as: str | None = None
         self.provider = provider
         self.attempt_factory = attempt_factory or default_attempt_factory
-        self.jobs = jobs if jobs is not None else self._default_jobs(provider)
+        self.log = get_logger("gh_runner.daemon", runner=config.name)
+        self.library_problem: str | None = None  # why the configured registry cannot be used (said at start)
+        self.library = library if library is not None else self._default_library(config, provider)
+        self.jobs = jobs if jobs is not None else self._default_jobs(provider, self.library)
         self.observers = list(observers)
         self.journal = journal or Journal(config.state_dir)
         self.tick_interval = tick_interval
-        self.log = get_logger("gh_runner.daemon", runner=config.name)
         self._attempts: dict[str, _Running] = {}
+        self._fetching: set[str] = set()  # attempt ids whose version is being pulled: each holds a slot
+        self._fetch_tasks: set[asyncio.Task[None]] = set()
         self._job_slots: set[str] = set()  # job ids holding a slot (build running, start state open)
         self._job_tasks: set[asyncio.Task[None]] = set()
         self._job_machines: set[str] = set()  # a running job's machine is named by its job id
@@ -277,13 +288,23 @@ class Daemon:
         )
 
     @staticmethod
-    def _default_jobs(provider: Provider) -> JobsLike | None:
+    def _default_jobs(provider: Provider, library: Library | None = None) -> JobsLike | None:
         try:
             from gh_runner.jobs import StartStateJobs
         except ImportError:
             return None
-        jobs: JobsLike = StartStateJobs(provider)
+        jobs: JobsLike = StartStateJobs(provider, library=library)
         return jobs
+
+    def _default_library(self, config: RunnerConfig, provider: Provider) -> Library | None:
+        if config.registry is None:
+            return None
+        try:
+            registry = open_registry(config.registry)
+        except RegistryError as e:
+            self.library_problem = f"registry {config.registry.url}: {e}; start states are not shared"
+            return None
+        return Library(provider, registry, config.registry, config.state_dir)
 
     # -- observers -----------------------------------------------------------------------------
 
@@ -299,7 +320,7 @@ class Daemon:
 
     @property
     def busy(self) -> int:
-        return len(self._attempts) + len(self._job_slots)
+        return len(self._attempts) + len(self._job_slots) + len(self._fetching)
 
     def _busy_changed(self) -> None:
         self._changed.set()
@@ -385,6 +406,7 @@ class Daemon:
         # Nothing runs yet, so everything this runner's provider still has is a leftover.
         await self._reap(keep=set())
         await self._refresh_inventory()
+        await self._check_library()
         self.log.info("runner starting", version=__version__, server=self.session.url, slots=self.config.slots,
                       labels=self.config.labels, images=[i.name for i in self._images],
                       unacked_results=len(self._unacked), pool=plan_pool(self.config).describe())
@@ -417,15 +439,35 @@ class Daemon:
             except (TimeoutError, asyncio.CancelledError):
                 self._session_task.cancel()
         await asyncio.gather(*self._timers, return_exceptions=True)
-        # 4. The provider releases its connections and its own machines (the hot pool).
+        # 4. Pulls still running stop (their leases were never accepted), and the registry's
+        #    connections close.
+        for task in list(self._fetch_tasks):
+            task.cancel()
+        await asyncio.gather(*self._fetch_tasks, return_exceptions=True)
+        if self.library is not None:
+            await self.library.close()
+        # 5. The provider releases its connections and its own machines (the hot pool).
         try:
             await within(30, self.provider.close())
         except Exception as e:
             self.log.warning("closing the provider failed", error=str(e))
-        # 5. The journal's writers finish what they hold: every result is on disk before exit.
+        # 6. The journal's writers finish what they hold: every result is on disk before exit.
         await asyncio.get_running_loop().run_in_executor(None, self._journal_pool.shutdown)
         self.log.info("runner stopped", exit_code=self.exit_code, unacked_results=len(self._unacked))
         self._emit("stopped", self.exit_code)
+
+    async def _check_library(self) -> None:
+        """Say at start when the registry cannot be used (bad credentials above all): the runner runs
+        on, serving what it holds, and pulls are refused with a typed reason until it can."""
+        if self.library is not None:
+            try:
+                self.library_problem = await self.library.check()
+            except Exception as e:  # a start-up check must not stop the runner
+                self.library_problem = f"registry check failed: {type(e).__name__}: {e}"
+        if self.library_problem is not None:
+            self.log.error("the registry cannot be used; run `gh-runner doctor`", problem=self.library_problem)
+        elif self.library is not None:
+            self.log.info("registry reachable", registry=self.library.registry.url, repository=self.library.prefix)
 
     async def _drain(self) -> None:
         self.draining = True
@@ -544,6 +586,8 @@ class Daemon:
                     for i in self._images],
             start_states=[HeldVersion(start_state_id=s, version=v, pooled=(s, v) in hot_states) for s, v in self._held],
             in_flight=sorted(self._attempts),
+            registry=(f"{self.library.registry.host}/{self.library.prefix}"
+                      if self.library is not None and not self.library.auth_failed else None),
         )
 
     async def on_welcome(self, welcome: Welcome) -> None:
@@ -629,8 +673,13 @@ class Daemon:
                 have = ", ".join(sorted(i.name for i in self._images)) or "none"
                 return LeaseRefusal.IMAGE_MISSING, f"image {ref.image!r} is not on this runner (it has: {have})"
         elif (ref.start_state_id, ref.version) not in set(self._held):
-            return (LeaseRefusal.VERSION_MISSING,
-                    f"start state {ref.start_state_id} version {ref.version} is not held by this runner")
+            if self.library is None:
+                return (LeaseRefusal.VERSION_MISSING,
+                        f"start state {ref.start_state_id} version {ref.version} is not held by this runner")
+            if ref.image not in {i.name for i in self._images}:  # a pulled version runs over its image
+                have = ", ".join(sorted(i.name for i in self._images)) or "none"
+                return (LeaseRefusal.IMAGE_MISSING, f"image {ref.image!r} (under start state {ref.start_state_id}) "
+                        f"is not on this runner (it has: {have})")
         return None
 
     async def _refuse(self, attempt_id: str, code: LeaseRefusal, reason: str) -> None:
@@ -658,11 +707,52 @@ class Daemon:
         if (low := diskguard.lease_refusal(self.config.state_dir, self.config.disk_reserve_mib * diskguard.MIB)):
             await self._refuse(aid, low.code, low.message)
             return
+        if self.library is not None and lease.start_state.kind == "state":
+            # The pull (when the version is not held) runs in its own task, holding a slot, so other
+            # messages go on; the lease is accepted or refused when it ends.
+            self._fetching.add(aid)
+            self._busy_changed()
+            task = asyncio.create_task(self._fetch_then_start(lease), name=f"fetch-{aid}")
+            self._fetch_tasks.add(task)
+            task.add_done_callback(self._fetch_tasks.discard)
+            return
+        await self._start(lease)
+
+    async def _fetch_then_start(self, lease: Lease) -> None:
+        assert self.library is not None and lease.start_state.kind == "state"
+        aid = lease.attempt_id
+        ref = lease.start_state
+        key = (str(ref.start_state_id), int(ref.version or 0))
+        image = next((i for i in self._images if i.name == ref.image), None)
+        try:
+            try:
+                seconds = await self.library.acquire(key[0], key[1], ref.image, image.checksum if image else None,
+                                                     held=key in set(self._held))
+            except FetchRefused as e:
+                await self._refuse(aid, e.code, e.reason)
+                return
+            if key not in set(self._held):
+                self._held.append(key)
+            try:
+                started = await self._start(lease, fetch_seconds=seconds, uses_version=key)
+            except BaseException:
+                self.library.release(*key)
+                raise
+            if not started:
+                self.library.release(*key)
+        finally:
+            self._fetching.discard(aid)
+            self._busy_changed()
+
+    async def _start(self, lease: Lease, *, fetch_seconds: float | None = None,
+                     uses_version: tuple[str, int] | None = None) -> bool:
+        """Journal, make and accept the attempt; False when it was refused instead."""
+        aid = lease.attempt_id
         try:
             record = await self._journal(self.journal.record_inflight, aid, aid, lease.test_run_id)
         except OSError as e:
             await self._refuse(aid, LeaseRefusal.JOURNAL_FAILED, f"runner cannot write its journal: {e.strerror or e}")
-            return
+            return False
         try:
             attempt = self.attempt_factory(lease, self.provider, _Link(self, aid), self.config.timeouts)
         except Exception as e:
@@ -670,14 +760,17 @@ class Daemon:
             await self._journal(self._drop_inflight, aid)
             await self._refuse(aid, LeaseRefusal.START_FAILED,
                                f"runner could not start the attempt: {type(e).__name__}: {e}")
-            return
-        running = _Running(lease=lease, attempt=attempt, record=record)
+            return False
+        running = _Running(lease=lease, attempt=attempt, record=record, fetch_seconds=fetch_seconds,
+                           uses_version=uses_version)
         self._attempts[aid] = running
+        self._fetching.discard(aid)  # its slot moves from the pull to the attempt: counted once
         await self.session.send_message(LeaseAccept(attempt_id=aid))
         running.task = asyncio.create_task(self._run_attempt(running), name=f"attempt-{aid}")
         self.log.info("lease accepted", attempt_id=aid, case=lease.case.name, busy=self.busy)
         self._emit("attempt_started", aid)
         self._busy_changed()
+        return True
 
     def _drop_inflight(self, attempt_id: str) -> None:
         (self.journal.inflight_dir / f"{attempt_id}.json").unlink(missing_ok=True)
@@ -689,6 +782,10 @@ class Daemon:
         started = datetime.now(UTC)
         try:
             result = await running.attempt.run()
+            if running.fetch_seconds is not None:  # the `fetch` phase ran before the accept: it comes first
+                phases = {FETCH: running.fetch_seconds, **result.metrics.phase_seconds}
+                result = result.model_copy(update={"metrics": result.metrics.model_copy(
+                    update={"phase_seconds": phases})})
             if result.attempt_id != aid:
                 log.error("attempt returned a result for another id; fixing it", got=result.attempt_id)
                 result = result.model_copy(update={"attempt_id": aid})
@@ -711,6 +808,8 @@ class Daemon:
         # and a crash before the destroy ends leaves a domain the reaper at the next start removes.
         self._tearing_down[aid] = running.attempt.machine_id
         self._attempts.pop(aid, None)
+        if running.uses_version is not None and self.library is not None:
+            self.library.release(*running.uses_version)
         redactor.discard(running.redact)
         self._unacked[aid] = result
         log.info("result journaled, sending", outcome=result.outcome, error=result.error)

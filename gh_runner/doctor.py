@@ -251,6 +251,39 @@ def check_server(ctx: Context, probe: ServerProbe) -> Check:
     return Check("server", CheckStatus.OK, f"{base} reachable in {probe.rtt * 1000:.0f} ms; token accepted")
 
 
+def check_registry(ctx: Context) -> Check:
+    """The OCI registry for start states and images: reachable, its TLS trusted, our credentials taken."""
+    import asyncio
+
+    from gh_runner.registry import Registry, RegistryAuthError, RegistryError, RegistryTimeouts, load_credentials
+
+    cfg = getattr(ctx.config, "registry", None)
+    if cfg is None:
+        return Check("registry", "SKIP", "no registry configured: start states stay on the runner that saved them")
+    try:
+        creds = load_credentials(cfg.credentials_file, cfg.url) if cfg.credentials_file else None
+    except RegistryError as e:
+        return Check("registry", "FAIL", str(e),
+                     "write `user:password` (chmod 600) or a Docker config.json with an auths entry for "
+                     f"{urlsplit(cfg.url).netloc} to registry.credentials_file")
+
+    async def ping() -> None:
+        t = RegistryTimeouts(connect=ctx.net_timeout, io=ctx.net_timeout, call=ctx.net_timeout)
+        async with Registry(cfg.url, credentials=creds, ca_file=cfg.ca_file, timeouts=t) as reg:
+            await reg.ping()
+
+    try:
+        asyncio.run(ping())
+    except RegistryAuthError as e:
+        return Check("registry", "FAIL", f"{cfg.url}: {e}",
+                     f"check the user and password in {cfg.credentials_file or 'registry.credentials_file'} "
+                     "(htpasswd -v FILE USER on the registry host tells whether they match)")
+    except (RegistryError, OSError, ValueError) as e:
+        return Check("registry", "FAIL", f"{cfg.url}: {e}",
+                     f"curl -sS {cfg.url}/v2/   # a self-signed registry needs registry.ca_file")
+    return Check("registry", "OK", f"{cfg.url} answers and takes our credentials (repository {cfg.repository})")
+
+
 def check_clock(probe: ServerProbe) -> Check:
     if probe.date is None:
         return Check("clock", CheckStatus.SKIP, "no Date header from the server to compare with")
@@ -314,6 +347,7 @@ def run_checks(ctx: Context, out: TextIO, provider: Provider, limits: CheckLimit
         ("state", lambda: check_state(ctx)),
         ("server", lambda: check_server(ctx, probe)),
         ("clock", lambda: check_clock(probe)),
+        ("registry", lambda: check_registry(ctx)),
     ]
     for name, step in steps:
         try:

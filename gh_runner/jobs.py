@@ -10,6 +10,9 @@ A start state is a machine saved from an image or from another start state. The 
 - close:  discard the open machine.
 - delete: remove a version's files (`version`), or every version held when `version` is None.
 
+With a registry configured, every version a build or save keeps is pushed to it (gh_runner.library)
+before the result is sent, and the result carries its reference (`registry_ref`).
+
 Each job holds one of the daemon's slots while it runs (an open machine holds it until closed).
 """
 
@@ -24,6 +27,8 @@ import structlog
 from pydantic import ConfigDict, Field
 
 from gh_runner.config import Timeouts
+from gh_runner.library import Library
+from gh_runner.registry import RegistryError
 from gh_wire import protocol
 from providers.base import Machine, MachineSource, Provider, ProviderError, ScriptResult
 
@@ -65,8 +70,10 @@ def _script_failure(res: ScriptResult, timeout: float) -> str | None:
 class StartStateJobs:
     """Runs start-state jobs and keeps the machines of open start states."""
 
-    def __init__(self, provider: Provider, timeouts: JobTimeouts | None = None) -> None:
+    def __init__(self, provider: Provider, timeouts: JobTimeouts | None = None,
+                 library: Library | None = None) -> None:
         self._provider = provider
+        self._library = library  # with a registry: every saved version is pushed to it
         self._t = timeouts or JobTimeouts()
         self._open: dict[str, Machine] = {}  # start_state_id -> its open machine
         # start_state_id -> set once its machine has booted (or failed to): a save or close that
@@ -155,8 +162,23 @@ class StartStateJobs:
                 saved = await machine.save(job.start_state_id, version)
         finally:
             await self._destroy(machine)
+        ref, push_error = await self._publish(job.start_state_id, saved.version)
         return protocol.JobResult(job_id=job.job_id, ok=True, start_state_id=job.start_state_id,
-                                  version=saved.version, size_bytes=saved.size_bytes)
+                                  version=saved.version, size_bytes=saved.size_bytes,
+                                  registry_ref=ref, registry_error=push_error)
+
+    async def _publish(self, start_state_id: str, version: int) -> tuple[str | None, str | None]:
+        """Push the saved version to the registry; a failed push leaves the save standing (the version
+        is still served here, only not elsewhere) and says why."""
+        if self._library is None:
+            return None, None
+        try:
+            return await self._library.publish(start_state_id, version), None
+        except (RegistryError, ProviderError, TimeoutError, OSError) as e:
+            reason = str(e) or type(e).__name__
+            log.warning("saved start state not pushed to the registry", start_state_id=start_state_id,
+                        version=version, reason=reason)
+            return None, f"push to the registry failed: {reason}"
 
     async def _open_machine(self, job: protocol.Job) -> protocol.JobResult:
         ssid = job.start_state_id

@@ -61,6 +61,10 @@ class LeaseRefusal(StrEnum):
     JOURNAL_FAILED = "journal_failed"  # the runner cannot write its journal (disk full, read-only)
     START_FAILED = "start_failed"  # the runner could not set the attempt up
     HYPERVISOR_DOWN = "hypervisor_down"  # the hypervisor does not answer: the runner is paused
+    REGISTRY_UNAVAILABLE = "registry_unavailable"  # the version is not held here and the registry is down,
+    # answers 5xx, times out or refuses our credentials: offer it to a holder, or again later
+    REGISTRY_INVALID = "registry_invalid"  # what the registry sent is not the version: a blob's digest did not
+    # match, or the manifest is not a start state of ours (nothing was kept)
 
 
 class FrameTooLarge(Exception):
@@ -205,6 +209,9 @@ class Hello(_Msg):
     images: list[ImageAd] = Field(default_factory=list)
     start_states: list[HeldVersion] = Field(default_factory=list)
     in_flight: list[str] = Field(default_factory=list, description="attempt ids still running here")
+    # The OCI registry this runner pulls start states from ("host[:port]/repository-prefix"), None
+    # without one: the server may lease it a version published there that it does not hold.
+    registry: str | None = None
 
 
 class LeaseAccept(_Msg):
@@ -271,6 +278,10 @@ class JobResult(_Msg):
     start_state_id: str | None = None
     version: int | None = None
     size_bytes: int | None = None
+    # The saved version, pushed to the runner's registry: "host[:port]/repo@sha256:..." (None: not
+    # pushed; `registry_error` says why when a push was tried and failed; the save itself stands).
+    registry_ref: str | None = None
+    registry_error: str | None = None
 
 
 # ---------------------------------------------------------------------------------------------

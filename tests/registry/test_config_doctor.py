@@ -1,0 +1,73 @@
+"""`registry:` in the runner config (file, env twins) and doctor's registry check against a real registry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from registry.server import PASSWORD, USER, RegistryProcess
+
+from gh_runner import doctor
+from gh_runner.config import ConfigError, Registry, load_config
+
+
+def test_registry_from_file_and_env_key_by_key(tmp_path: Path) -> None:
+    f = tmp_path / "runner.yaml"
+    f.write_text("registry:\n  url: https://reg.lab:5000/\n  repository: lab/gh\n  cache_mib: 1024\n")
+    env = {"GH_RUNNER_REGISTRY_CREDENTIALS_FILE": "/etc/gh-runner/registry", "GH_RUNNER_REGISTRY_CACHE_MIB": "2048"}
+    cfg = load_config(env=env, config_file=f)
+    assert cfg.registry is not None
+    assert cfg.registry.url == "https://reg.lab:5000"
+    assert cfg.registry.repository == "lab/gh"
+    assert cfg.registry.cache_mib == 2048  # env beats the file
+    assert cfg.registry.credentials_file == Path("/etc/gh-runner/registry")
+    only_env = load_config(env={"GH_RUNNER_REGISTRY_URL": "http://127.0.0.1:5000"})
+    assert only_env.registry is not None and only_env.registry.repository == "gh-runner"
+    assert load_config(env={}).registry is None
+
+
+@pytest.mark.parametrize("env, where", [
+    ({"GH_RUNNER_REGISTRY_URL": "ftp://reg"}, "GH_RUNNER_REGISTRY_URL"),
+    ({"GH_RUNNER_REGISTRY_URL": "https://reg", "GH_RUNNER_REGISTRY_REPOSITORY": "Upper/Case"},
+     "GH_RUNNER_REGISTRY_REPOSITORY"),
+    ({"GH_RUNNER_REGISTRY_URL": "http://reg.lab:5000"}, "not encrypted"),
+])
+def test_bad_registry_settings_are_refused_by_name(env: dict[str, str], where: str) -> None:
+    with pytest.raises(ConfigError, match=where):
+        load_config(env=env)
+
+
+def test_unknown_registry_key_lists_the_allowed(tmp_path: Path) -> None:
+    f = tmp_path / "runner.yaml"
+    f.write_text("registry:\n  url: https://reg\n  pasword: x\n")
+    with pytest.raises(ConfigError, match="registry.pasword: unknown key; allowed keys: ca_file, cache_mib"):
+        load_config(env={}, config_file=f)
+
+
+def _ctx(reg: Registry) -> doctor.Context:
+    return doctor.Context(SimpleNamespace(registry=reg), net_timeout=5.0)  # type: ignore[arg-type]
+
+
+def test_doctor_names_bad_credentials(secure_registry: RegistryProcess, tmp_path: Path) -> None:
+    good = Registry(url=secure_registry.url, credentials_file=secure_registry.credentials_file,
+                    ca_file=secure_registry.ca_file)
+    assert doctor.check_registry(_ctx(good)).status == "OK"
+    wrong = tmp_path / "wrong"
+    wrong.write_text(f"{USER}:not-{PASSWORD}\n")
+    bad = good.model_copy(update={"credentials_file": wrong})
+    c = doctor.check_registry(_ctx(bad))
+    assert c.status == "FAIL" and "refused the credentials" in c.detail and str(wrong) in (c.fix or "")
+    assert PASSWORD not in c.detail + (c.fix or "")
+    no_ca = good.model_copy(update={"ca_file": None})
+    c = doctor.check_registry(_ctx(no_ca))
+    assert c.status == "FAIL" and "ca_file" in (c.fix or "")
+
+
+def test_doctor_says_when_the_registry_is_down(plain_registry: RegistryProcess) -> None:
+    ctx = _ctx(Registry(url=plain_registry.url))
+    c = doctor.check_registry(ctx)
+    assert c.status == "OK", c.detail
+    plain_registry.stop()
+    c = doctor.check_registry(ctx)
+    assert c.status == "FAIL" and "cannot reach the registry" in c.detail
