@@ -6,10 +6,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from registry.server import PASSWORD, USER, RegistryProcess
 
 from gh_runner import doctor
 from gh_runner.config import ConfigError, Registry, load_config
+from registry.server import PASSWORD, USER, RegistryProcess
 
 
 def test_registry_from_file_and_env_key_by_key(tmp_path: Path) -> None:
@@ -41,7 +41,7 @@ def test_bad_registry_settings_are_refused_by_name(env: dict[str, str], where: s
 def test_unknown_registry_key_lists_the_allowed(tmp_path: Path) -> None:
     f = tmp_path / "runner.yaml"
     f.write_text("registry:\n  url: https://reg\n  pasword: x\n")
-    with pytest.raises(ConfigError, match="registry.pasword: unknown key; allowed keys: ca_file, cache_mib"):
+    with pytest.raises(ConfigError, match=r"registry\.pasword: unknown key; allowed keys: ca_file, cache_mib"):
         load_config(env={}, config_file=f)
 
 
