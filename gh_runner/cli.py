@@ -130,6 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
     images = sub.add_parser("images", parents=[_machine_options()], help="list the images this runner would advertise",
                             description="List images (name, os, version, checksum) and held start-state versions.")
     images.add_argument("--json", action="store_true", help="machine-readable output")
+    images.add_argument("action", nargs="?", choices=("push", "pull"), default=None,
+                        help="push NAME: the image to the configured registry; pull REF (HOST/REPO:TAG, or a "
+                             "name): an image from it into --images-dir, verified")
+    images.add_argument("target", nargs="?", default=None, metavar="NAME|REF")
     sub.add_parser("doctor", parents=[_machine_options(), _daemon_options()],
                    help="check this host and this configuration, and say how to fix what is wrong",
                    description="Check libvirt, KVM (or the TCG fallback), images, disk space and permissions, and the "
@@ -208,6 +212,12 @@ def main(argv: Sequence[str] | None = None, commands: Mapping[str, Command] | No
         redactor.add(config.token.get_secret_value())
     command = getattr(args, "command", None)
     if command == "images":
+        if getattr(args, "action", None) is not None:
+            if not args.target:
+                return _fail(f"images {args.action} needs {'NAME' if args.action == 'push' else 'REF'}")
+            from gh_runner import imagemove
+
+            return imagemove.main(config, args.action, args.target)
         return _images(config, bool(getattr(args, "json", False)))
     if command == "doctor":
         return _dispatch("gh_runner.doctor", "doctor", config)
