@@ -95,6 +95,8 @@ class Runner(Base):
     busy: Mapped[int] = mapped_column(Integer, default=0)
     images: Mapped[list[Any]] = mapped_column(default=list)  # [{name, os, version, checksum}]
     held_versions: Mapped[list[Any]] = mapped_column(default=list)  # [{start_state_id, version}]
+    # The OCI registry it pulls start states from ("host[:port]/prefix", hello.registry), or None.
+    oci_registry: Mapped[str | None] = mapped_column("registry", String(300), default=None)
     version: Mapped[str | None] = mapped_column(String(64), default=None)
     # The connection currently serving this runner (a gateway process's session id), or None.
     session_id: Mapped[str | None] = mapped_column(String(64), default=None)
@@ -293,6 +295,9 @@ class StartStateVersion(Base):
     version: Mapped[int] = mapped_column(Integer, primary_key=True)
     runner_id: Mapped[str] = mapped_column(String(32))
     size_bytes: Mapped[int | None] = mapped_column(Integer, default=None)
+    # Pushed by its runner to an OCI registry ("host[:port]/prefix/states@sha256:..."): any runner with
+    # that registry and the base image can take a lease on it (issue 25). None: its runner only.
+    registry_ref: Mapped[str | None] = mapped_column(String(600), default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     deleted_at: Mapped[datetime | None] = mapped_column(default=None)
 

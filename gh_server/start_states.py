@@ -58,7 +58,8 @@ def apply_job_result(session: Session, runner_id: str, j: protocol.JobResult) ->
             if session.get(StartStateVersion, (ss.id, version)) is None:
                 session.add(
                     StartStateVersion(
-                        start_state_id=ss.id, version=version, runner_id=runner_id, size_bytes=j.size_bytes
+                        start_state_id=ss.id, version=version, runner_id=runner_id, size_bytes=j.size_bytes,
+                        registry_ref=(j.registry_ref or "")[:600] or None,
                     )
                 )
             ss.version = max(ss.version, version)

@@ -65,13 +65,26 @@ def freeze_start_state(session: Session, value: str, param: str) -> tuple[dict[s
         raise invalid(param, f"uses start state {value!r}, which does not exist")
     if ss.version < 1:
         raise invalid(param, f"uses start state {value!r}, which has no saved version yet (status {ss.status})")
-    holder = session.scalar(
-        select(StartStateVersion.runner_id).where(
+    row = session.execute(
+        select(StartStateVersion.runner_id, StartStateVersion.registry_ref).where(
             StartStateVersion.start_state_id == ss.id, StartStateVersion.version == ss.version
         )
-    )
-    ref = {"kind": "state", "image": ss.image, "start_state_id": ss.id, "version": ss.version}
-    return ref, holder or ss.runner_id
+    ).first()
+    ref: dict[str, Any] = {"kind": "state", "image": ss.image, "start_state_id": ss.id, "version": ss.version}
+    registry = registry_of(row.registry_ref if row is not None else None)
+    if registry is not None:
+        # In a registry: any runner pulling from it that has the base image may run it (matching
+        # prefers holders). The runner's StartStateRef ignores this key; the scheduler reads it.
+        ref["registry"] = registry
+        return ref, None
+    return ref, (row.runner_id if row is not None else None) or ss.runner_id
+
+
+def registry_of(registry_ref: str | None) -> str | None:
+    """"host[:port]/prefix" of a pushed version's reference "host[:port]/prefix/states@sha256:..."."""
+    if not registry_ref or "/states@" not in registry_ref:
+        return None
+    return registry_ref.rsplit("/states@", 1)[0]
 
 
 def frozen_case(case: TestCase, set_customer: dict[str, Any] | None) -> dict[str, Any]:

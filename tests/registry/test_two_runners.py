@@ -9,7 +9,6 @@ boundary: the server's side has its own tests), and a real registry (docker-regi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 import shutil
 import tempfile
@@ -18,94 +17,47 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
-from runner.peer import Peer
 
-from gh_runner.config import RunnerConfig
-from gh_runner.daemon import Daemon
-from gh_wire.protocol import FrozenCase, Job, Lease, LeaseRefusal, StartStateRef, TaskEnd
-from providers.qemu import QemuProvider  # type: ignore[attr-defined]
+from gh_wire.protocol import Lease, LeaseRefusal
+from registry.hosts import WAIT, Host, build_state, run_to_result, start_host, state_lease
 from registry.server import RegistryProcess
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow]
 
-WAIT = 300.0  # a loaded 2-core host under TCG
 SSID = "ss_reg" + secrets.token_hex(3)
 MARK = "saved-on-A-" + secrets.token_hex(4)
 
 
-class Runner:
-    def __init__(self, name: str, peer: Peer, daemon: Daemon, task: asyncio.Task[int], state_dir: Path) -> None:
-        self.name = name
-        self.peer = peer
-        self.daemon = daemon
-        self.task = task
-        self.state_dir = state_dir
-
-
 @pytest.fixture
 async def runners(images_dir: Path) -> AsyncIterator[Callable[..., Any]]:
-    made: list[Runner] = []
+    made: list[Host] = []
     # Under /var/tmp with traversable parents: libvirt-qemu must reach the disks.
     root = Path(tempfile.mkdtemp(prefix="gh-registry-test-", dir="/var/tmp"))
     root.chmod(0o755)  # noqa: ASYNC240 - fixture set-up
 
-    async def start(letter: str, registry: RegistryProcess, slots: int = 2) -> Runner:
-        peer = Peer(heartbeat_interval=1.0, dead_after=30.0)
-        await peer.start()
-        state = root / letter
-        name = f"regt{letter.lower()}-{secrets.token_hex(2)}"
-        cfg = RunnerConfig(
-            server=peer.url, token=SecretStr(Peer.token), name=name, slots=slots, state_dir=state,
-            images_dir=images_dir, reap_interval=3600, drain_grace=30, warm_snapshots=False,
-            registry={"url": registry.url, "repository": "gh-test", "ca_file": registry.ca_file,
-                      "credentials_file": registry.credentials_file, "cache_mib": 1024},
-        )
-        provider = QemuProvider(images_dir, state, name)
-        daemon = Daemon(cfg, provider)
-        r = Runner(letter, peer, daemon, asyncio.create_task(daemon.run()), state)
-        made.append(r)
-        await peer.wait_type("hello", timeout=WAIT)
-        return r
+    async def start(letter: str, registry: RegistryProcess, slots: int = 2) -> Host:
+        host = await start_host(letter, root, images_dir, registry, slots)
+        made.append(host)
+        return host
 
     try:
         yield start
     finally:
-        for r in made:
-            r.daemon.request_stop()
-        for r in made:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(r.task, 120)
-            r.peer.kill()
-            await r.peer.stop()
+        for h in made:
+            await h.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 
 def lease(attempt_id: str, setup: str) -> Lease:
-    case = FrozenCase(test_case_id="tc_reg", name="from the registry", prompt="nothing to do",
-                      setup_script=setup, check_script="echo False")
-    return Lease(attempt_id=attempt_id, agent_id="ag_noop", case=case,
-                 start_state=StartStateRef(kind="state", image="linux-tiny", start_state_id=SSID, version=1))
+    return state_lease(attempt_id, SSID, setup)
 
 
-async def save_on(a: Runner, registry: RegistryProcess) -> str:
-    await a.peer.send(Job(job_id="jb_" + secrets.token_hex(4), op="build", start_state_id=SSID, version=1,
-                          source=StartStateRef(kind="image", image="linux-tiny"),
-                          script=f"echo {MARK} > /gh-marker; sync", script_timeout=120))
-    done = await a.peer.wait_type("job_result", timeout=WAIT)
+async def save_on(a: Host, registry: RegistryProcess) -> str:
+    done = await build_state(a, SSID, f"echo {MARK} > /gh-marker; sync")
     assert done.ok, done.error
     assert done.registry_error is None
     assert done.registry_ref and done.registry_ref.startswith(f"{registry.host}/gh-test/states@sha256:")
     return str(done.registry_ref)
-
-
-async def run_to_result(r: Runner, attempt_id: str) -> Any:
-    await r.peer.wait_type("lease_accept", timeout=WAIT, where=lambda m: m.attempt_id == attempt_id)
-    await r.peer.wait_type("attempt_status", timeout=WAIT,
-                           where=lambda m: m.attempt_id == attempt_id and m.status == "running")
-    await r.peer.send(TaskEnd(attempt_id=attempt_id, answer="done"))
-    fin = await r.peer.wait_type("attempt_result", timeout=WAIT, where=lambda m: m.result.attempt_id == attempt_id)
-    return fin.result
 
 
 async def test_a_state_saved_on_one_runner_serves_another(secure_registry: RegistryProcess,
