@@ -160,8 +160,11 @@ def build_domain_xml(spec: DomainSpec) -> str:
     return ET.tostring(dom, encoding="unicode")
 
 
-def rewrite_saved_xml(xml: str, *, name: str, overlay: Path, console_log: Path, ownership: Ownership) -> str:
-    """The XML stored in a memory image, made to fit a new machine: new name, UUID, disk, owner.
+def rewrite_saved_xml(xml: str, *, name: str, overlay: Path, console_log: Path, ownership: Ownership,
+                      image_dir: Path | None = None) -> str:
+    """The XML stored in a memory image, made to fit a new machine: new name, UUID, disk, owner, and
+    (with `image_dir`) the direct-boot kernel and initrd read from this runner's copy of the image,
+    which may live elsewhere than on the runner that saved it (a version pulled from a registry).
 
     Everything else (devices, machine type, memory) must stay exactly as saved, or QEMU refuses
     the incoming memory stream.
@@ -184,6 +187,12 @@ def rewrite_saved_xml(xml: str, *, name: str, overlay: Path, console_log: Path, 
         src.remove(child)
     for bs in disks[0].findall("backingStore"):
         disks[0].remove(bs)
+    os_el = root.find("os")
+    if image_dir is not None and os_el is not None:
+        for tag in ("kernel", "initrd"):
+            el = os_el.find(tag)
+            if el is not None and el.text:
+                el.text = str(image_dir / Path(el.text).name)
     for serial in root.iter("serial"):
         s = serial.find("source")
         if serial.get("type") == "file" and s is not None:

@@ -119,7 +119,8 @@ class FullRestore(MachineStart):
         try:
             saved = await asyncio.to_thread(read_save_image, memory)
             xml = rewrite_saved_xml(lazy.standalone_ram(saved.xml), name=launch.name, overlay=launch.overlay,
-                                    console_log=launch.console, ownership=launch.ownership)
+                                    console_log=launch.console, ownership=launch.ownership,
+                                    image_dir=launch.image.dir)
             copy_started = time.monotonic()
             await asyncio.to_thread(write_machine_copy, memory, restore_file, xml)
             copied = time.monotonic()

@@ -102,6 +102,21 @@ def test_rewrite_saved_xml_changes_only_identity_disk_and_owner() -> None:
     assert METADATA_NS in new
 
 
+def test_rewrite_saved_xml_reads_the_kernel_from_this_runners_image_dir() -> None:
+    # A version pulled from a registry was saved on a runner whose images live elsewhere.
+    original = build_domain_xml(spec())
+    a = ET.fromstring(original)
+    new = rewrite_saved_xml(original, name="gh-r2-at_3", overlay=Path("/st3/o.qcow2"),
+                            console_log=Path("/st3/c.log"), ownership=Ownership("r2", "at_3", "/st3"),
+                            image_dir=Path("/elsewhere/images/linux-tiny"))
+    b = ET.fromstring(new)
+    kernel, initrd = a.findtext("os/kernel") or "", a.findtext("os/initrd") or ""
+    assert kernel and initrd
+    assert b.findtext("os/kernel") == f"/elsewhere/images/linux-tiny/{Path(kernel).name}"
+    assert b.findtext("os/initrd") == f"/elsewhere/images/linux-tiny/{Path(initrd).name}"
+    assert b.findtext("os/cmdline") == a.findtext("os/cmdline")
+
+
 def test_ownership_of_foreign_domain_is_none() -> None:
     assert ownership_from_domain_xml("<domain><name>gh-x</name></domain>") is None
     assert ownership_from_domain_xml("not xml") is None
