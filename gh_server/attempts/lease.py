@@ -121,7 +121,7 @@ def load_runner_caps(session: Session, runner_ids: Sequence[str]) -> list[Runner
         caps.append(
             RunnerCaps(
                 r.id, r.name, frozenset(r.labels or []), images, held, free=max(0, r.slots - counts.get(r.id, 0)),
-                hot=hot,
+                hot=hot, registry=r.oci_registry,
             )
         )
     return caps

@@ -31,6 +31,10 @@ BACKOFF_S: dict[LeaseRefusal, float] = {
     LeaseRefusal.DISK_LOW: UNWELL_BACKOFF_S,
     LeaseRefusal.HYPERVISOR_DOWN: UNWELL_BACKOFF_S,
     LeaseRefusal.JOURNAL_FAILED: UNWELL_BACKOFF_S,
+    # The registry is down (or answers 5xx, or times out): the version's holders run it meanwhile.
+    LeaseRefusal.REGISTRY_UNAVAILABLE: REFUSAL_BACKOFF_S,
+    # What the registry holds for it does not verify: it will not mend by itself.
+    LeaseRefusal.REGISTRY_INVALID: LONG_BACKOFF_S,
 }
 UNWELL: frozenset[LeaseRefusal] = frozenset(
     {LeaseRefusal.DISK_LOW, LeaseRefusal.HYPERVISOR_DOWN, LeaseRefusal.JOURNAL_FAILED}
@@ -48,6 +52,7 @@ class RunnerCaps:
     held: frozenset[tuple[str, int]]
     free: int
     hot: frozenset[tuple[str, ...]] = frozenset()  # sources in the runner's hot pool (see source_key)
+    registry: str | None = None  # the OCI registry it pulls start states from ("host[:port]/prefix")
 
 
 @dataclass(frozen=True)
@@ -70,8 +75,17 @@ def runner_can_run(c: Candidate, r: RunnerCaps) -> bool:
         return False
     ss = c.start_state or {}
     if ss.get("kind") == "state":
-        return (str(ss.get("start_state_id")), int(ss.get("version") or 0)) in r.held
+        if holds(c, r):
+            return True
+        # Published to a registry (issue 25): any runner pulling from that registry that has the base
+        # image can take it; it pulls the version before it accepts (or refuses, typed, and it goes on).
+        return ss.get("registry") is not None and ss.get("registry") == r.registry and ss.get("image") in r.images
     return ss.get("image") in r.images
+
+
+def holds(c: Candidate, r: RunnerCaps) -> bool:
+    ss = c.start_state or {}
+    return ss.get("kind") == "state" and (str(ss.get("start_state_id")), int(ss.get("version") or 0)) in r.held
 
 
 def source_key(start_state: dict[str, Any]) -> tuple[str, ...]:
@@ -82,12 +96,13 @@ def source_key(start_state: dict[str, Any]) -> tuple[str, ...]:
 
 def pick_runner(c: Candidate, runners: Sequence[RunnerCaps], skip: Callable[[str, str], bool]) -> RunnerCaps | None:
     """The matching runner that pools the lease's source (a hot machine: ready in milliseconds,
-    not seconds), then the one with the most free slots (spreads load), skipping recent refusers."""
+    not seconds), then one that holds it (a registry version: no pull), then the one with the most free
+    slots (spreads load), skipping recent refusers."""
     key = source_key(c.start_state or {})
     best: RunnerCaps | None = None
-    best_rank: tuple[bool, int] | None = None
+    best_rank: tuple[bool, bool, int] | None = None
     for r in runners:
-        rank = (key in r.hot, r.free)
+        rank = (key in r.hot, holds(c, r), r.free)
         if r.free <= 0 or (best_rank is not None and rank <= best_rank):
             continue
         if runner_can_run(c, r) and not skip(c.attempt_id, r.runner_id):
