@@ -56,8 +56,8 @@ async def dispatch(hosts: list[Host], ssid: str, n: int, slots: int, tag: str) -
             start = len(h.peer.received)
             await h.peer.send(state_lease(aid, ssid, "true"))
             answer = await h.peer.wait_for(
-                lambda r, a=aid: getattr(r.msg, "attempt_id", None) == a and r.msg.type in ("lease_accept", "lease_refuse"),
-                timeout=300, start=start)
+                lambda r, a=aid: getattr(r.msg, "attempt_id", None) == a
+                and r.msg.type in ("lease_accept", "lease_refuse"), timeout=300, start=start)
             if answer.msg.type == "lease_refuse":
                 print(f"  {h.name} refused {aid}: {answer.msg.code} {answer.msg.reason}")
                 queue.put_nowait(aid)
@@ -95,7 +95,7 @@ async def main() -> None:
     ap.add_argument("--slots", type=int, default=2)
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="gh-bench-two-hosts-", dir="/var/tmp"))
-    root.chmod(0o755)
+    root.chmod(0o755)  # noqa: ASYNC240 - set-up
     reg = RegistryProcess.start(root / "registry")
     hosts: list[Host] = []
     try:
