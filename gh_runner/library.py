@@ -96,6 +96,9 @@ class Library:
         self._pulls: dict[tuple[str, int], asyncio.Task[float]] = {}
         self._in_use: Counter[tuple[str, int]] = Counter()
         self._index: dict[str, dict[str, float]] = self._load_index()
+        # The registry refused our credentials at start: a configuration fault that waiting does not
+        # mend, so the runner does not offer to pull (hello.registry unset) until it is restarted.
+        self.auth_failed = False
         self.pulls_done = 0  # versions actually pulled (a test and the bench read it)
         self.bytes_pulled = 0
 
@@ -111,6 +114,7 @@ class Library:
         try:
             await self.registry.ping()
         except RegistryAuthError as e:
+            self.auth_failed = True
             return f"registry {self.registry.url} refused the credentials: {e}; run `gh-runner doctor`"
         except RegistryError as e:
             return f"registry {self.registry.url} is not usable now: {e}"

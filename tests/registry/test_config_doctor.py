@@ -71,3 +71,35 @@ def test_doctor_says_when_the_registry_is_down(plain_registry: RegistryProcess) 
     plain_registry.stop()
     c = doctor.check_registry(ctx)
     assert c.status == "FAIL" and "cannot reach the registry" in c.detail
+
+
+async def test_the_runner_says_at_start_that_the_registry_refused_its_credentials(
+        secure_registry: RegistryProcess, tmp_path: Path) -> None:
+    import asyncio
+
+    from pydantic import SecretStr
+    from runner.doubles import FakeProvider
+    from runner.peer import Peer
+
+    from gh_runner.config import RunnerConfig
+    from gh_runner.daemon import Daemon
+
+    wrong = tmp_path / "wrong"
+    wrong.write_text(f"{USER}:not-{PASSWORD}\n")
+    peer = Peer()
+    await peer.start()
+    try:
+        cfg = RunnerConfig(server=peer.url, token=SecretStr(Peer.token), name="regcreds", state_dir=tmp_path / "s",
+                           images_dir=tmp_path / "i", registry={"url": secure_registry.url, "credentials_file": wrong,
+                                                                "ca_file": secure_registry.ca_file})
+        d = Daemon(cfg, FakeProvider())
+        task = asyncio.create_task(d.run())
+        hello = await peer.wait_type("hello")
+        assert hello.registry is None  # it serves what it holds, and is offered nothing to pull
+        assert d.library_problem is not None and "refused the credentials" in d.library_problem
+        assert PASSWORD not in d.library_problem
+        d.request_stop()
+        await asyncio.wait_for(task, 60)
+    finally:
+        peer.kill()
+        await peer.stop()
