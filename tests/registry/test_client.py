@@ -122,3 +122,15 @@ def test_split_ref() -> None:
     assert split_ref("reg.lab/a/b@sha256:" + "0" * 64) == ("reg.lab", "a/b", "sha256:" + "0" * 64)
     with pytest.raises(ValueError):
         split_ref("linux-tiny")
+
+
+async def test_a_cancelled_pull_leaves_nothing(plain_registry: RegistryProcess, tmp_path: Path) -> None:
+    import asyncio
+
+    async with client(plain_registry) as r:
+        d = await r.push_blob("gh/test", blob(tmp_path / "big", 60 * 1024 * 1024), "application/x-test")
+        out = tmp_path / "out"
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.05):
+                await r.pull_blob("gh/test", d, out)
+        assert not out.exists() and not (tmp_path / "out.partial").exists()
