@@ -224,9 +224,8 @@ class Library:
                                f"{where}: registry unavailable: {str(e) or 'timed out'}") from None
         except RegistryError as e:
             raise FetchRefused(LeaseRefusal.REGISTRY_UNAVAILABLE, f"{where}: {e}") from None
-        except ProviderError as e:
-            code = LeaseRefusal.IMAGE_MISSING if "image" in str(e) else LeaseRefusal.START_FAILED
-            raise FetchRefused(code, f"{where}: {e}") from None
+        except ProviderError as e:  # the files did not fit this runner (its image was checked above)
+            raise FetchRefused(LeaseRefusal.START_FAILED, f"{where}: {e}") from None
         finally:
             await asyncio.to_thread(shutil.rmtree, staged, True)
         seconds = time.monotonic() - started
