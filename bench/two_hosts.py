@@ -119,6 +119,20 @@ async def main() -> None:
         fetch = max((r.metrics.phase_seconds.get("fetch", 0.0) for r in on_b), default=0.0)
         lib = b.daemon.library
         assert lib is not None
+        first = dict(lib.last_pull)
+        # A quiet pull as well: a fresh runner's library (C, no daemon) while nothing else runs, and
+        # the local copy of the same files right after it.
+        from gh_runner.library import Library, open_registry
+        from providers.qemu import QemuProvider  # type: ignore[attr-defined]
+
+        settings = b.daemon.config.registry
+        assert settings is not None
+        quiet = Library(QemuProvider(IMAGES, root / "C", "regtc-bench"), open_registry(settings), settings, root / "C")
+        checksum = next(i.checksum for i in await quiet.provider.list_images() if i.name == "linux-tiny")
+        await quiet.acquire(ssid, 1, "linux-tiny", checksum, held=False)
+        calm = dict(quiet.last_pull)
+        await quiet.close()
+        await quiet.provider.close()
         vdir = a.state_dir / "states" / ssid / "v1"
         files = sorted(p for p in vdir.iterdir() if p.is_file())
         local_s, local_bytes = local_copy_seconds(files, root)
@@ -130,8 +144,14 @@ async def main() -> None:
         print(f"errors                   {len(errors)}" + (f": {errors[0].error}" if errors else ""))
         print(f"B's first pull           {fetch:.2f} s for {mib:.1f} MiB ({lib.pulls_done} pull(s)): "
               f"{mib / max(fetch, 1e-6):.0f} MiB/s (fetch phase, incl. manifest, import and the wait)")
+        print(f"  its steps              manifest {first['manifest']:.2f} s, blobs {first['blobs']:.2f} s, "
+              f"import (qemu-img rebase -u, rename) {first['import']:.2f} s, while A ran 2 machines")
+        print(f"a quiet pull (runner C)  {calm['seconds']:.2f} s: manifest {calm['manifest']:.2f} s, blobs "
+              f"{calm['blobs']:.2f} s ({mib / max(calm['blobs'], 1e-6):.0f} MiB/s), import {calm['import']:.2f} s")
         print(f"local read+sha256+write  {local_s:.2f} s for {local_bytes / 2**20:.1f} MiB: "
-              f"{local_bytes / 2**20 / max(local_s, 1e-6):.0f} MiB/s; pull / local = {fetch / max(local_s, 1e-6):.2f}x")
+              f"{local_bytes / 2**20 / max(local_s, 1e-6):.0f} MiB/s; quiet pull's blobs / local = "
+              f"{calm['blobs'] / max(local_s, 1e-6):.2f}x, whole quiet pull / local = "
+              f"{calm['seconds'] / max(local_s, 1e-6):.2f}x")
     finally:
         for h in hosts:
             await h.stop()

@@ -100,6 +100,7 @@ class Library:
         # mend, so the runner does not offer to pull (hello.registry unset) until it is restarted.
         self.auth_failed = False
         self.pulls_done = 0  # versions actually pulled (a test and the bench read it)
+        self.last_pull: dict[str, float] = {}  # bytes, seconds and its steps (manifest, blobs, import)
         self.bytes_pulled = 0
 
     async def close(self) -> None:
@@ -203,9 +204,13 @@ class Library:
             await self._make_room(size)
             await asyncio.to_thread(shutil.rmtree, staged, True)  # a pull cut short by a crash
             await asyncio.to_thread(self._fetch_dir.mkdir, parents=True, exist_ok=True)
+            blobs_started = time.monotonic()
             async with bounded(self.t.pull):
                 await artifacts.pull_files(self.registry, artifacts.state_repo(self.prefix), manifest, staged)
+            import_started = time.monotonic()
             held_bytes = await self.provider.import_version(ssid, version, staged)
+            steps = {"manifest": blobs_started - started, "blobs": import_started - blobs_started,
+                     "import": time.monotonic() - import_started}
         except FetchRefused:
             raise
         except DigestMismatch as e:
@@ -231,10 +236,12 @@ class Library:
         seconds = time.monotonic() - started
         self.pulls_done += 1
         self.bytes_pulled += size
+        self.last_pull = {"bytes": float(size), "seconds": seconds, **steps}
         self._index[f"{ssid}/{version}"] = {"bytes": float(held_bytes), "used": time.time()}
         await asyncio.to_thread(self._save_index)
         log.info("start state pulled", start_state_id=ssid, version=version, bytes=size,
-                 seconds=round(seconds, 3), mib_per_s=round(size / MIB / max(seconds, 1e-6), 1))
+                 seconds=round(seconds, 3), **{k + "_s": round(v, 3) for k, v in steps.items()},
+                 blob_mib_per_s=round(size / MIB / max(steps["blobs"], 1e-6), 1))
         return seconds
 
     # -- the cache -----------------------------------------------------------------------------
