@@ -259,11 +259,11 @@ def check_registry(ctx: Context) -> Check:
 
     cfg = getattr(ctx.config, "registry", None)
     if cfg is None:
-        return Check("registry", "SKIP", "no registry configured: start states stay on the runner that saved them")
+        return Check("registry", CheckStatus.SKIP, "no registry configured: start states stay on the runner that saved them")
     try:
         creds = load_credentials(cfg.credentials_file, cfg.url) if cfg.credentials_file else None
     except RegistryError as e:
-        return Check("registry", "FAIL", str(e),
+        return Check("registry", CheckStatus.FAIL, str(e),
                      "write `user:password` (chmod 600) or a Docker config.json with an auths entry for "
                      f"{urlsplit(cfg.url).netloc} to registry.credentials_file")
 
@@ -275,13 +275,13 @@ def check_registry(ctx: Context) -> Check:
     try:
         asyncio.run(ping())
     except RegistryAuthError as e:
-        return Check("registry", "FAIL", f"{cfg.url}: {e}",
+        return Check("registry", CheckStatus.FAIL, f"{cfg.url}: {e}",
                      f"check the user and password in {cfg.credentials_file or 'registry.credentials_file'} "
                      "(htpasswd -v FILE USER on the registry host tells whether they match)")
     except (RegistryError, OSError, ValueError) as e:
-        return Check("registry", "FAIL", f"{cfg.url}: {e}",
+        return Check("registry", CheckStatus.FAIL, f"{cfg.url}: {e}",
                      f"curl -sS {cfg.url}/v2/   # a self-signed registry needs registry.ca_file")
-    return Check("registry", "OK", f"{cfg.url} answers and takes our credentials (repository {cfg.repository})")
+    return Check("registry", CheckStatus.OK, f"{cfg.url} answers and takes our credentials (repository {cfg.repository})")
 
 
 def check_clock(probe: ServerProbe) -> Check:
