@@ -259,7 +259,8 @@ def check_registry(ctx: Context) -> Check:
 
     cfg = getattr(ctx.config, "registry", None)
     if cfg is None:
-        return Check("registry", CheckStatus.SKIP, "no registry configured: start states stay on the runner that saved them")
+        return Check("registry", CheckStatus.SKIP,
+                     "no registry configured: start states stay on the runner that saved them")
     try:
         creds = load_credentials(cfg.credentials_file, cfg.url) if cfg.credentials_file else None
     except RegistryError as e:
@@ -281,7 +282,8 @@ def check_registry(ctx: Context) -> Check:
     except (RegistryError, OSError, ValueError) as e:
         return Check("registry", CheckStatus.FAIL, f"{cfg.url}: {e}",
                      f"curl -sS {cfg.url}/v2/   # a self-signed registry needs registry.ca_file")
-    return Check("registry", CheckStatus.OK, f"{cfg.url} answers and takes our credentials (repository {cfg.repository})")
+    return Check("registry", CheckStatus.OK,
+                 f"{cfg.url} answers and takes our credentials (repository {cfg.repository})")
 
 
 def check_clock(probe: ServerProbe) -> Check:
