@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import importlib
 import os
 import signal
@@ -76,7 +77,7 @@ from gh_wire.protocol import (
     TaskEnd,
     Welcome,
 )
-from providers.base import ImageInfo, Provider
+from providers.base import ImageInfo, Provider, ProviderError
 
 T = TypeVar("T")
 PROVIDER_CALL_TIMEOUT = 300.0  # list_images/reap/held_versions on a loaded host
@@ -726,11 +727,18 @@ class Daemon:
         image = next((i for i in self._images if i.name == ref.image), None)
         try:
             try:
-                seconds = await self.library.acquire(key[0], key[1], ref.image, image.checksum if image else None,
-                                                     held=key in set(self._held))
+                # Held or not is asked of the provider: a pulled version may have been evicted since
+                # the last hello.
+                seconds = await self.library.acquire(key[0], key[1], ref.image, image.checksum if image else None)
             except FetchRefused as e:
                 await self._refuse(aid, e.code, e.reason)
                 return
+            except ProviderError as e:
+                await self._refuse(aid, LeaseRefusal.START_FAILED, f"cannot list the versions held here: {e}")
+                return
+            if seconds > 0:  # pulled: what is held changed (and the cache may have evicted others)
+                with contextlib.suppress(Exception):
+                    self._held = await within(PROVIDER_CALL_TIMEOUT, self.provider.held_versions())
             if key not in set(self._held):
                 self._held.append(key)
             try:

@@ -144,9 +144,10 @@ class Library:
     # -- pull on demand ------------------------------------------------------------------------
 
     async def acquire(self, start_state_id: str, version: int, image: str, image_checksum: str | None,
-                      held: bool) -> float:
+                      held: bool | None = None) -> float:
         """Mark the version in use (until `release`), pulling it first when it is not held here;
-        returns the seconds this caller waited for the pull (0 when it was held).
+        returns the seconds this caller waited for the pull (0 when it was held). `held` None: the
+        provider is asked, after the mark, so an eviction cannot slip between the look and the use.
 
         Raises:
             FetchRefused: the version cannot be had from the registry now (typed reason).
@@ -154,6 +155,8 @@ class Library:
         key = (start_state_id, version)
         self._in_use[key] += 1
         try:
+            if held is None:
+                held = key in set(await self.provider.held_versions())
             if held:
                 self._touch(key)
                 return 0.0
