@@ -130,7 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     images = sub.add_parser("images", parents=[_machine_options()], help="list the images this runner would advertise",
                             description="List images (name, os, version, checksum) and held start-state versions.")
     images.add_argument("--json", action="store_true", help="machine-readable output")
-    images.add_argument("action", nargs="?", choices=("push", "pull"), default=None,
+    # No `choices`: a stray value of an unknown option is not taken for a bad action (the error names
+    # the option); main() checks the action.
+    images.add_argument("action", nargs="?", default=None, metavar="{push,pull}",
                         help="push NAME: the image to the configured registry; pull REF (HOST/REPO:TAG, or a "
                              "name): an image from it into --images-dir, verified")
     images.add_argument("target", nargs="?", default=None, metavar="NAME|REF")
@@ -213,6 +215,8 @@ def main(argv: Sequence[str] | None = None, commands: Mapping[str, Command] | No
     command = getattr(args, "command", None)
     if command == "images":
         if getattr(args, "action", None) is not None:
+            if args.action not in ("push", "pull"):
+                return _fail(f"images: unknown action {args.action!r}; use `images push NAME` or `images pull REF`")
             if not args.target:
                 return _fail(f"images {args.action} needs {'NAME' if args.action == 'push' else 'REF'}")
             from gh_runner import imagemove
