@@ -4,8 +4,8 @@ A version a runner pushed to its registry (issue 25) can be leased to any runner
 and the base image; `registry_ref` is where it is (host/prefix/states@sha256:...), `runners.registry`
 the registry a runner pulls from (host/prefix, from its hello).
 
-Revision ID: 0006_registry
-Revises: 0005_grant_ends
+Revision ID: 0007_registry
+Revises: 0006_queue_timeout
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0006_registry"
-down_revision: str | None = "0005_grant_ends"
+revision: str = "0007_registry"
+down_revision: str | None = "0006_queue_timeout"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
