@@ -79,16 +79,18 @@ class LabStack(Stack):
 @pytest.fixture
 def lab(images_dir: Path, tmp_path: Path) -> Iterator[LabStack]:
     reg = RegistryProcess.start(tmp_path / "registry")
-    s = LabStack(images_dir, reg)
-    s.start()
     try:
-        yield s
-    finally:
+        s = LabStack(images_dir, reg)
+        s.start()  # stops what it started when it fails
         try:
-            s.call(s.stop_b(), timeout=300)
+            yield s
         finally:
-            s.stop()
-            reg.stop()
+            try:
+                s.call(s.stop_b(), timeout=300)
+            finally:
+                s.stop()
+    finally:
+        reg.stop()
 
 
 def by_runner(gh: Eager, run_id: str) -> dict[str, list[dict[str, Any]]]:
