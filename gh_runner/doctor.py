@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 from urllib.parse import urlsplit, urlunsplit
 
+from gh_runner import diskguard
 from gh_runner.config import is_loopback
 from providers.base import CheckLimits, CheckStatus, Provider
 from providers.base import HostCheck as Check
@@ -63,6 +64,8 @@ class DoctorConfig(Protocol):
     def state_dir(self) -> Path: ...
     @property
     def libvirt_uri(self) -> str: ...
+    @property
+    def disk_reserve_mib(self) -> int: ...
 
 
 @dataclass
@@ -104,12 +107,21 @@ def check_disk(ctx: Context) -> Check:
     need = per_slot * slots
     detail = (f"{usage.free / GIB:.1f} GiB free on the filesystem of {where}; {slots} slot(s) x "
               f"{per_slot / GIB:.1f} GiB = {need / GIB:.1f} GiB")
-    if usage.free >= need:
-        return Check("disk", CheckStatus.OK, detail)
-    fits = usage.free // per_slot
-    fix = (f"free space under {probe}, or set slots: {fits} in the config" if fits >= 1
-           else f"free at least {(need - usage.free) / GIB:.1f} GiB under {probe}")
-    return Check("disk", CheckStatus.FAIL, f"not enough: {detail}", fix)
+    if usage.free < need:
+        fits = usage.free // per_slot
+        fix = (f"free space under {probe}, or set slots: {fits} in the config" if fits >= 1
+               else f"free at least {(need - usage.free) / GIB:.1f} GiB under {probe}")
+        return Check("disk", CheckStatus.FAIL, f"not enough: {detail}", fix)
+    configured = ctx.config.disk_reserve_mib * MIB
+    reserve = diskguard.reserve_bytes(probe, configured)
+    if reserve < configured:
+        # The runner still runs here (the reserve scales down), but a guest that fills its overlay
+        # fills the journal's disk too: worth a warning, not a failure.
+        return Check("disk", CheckStatus.WARN,
+                     f"{detail}; the filesystem ({usage.total / GIB:.1f} GiB) is small: the runner keeps "
+                     f"{reserve // MIB} MiB free, not the configured disk_reserve_mib {configured // MIB}",
+                     f"put the state dir on a filesystem of at least {configured * 10 / GIB:.0f} GiB")
+    return Check("disk", CheckStatus.OK, detail)
 
 
 def _writable(d: Path) -> str | None:

@@ -1,9 +1,10 @@
 """The runner's journal: what must survive a crash, on disk under `<state-dir>/journal/`.
 
 - `inflight/<attempt_id>.json`: written when a lease is accepted, before `lease_accept` is sent
-  (atomically, not fsync'd: see `record_inflight`); removed when the attempt's result is
-  journaled. A runner that restarts and finds one knows the attempt was interrupted: it turns it
-  into an `error` result with a reason and reaps the machine (the machine id is the attempt id).
+  (atomically, not fsync'd: see `record_inflight`); removed when the attempt ends, whether or not
+  its result could be journaled (see `finish`). A runner that restarts and finds one knows the
+  attempt was interrupted: it turns it into an `error` result with a reason and reaps the
+  machine (the machine id is the attempt id).
 - `results/<attempt_id>.json`: every finished attempt's result, written and fsync'd before it is
   sent; removed only when the server acknowledges it (`result_ack`). Sent again after every
   reconnect and on a timer until then, so delivery is at-least-once; the server applies a result
@@ -167,9 +168,17 @@ class Journal:
 
     def finish(self, result: AttemptResult) -> None:
         """Journal the result durably, then drop the in-flight record (a crash between leaves both:
-        `recover` keeps the result and drops the record)."""
-        _write_atomic(self._path(self.results_dir, result.attempt_id), result.model_dump_json().encode())
-        self._path(self.inflight_dir, result.attempt_id).unlink(missing_ok=True)
+        `recover` keeps the result and drops the record).
+
+        The record is dropped even when the result cannot be written (a full disk: raises DiskFull):
+        the attempt is over either way, and a record left behind would come back at the next start
+        as a spurious "interrupted" error. The caller still holds the result and sends it; a crash
+        before it is acknowledged is covered by the server, which errors a leased attempt that a
+        reconnecting runner neither lists in flight nor reports."""
+        try:
+            _write_atomic(self._path(self.results_dir, result.attempt_id), result.model_dump_json().encode())
+        finally:
+            self._path(self.inflight_dir, result.attempt_id).unlink(missing_ok=True)
 
     def ack(self, attempt_id: str) -> bool:
         """Forget an acknowledged result. Idempotent; returns whether there was one."""

@@ -42,6 +42,7 @@ class Cfg:
     token_file: Path | None = None
     slots: int = 1
     libvirt_uri: str = "qemu:///system"
+    disk_reserve_mib: int = 2048
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -351,6 +352,24 @@ def test_not_enough_disk_for_the_slots(workdir: Path) -> None:
     assert rc == 1 and status["disk"] == "FAIL"
     m = re.search(r"fix: free space under \S+, or set slots: (\d+) in the config", text)
     assert m and 1 <= int(m.group(1)) < slots, text
+
+
+def test_a_small_state_dir_runs_with_a_warning(workdir: Path) -> None:
+    """A real 1600 MiB tmpfs (tmpfs allocates nothing up front): one linux slot fits, so the runner
+    runs there, with its reserve scaled down to a tenth of the filesystem, and doctor says so."""
+    import subprocess
+
+    fake_image(workdir / "images")
+    mnt = workdir / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1600m", "tmpfs", str(mnt)], check=True, timeout=30)
+    try:
+        cfg = Cfg(images_dir=workdir / "images", state_dir=mnt / "state", libvirt_uri="test:///default")
+        _, text, status = run_doctor(cfg)
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=True, timeout=30)
+    assert status["disk"] == "WARN", text
+    assert "the runner keeps 160 MiB free, not the configured disk_reserve_mib 2048" in text, text
 
 
 def test_env_credentials_directory_token_checked(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:

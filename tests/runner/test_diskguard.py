@@ -1,4 +1,5 @@
-"""The runner refuses leases when its state dir is short of disk (a real, tiny tmpfs)."""
+"""The runner refuses leases when its state dir is short of disk (a real, tiny tmpfs), with a
+reserve that scales down on a small filesystem (so a small state dir still runs)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from .peer import Peer, make_lease
 def tiny_fs(tmp_path: Path) -> Iterator[Path]:
     mnt = tmp_path / "tiny"
     mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)], check=True, timeout=30)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)], check=True, timeout=30)
     try:
         yield mnt
     finally:
@@ -27,16 +28,31 @@ def tiny_fs(tmp_path: Path) -> Iterator[Path]:
 
 async def test_lease_is_refused_with_a_typed_reason_when_the_disk_is_low(peer: Peer, start_daemon: Any,
                                                                          tiny_fs: Path) -> None:
-    await start_daemon(peer.url, state_dir=tiny_fs / "state", disk_reserve_mib=8)
+    await start_daemon(peer.url, state_dir=tiny_fs / "state", disk_reserve_mib=4)
     await peer.wait_type("hello")
     await peer.send(make_lease("at_room"))
     await peer.wait_type("lease_accept", where=lambda m: m.attempt_id == "at_room")
     # A guest's overlay (or anything else) fills the disk to below the reserve.
-    (tiny_fs / "filler").write_bytes(b"\0" * (10 * 1024 * 1024))
+    (tiny_fs / "filler").write_bytes(b"\0" * (62 * 1024 * 1024))
     await peer.send(make_lease("at_full"))
     r = await peer.wait_type("lease_refuse", where=lambda m: m.attempt_id == "at_full")
     assert r.code == LeaseRefusal.DISK_LOW
-    assert "MiB free under" in r.reason and "below the 8 MiB" in r.reason
+    assert "MiB free under" in r.reason and "below the 4 MiB the runner keeps in reserve (disk_reserve_mib)" in r.reason
     (tiny_fs / "filler").unlink()
     await peer.send(make_lease("at_again"))
     await peer.wait_type("lease_accept", where=lambda m: m.attempt_id == "at_again")
+
+
+async def test_a_small_state_dir_runs_with_the_reserve_scaled_down(peer: Peer, start_daemon: Any,
+                                                                   tiny_fs: Path) -> None:
+    """The default reserve (2048 MiB) on a 64 MiB filesystem: a tenth of it (6 MiB) is kept, so leases
+    are taken until that tenth is reached, and the refusal says the reserve was scaled."""
+    await start_daemon(peer.url, state_dir=tiny_fs / "state")
+    await peer.wait_type("hello")
+    await peer.send(make_lease("at_small"))
+    await peer.wait_type("lease_accept", where=lambda m: m.attempt_id == "at_small")
+    (tiny_fs / "filler").write_bytes(b"\0" * (60 * 1024 * 1024))
+    await peer.send(make_lease("at_small_full"))
+    r = await peer.wait_type("lease_refuse", where=lambda m: m.attempt_id == "at_small_full")
+    assert r.code == LeaseRefusal.DISK_LOW
+    assert "below the 6 MiB the runner keeps in reserve (disk_reserve_mib, scaled down to 10%" in r.reason

@@ -165,3 +165,26 @@ def test_journal_reports_a_full_disk_and_leaves_no_temp_file(tmp_path: Path) -> 
         assert [r.attempt_id for r in j.pending_results()] == ["at_fits"]
     finally:
         subprocess.run(["umount", str(mnt)], check=True, timeout=30)
+
+
+def test_a_full_disk_drops_the_in_flight_record_with_the_failed_result(tmp_path: Path) -> None:
+    """A real 64 KiB tmpfs, full: the result cannot be journaled, and the attempt's in-flight record
+    goes anyway, so the next start does not report the finished attempt as "interrupted"."""
+    import subprocess
+
+    from gh_runner.journal import DiskFull
+
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], check=True, timeout=30)
+    try:
+        j = Journal(mnt / "state")
+        j.open()
+        j.record_inflight("at_full", "at_full")
+        big = _result("at_full").model_copy(update={"answer": "b" * (256 * 1024)})
+        with pytest.raises(DiskFull):
+            j.finish(big)
+        assert j.inflight() == []
+        assert Journal(mnt / "state").recover() == []  # the next start: nothing "interrupted"
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True, timeout=30)
