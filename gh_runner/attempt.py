@@ -84,7 +84,12 @@ _background: set[asyncio.Task[Any]] = set()  # shielded destroys outliving a can
 
 
 class AttemptLink(Protocol):
-    """Implemented by the daemon, one per attempt. Both calls are best effort from our side."""
+    """Implemented by the daemon, one per attempt. Both calls are best effort from our side.
+
+    `status_acks`: the server acknowledges each status it applies (`status_ack`), so a task whose
+    start was never acknowledged, and that saw no request or task_end, never had an agent."""
+
+    status_acks: bool
 
     async def status(self, status: str, phase: str) -> None: ...
 
@@ -154,6 +159,7 @@ class Attempt:
         self._ending: rules.TaskEnding | None = None
         self._task_end: TaskEnd | None = None
         self._task_end_seen = asyncio.Event()
+        self._agent_seen = False  # the server acknowledged the task's start, or the agent acted
         self._task_over = False
         self._accepting = False  # machine requests are served only while this is set (task phase)
         self._closed_reason: str | None = None
@@ -178,7 +184,7 @@ class Attempt:
         case = self.lease.case
         t = self.timeouts
         script_t = min(self.lease.script_timeout, t.setup)
-        check_t = min(self.lease.script_timeout, t.check)
+        check_t = self._check_timeout()
 
         await self._status("preparing", MACHINE)
         self.machine = await self._phase(MACHINE, t.machine, self._make_machine)
@@ -209,6 +215,11 @@ class Attempt:
 
         await self._status("running", TASK)
         end = await self._phase(TASK, None, self._task)
+        if end is None and self._limit_reached and not self._agent_seen and self.link.status_acks:
+            # Not the agent's failure: it never came (the task began while the link to the server was
+            # down, and the server heard of it too late or not at all). Ours: an error, retried.
+            raise AttemptError(TASK, "the agent never started: the server did not acknowledge the start of the "
+                               "task before its time limit (the link to the server was down)")
         self._ending = rules.task_ending(end, self._limit_reached)
         if self._ending.error:
             raise AttemptError(TASK, self._ending.error)
@@ -262,6 +273,8 @@ class Attempt:
 
     async def handle_request(self, req: MachineRequest) -> MachineResponse:
         """Answer the agent's screen/input/exec request, or refuse it with a reason."""
+        if self.phase == TASK:
+            self._agent_seen = True  # a request for this attempt: an agent is at work
         if not self._accepting or self.machine is None:
             return self._stopped(_refuse(req, self._why_not_now()))
         op = asyncio.create_task(self._serve(req), name=f"request-{req.request_id}")
@@ -274,8 +287,18 @@ class Attempt:
                 raise
             return self._stopped(_refuse(req, f"stopped before it finished: {self._closed_reason or 'the task ended'}"))
 
+    def agent_started(self, late_seconds: float | None = None) -> None:
+        """The server acknowledged the start of the task: its agent runs (`late_seconds` into the task
+        when the link was down as the task began; the agent lost that time, and the result says so)."""
+        self._agent_seen = True
+        if late_seconds is not None and late_seconds > 0:
+            self._metrics.task_seconds_lost = round(late_seconds, 3)
+            self._log.warning("the agent started late: the link was down when the task began",
+                              seconds_lost=late_seconds)
+
     def task_end(self, msg: TaskEnd) -> None:
         """The agent is done: the task phase ends and the check after runs with its answer."""
+        self._agent_seen = True
         if self._task_over or self._task_end is not None:
             self._log.info("task_end ignored", reason="task already over" if self._task_over else "duplicate")
             return
@@ -350,6 +373,13 @@ class Attempt:
         machine = await asyncio.shield(self._create)
         self._metrics.machine_origin = str(machine.origin)
         return machine
+
+    def _check_timeout(self) -> float:
+        """The check's bound: the runner's `timeouts.check` and the lease's script timeout, and never
+        longer than the case's own `limits.minutes`. A check is a quick look at the machine; one that
+        loops must not hold a core for 5 minutes (times 3 tries) on a case given 1 minute."""
+        case_bound = self.lease.case.limits.minutes * self._seconds_per_minute
+        return min(self.lease.script_timeout, self.timeouts.check, case_bound)
 
     async def _script(self, script: str, env: dict[str, str], timeout: float) -> ScriptResult:
         return await self._machine().run_script(script, env=env, timeout=timeout, output_cap=CHECK_OUTPUT_CAP)

@@ -172,6 +172,9 @@ class AttemptMetrics(_Msg):
     machine_origin: str | None = None
     # A model agent's own account (TaskEnd.usage), passed through: turns, tokens, cost_cents, seconds.
     agent_usage: dict[str, Any] | None = None
+    # The agent started this many seconds into the task (the link was down when the task began, and
+    # the server started the agent when it heard of the task from the hello): time the agent lost.
+    task_seconds_lost: float | None = None
 
 
 class AttemptResult(_Msg):
@@ -199,6 +202,16 @@ class AttemptResult(_Msg):
 # ---------------------------------------------------------------------------------------------
 
 
+class InFlightPhase(_Msg):
+    """Where an in-flight attempt is, as the hello reports it: the runner's last `attempt_status`,
+    which may never have reached the server (sent while the link was down)."""
+
+    attempt_id: str
+    status: Literal["preparing", "running", "checking", "done"]
+    phase: str
+    at: datetime  # when the attempt entered this phase (the runner's clock)
+
+
 class Hello(_Msg):
     type: Literal["hello"] = "hello"
     protocol: int = PROTOCOL_VERSION
@@ -212,6 +225,10 @@ class Hello(_Msg):
     # The OCI registry this runner pulls start states from ("host[:port]/repository-prefix"), None
     # without one: the server may lease it a version published there that it does not hold.
     registry: str | None = None
+    # Added without a protocol bump (an older server ignores both): each in-flight attempt's phase,
+    # and that this runner understands `status_ack`.
+    in_flight_phases: list[InFlightPhase] = Field(default_factory=list)
+    status_acks: bool = False
 
 
 class LeaseAccept(_Msg):
@@ -301,6 +318,9 @@ class Welcome(_Msg):
     name: str | None = Field(
         default=None, description="the name the runner was registered with (a runner not given --name takes it)"
     )
+    # The server acknowledges every `attempt_status` it applies with `status_ack` (the runner said it
+    # understands them in its hello): a task whose start was never acknowledged had no agent.
+    status_acks: bool = False
 
 
 class Lease(_Msg):
@@ -323,6 +343,19 @@ class Cancel(_Msg):
 class ResultAck(_Msg):
     type: Literal["result_ack"] = "result_ack"
     attempt_id: str
+
+
+class StatusAck(_Msg):
+    """The server applied an attempt's status (for `running`: its agent was started, or it was
+    answered with a `task_end` saying why it cannot be). Sent only to a runner whose hello said
+    `status_acks`; the hello's `in_flight_phases` carries every status not yet acknowledged."""
+
+    type: Literal["status_ack"] = "status_ack"
+    attempt_id: str
+    status: Literal["preparing", "running", "checking", "done"]
+    phase: str
+    # Set when the agent started late: the task had begun this many seconds before the server knew.
+    late_seconds: float | None = None
 
 
 class MachineRequest(_Msg):
@@ -410,7 +443,7 @@ RunnerMessage = Annotated[
     Field(discriminator="type"),
 ]
 ServerMessage = Annotated[
-    Welcome | Heartbeat | Lease | Cancel | ResultAck | MachineRequest | TaskEnd | Job | ErrorMsg,
+    Welcome | Heartbeat | Lease | Cancel | ResultAck | StatusAck | MachineRequest | TaskEnd | Job | ErrorMsg,
     Field(discriminator="type"),
 ]
 
@@ -418,8 +451,8 @@ _runner_adapter: TypeAdapter[Any] = TypeAdapter(RunnerMessage)
 _server_adapter: TypeAdapter[Any] = TypeAdapter(ServerMessage)
 _RUNNER_TYPES = {"hello", "heartbeat", "lease_accept", "lease_refuse", "attempt_status", "attempt_result",
                  "replay_frame", "machine_response", "job_result", "error"}
-_SERVER_TYPES = {"welcome", "heartbeat", "lease", "cancel", "result_ack", "machine_request", "task_end",
-                 "job", "error"}
+_SERVER_TYPES = {"welcome", "heartbeat", "lease", "cancel", "result_ack", "status_ack", "machine_request",
+                 "task_end", "job", "error"}
 
 
 def _parse(raw: str | bytes, adapter: TypeAdapter[Any], known: set[str]) -> Any:

@@ -167,3 +167,21 @@ async def test_cancel_mid_task_leaves_nothing(qemu: tuple[Provider, Path]) -> No
     assert not resp.ok and "cancelled" in (resp.error or "")
     assert result.metrics.phase_seconds["teardown"] < 120
     await assert_clean(provider, state)
+
+
+async def test_a_looping_check_is_stopped_at_the_cases_time_limit(qemu: tuple[Provider, Path]) -> None:
+    """A check that never ends, on the real guest: its bound is the case's `limits.minutes` (scaled here
+    to 6 s a minute), not the runner's 300 s or the lease's script timeout (120 s)."""
+    provider, state = qemu
+    link = FakeLink()
+    attempt_id = f"at_itest_{secrets.token_hex(4)}"
+    looping = lease(attempt_id).model_copy(deep=True)
+    looping.case.check_script = "while true; do sleep 1; done"
+    looping.case.limits = Limits(minutes=1)
+    a = Attempt(looping, provider, link, PhaseTimeouts(machine=WAIT, ready=WAIT, teardown=120),
+                seconds_per_minute=6.0)
+    result = await asyncio.wait_for(a.run(), 3 * WAIT)
+    assert result.outcome == "error" and result.error_phase == "check_before", result.error
+    assert "did not finish within 6 s" in (result.error or ""), result.error
+    assert result.metrics.phase_seconds["check_before"] < 60
+    await assert_clean(provider, state)
