@@ -11,12 +11,8 @@ late (with the time lost on the attempt) or the attempt is our `error` and is re
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 import secrets
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -24,12 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 from guidinghand import Eager
 
-from .procs import BIN, Runner, domains, free_port, stop_process
+from .procs import RestartableServer, Runner, domains, wait_for_log
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -40,62 +35,6 @@ CASE: dict[str, Any] = {
     "metadata": {"reference_fix": "touch /root/fixed", "reference_answer": "done"},
     "limits": {"minutes": 2},
 }
-
-
-class RestartableServer:
-    """gh-server on a fixed port, so that the runner's one URL finds it again after a kill."""
-
-    def __init__(self, data_dir: Path, config: Path, log: Path) -> None:
-        self.data_dir, self.config, self.log_path = data_dir, config, log
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        self.api_key = "gh_live_" + secrets.token_urlsafe(24)
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [str(BIN / "gh-server"), "--data-dir", str(self.data_dir), "--host", "127.0.0.1", "--port",
-             str(self.port), "--config", str(self.config), "--log-level", "info"],
-            env={**os.environ, "GH_SERVER_API_KEY": self.api_key}, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True)
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"gh-server exited with {self.proc.returncode}; see {self.log_path}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.base_url}/healthz", timeout=5).status_code == 200:
-                    return
-            time.sleep(0.2)
-        raise RuntimeError("gh-server did not answer /healthz within 90 s")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            stop_process(self.proc, 30)
-
-
-def wait_for_log(path: Path, pred: Any, timeout: float) -> dict[str, Any]:
-    """The first JSON log line of `path` for which `pred` holds (polled: the runner is another process)."""
-    deadline = time.monotonic() + timeout
-    offset = 0
-    while time.monotonic() < deadline:
-        with path.open("rb") as f:
-            f.seek(offset)
-            chunk = f.read()
-        complete = chunk[: chunk.rfind(b"\n") + 1]
-        offset += len(complete)
-        for line in complete.splitlines():
-            with contextlib.suppress(ValueError):
-                event = json.loads(line)
-                if isinstance(event, dict) and pred(event):
-                    return event
-        time.sleep(0.02)
-    raise AssertionError(f"no such line in {path} within {timeout:.0f} s")
 
 
 @pytest.fixture
