@@ -110,6 +110,15 @@ class RunnerMetrics:
         )
         self.machines_running = Gauge("gh_runner_machines_running", "Machines (VMs) alive now", registry=r)
         self.reaped = Counter("gh_runner_reaped_leftovers", "Leftover machines of a previous run reaped", registry=r)
+        self.hypervisor_up = Gauge(
+            "gh_runner_hypervisor_up", "1 while the hypervisor (libvirt) answers; 0: the runner is paused", registry=r
+        )
+        self.hypervisor_up.set(1)
+        self.destroy_leftovers = Gauge(
+            "gh_runner_destroy_leftovers",
+            "Machines whose destroy failed and is being retried (their files are kept until the domain is gone)",
+            registry=r,
+        )
         self.last_tick = Gauge(
             "gh_runner_main_loop_last_tick_timestamp_seconds", "When the main loop last ran (unix time)", registry=r
         )
@@ -156,6 +165,12 @@ class RunnerMetrics:
     def reaped_leftovers(self, n: int = 1) -> None:
         if n > 0:
             self.reaped.inc(n)
+
+    def set_hypervisor_up(self, up: bool) -> None:
+        self.hypervisor_up.set(1 if up else 0)
+
+    def set_destroy_leftovers(self, n: int) -> None:
+        self.destroy_leftovers.set(n)
 
     def tick(self) -> None:
         self.last_tick.set_to_current_time()

@@ -113,6 +113,15 @@ class OpsObserver:
         if self.metrics is not None:
             self.metrics.reaped_leftovers(len(machine_ids))
 
+    def hypervisor(self, up: bool, reason: str | None) -> None:
+        if self.metrics is not None:
+            self.metrics.set_hypervisor_up(up)
+        self.notifier.status("hypervisor answers" if up else f"paused: {reason}")
+
+    def destroy_leftovers(self, n: int) -> None:
+        if self.metrics is not None:
+            self.metrics.set_destroy_leftovers(n)
+
     def draining(self, in_flight: int) -> None:
         if self.metrics is not None:
             self.metrics.set_connection("stopping")
