@@ -48,13 +48,14 @@ from gh_common.timeouts import within
 from gh_runner import __version__, diskguard
 from gh_runner.attempt import FETCH
 from gh_runner.config import RunnerConfig, Timeouts
-from gh_runner.journal import InflightRecord, Journal, is_safe_id
+from gh_runner.journal import DiskFull, InflightRecord, Journal, is_safe_id
 from gh_runner.library import FetchRefused, Library, open_registry
 from gh_runner.log import bind_attempt, get_logger, redactor
 from gh_runner.poolsize import plan_pool
 from gh_runner.registry import RegistryError
 from gh_runner.session import Backoff, Session
 from gh_wire.protocol import (
+    ATTEMPT_STATUSES,
     AttemptFinished,
     AttemptResult,
     AttemptStatus,
@@ -64,6 +65,7 @@ from gh_wire.protocol import (
     HeldVersion,
     Hello,
     ImageAd,
+    InFlightPhase,
     Job,
     JobResult,
     Lease,
@@ -74,6 +76,7 @@ from gh_wire.protocol import (
     MachineResponse,
     ReplayFrame,
     ResultAck,
+    StatusAck,
     TaskEnd,
     Welcome,
 )
@@ -126,6 +129,7 @@ class AttemptLike(Protocol):
     async def run(self) -> AttemptResult: ...
     async def handle_request(self, req: MachineRequest) -> MachineResponse: ...
     def task_end(self, msg: TaskEnd) -> None: ...
+    def agent_started(self, late_seconds: float | None = None) -> None: ...
     def cancel(self, reason: str) -> None: ...
     async def wait_torn_down(self) -> None: ...
 
@@ -198,22 +202,29 @@ class _Running:
 
 
 class _Link:
-    """The AttemptLink the daemon gives each attempt: status and replay frames, best effort."""
+    """The AttemptLink the daemon gives each attempt: statuses (at least once: noted in the in-flight
+    record, which the next hello reports) and replay frames (best effort)."""
 
     def __init__(self, daemon: Daemon, attempt_id: str) -> None:
         self._d = daemon
         self.attempt_id = attempt_id
         self._seq = 0
 
+    @property
+    def status_acks(self) -> bool:
+        return self._d.status_acks
+
     async def status(self, status: str, phase: str) -> None:
         d = self._d
         running = d._attempts.get(self.attempt_id)
+        at = datetime.now(UTC)
         if running is not None and status != "done":  # "done" is followed at once by the result itself
-            # Noted before it is sent, so a crash report never names an earlier phase than the server saw.
-            await d._note_phase(running, status, phase)
+            # Noted before it is sent: a crash report never names an earlier phase than the server saw,
+            # and a status lost with the link reaches the server in the next hello.
+            await d._note_phase(running, status, phase, at)
         try:
             msg = AttemptStatus(attempt_id=self.attempt_id, status=status,  # type: ignore[arg-type]
-                                phase=phase, at=datetime.now(UTC))
+                                phase=phase, at=at)
         except ValueError:
             d.log.warning("attempt reported an unknown status", attempt_id=self.attempt_id, status=status)
             return
@@ -277,6 +288,7 @@ class Daemon:
         self._journal_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gh-journal")
         self._signals = 0
         self.exit_code = 0
+        self.status_acks = False  # the server acknowledges statuses (its last welcome said so)
         self._session_task: asyncio.Task[None] | None = None
         self._timers: list[asyncio.Task[None]] = []
         self.session = Session(
@@ -330,11 +342,11 @@ class Daemon:
     async def _journal(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._journal_pool, fn, *args)
 
-    async def _note_phase(self, running: _Running, status: str, phase: str) -> None:
-        """Note an attempt's phase in its in-flight record (not fsync'd: for crash reports only)."""
+    async def _note_phase(self, running: _Running, status: str, phase: str, at: datetime) -> None:
+        """Note an attempt's phase in its in-flight record (not fsync'd: for crash reports and the hello)."""
         async with running.lock:
             try:
-                await self._journal(self.journal.update_phase, running.record, status, phase)
+                await self._journal(self.journal.update_phase, running.record, status, phase, at)
             except OSError as e:
                 self.log.warning("could not note the phase in the journal", attempt_id=running.lease.attempt_id,
                                  error=str(e))
@@ -589,9 +601,23 @@ class Daemon:
             in_flight=sorted(self._attempts),
             registry=(f"{self.library.registry.host}/{self.library.prefix}"
                       if self.library is not None and not self.library.auth_failed else None),
+            in_flight_phases=self._in_flight_phases(),
+            status_acks=True,
         )
 
+    def _in_flight_phases(self) -> list[InFlightPhase]:
+        """Each in-flight attempt's last status: the resend of any status the link lost."""
+        out = []
+        for aid, running in sorted(self._attempts.items()):
+            rec = running.record
+            if rec.phase_at is None or rec.status not in ATTEMPT_STATUSES:
+                continue  # accepted, no status yet: the server has it as leased
+            out.append(InFlightPhase(attempt_id=aid, status=rec.status, phase=rec.phase,  # type: ignore[arg-type]
+                                     at=datetime.fromisoformat(rec.phase_at)))
+        return out
+
     async def on_welcome(self, welcome: Welcome) -> None:
+        self.status_acks = welcome.status_acks
         if welcome.name and welcome.name != self.config.name and self._take_registered_name(welcome.name):
             return
         self._emit("welcome", welcome)
@@ -646,6 +672,8 @@ class Daemon:
             await self._on_cancel(msg)
         elif isinstance(msg, ResultAck):
             await self._on_ack(msg)
+        elif isinstance(msg, StatusAck):
+            self._on_status_ack(msg)
         elif isinstance(msg, Job):
             await self._on_job(msg)
         else:
@@ -806,12 +834,17 @@ class Daemon:
             result = AttemptResult(attempt_id=aid, outcome="error", error_phase="runner", started_at=started,
                                    finished_at=datetime.now(UTC),
                                    error=f"internal runner error: {type(e).__name__}: {redactor.scrub(str(e))[:300]}")
+        journaled = True
         try:
             async with running.lock:
                 await self._journal(self.journal.finish, result)
         except OSError as e:
-            # Still send it: the server may well ack before anything else goes wrong.
-            log.error("could not journal the result; sending it anyway", error=str(e))
+            # Still send it: the server may well ack before anything else goes wrong. The in-flight
+            # record is gone either way (`Journal.finish`): the attempt is over.
+            journaled = False
+            what = "the disk is full" if isinstance(e, DiskFull) else "the journal could not be written"
+            log.error(f"result NOT journaled ({what}); sending it anyway, it is lost if the runner stops "
+                      "before the server acknowledges it", error=str(e), outcome=result.outcome)
         # The slot frees here, with the machine's destroy still running: the result is safe on disk,
         # and a crash before the destroy ends leaves a domain the reaper at the next start removes.
         self._tearing_down[aid] = running.attempt.machine_id
@@ -820,7 +853,8 @@ class Daemon:
             self.library.release(*running.uses_version)
         redactor.discard(running.redact)
         self._unacked[aid] = result
-        log.info("result journaled, sending", outcome=result.outcome, error=result.error)
+        if journaled:
+            log.info("result journaled, sending", outcome=result.outcome, error=result.error)
         self._emit("attempt_finished", result)
         self._emit("journal_backlog", len(self._unacked))
         self._busy_changed()
@@ -830,6 +864,13 @@ class Daemon:
         finally:
             self._tearing_down.pop(aid, None)
             self._changed.set()
+
+    def _on_status_ack(self, msg: StatusAck) -> None:
+        running = self._attempts.get(msg.attempt_id)
+        if running is None:
+            return  # over already (acks are idempotent and may cross the result)
+        if msg.status == "running":
+            running.attempt.agent_started(msg.late_seconds)
 
     async def _send_result(self, result: AttemptResult) -> None:
         self._last_sent[result.attempt_id] = time.monotonic()

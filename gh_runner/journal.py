@@ -51,6 +51,7 @@ class InflightRecord:
     test_run_id: str | None = None
     status: str = "preparing"
     phase: str = "accepted"
+    phase_at: str | None = None  # when the attempt entered `phase` (ISO 8601): the hello reports it
 
 
 def _fsync_dir(path: Path) -> None:
@@ -147,9 +148,11 @@ class Journal:
         _write_atomic(self._path(self.inflight_dir, attempt_id), json.dumps(asdict(rec)).encode(), durable=False)
         return rec
 
-    def update_phase(self, rec: InflightRecord, status: str, phase: str) -> None:
-        """Best effort, not fsync'd: the phase only makes a crash report more precise."""
+    def update_phase(self, rec: InflightRecord, status: str, phase: str, at: datetime | None = None) -> None:
+        """Not fsync'd: the phase makes a crash report precise, and the record (in memory and here) is
+        what the next hello reports, so a status sent while the link was down still reaches the server."""
         rec.status, rec.phase = status, phase
+        rec.phase_at = (at or datetime.now(UTC)).isoformat()
         path = self._path(self.inflight_dir, rec.attempt_id)
         if path.exists():
             _write_atomic(path, json.dumps(asdict(rec)).encode(), durable=False)

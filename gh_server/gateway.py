@@ -66,6 +66,7 @@ class _Conn:
     reconciled: Reconciled | None = None
     draining: bool = False  # said so in a heartbeat: offer it nothing
     refused_in_row: int = 0  # refusals since its last accept: a runner that keeps refusing is paused
+    status_acks: bool = False  # its hello asked for `status_ack`
 
     @property
     def leasable(self) -> bool:
@@ -335,13 +336,14 @@ class Gateway:
 
         def job(s: Session) -> tuple[str | None, Reconciled]:
             n = rows.record_hello(s, runner_id, session_id, hello)
-            return n, reconcile_in_flight(s, runner_id, n or name, hello.in_flight)
+            return n, reconcile_in_flight(s, runner_id, n or name, hello.in_flight, hello.in_flight_phases)
 
         recorded, rec = await self.dbq.run(job)
         if recorded is None:
             raise _Rejected(protocol.CLOSE_TOKEN_REVOKED, "runner was deleted")
         self.conns[runner_id] = conn
         conn.reconciled = rec
+        conn.status_acks = hello.status_acks
         log.info("runner %s (%s) connected: %d slots, %d resumed, %d lost", name, runner_id, hello.slots,
                  len(rec.resume), len(rec.lost))
         return conn
@@ -359,6 +361,7 @@ class Gateway:
                 heartbeat_interval=self.settings.heartbeat_interval,
                 dead_after=self.settings.dead_after,
                 resume=rec.resume,
+                status_acks=conn.status_acks,
             )
         )
         for aid in rec.unwanted:
@@ -367,7 +370,13 @@ class Gateway:
             self.agents.stop(aid)
         for run in rec.runs:
             self.run_changed(run)
-        await self.agents.resend_task_ends(runner_id, rec.resume, rec.in_task)
+        late = await self.agents.resend_task_ends(runner_id, rec.resume, rec.in_task, rec.task_unheard)
+        if conn.status_acks:
+            # Every task in progress now has its agent or a task_end saying why not: the runner's
+            # `running` is answered (a runner whose task reaches its limit unanswered calls it ours).
+            for aid in rec.in_task:
+                await conn.send(protocol.StatusAck(attempt_id=aid, status=AttemptStatus.RUNNING, phase="task",
+                                                   late_seconds=late.get(aid)))
         await self._send_queued_jobs(conn)
         self.poke()
 
@@ -466,6 +475,8 @@ class Gateway:
                 await self.agents.on_running(rid, msg.attempt_id)
             elif msg.status in (AttemptStatus.CHECKING, AttemptStatus.DONE):
                 self.agents.stop(msg.attempt_id)
+            if conn.status_acks:
+                await conn.send(protocol.StatusAck(attempt_id=msg.attempt_id, status=msg.status, phase=msg.phase))
         elif isinstance(msg, protocol.MachineResponse):
             pending = self._pending.get(msg.request_id)
             if pending is not None and pending[0] == rid and not pending[2].done():

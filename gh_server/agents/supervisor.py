@@ -18,9 +18,9 @@ import hashlib
 import logging
 import secrets
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
 from sqlalchemy import select
@@ -58,6 +58,9 @@ CUSTOMER_SLACK_S = 5.0  # on top of the customer endpoint's timeout: waiting for
 # How often the grants of this process's running agents are read for a step limit reached through another
 # gh-server process (a shared database only; in one process the refusing request signals at once).
 STEP_LIMIT_POLL_S = 1.0
+# A task the server heard of late gets its agent only while at least this share of limits.minutes is
+# left; with less, the try is our error and retried (a fair try needs most of its time).
+LATE_START_SHARE = 0.5
 CLEANUP_S = 10.0  # an agent stopped at its step limit gets this long for its own clean-up (its process group)
 
 
@@ -95,6 +98,11 @@ def _load(session: Session, attempt_id: str) -> dict[str, Any] | None:
         "test_run_id": row.test_run_id,
         "case": dict(row.case or {}),
     }
+
+
+def _aware_utc(t: datetime) -> datetime:
+    """A runner's timestamp as an aware UTC time (one without a zone is UTC, as the protocol says)."""
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
 
 
 def _add_turn(session: Session, attempt_id: str, turn: dict[str, Any]) -> None:
@@ -158,14 +166,45 @@ class AgentSupervisor:
         if task is not None and not task.done():
             task.cancel()
 
-    async def resend_task_ends(self, runner_id: str, attempt_ids: list[str], in_task: list[str]) -> None:
-        """After a reconnect: repeat task_ends the runner may have missed; end with an error the tasks
-        whose agent is not here (this process started after it, e.g. a gh-server restart): an agent
-        cannot pick up half a task, and without one the runner would wait out the whole time limit."""
+    async def resend_task_ends(
+        self, runner_id: str, attempt_ids: list[str], in_task: list[str],
+        unheard: Mapping[str, datetime] | None = None,
+    ) -> dict[str, float]:
+        """After a reconnect: repeat task_ends the runner may have missed, and give every task in
+        progress its agent or a `task_end` with an error, never neither (without one the runner would
+        wait out the whole time limit and the check would score an agent that never came).
+
+        - A task that began while this server did not hear it (`unheard`: attempt id -> when it
+          began) never had an agent: it gets one now if at least half of `limits.minutes` is left
+          (the agent gets what is left), otherwise an error ("could not start"), which is retried.
+        - A task whose agent is not here although the server saw it start (this process started
+          after it, e.g. a gh-server restart) lost its agent, which cannot pick up half a task: error.
+
+        Returns the tasks whose agent started late, with the seconds the agent lost.
+        """
         for aid in attempt_ids:
             ended = self._ended.get(aid)
             if ended is not None and ended[0] == runner_id:
                 await self.gw.send(runner_id, ended[1])
+        late: dict[str, float] = {}
+        for aid, began in (unheard or {}).items():
+            if aid in self.tasks or aid in self._ended or aid in self._started:
+                continue
+            info = await self.gw.dbq.run(lambda s, aid=aid: _load(s, aid))  # type: ignore[misc]
+            limit_s = float((((info or {}).get("case") or {}).get("limits") or {}).get("minutes", 10)) * 60.0
+            lost = max(0.0, (utcnow() - _aware_utc(began)).total_seconds())
+            if info is not None and lost <= limit_s * LATE_START_SHARE:
+                log.warning("attempt %s: the task began %.0f s before the server heard of it; its agent starts "
+                            "now with %.0f s of %.0f s left", aid, lost, limit_s - lost, limit_s)
+                await self.on_running(runner_id, aid)
+                late[aid] = lost
+                continue
+            self._started[aid] = None
+            end = protocol.TaskEnd(attempt_id=aid, error=(
+                f"the agent could not start: the link to the runner was down for {lost:.0f} s of the task's "
+                f"{limit_s:.0f} s limit (less than half of it left)"))
+            self._ended[aid] = (runner_id, end)
+            await self.gw.send(runner_id, end)
         for aid in in_task:
             if aid in self.tasks or aid in self._ended or aid in self._started:
                 continue
@@ -174,6 +213,7 @@ class AgentSupervisor:
                                    "during the task")
             self._ended[aid] = (runner_id, end)
             await self.gw.send(runner_id, end)
+        return late
 
     async def stop_all(self) -> None:
         tasks = list(self.tasks.values())

@@ -179,10 +179,17 @@ class Reconciled:
     unwanted: list[str]  # the runner's attempts the server no longer wants: cancel them
     runs: set[str]
     in_task: list[str] = field(default_factory=list)  # resumed attempts in their task phase (need an agent)
+    # Of those, the ones whose task began while the server did not hear it (the `running` status came
+    # only now, in the hello): no agent was ever started for them. Attempt id -> when the task began.
+    task_unheard: dict[str, datetime] = field(default_factory=dict)
 
 
-def reconcile_in_flight(session: Session, runner_id: str, name: str, in_flight: Sequence[str]) -> Reconciled:
-    """After a hello: keep what both sides have, error what the runner lost, cancel the rest."""
+def reconcile_in_flight(
+    session: Session, runner_id: str, name: str, in_flight: Sequence[str],
+    phases: Sequence[protocol.InFlightPhase] = (),
+) -> Reconciled:
+    """After a hello: keep what both sides have, error what the runner lost, cancel the rest, and
+    catch up on the statuses the runner sent while the link was down (`phases`, from the hello)."""
     held = set(in_flight)
     rows = session.execute(
         select(Attempt.id, Attempt.test_run_id, Attempt.status).where(
@@ -208,8 +215,21 @@ def reconcile_in_flight(session: Session, runner_id: str, name: str, in_flight: 
         runs.add(run)
     resume = [aid for aid in in_flight if aid in ours]
     unwanted = [aid for aid in in_flight if aid not in ours]
-    in_task = [aid for aid in resume if statuses.get(aid) == S.RUNNING]
-    return Reconciled(resume, lost, unwanted, runs, in_task)
+    reported = {p.attempt_id: p for p in phases if p.attempt_id in ours and p.attempt_id in held}
+    unheard: dict[str, datetime] = {}
+    for aid, p in reported.items():
+        seen_running = statuses.get(aid) == S.RUNNING
+        new = apply_status(session, runner_id, protocol.AttemptStatus(attempt_id=aid, status=p.status,
+                                                                      phase=p.phase, at=p.at))
+        if new is not None:
+            statuses[aid] = new
+        if p.status == S.RUNNING and not seen_running:
+            unheard[aid] = p.at
+    # The runner's word wins where it gave one (the database may be a status behind); an older runner
+    # that sends no phases is judged by the database alone, as before.
+    in_task = [aid for aid in resume
+               if (reported[aid].status == S.RUNNING if aid in reported else statuses.get(aid) == S.RUNNING)]
+    return Reconciled(resume, lost, unwanted, runs, in_task, {a: t for a, t in unheard.items() if a in in_task})
 
 
 def expire_disconnected(session: Session, grace_s: float, dead_after_s: float) -> tuple[list[str], set[str]]:

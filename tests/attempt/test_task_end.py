@@ -83,3 +83,30 @@ def test_task_ending_rows() -> None:
     step = rules.task_ending(TaskEnd(attempt_id="a", reason=TaskEndReason.STEP_LIMIT, note="n"), limit_reached=False)
     assert step == rules.TaskEnding(TaskEndReason.STEP_LIMIT, "n", None)
     assert rules.task_ending(TaskEnd(attempt_id="a"), False) == rules.TaskEnding(TaskEndReason.FINISHED)
+
+
+async def test_a_task_whose_start_the_server_never_acknowledged_is_our_error(provider: FakeProvider,
+                                                                            link: FakeLink) -> None:
+    """Issue 27: the task began while the link was down, and no agent ever came (no status_ack, no
+    request, no task_end) from a server that acknowledges statuses. Reaching the limit is then not the
+    agent's failure: the attempt is `error` (retried), never `failed` with `time_limit`."""
+    link.status_acks = True
+    a = Attempt(make_lease(minutes=1), provider, link, FAST, seconds_per_minute=0.3)
+    run = await start(a)
+    await link.reached("task")
+    result = await finish(run)
+    assert result.outcome == "error" and result.error_phase == "task", result
+    assert "the agent never started" in (result.error or "")
+    assert result.task_end is None and result.check_after is None
+
+
+async def test_an_agent_started_late_is_checked_and_says_the_time_it_lost(provider: FakeProvider,
+                                                                           link: FakeLink) -> None:
+    link.status_acks = True
+    a = Attempt(make_lease(minutes=1), provider, link, FAST, seconds_per_minute=0.3)
+    run = await start(a)
+    await link.reached("task")
+    a.agent_started(late_seconds=12.5)  # the server heard of the task from the hello, 12.5 s into it
+    result = await finish(run)
+    assert result.outcome == "failed" and result.task_end == TaskEndReason.TIME_LIMIT  # the agent did nothing
+    assert result.metrics.task_seconds_lost == 12.5

@@ -156,6 +156,8 @@ class ScriptedAttempt:
         self._answer = ""
         self.requests: list[MachineRequest] = []
         self.machine: Machine | None = None
+        self.agent_acked = False
+        self.agent_late: float | None = None
 
     async def run(self) -> AttemptResult:
         started = datetime.now(UTC)
@@ -195,6 +197,10 @@ class ScriptedAttempt:
 
     async def wait_torn_down(self) -> None:
         return None  # `run` destroys its machine before it returns
+
+    def agent_started(self, late_seconds: float | None = None) -> None:
+        self.agent_late = late_seconds
+        self.agent_acked = True
 
     def task_end(self, msg: TaskEnd) -> None:
         self._answer = msg.answer

@@ -63,6 +63,7 @@ class Peer:
     resume: Callable[[Hello], list[str]] | None = None  # default: resume everything the runner has
     on_message: Callable[[Any], Awaitable[None]] | None = None  # reacts to each runner message (bench)
     record: bool = True  # keep every message (tests); a long bench keeps only heartbeats
+    status_acks: bool = False  # say so in the welcome when the runner's hello asks for them
     received: list[Received] = field(default_factory=list)
     errors_from_runner: list[Any] = field(default_factory=list)
     applied: dict[str, AttemptResult] = field(default_factory=dict)
@@ -185,7 +186,8 @@ class Peer:
                     resume = self.resume(msg) if self.resume else list(msg.in_flight)
                     await conn.send(encode(Welcome(runner_id="rn_test", heartbeat_interval=self.heartbeat_interval,
                                                    dead_after=self.dead_after, resume=resume,
-                                                   name=self.name)))
+                                                   name=self.name,
+                                                   status_acks=self.status_acks and msg.status_acks)))
                     hb = asyncio.create_task(self._heartbeats(conn))
                 elif isinstance(msg, AttemptFinished):
                     aid = msg.result.attempt_id

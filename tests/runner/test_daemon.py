@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gh_runner.journal import Journal
-from gh_wire.protocol import Cancel, LeaseRefusal, MachineRequest, ResultAck, StartStateRef, TaskEnd
+from gh_wire.protocol import Cancel, LeaseRefusal, MachineRequest, ResultAck, StartStateRef, StatusAck, TaskEnd
 
 from .doubles import FakeProvider, ScriptedAttempt
 from .peer import Peer, make_lease
@@ -316,3 +316,27 @@ async def test_observers_see_disconnects_reconnects_and_reaping(peer: Peer, star
     assert names.index("disconnected") < names.index("reconnect_scheduled") < len(names) - 1
     reason = next(a[0] for n, a in rec.events if n == "disconnected")
     assert "4004" in reason
+
+
+async def test_a_status_lost_with_the_link_reaches_the_server_in_the_next_hello(peer: Peer, start_daemon: Any) -> None:
+    """Issue 27: statuses are delivered at least once. The runner notes each one in the attempt's
+    in-flight record before sending it; whatever the link lost, the next hello carries (`in_flight_phases`),
+    and the server's `status_ack` for `running` tells the attempt its agent came."""
+    peer.status_acks = True
+    r = await start_daemon(peer.url)
+    hello = await peer.wait_type("hello")
+    assert hello.status_acks and hello.in_flight_phases == []
+    await peer.send(make_lease("at_ph"))
+    await peer.wait_type("attempt_status", where=lambda m: m.attempt_id == "at_ph" and m.status == "running")
+    await peer.close_current(1001, "server restarting")
+    again = await peer.wait_for(lambda m: m.conn == 2 and getattr(m.msg, "type", None) == "hello")
+    [phase] = again.msg.in_flight_phases
+    assert (phase.attempt_id, phase.status, phase.phase) == ("at_ph", "running", "task")
+    assert again.msg.in_flight == ["at_ph"]
+    attempt = r.daemon._attempts["at_ph"].attempt
+    assert not attempt.agent_acked
+    await peer.send(StatusAck(attempt_id="at_ph", status="running", phase="task", late_seconds=3.0))
+    await peer.wait_until(lambda: attempt.agent_acked)
+    assert attempt.agent_late == 3.0
+    await peer.send(TaskEnd(attempt_id="at_ph", answer="done"))
+    await peer.wait_type("attempt_result", where=lambda m: m.result.attempt_id == "at_ph")
