@@ -168,6 +168,8 @@ def apply_result(
             # The model agent's own account: turns, tokens in/out/cached, model seconds per step. The
             # evaluator's tokens (judge, customer) stay on `judge` and the customer's turns.
             "model": m.agent_usage,
+            # The agent started this long into the task (the link was down when it began): time it lost.
+            "task_seconds_lost": m.task_seconds_lost,
         },
         "outcome": outcome,
         "error": None if outcome != Outcome.ERROR else (error or NO_REASON)[:4000],
