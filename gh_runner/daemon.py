@@ -48,6 +48,7 @@ from gh_common.timeouts import within
 from gh_runner import __version__, diskguard
 from gh_runner.attempt import FETCH
 from gh_runner.config import RunnerConfig, Timeouts
+from gh_runner.hypervisor import HypervisorWatch
 from gh_runner.journal import DiskFull, InflightRecord, Journal, is_safe_id
 from gh_runner.library import FetchRefused, Library, open_registry
 from gh_runner.log import bind_attempt, get_logger, redactor
@@ -102,6 +103,8 @@ class DaemonObserver:
     - `lease_refused(attempt_id, reason)`.
     - `journal_backlog(pending)`: results journaled but not yet acknowledged.
     - `reaped(machine_ids)`: leftovers the reaper destroyed (start-up and timer).
+    - `hypervisor(up, reason)`: the hypervisor stopped answering (the runner pauses) or answers again.
+    - `destroy_leftovers(n)`: machines whose destroy failed and is being retried in the background.
     - `draining(in_flight)`: the first stop signal arrived; `stopped(exit_code)`: about to exit.
     - `tick()`: every `tick_interval` seconds while the event loop is healthy (watchdog ping).
     """
@@ -116,6 +119,8 @@ class DaemonObserver:
     def lease_refused(self, attempt_id: str, reason: str) -> None: ...
     def journal_backlog(self, pending: int) -> None: ...
     def reaped(self, machine_ids: list[str]) -> None: ...
+    def hypervisor(self, up: bool, reason: str | None) -> None: ...
+    def destroy_leftovers(self, n: int) -> None: ...
     def draining(self, in_flight: int) -> None: ...
     def stopped(self, exit_code: int) -> None: ...
     def tick(self) -> None: ...
@@ -253,6 +258,7 @@ class Daemon:
         tick_interval: float = 1.0,
         adopt_registered_name: bool = False,
         library: Library | None = None,
+        probe_interval: float = 10.0,
     ) -> None:
         """`adopt_registered_name`: this runner was not given a name (it has its hostname), so it takes
         the one it was registered with: the first welcome that says another name stops it cleanly with
@@ -289,6 +295,8 @@ class Daemon:
         self._signals = 0
         self.exit_code = 0
         self.status_acks = False  # the server acknowledges statuses (its last welcome said so)
+        self.hypervisor = HypervisorWatch(provider.probe, self._hypervisor_changed, interval_up=probe_interval,
+                                          interval_down=min(1.0, probe_interval))
         self._session_task: asyncio.Task[None] | None = None
         self._timers: list[asyncio.Task[None]] = []
         self.session = Session(
@@ -428,6 +436,7 @@ class Daemon:
             asyncio.create_task(self._every(self.config.reap_interval, self._reap_live), name="reaper"),
             asyncio.create_task(self._every(min(self.config.result_resend, 5.0), self._resend_due), name="resend"),
             asyncio.create_task(self._every(self.tick_interval, self._tick), name="tick"),
+            asyncio.create_task(self.hypervisor.run(), name="hypervisor-watch"),
         ]
         return True
 
@@ -652,7 +661,19 @@ class Daemon:
 
     def heartbeat(self) -> Heartbeat:
         return Heartbeat(at=datetime.now(UTC), busy=self.busy, slots=self.config.slots,
-                         draining=True if self.draining else None)
+                         draining=True if self.draining else None,
+                         paused=None if self.hypervisor.up else LeaseRefusal.HYPERVISOR_DOWN)
+
+    async def _heartbeat_now(self) -> None:
+        await self.session.send_message(self.heartbeat())
+
+    def _hypervisor_changed(self, up: bool, reason: str | None) -> None:
+        """Said at once (a heartbeat now, not in up to 10 s): the server stops offering leases."""
+        self._emit("hypervisor", up, reason)
+        if self.session.connected:
+            task = asyncio.create_task(self._heartbeat_now(), name="heartbeat-now")
+            self._request_tasks.add(task)
+            task.add_done_callback(self._request_tasks.discard)
 
     def on_disconnected(self, reason: str) -> None:
         self._changed.set()
@@ -689,6 +710,9 @@ class Daemon:
         if not is_safe_id(lease.attempt_id):
             return (LeaseRefusal.INVALID_LEASE,
                     "attempt id must be 1-128 letters, digits, '_', '.', '-' (it names files and machines)")
+        if not self.hypervisor.up:
+            return (LeaseRefusal.HYPERVISOR_DOWN, f"the hypervisor does not answer ({self.hypervisor.reason}); "
+                    "the runner is paused until it does")
         if self.busy >= self.config.slots:
             return LeaseRefusal.NO_SLOT, f"no free slot: {self.busy} of {self.config.slots} busy"
         # `vm` asks for any virtual machine; any other value must be one of our labels.
@@ -855,6 +879,8 @@ class Daemon:
         self._unacked[aid] = result
         if journaled:
             log.info("result journaled, sending", outcome=result.outcome, error=result.error)
+        if result.outcome == "error":
+            self.hypervisor.poke()  # an error is the likeliest moment to find the hypervisor gone
         self._emit("attempt_finished", result)
         self._emit("journal_backlog", len(self._unacked))
         self._busy_changed()

@@ -101,6 +101,7 @@ def _serve_runners(app: FastAPI, st: ServerState) -> None:
             grace_s=s.runner_grace_seconds,
             dead_after_s=s.dead_after,
             judge_configured=s.judge is not None,
+            retry_backoff_s=tuple(s.retry_backoff_seconds),
         )
         scheduler.on_leased = state.metrics.leased
         window = s.online_window_seconds

@@ -67,10 +67,12 @@ class _Conn:
     draining: bool = False  # said so in a heartbeat: offer it nothing
     refused_in_row: int = 0  # refusals since its last accept: a runner that keeps refusing is paused
     status_acks: bool = False  # its hello asked for `status_ack`
+    paused: protocol.LeaseRefusal | None = None  # its heartbeat says it takes no leases (hypervisor_down)
 
     @property
     def leasable(self) -> bool:
-        return not self.closed.is_set() and not self.draining and self.refused_in_row < PAUSE_AFTER_REFUSALS
+        return (not self.closed.is_set() and not self.draining and self.paused is None
+                and self.refused_in_row < PAUSE_AFTER_REFUSALS)
 
     async def send(self, msg: pydantic.BaseModel) -> bool:
         """Send one message; False when the socket is gone or the frame is over the limit (never sent:
@@ -195,6 +197,10 @@ class Gateway:
     def run_changed(self, run_id: str | None) -> None:
         if self.scheduler is not None:
             self.scheduler.run_changed(run_id)
+
+    def retry_queued(self, retry_id: str, after_runner_id: str, attempts_so_far: int) -> None:
+        if self.scheduler is not None:
+            self.scheduler.space_retry(retry_id, after_runner_id, attempts_so_far)
 
     # -- GatewayPort --------------------------------------------------------------------------
 
@@ -419,7 +425,8 @@ class Gateway:
 
     async def _touch(self, conn: _Conn) -> None:
         conn.last_db_seen = time.monotonic()
-        state = await self.dbq.run(lambda s: rows.touch(s, conn.runner_id, conn.session_id, conn.busy))
+        paused = None if conn.paused is None else str(conn.paused)
+        state = await self.dbq.run(lambda s: rows.touch(s, conn.runner_id, conn.session_id, conn.busy, paused))
         if state == "revoked":
             await conn.close(protocol.CLOSE_TOKEN_REVOKED, "runner token revoked")
         elif state == "replaced":
@@ -462,8 +469,16 @@ class Gateway:
             if msg.busy is not None:
                 conn.busy = msg.busy
             paused = not conn.leasable
+            changed = msg.paused != conn.paused
             conn.draining = bool(msg.draining)
+            conn.paused = msg.paused
             conn.refused_in_row = 0
+            if changed:
+                if msg.paused is not None:
+                    log.warning("runner %s paused itself: %s", conn.name, msg.paused)
+                else:
+                    log.info("runner %s resumed", conn.name)
+                await self._touch(conn)  # the runners list says so now, not at the next touch
             if paused and conn.leasable:
                 self.poke()
         elif isinstance(msg, protocol.AttemptFinished):

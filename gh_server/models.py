@@ -105,6 +105,8 @@ class Runner(Base):
     last_seen_at: Mapped[datetime | None] = mapped_column(default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+    # Why the connected runner takes no leases now (a LeaseRefusal code: hypervisor_down), or None.
+    paused: Mapped[str | None] = mapped_column(String(32), default=None)
 
 
 # ---------------------------------------------------------------------------------------------

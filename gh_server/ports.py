@@ -60,6 +60,9 @@ class AttemptEvents(Protocol):
     def poke(self) -> None:
         """Something changed that may let an attempt be leased: run a pass soon."""
 
+    def retry_queued(self, retry_id: str, after_runner_id: str, attempts_so_far: int) -> None:
+        """An error (ours) queued `retry_id`: space it out, and prefer another runner than the one it failed on."""
+
 
 class AgentHost(Protocol):
     @property

@@ -45,13 +45,15 @@ def record_hello(session: Session, runner_id: str, session_id: str, h: protocol.
     r.connected_at = now
     r.last_seen_at = now
     r.disconnected_at = None
+    r.paused = None  # its heartbeats say so again if it still is
     return r.name
 
 
-def touch(session: Session, runner_id: str, session_id: str, busy: int | None) -> str:
-    """Liveness. "ok", or why this session must end: "revoked" (deleted, possibly through another
-    gh-server process) or "replaced" (the runner connected again, possibly to another process)."""
-    values: dict[str, Any] = {"last_seen_at": utcnow()}
+def touch(session: Session, runner_id: str, session_id: str, busy: int | None, paused: str | None = None) -> str:
+    """Liveness (and whether the runner paused itself). "ok", or why this session must end: "revoked"
+    (deleted, possibly through another gh-server process) or "replaced" (the runner connected again,
+    possibly to another process)."""
+    values: dict[str, Any] = {"last_seen_at": utcnow(), "paused": paused}
     if busy is not None:
         values["busy"] = busy
     res = session.execute(

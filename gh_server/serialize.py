@@ -171,6 +171,8 @@ def runner(row: Runner, online: bool) -> dict[str, Any]:
         "name": row.name,
         "scope": "org",
         "status": "online" if online else "offline",
+        # Why an online runner takes no leases now (its hypervisor does not answer: `hypervisor_down`).
+        "paused": row.paused if online else None,
         "provider": "qemu" if row.images else None,
         "labels": list(row.labels or []),
         "slots": row.slots,

@@ -214,6 +214,10 @@ class Settings(BaseModel):
     runner_grace_seconds: float = 120.0
     heartbeat_interval: float = 10.0
     dead_after: float = 45.0
+    # A retry after an error of ours waits this long, by the attempts its try has had (1, 2), and twice
+    # that on the runner the error came from (another runner goes first): a fault that passes by itself
+    # (libvirtd restarting) must not burn a try's retries within milliseconds.
+    retry_backoff_seconds: list[float] = Field(default_factory=lambda: [5.0, 20.0], min_length=1)
     # A runner is shown online when connected and seen within this many seconds.
     online_window_seconds: float = 60.0
     # An entry is a ModelAgentConfig when its kind is `model` (picked in _agent_kinds, so an error names

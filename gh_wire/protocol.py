@@ -418,6 +418,7 @@ class Heartbeat(_Msg):
     busy: int | None = None  # runner -> server
     slots: int | None = None
     draining: bool | None = None  # runner -> server: shutting down, offer it no leases
+    paused: LeaseRefusal | None = None  # runner -> server: takes no leases for this reason (hypervisor_down)
 
 
 class ErrorMsg(_Msg):

@@ -216,6 +216,14 @@ class Provider(abc.ABC):
             ProviderError: the provider cannot work on this host (the reason says what to fix).
         """
 
+    async def probe(self) -> None:  # noqa: B027 - optional hook
+        """A cheap call that proves the hypervisor answers now (the runner calls it on a timer, and
+        after an attempt ends in error, and pauses while it fails).
+
+        Raises:
+            HypervisorUnavailable: the hypervisor does not answer (the reason says what it said).
+        """
+
     async def host_checks(self, limits: CheckLimits = CheckLimits()) -> list[HostCheck]:
         """What `gh-runner doctor` prints about this provider's host, in order. Does not `start()`
         the provider and changes nothing on the host. Never raises: a failure is a check with status

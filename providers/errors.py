@@ -13,6 +13,11 @@ class ProviderError(Exception):
     """A plain, operator-readable reason something failed in the provider (no libvirt noise)."""
 
 
+class HypervisorUnavailable(ProviderError):
+    """The hypervisor does not answer (libvirtd stopped or restarting): nothing can be made, reached
+    or destroyed until it does. Passes by itself; the runner pauses meanwhile."""
+
+
 class MachineNotReady(ProviderError):
     """The guest channel did not answer before the deadline."""
 
@@ -36,4 +41,5 @@ class MachineLimitExceeded(ProviderError):
         self.limit = limit
 
 
-__all__ = ["InputNotSupported", "MachineLimit", "MachineLimitExceeded", "MachineNotReady", "ProviderError"]
+__all__ = ["HypervisorUnavailable", "InputNotSupported", "MachineLimit", "MachineLimitExceeded", "MachineNotReady",
+           "ProviderError"]

@@ -16,7 +16,7 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session
 
-from gh_server.attempts.states import may, queue_retry
+from gh_server.attempts.states import may, queue_retry, retry_count
 from gh_server.models import Attempt, RunCase, utcnow
 from gh_server.ports import AttemptEvents, RunnerLink
 from gh_server.workpool import PoolTimeout, WorkPool
@@ -64,6 +64,7 @@ class Applied:
     outcome: str | None = None
     retry_id: str | None = None
     note: str | None = None
+    attempts_so_far: int = 0  # of this try, when a retry was queued
 
 
 def _check_text(c: protocol.CheckOutput | None) -> str | None:
@@ -185,13 +186,14 @@ def apply_result(
                            "judge_id": judge.get("judge_id"), "usage": judge.get("usage")}
     if conn.execute(_APPLY_RESULT, {**values, "b_id": aid, "b_status": row.status}).rowcount != 1:
         return Applied(aid, False, row.test_run_id, note="attempt changed while its result was applied")
-    retry_id = None
+    retry_id, so_far = None, 0
     if outcome == Outcome.ERROR:
         a = session.get(Attempt, aid)
         if a is not None:
             session.refresh(a)
+            so_far = retry_count(session, a)
             retry_id = queue_retry(session, a, now)
-    return Applied(aid, True, row.test_run_id, outcome, retry_id)
+    return Applied(aid, True, row.test_run_id, outcome, retry_id, attempts_so_far=so_far)
 
 
 class ResultIntake:
@@ -262,4 +264,6 @@ class ResultIntake:
         if applied.applied:
             self.metrics.results.labels(outcome=applied.outcome or Outcome.ERROR).inc()
             self.events.run_changed(applied.test_run_id)
+            if applied.retry_id is not None:
+                self.events.retry_queued(applied.retry_id, runner_id, applied.attempts_so_far)
             self.events.poke()

@@ -17,6 +17,12 @@ REFUSAL_BACKOFF_S = 30.0  # a refusal without a code, or one whose cause passes 
 SHORT_BACKOFF_S = 5.0  # the runner was only busy: a slot frees soon, or a result is being re-sent
 LONG_BACKOFF_S = 300.0  # the runner lacks what the attempt needs: it will not have it again soon
 UNWELL_BACKOFF_S = 60.0  # the runner itself is unwell: no attempt goes to it meanwhile
+# A retry after an error of ours waits this long, by the attempts its try has had (1, 2): a fault that
+# passes by itself (libvirtd restarting) must not burn the try's retries within milliseconds. The
+# runner the error came from waits PREFER_OTHER_FACTOR times as long, so another runner comes first.
+# gh-server's `retry_backoff_seconds` setting replaces the default.
+RETRY_BACKOFF_S: tuple[float, ...] = (5.0, 20.0)
+PREFER_OTHER_FACTOR = 2.0
 
 # How long a refusal leaves that runner alone for that attempt (or, `UNWELL`, for every attempt).
 BACKOFF_S: dict[LeaseRefusal, float] = {
@@ -114,11 +120,14 @@ class RefusalList:
     """Whom not to offer an attempt again for a while after a `lease_refuse`, by its code (`BACKOFF_S`):
     an (attempt, runner) pair, or a whole runner when the code says the runner itself is unwell."""
 
-    def __init__(self, backoff: float = REFUSAL_BACKOFF_S, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, backoff: float = REFUSAL_BACKOFF_S, clock: Callable[[], float] = time.monotonic,
+                 retry_backoff: tuple[float, ...] = RETRY_BACKOFF_S) -> None:
         self._backoff = backoff  # for a refusal without a code
+        self._retry_backoff = retry_backoff or RETRY_BACKOFF_S
         self._clock = clock
         self._until: dict[tuple[str, str], float] = {}
         self._runner_until: dict[str, float] = {}
+        self._attempt_until: dict[str, float] = {}  # retries held back on every runner
 
     def add(self, attempt_id: str, runner_id: str, code: LeaseRefusal | None = None) -> None:
         until = self._clock() + (self._backoff if code is None else BACKOFF_S[code])
@@ -128,16 +137,28 @@ class RefusalList:
         if len(self._until) > 10_000:
             self.prune()
 
+    def hold_retry(self, retry_id: str, after_runner_id: str, attempts_so_far: int) -> None:
+        """Hold a retry back (`RETRY_BACKOFF_S`), longer on the runner whose error made it."""
+        delay = self._retry_backoff[min(max(attempts_so_far, 1), len(self._retry_backoff)) - 1]
+        now = self._clock()
+        self._attempt_until[retry_id] = now + delay
+        self._until[(retry_id, after_runner_id)] = now + delay * PREFER_OTHER_FACTOR
+
     def prune(self) -> None:
         now = self._clock()
         for k in [k for k, t in self._until.items() if t <= now]:
             del self._until[k]
+        for a in [a for a, t in self._attempt_until.items() if t <= now]:
+            del self._attempt_until[a]
         for r in [r for r, t in self._runner_until.items() if t <= now]:
             del self._runner_until[r]
 
     def __call__(self, attempt_id: str, runner_id: str) -> bool:
         now = self._clock()
         t = self._until.get((attempt_id, runner_id))
+        if t is not None and t > now:
+            return True
+        t = self._attempt_until.get(attempt_id)
         if t is not None and t > now:
             return True
         t = self._runner_until.get(runner_id)

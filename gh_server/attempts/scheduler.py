@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from gh_common.timeouts import timeout
 from gh_server.attempts.completion import complete_runs
 from gh_server.attempts.lease import RunCaseCache, lease_pass
-from gh_server.attempts.matching import RefusalList
+from gh_server.attempts.matching import RETRY_BACKOFF_S, RefusalList
 from gh_server.attempts.states import cancel_attempts_of_cancelled_runs, expire_disconnected, release_lease
 from gh_server.dbqueue import DbQueue
 from gh_wire import protocol
@@ -52,6 +52,7 @@ class Scheduler:
         judge_configured: bool = False,
         script_timeout: float = 600.0,
         poll_s: float = 1.0,
+        retry_backoff_s: tuple[float, ...] = RETRY_BACKOFF_S,
     ) -> None:
         self.dbq = dbq
         self.sink = sink
@@ -61,7 +62,7 @@ class Scheduler:
         self.judge_configured = judge_configured
         self.script_timeout = script_timeout
         self.poll_s = poll_s
-        self.refusals = RefusalList()
+        self.refusals = RefusalList(retry_backoff=retry_backoff_s)
         self.cache = RunCaseCache()
         self._dirty_runs: set[str] = set()
         self._task: asyncio.Task[None] | None = None
@@ -93,6 +94,11 @@ class Scheduler:
 
     def poke(self) -> None:
         self.wakeup.set()
+
+    def space_retry(self, retry_id: str, after_runner_id: str, attempts_so_far: int) -> None:
+        """A retry after an error of ours waits a little (a hypervisor restarting, a disk filling: the
+        cause often passes within seconds) and goes to another runner when there is one."""
+        self.refusals.hold_retry(retry_id, after_runner_id, attempts_so_far)
 
     async def refused(self, attempt_id: str, runner_id: str, code: protocol.LeaseRefusal | None = None) -> None:
         """A runner refused a lease: back to the queue, and that runner left alone for as long as `code` says."""

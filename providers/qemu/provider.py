@@ -36,7 +36,7 @@ from providers.base import (
     ScriptResult,
     VersionBundle,
 )
-from providers.errors import MachineLimitExceeded
+from providers.errors import HypervisorUnavailable, MachineLimitExceeded
 from providers.manifest import DirectKernelBoot
 from providers.qemu import fileperms, lazy, network, overlays
 from providers.qemu.accel import choose_accelerator
@@ -90,6 +90,7 @@ sync; echo 3 > /proc/sys/vm/drop_caches
 exit 0
 """
 SCREEN_SIZE_TTL_S = 5.0
+PROBE_TIMEOUT = 10.0  # libvirt answers getVersion in milliseconds; a restarting libvirtd not at all
 
 
 class QemuProvider(Provider):
@@ -156,6 +157,17 @@ class QemuProvider(Provider):
                 log.warning(f"{problem}; fix: {KVM_DEVICE_FIX}")
             if self.pool is not None:
                 self.pool.start()
+
+    async def probe(self) -> None:
+        """Ask libvirt its version (reconnecting if libvirtd restarted).
+
+        Raises:
+            HypervisorUnavailable: libvirt does not answer within PROBE_TIMEOUT, or refuses the call.
+        """
+        try:
+            await in_thread("probing libvirt", lambda: self.conn.call(lambda c: c.getVersion()), timeout=PROBE_TIMEOUT)
+        except (ProviderError, TimeoutError) as e:
+            raise HypervisorUnavailable(str(e) or f"libvirt at {self.libvirt_uri} did not answer in time") from None
 
     async def host_checks(self, limits: CheckLimits = CheckLimits()) -> list[HostCheck]:
         """libvirt, /dev/kvm as QEMU's user sees it, capability probing, the images, WinRM

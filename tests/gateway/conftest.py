@@ -109,7 +109,9 @@ def make_settings(data_dir: Path, **kw: Any) -> Settings:
     port = free_port()
     base: dict[str, Any] = dict(data_dir=data_dir, host="127.0.0.1", port=port, heartbeat_interval=0.5, dead_after=3.0,
                                 runner_grace_seconds=2.0, admin_api_key="gh_live_test_" + secrets.token_urlsafe(16),
-                                webhook_allow=["127.0.0.1"])  # the tests' receivers are on loopback
+                                webhook_allow=["127.0.0.1"],  # the tests' receivers are on loopback
+                                # Retries go out at once here; test_leasing's spacing test sets its own.
+                                retry_backoff_seconds=[0.0])
     base.update(kw)
     return Settings(**base)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from sqlalchemy import update
 
@@ -386,3 +388,27 @@ async def test_frozen_case_no_runner_could_take_is_an_error_not_a_stall(server: 
         await no_lease(r)
     finally:
         await r.close()
+
+
+async def test_a_retry_after_our_error_waits_and_prefers_another_runner(server_factory: Any) -> None:
+    """Issue 27: an error of ours (a hypervisor restarting) must not burn a try's retries within
+    milliseconds on the same runner. The retry is held back (`retry_backoff_seconds`), and the runner
+    the error came from waits twice as long, so the other runner takes it."""
+    server: GwServer = server_factory(retry_backoff_seconds=[2.0, 4.0])
+    _, token_a = server.add_runner("a")
+    _, token_b = server.add_runner("b")
+    a = await SimRunner(server.ws_url, token_a, slots=1, images=["linux-tiny"], name="a").connect()
+    try:
+        server.add_run([{}])
+        first = await a.expect("lease")
+        b = await SimRunner(server.ws_url, token_b, slots=1, images=["linux-tiny"], name="b").connect()
+        try:
+            await a.finish(first.attempt_id, "error", error="cannot reach libvirt")
+            await no_lease(b, within=1.0)  # held back on every runner at first
+            retry = await b.expect("lease", timeout=30)
+            assert retry.try_number == 1 and retry.attempt_id != first.attempt_id
+            await no_lease(a, within=0.5)  # the runner it failed on is not offered it
+        finally:
+            await b.close()
+    finally:
+        await a.close()

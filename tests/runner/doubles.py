@@ -26,7 +26,7 @@ from PIL import Image
 from gh_wire.input import InputEvent
 from gh_wire.protocol import AttemptResult, Lease, MachineRequest, MachineResponse, TaskEnd
 from providers.base import ImageInfo, Machine, MachineSource, Provider, SavedVersion, ScriptResult
-from providers.errors import ProviderError
+from providers.errors import HypervisorUnavailable, ProviderError
 
 
 def tiny_png() -> bytes:
@@ -75,6 +75,7 @@ class FakeProvider(Provider):
         self.images = [ImageInfo(name=n, os="linux", version="2026.11.1", checksum=f"sha256:{'ab' * 32}",
                                  shell="sh") for n in images]
         self.held: list[tuple[str, int]] = []
+        self.hypervisor_down: str | None = None  # set: probe() raises HypervisorUnavailable with it
         self.state: dict[str, Any] = {"existing": [], "created": [], "destroyed": [], "reap_calls": []}
         if state_file is not None and state_file.exists():
             self.state = json.loads(state_file.read_text())
@@ -82,6 +83,10 @@ class FakeProvider(Provider):
         self.closed = False
         self.destroy_gate: asyncio.Event | None = None
         self.pooled: list[MachineSource] = []
+
+    async def probe(self) -> None:
+        if self.hypervisor_down is not None:
+            raise HypervisorUnavailable(self.hypervisor_down)
 
     def _save(self) -> None:
         if self.state_file is not None:

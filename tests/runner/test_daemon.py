@@ -340,3 +340,22 @@ async def test_a_status_lost_with_the_link_reaches_the_server_in_the_next_hello(
     assert attempt.agent_late == 3.0
     await peer.send(TaskEnd(attempt_id="at_ph", answer="done"))
     await peer.wait_type("attempt_result", where=lambda m: m.result.attempt_id == "at_ph")
+
+
+async def test_an_unreachable_hypervisor_pauses_the_runner_until_it_answers(peer: Peer, start_daemon: Any) -> None:
+    """Issue 27: while the hypervisor does not answer, leases are refused with a typed reason and the
+    heartbeats say the runner is paused (the server then offers it nothing); it resumes by itself."""
+    rec = Recorder()
+    r = await start_daemon(peer.url, probe_interval=0.2, observers=[rec])
+    await peer.wait_type("hello")
+    r.provider.hypervisor_down = "cannot reach libvirt: Failed to connect socket"
+    await peer.wait_type("heartbeat", where=lambda m: m.paused == LeaseRefusal.HYPERVISOR_DOWN)
+    await peer.send(make_lease("at_hv"))
+    refused = await peer.wait_type("lease_refuse", where=lambda m: m.attempt_id == "at_hv")
+    assert refused.code == LeaseRefusal.HYPERVISOR_DOWN and "does not answer" in refused.reason
+    r.provider.hypervisor_down = None
+    n = len(peer.received)
+    await peer.wait_type("heartbeat", start=n, where=lambda m: m.paused is None)
+    await peer.send(make_lease("at_hv2"))
+    await peer.wait_type("lease_accept", where=lambda m: m.attempt_id == "at_hv2")
+    assert [a[0] for name, a in rec.events if name == "hypervisor"] == [False, True]
