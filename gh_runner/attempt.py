@@ -482,7 +482,7 @@ class Attempt:
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                self._log.error("machine destroy failed; the provider's reaper will remove it",
+                self._log.error("machine destroy failed; the provider retries it (files kept until the domain is gone)",
                                 machine_id=self.machine_id, error=f"{type(e).__name__}: {str(e)[:300]}")
             else:
                 self.machine = None

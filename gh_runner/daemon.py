@@ -295,6 +295,7 @@ class Daemon:
         self._signals = 0
         self.exit_code = 0
         self.status_acks = False  # the server acknowledges statuses (its last welcome said so)
+        self._destroy_leftovers = 0
         self.hypervisor = HypervisorWatch(provider.probe, self._hypervisor_changed, interval_up=probe_interval,
                                           interval_down=min(1.0, probe_interval))
         self._session_task: asyncio.Task[None] | None = None
@@ -556,6 +557,10 @@ class Daemon:
 
     async def _tick(self) -> None:
         self._emit("tick")
+        leftovers = self.provider.destroy_leftovers()
+        if leftovers != self._destroy_leftovers:
+            self._destroy_leftovers = leftovers
+            self._emit("destroy_leftovers", leftovers)
 
     # -- provider ------------------------------------------------------------------------------
 

@@ -300,6 +300,11 @@ class Provider(abc.ABC):
         """
         return []
 
+    def destroy_leftovers(self) -> int:
+        """Machines whose destroy failed and that the provider is still retrying in the background
+        (their files kept until the domain is gone): the runner shows the count in /metrics."""
+        return 0
+
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and the provider's own machines (a pool); attempts' machines are
         not destroyed. Never raises."""

@@ -90,6 +90,8 @@ sync; echo 3 > /proc/sys/vm/drop_caches
 exit 0
 """
 SCREEN_SIZE_TTL_S = 5.0
+DESTROY_RETRY_FIRST_S = 1.0  # a failed destroy is retried after this, doubling up to the cap
+DESTROY_RETRY_CAP_S = 30.0
 PROBE_TIMEOUT = 10.0  # libvirt answers getVersion in milliseconds; a restarting libvirtd not at all
 
 
@@ -118,6 +120,9 @@ class QemuProvider(Provider):
         self._machines: dict[str, QemuMachine] = {}
         # Machines the provider runs for itself (warm-snapshot builds): never reaped while running.
         self._private: set[str] = set()
+        # Machines whose destroy failed (libvirtd restarting): retried here until the domain is gone,
+        # and only then are their files removed (QEMU may still run on them).
+        self._destroy_retries: dict[str, asyncio.Task[None]] = {}
         self.warm = WarmSnapshots(self.state_dir, self._build_warm) if warm_snapshots else None
         self.lazy_restore = lazy_restore  # warm snapshots keep their RAM in a file copies map private
         self.last_restore_steps: dict[str, float] = {}  # seconds per step of the latest restore
@@ -175,7 +180,48 @@ class QemuProvider(Provider):
         ctx = HostContext(self.libvirt_uri, self.images_dir, limits)
         return await asyncio.to_thread(run_host_checks, ctx)
 
+    def destroy_leftovers(self) -> int:
+        return len(self._destroy_retries)
+
+    def _destroy_later(self, machine: QemuMachine, reason: str) -> None:
+        """Retry a failed destroy in the background, with capped backoff, until the domain is gone; then
+        remove the machine's files. The reaper leaves the machine to it meanwhile."""
+        if machine.machine_id in self._destroy_retries:
+            return
+        log.warning("destroying machine failed; retrying in the background, its files are kept until the "
+                    "domain is gone", machine_id=machine.machine_id, reason=reason)
+        task = asyncio.create_task(self._retry_destroy(machine), name=f"destroy-retry-{machine.machine_id}")
+        self._destroy_retries[machine.machine_id] = task
+        mid = machine.machine_id
+
+        def forget(_t: asyncio.Task[None]) -> None:
+            self._destroy_retries.pop(mid, None)
+
+        task.add_done_callback(forget)
+
+    async def _retry_destroy(self, machine: QemuMachine) -> None:
+        delay, tries = DESTROY_RETRY_FIRST_S, 1
+        while True:
+            await asyncio.sleep(delay)
+            tries += 1
+            try:
+                await machine.domain.destroy()
+            except ProviderError as e:
+                delay = min(DESTROY_RETRY_CAP_S, delay * 2)
+                log.info("destroy retry failed", machine_id=machine.machine_id, tries=tries, next_in=delay,
+                         reason=str(e))
+                continue
+            await asyncio.to_thread(shutil.rmtree, machine.dir, True)
+            machine._destroyed = True
+            self._machines.pop(machine.machine_id, None)
+            log.warning("machine destroyed after retries; its files are removed", machine_id=machine.machine_id,
+                        tries=tries)
+            return
+
     async def close(self) -> None:
+        # A destroy still being retried is left to the reaper of the next start (files kept with it).
+        for task in list(self._destroy_retries.values()):
+            task.cancel()
         if self.pool is not None:
             await self.pool.close()
         if self.warm is not None:
@@ -398,9 +444,15 @@ class QemuProvider(Provider):
         found = await in_thread("listing machines", lambda: self.conn.call(list_ours), timeout=CALL_TIMEOUT)
         for name, own, persistent in found:
             if (own is None or own.runner != self.runner_name or own.machine_id in keep
-                    or own.machine_id in self._private):
+                    or own.machine_id in self._private or own.machine_id in self._destroy_retries):
                 continue
-            await self._destroy_domain(name, persistent)
+            try:
+                await self._destroy_domain(name, persistent)
+            except ProviderError as e:
+                # Its files stay: QEMU may still run on them. The next reap tries again.
+                log.warning("reaping a leftover machine failed; its files are kept", machine_id=own.machine_id,
+                            reason=str(e))
+                continue
             mdir = self.machines_dir / name
             await asyncio.to_thread(shutil.rmtree, mdir, True)
             self._machines.pop(own.machine_id, None)
@@ -418,7 +470,7 @@ class QemuProvider(Provider):
                         continue
                 except (OSError, ValueError):
                     mid = mdir.name
-                if mid in keep or mid in self._private:
+                if mid in keep or mid in self._private or mid in self._destroy_retries:
                     continue
                 await asyncio.to_thread(shutil.rmtree, mdir, True)
                 if mid not in removed:
@@ -797,12 +849,13 @@ class QemuMachine(Machine):
         try:
             await self.domain.destroy()
         except ProviderError as e:
-            log.warning("destroying machine failed, will retry on reap", machine_id=self.machine_id, reason=str(e))
+            # NOTE: the files stay: the domain may well still run on its overlay (libvirtd restarting
+            # does not stop QEMU). The provider retries the destroy and removes them once it is gone.
+            p._destroy_later(self, str(e))
             raise
-        finally:
-            await asyncio.to_thread(shutil.rmtree, self.dir, True)
-            self._destroyed = True
-            p._machines.pop(self.machine_id, None)
+        await asyncio.to_thread(shutil.rmtree, self.dir, True)
+        self._destroyed = True
+        p._machines.pop(self.machine_id, None)
 
 
 __all__ = ["QemuMachine", "QemuProvider", "plain_reason"]
