@@ -166,6 +166,27 @@ class ClockNotSet(ProviderError):
     """The wrapper could not set the guest clock; the script did not run."""
 
 
+AGENT_GONE = (libvirt.VIR_ERR_OPERATION_INVALID, libvirt.VIR_ERR_AGENT_UNRESPONSIVE, libvirt.VIR_ERR_AGENT_UNSYNCED,
+              libvirt.VIR_ERR_OPERATION_TIMEOUT)
+
+
+def io_paused(dom: libvirt.virDomain) -> str | None:
+    """Why the guest is paused on an I/O error (QEMU's werror=stop), in plain words, or None. Called
+    after a guest agent call failed ("not responding", "domain is not running"): that alone says
+    nothing an operator can act on, and the usual cause is the host's disk filling up under the overlay."""
+    try:
+        state, reason = dom.state()
+        if state != libvirt.VIR_DOMAIN_PAUSED or reason != libvirt.VIR_DOMAIN_PAUSED_IOERROR:
+            return None
+        errors = dom.diskErrors()
+    except libvirt.libvirtError:
+        return None
+    if any(err == libvirt.VIR_DOMAIN_DISK_ERROR_NO_SPACE for err in errors.values()):
+        return ("the host disk is full: the guest was paused when writing its disk failed (no space left "
+                "under the runner's state dir); free space there")
+    return "the guest was paused on an I/O error writing its disk on the host (see the host's kernel log)"
+
+
 class GuestAgent:
     """The qemu-ga channel of one domain, looked up by name on every call (survives reconnects)."""
 
@@ -181,7 +202,13 @@ class GuestAgent:
 
     def _command_blocking(self, payload: str, agent_timeout: int, retry: bool) -> str:
         def go(_c: libvirt.virConnect, dom: libvirt.virDomain) -> str:
-            out = libvirt_qemu.qemuAgentCommand(dom, payload, agent_timeout, 0)
+            try:
+                out = libvirt_qemu.qemuAgentCommand(dom, payload, agent_timeout, 0)
+            except libvirt.libvirtError as e:
+                # A paused guest's agent "is not responding" (or the domain "is not running"): ask why.
+                if e.get_error_code() in AGENT_GONE and (why := io_paused(dom)):
+                    raise ProviderError(why) from None
+                raise
             if out is None:
                 raise ProviderError("the guest agent returned nothing")
             return str(out)

@@ -1,0 +1,69 @@
+"""Issue 27, defect 4: a guest paused by a full host disk is said as that.
+
+A real linux-tiny machine whose state dir (and so its overlay) is on a small tmpfs; the tmpfs is
+filled to the last MiB and the guest writes to its disk. QEMU pauses a guest whose disk write hits
+ENOSPC; the guest agent call then fails with libvirt's "domain is not running". The error must say
+what happened: the host disk is full.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from providers.base import MachineSource
+from providers.errors import ProviderError
+from providers.qemu import QemuMachine, QemuProvider
+
+from .conftest import BOOT_TIMEOUT, LIBVIRT_URI, ensure_libvirtd
+
+pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+@pytest.fixture
+def small_fs(state_root: Path) -> Iterator[Path]:
+    mnt = state_root / f"tiny-{secrets.token_hex(3)}"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200m,mode=0755", "tmpfs", str(mnt)], check=True, timeout=30)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=True, timeout=30)
+
+
+def fill(path: Path) -> None:
+    """Write zeros until the filesystem is full (ENOSPC ends it)."""
+    with path.open("wb") as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"\0" * (1 << 20))
+            f.flush()
+
+
+async def test_a_guest_paused_on_a_full_host_disk_is_reported_as_that(
+        images_dir: Path, small_fs: Path, runner_name: str) -> None:
+    ensure_libvirtd()
+    p = QemuProvider(images_dir, small_fs / "state", runner_name, LIBVIRT_URI)
+    await p.start()
+    m: QemuMachine | None = None
+    try:
+        made = await p.create_machine(f"at_{secrets.token_hex(4)}", MachineSource(image="linux-tiny"),
+                                      timeout=BOOT_TIMEOUT)
+        assert isinstance(made, QemuMachine)
+        m = made
+        await m.wait_ready(BOOT_TIMEOUT)
+        fill(small_fs / "filler")
+        with pytest.raises(ProviderError) as caught:
+            await m.run_script("dd if=/dev/zero of=/root/big bs=1M count=150 conv=fsync; sync; echo wrote",
+                               timeout=120)
+        assert "the host disk is full" in str(caught.value), caught.value
+    finally:
+        (small_fs / "filler").unlink(missing_ok=True)
+        if m is not None:
+            await m.destroy()
+        await p.reap(keep=set())
+        await p.close()
