@@ -452,7 +452,8 @@ class LocalRun:
             if not any(getattr(r, "path", "") == "/v1/attempts/{attempt_id}/replay" for r in app.routes):
                 replays.install(app, app.state.gh)
         self.state = app.state.gh
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False, ws="websockets-sansio")
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False, ws="websockets-sansio",
+                                ws_ping_interval=None, ws_ping_timeout=None)  # dead_after is the one bound
         self.server = _quiet_server(config)
         self._server_task = asyncio.create_task(self.server.serve(sockets=[sock]), name="gh-server")
         deadline = time.monotonic() + 60

@@ -185,7 +185,10 @@ def serve(args: argparse.Namespace) -> int:
         sock.close()
         print(f"gh-server: cannot start: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_USAGE
-    config = uvicorn.Config(app, log_level=args.log_level, lifespan="on")
+    # No websocket pings from uvicorn (its defaults drop a silent runner after about 36 s): the
+    # protocol's heartbeats and `dead_after` (45 s) are the one dead-peer bound, as documented.
+    config = uvicorn.Config(app, log_level=args.log_level, lifespan="on", ws_ping_interval=None,
+                            ws_ping_timeout=None)
     server = uvicorn.Server(config)
     server.run(sockets=[sock])
     return EXIT_OK if server.started else EXIT_FAILED

@@ -198,6 +198,7 @@ def lease_pass(
                         retry=False,
                         now=now,
                         expect_status=AttemptStatus.QUEUED,
+                        phase="judge",
                     )
                     is not None
                 ):
@@ -215,7 +216,8 @@ def lease_pass(
                 first = e.errors()[0]
                 where = ".".join(str(p) for p in first.get("loc", ()))
                 why = f"the frozen test case cannot be sent to a runner: {where}: {first.get('msg')}"
-                failed = fail_attempt(session, row.id, why, retry=False, now=now, expect_status=AttemptStatus.QUEUED)
+                failed = fail_attempt(session, row.id, why, retry=False, now=now, expect_status=AttemptStatus.QUEUED,
+                                      phase="server")
                 if failed is not None:
                     out.failed_runs.add(row.test_run_id)
                 continue

@@ -131,6 +131,7 @@ def fail_attempt(
     retry: bool = True,
     now: datetime | None = None,
     expect_status: str | Sequence[str] | None = None,
+    phase: str = "runner",
 ) -> str | None:
     """Make an unfinished attempt an `error` and queue its retry. Returns the retry's id, if any.
 
@@ -145,7 +146,11 @@ def fail_attempt(
         allowed = (expect_status,) if isinstance(expect_status, str) else tuple(expect_status)
         if a.status not in allowed:
             return None
-    if not move(session, attempt_id, a.status, S.DONE, outcome=Outcome.ERROR, error=error[:4000], finished_at=now):
+    # The phase the error came from, as a result would have named it: by default the runner's side was
+    # lost (the results page counts these under `runner`); the attempt also says the status it was in.
+    metrics = {**(a.metrics or {}), "error_phase": phase, "lost_in_status": a.status}
+    if not move(session, attempt_id, a.status, S.DONE, outcome=Outcome.ERROR, error=error[:4000], finished_at=now,
+                metrics=metrics):
         return None
     session.refresh(a)
     return queue_retry(session, a, now) if retry else None

@@ -250,6 +250,9 @@ async def test_disconnect_grace_then_error_and_retry(server: GwServer) -> None:
                            what="attempt errored after grace")
     assert gone.outcome == "error"
     assert gone.error == "runner flaky disconnected and did not come back within 2 s"
+    # Issue 27: a lost attempt carries the phase the results page counts it under, and where it was.
+    assert (gone.metrics or {}).get("error_phase") == "runner"
+    assert (gone.metrics or {}).get("lost_in_status") == "preparing"
     retry = [a for a in server.attempts_of(run_id) if a.retry_of == aid]
     assert len(retry) == 1 and retry[0].status == "queued" and retry[0].is_last
     # Coming back, the runner gets the retry; its journal's late result for the old one is acked, ignored.
