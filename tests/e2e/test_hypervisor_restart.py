@@ -13,6 +13,8 @@ Runs the restart once: it disturbs every VM on the host for a few seconds.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -56,6 +58,16 @@ def restart_libvirtd(down_for: float) -> None:
         libvirt_up()
 
 
+def log_events(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for line in path.read_bytes().splitlines():
+        with contextlib.suppress(ValueError):
+            e = json.loads(line)
+            if isinstance(e, dict):
+                out.append(e)
+    return out
+
+
 @pytest.fixture
 def work() -> Iterator[Path]:
     w = Path(tempfile.mkdtemp(prefix="gh-hvrestart-", dir="/var/tmp"))
@@ -86,11 +98,9 @@ def test_a_libvirtd_restart_pauses_the_runner_and_every_try_is_scored(images_dir
                                       name="libvirtd restart")
         wait_for_log(log, lambda e: e.get("event") == "phase" and e.get("phase") == "task", timeout=900)
         restart_libvirtd(4.0)
-        paused = wait_for_log(log, lambda e: e.get("code") == "hypervisor_down"
-                              or str(e.get("event", "")).startswith("hypervisor unreachable"), timeout=120)
-        wait_for_log(log, lambda e: str(e.get("event", "")).startswith("hypervisor answers again"), timeout=300)
         done = dict(client.test_runs.wait(run["test_run_id"], timeout=1200, poll_interval=2))
         attempts = [dict(a) for a in client.test_runs.list_all_attempts(run["test_run_id"])]
+        events = log_events(log)
     finally:
         libvirt_up()  # whatever happened above, libvirtd runs again
         if runner is not None:
@@ -102,7 +112,6 @@ def test_a_libvirtd_restart_pauses_the_runner_and_every_try_is_scored(images_dir
         for d in left:
             subprocess.run(["virsh", "-c", "qemu:///system", "destroy", d], capture_output=True, timeout=60)
 
-    assert paused
     assert left == [], f"machines left behind: {left}"
     assert done["status"] == "completed", done
     last = [a for a in attempts if a.get("is_last", True)]
@@ -110,3 +119,7 @@ def test_a_libvirtd_restart_pauses_the_runner_and_every_try_is_scored(images_dir
     assert all(a["outcome"] in ("passed", "failed") for a in last), \
         f"a try ended without a verdict: {[(a['outcome'], a.get('error')) for a in attempts]}"
     assert not any(a["outcome"] == "failed" for a in attempts), attempts  # `reference` fixes it when it runs
+    # The runner said it paused, and that it resumed.
+    said = [str(e.get("event", "")) for e in events]
+    assert any(s.startswith("hypervisor unreachable") for s in said), "the runner never said it paused"
+    assert any(s.startswith("hypervisor answers again") for s in said), "the runner never said it resumed"
