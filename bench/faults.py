@@ -175,9 +175,9 @@ def cut_link(ctx: Ctx) -> None:
 def fill_disk(ctx: Ctx) -> None:
     """Fill the runner's small tmpfs to the last byte for 20 s, then free it."""
     filler = ctx.state.parent / "filler"
-    with filler.open("wb") as f, contextlib.suppress(OSError):
+    with contextlib.suppress(OSError), filler.open("wb", buffering=0) as f:
         while True:
-            f.write(b"\0" * (1 << 20))
+            f.write(b"\0" * (1 << 16))
     try:
         time.sleep(20)
     finally:

@@ -3,6 +3,7 @@ reserve that scales down on a small filesystem (so a small state dir still runs)
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gh_wire.protocol import LeaseRefusal
+from gh_wire.protocol import LeaseRefusal, TaskEnd
 
 from .peer import Peer, make_lease
 
@@ -56,3 +57,36 @@ async def test_a_small_state_dir_runs_with_the_reserve_scaled_down(peer: Peer, s
     r = await peer.wait_type("lease_refuse", where=lambda m: m.attempt_id == "at_small_full")
     assert r.code == LeaseRefusal.DISK_LOW
     assert "below the 6 MiB the runner keeps in reserve (disk_reserve_mib, scaled down to 10%" in r.reason
+
+
+async def test_a_result_that_cannot_be_journaled_is_said_as_that(peer: Peer, start_daemon: Any, tiny_fs: Path) -> None:
+    """A real full tmpfs: the result's journal write fails. The log says so (not "result journaled"), the
+    result still goes out, and no in-flight record is left to come back as "interrupted"."""
+    import io
+    import json
+
+    import structlog
+
+    from gh_runner.log import configure_logging
+
+    buf = io.StringIO()
+    configure_logging("json", "info", stream=buf)
+    try:
+        r = await start_daemon(peer.url, state_dir=tiny_fs / "state", disk_reserve_mib=0)
+        await peer.wait_type("hello")
+        await peer.send(make_lease("at_nospace"))
+        await peer.wait_type("attempt_status", where=lambda m: m.attempt_id == "at_nospace" and m.status == "running")
+        with contextlib.suppress(OSError), (tiny_fs / "filler").open("wb", buffering=0) as f:
+            while True:
+                f.write(b"\0" * (1 << 16))
+        await peer.send(TaskEnd(attempt_id="at_nospace", answer="done"))
+        got = await peer.wait_type("attempt_result", where=lambda m: m.result.attempt_id == "at_nospace")
+        assert got.result.outcome == "passed"
+        assert list(r.daemon.journal.inflight_dir.glob("*.json")) == []
+        events = [json.loads(line) for line in buf.getvalue().splitlines() if line.strip().startswith("{")]
+        said = [str(e.get("event")) for e in events if e.get("attempt_id") == "at_nospace"]
+        assert any(s.startswith("result NOT journaled (the disk is full)") for s in said), said
+        assert "result journaled, sending" not in said
+    finally:
+        (tiny_fs / "filler").unlink(missing_ok=True)
+        structlog.reset_defaults()
