@@ -178,7 +178,7 @@ async def test_a_looping_check_is_stopped_at_the_cases_time_limit(qemu: tuple[Pr
     looping = lease(attempt_id).model_copy(deep=True)
     looping.case.check_script = "while true; do sleep 1; done"
     looping.case.limits = Limits(minutes=1)
-    a = Attempt(looping, provider, link, PhaseTimeouts(machine=WAIT, ready=WAIT, teardown=120),
+    a = Attempt(looping, provider, link, Timeouts(machine=WAIT, ready=WAIT, teardown=120),
                 seconds_per_minute=6.0)
     result = await asyncio.wait_for(a.run(), 3 * WAIT)
     assert result.outcome == "error" and result.error_phase == "check_before", result.error
