@@ -3,8 +3,8 @@
 A runner whose hypervisor stopped answering pauses itself (issue 27) and says so in its heartbeats;
 the API shows it as the runner's `paused`.
 
-Revision ID: 0007_runner_paused
-Revises: 0006_queue_timeout
+Revision ID: 0008_runner_paused
+Revises: 0007_registry
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0007_runner_paused"
-down_revision: str | None = "0006_queue_timeout"
+revision: str = "0008_runner_paused"
+down_revision: str | None = "0007_registry"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
