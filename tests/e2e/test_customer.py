@@ -131,6 +131,7 @@ def test_frames_after_the_secret_show_no_text(outcome: dict[str, Any]) -> None:
     at = next(i for i, (_, event, _) in enumerate(frames) if event == {"type": "type", "text": "•••"})
     since = masked.index(True)
     assert since <= at and not any(masked[:since]) and all(masked[since:]), frames
-    shown = [event for _, event, m in frames if not m and event]
+    # A screen the agent asked for is a frame of its own ({"type": "screen"}: no text of its own).
+    shown = [event for _, event, m in frames if not m and event and event["type"] != "screen"]
     assert shown == [{"type": "type", "text": "cat > /root/typed\n"}]  # the console before the secret: real
     assert frames[0][0] == "first" and frames[-1][0] == "last"

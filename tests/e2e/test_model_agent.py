@@ -109,6 +109,14 @@ def test_model_agents_fix_a_real_guest_and_the_replay_shows_every_step(work: Pat
     data = yaml.safe_load(EXAMPLES.read_text())
     data["cases"] = [c for c in data["cases"] if c["key"] == "FIL-01"]
     data["cases"][0]["limits"] = {"minutes": 4}
+    # Keys typed into the console are run by the guest's shell after the model has moved on: under TCG on
+    # a busy host the check after could read the file first. In the check after only, wait (bounded, 10 s)
+    # for the typed command to have run; the check before must still see the file missing at once.
+    check = data["cases"][0]["success"]["check_script"]
+    data["cases"][0]["success"]["check_script"] = (
+        'if [ "$GH_CHECK_PHASE" = after ]; then\n'
+        '  i=0; while [ ! -f /opt/app/app.conf ] && [ $i -lt 50 ]; do sleep 0.2; i=$((i+1)); done\n'
+        'fi\n' + check)
     cases = work / "cases.yaml"
     cases.write_text(yaml.safe_dump(data))
     report = work / "out" / "report.json"

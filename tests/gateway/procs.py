@@ -40,7 +40,10 @@ class ServerProc:
         self.admin_key = admin_key
         self.name = name
         self.dir = Path(tempfile.mkdtemp(prefix="gh-proc-", dir="/var/tmp"))
+        # No retry backoff (as the in-process harness, tests/gateway/conftest.py): these tests follow a
+        # retry as it is leased; the backoff itself is tested in test_leasing.py.
         base: dict[str, Any] = {"heartbeat_interval": 0.5, "dead_after": 3.0, "runner_grace_seconds": 2.0,
+                                "retry_backoff_seconds": [0.0],
                                 "webhook_allow": ["127.0.0.1"]}  # the tests' receivers are on loopback
         base.update(settings)
         self.config = self.dir / "config.yaml"
