@@ -20,7 +20,7 @@ from pathlib import Path
 import libvirt
 import structlog
 
-from gh_wire.input import InputEvent
+from gh_wire.input import InputEvent, MoveEvent
 from providers.base import (
     DEFAULT_OUTPUT_CAP,
     CheckLimits,
@@ -650,6 +650,7 @@ class QemuMachine(Machine):
             took = await wait_session(self.agent, self.image.manifest, self.run_as, deadline,
                                       alive=self._require_running)
             log.info("desktop session up", machine_id=self.machine_id, seconds=round(took, 2))
+            await self._park_pointer()
         if self.restored and not self._clock_chosen:
             self._clock_chosen = True
             # A restored guest's clock stands where it was saved (a pooled one's also lags by its
@@ -662,6 +663,15 @@ class QemuMachine(Machine):
             elif routes.channel(Duty.CLOCK) is Channel.QEMU_GA:
                 self._clock_task = asyncio.create_task(self._set_clock())
         log.info("machine ready", machine_id=self.machine_id, seconds=round(time.monotonic() - started, 2))
+
+    async def _park_pointer(self) -> None:
+        """Put the tablet's pointer where the X server put its own at start (the screen's centre).
+        The guest kernel drops an absolute value equal to the one it holds, and a tablet that never
+        moved holds 0: without this, an agent's first move to x=0 or y=0 after boot would not move
+        the pointer (measured: a first click aimed at (0, 0) landed at the centre). The machine's
+        warm snapshot is taken after this, so every restored desktop starts parked too."""
+        w, h = await self._current_screen_size()
+        await self.input.deliver([MoveEvent(x=w // 2, y=h // 2)])
 
     async def _set_clock(self) -> None:
         try:

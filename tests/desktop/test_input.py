@@ -12,7 +12,7 @@ from providers.qemu import QemuMachine
 
 from .gui import colours, mouse_location, sh, start_probe, until
 
-pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.asyncio(loop_scope="session")]
+pytestmark = [pytest.mark.desktop, pytest.mark.libvirt, pytest.mark.slow, pytest.mark.asyncio(loop_scope="session")]
 
 TOLERANCE_PX = 2
 

@@ -16,7 +16,7 @@ import pytest
 
 from .conftest import LIBVIRT_URI, REPO, ensure_libvirtd
 
-pytestmark = [pytest.mark.libvirt, pytest.mark.slow]
+pytestmark = [pytest.mark.desktop, pytest.mark.libvirt, pytest.mark.slow]
 
 STEPS = ["machine", "user_setting", "verdict", "env", "screenshot", "typing", "click", "key_chord", "warm_start",
          "cleanup"]

@@ -16,7 +16,7 @@ from providers.qemu import QemuMachine, QemuProvider
 from .conftest import BOOT_TIMEOUT, IMAGE
 from .gui import colours, sh
 
-pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.asyncio(loop_scope="session")]
+pytestmark = [pytest.mark.desktop, pytest.mark.libvirt, pytest.mark.slow, pytest.mark.asyncio(loop_scope="session")]
 
 CLOCK_TOLERANCE_S = 2.0
 
