@@ -385,7 +385,7 @@ def build(out: Path, cache: debs.DebCache, *, display: tuple[int, int] = DEFAULT
         timings.update(plan.timings)
 
         t = time.monotonic()
-        pipeline.convert_compressed(raw, "raw", staging / "disk.qcow2")
+        pipeline.convert_compressed(raw, "raw", staging / "disk.qcow2", compression="zstd")
         timings["compress_s"] = time.monotonic() - t
         disk_bytes = (staging / "disk.qcow2").stat().st_size
         if disk_bytes > SIZE_LIMIT:

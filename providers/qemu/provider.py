@@ -64,7 +64,14 @@ from providers.qemu.hostchecks import HostContext, run_host_checks
 from providers.qemu.images import Image, ImageCatalog
 from providers.qemu.input import InputDriver
 from providers.qemu.pool import HotPool, PoolConfig
-from providers.qemu.screen import png_swap_verdict, ppm_dump_blocking, screenshot_blocking, to_png
+from providers.qemu.screen import (
+    PAINTED_MIN_COLOURS,
+    distinct_colours,
+    png_swap_verdict,
+    ppm_dump_blocking,
+    screenshot_blocking,
+    to_png,
+)
 from providers.qemu.starts import STARTS, Launch
 from providers.qemu.states import StateStore, VersionFiles
 from providers.qemu.warm import WARM_BUILD_TIMEOUT_S, WARM_COLD_RESERVE_S, WarmSnapshots, snapshot_key, warm_fits
@@ -90,6 +97,7 @@ sync; echo 3 > /proc/sys/vm/drop_caches
 exit 0
 """
 SCREEN_SIZE_TTL_S = 5.0
+PAINT_POLL_S = 1.0  # a screenshot a second while a booted desktop paints its first frame
 DESTROY_RETRY_FIRST_S = 1.0  # a failed destroy is retried after this, doubling up to the cap
 DESTROY_RETRY_CAP_S = 30.0
 PROBE_TIMEOUT = 10.0  # libvirt answers getVersion in milliseconds; a restarting libvirtd not at all
@@ -650,6 +658,8 @@ class QemuMachine(Machine):
             took = await wait_session(self.agent, self.image.manifest, self.run_as, deadline,
                                       alive=self._require_running)
             log.info("desktop session up", machine_id=self.machine_id, seconds=round(took, 2))
+            took = await self._wait_painted(deadline)
+            log.info("desktop painted", machine_id=self.machine_id, seconds=round(took, 2))
             await self._park_pointer()
         if self.restored and not self._clock_chosen:
             self._clock_chosen = True
@@ -663,6 +673,24 @@ class QemuMachine(Machine):
             elif routes.channel(Duty.CLOCK) is Channel.QEMU_GA:
                 self._clock_task = asyncio.create_task(self._set_clock())
         log.info("machine ready", machine_id=self.machine_id, seconds=round(time.monotonic() - started, 2))
+
+    async def _wait_painted(self, deadline: float) -> float:
+        """Poll the screen until it shows a painted desktop; the seconds it took. The session's
+        processes run well before they have drawn anything (measured under TCG: a minute or more
+        of black screen on a first start), and a warm snapshot taken then would hand every
+        restored machine, and the agent's first screenshot, a black screen.
+
+        Raises:
+            MachineNotReady: the screen was still blank or a console at `deadline`.
+        """
+        started = time.monotonic()
+        while (colours := distinct_colours(await self.screenshot())) < PAINTED_MIN_COLOURS:
+            if time.monotonic() >= deadline:
+                raise MachineNotReady(f"the session of {self.image.manifest.name} is up but its screen still shows "
+                                      f"{colours} colours: blank or a console, not a desktop")
+            await self._require_running()
+            await asyncio.sleep(PAINT_POLL_S)
+        return time.monotonic() - started
 
     async def _park_pointer(self) -> None:
         """Put the tablet's pointer where the X server put its own at start (the screen's centre).

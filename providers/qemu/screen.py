@@ -49,6 +49,18 @@ def png_swap_verdict(png: bytes, ppm: bytes) -> bool | None:
     return None
 
 
+# A text console shows two or three colours, a screen still black one; a painted desktop (backdrop,
+# panel, icons) hundreds. Counted on a quarter-size sample, nearest pixel (no blended shades).
+PAINTED_MIN_COLOURS = 64
+
+
+def distinct_colours(png: bytes) -> int:
+    """Distinct colours in a quarter-size sample of a screenshot."""
+    img = Image.open(io.BytesIO(png)).convert("RGB")
+    small = img.resize((max(1, img.width // 4), max(1, img.height // 4)), Image.Resampling.NEAREST)
+    return len(small.getcolors(small.width * small.height) or [])
+
+
 def png_size(data: bytes) -> tuple[int, int] | None:
     """Width and height from a PNG's IHDR chunk, without decoding the image."""
     if len(data) >= 24 and data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR":
