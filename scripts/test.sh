@@ -3,7 +3,8 @@
 #
 # The linux-desktop image (tests marked `desktop`) takes 10-15 minutes to build on a fresh 2-core
 # machine, most of it installing packages. It is built in the background, at the lowest CPU and
-# I/O priority, while the rest of the suite runs; the desktop tests run once it is there. A build
+# I/O priority, into its own images dir (scripts/desktop-image.sh says why), while the rest of the
+# suite runs; the desktop tests run once it is there, with that dir as their images dir. A build
 # that fails fails the run (its log is printed), after the rest of the suite has had its say.
 # GH_TEST_DESKTOP=0 leaves the desktop out (a quick local run); arguments go to both pytest runs.
 set -uo pipefail
@@ -30,7 +31,9 @@ if [ "$desktop" = 1 ]; then
   if wait "$build_pid"; then
     build_pid=""
     tail -n 3 "$build_log"
-    .venv/bin/pytest -q -p no:cacheprovider -m desktop "$@"
+    export GH_DESKTOP_IMAGES_DIR=${GH_DESKTOP_IMAGES_DIR:-/var/tmp/gh-runner/desktop-images}
+    GH_IMAGES_DIR=$GH_DESKTOP_IMAGES_DIR \
+      .venv/bin/pytest -q -p no:cacheprovider -m desktop "$@"
     r=$?; [ $r = 0 ] || [ $r = 5 ] || rc=1  # 5: the arguments chose no desktop test
   else
     build_pid=""

@@ -90,6 +90,7 @@ SESSION_READY = "pgrep -u user -x xfce4-panel >/dev/null && pgrep -u user -x xfd
 # The session's first start paints its desktop well after its processes run (measured under TCG on
 # 2 loaded cores: 70 s after xfdesktop started; a second boot paints at once).
 FIRST_PAINT_TIMEOUT = 420.0
+TYPING_TRIES = 3
 SIZE_LIMIT = 1536 * 1024 * 1024  # the compressed disk
 _SOURCES = ["linux_desktop.py"]
 
@@ -293,10 +294,23 @@ def check_desktop(size: tuple[int, int]):  # type: ignore[no-untyped-def]
             time.sleep(1.0)
         log(f"the screen shows a desktop ({colours} colours in a sample) "
             f"{time.monotonic() - started:.0f} s after the session came up")
-        _probe(vm, "entry", "/tmp/gh-typed", 1, timeout)
-        vm.type_text("Typed Through QEMU 123\n")
-        _wait_guest(vm, "grep -qx 'Typed Through QEMU 123' /tmp/gh-typed", 60,
-                    "keys typed through QEMU never reached the focused text field")
+        # Up to TYPING_TRIES fresh text fields: on a host loaded by other machines the first start's
+        # late windows (a notification, the panel's plugins) have taken the keyboard focus from the
+        # field between its ready and the keys (seen once in four builds under load 10). Every try
+        # is logged; the field must get the whole text, exactly.
+        for attempt in range(1, TYPING_TRIES + 1):
+            _probe(vm, "entry", "/tmp/gh-typed", 1, timeout)
+            vm.type_text("Typed Through QEMU 123\n")
+            try:
+                _wait_guest(vm, "grep -qx 'Typed Through QEMU 123' /tmp/gh-typed", 60,
+                            "keys typed through QEMU never reached the focused text field")
+                break
+            except BuildError:
+                typed = vm.qga.run_script("/bin/sh", "cat /tmp/gh-typed 2>/dev/null; pkill -f 'bin/gh-[d]esktop-probe'",
+                                        timeout=30).stdout.strip()
+                if attempt == TYPING_TRIES:
+                    raise
+                log(f"typing try {attempt}: the text field got {typed!r}; trying a fresh one")
         log("keys typed through QEMU reach a focused GUI text field")
         w, h = size
         targets = [(0, 0), (w - 1, 0), (0, h - 1), (w - 1, h - 1), (w // 2, h // 2), (w // 3, 2 * h // 3)]
