@@ -534,8 +534,10 @@ class _PoolHost:
         answered = time.monotonic() - started
         # A script's path too (qemu-ga's fork, busybox sh, setsid, head): the first after a restore
         # took ~0.5 s under TCG, later ones a fraction. Its temp files are removed before the pause.
+        # It reseeds the guest's RNG as a lease's first script will again (that path warm too), so
+        # no two pooled machines share their memory image's RNG state even before a lease.
         if self._p.prime_script:
-            await machine.agent.run_sh("true", env=None, timeout=timeout, output_cap=0)
+            await machine.agent.run_sh("true", env=None, timeout=timeout, output_cap=0, reseed=True)
             await machine.agent.run_sh("rm -f /tmp/gh-exec-*", env=None, timeout=timeout, output_cap=0)
         await machine.domain.suspend("pausing a machine for the hot pool")
         return answered
@@ -585,6 +587,7 @@ class QemuMachine(Machine):
         self._clock_task: asyncio.Task[None] | None = None
         self._clock_chosen = False  # a restored machine's clock is set once, the way wait_ready picks
         self._clock_in_exec = False  # the next qemu-ga script sets the clock first (ClockMode.IN_EXEC)
+        self._reseed_in_exec = False  # the next qemu-ga script reseeds the guest's RNG first (restored)
         self._destroyed = False
         self._screen_size: tuple[int, int] | None = None
         self._screen_size_at = 0.0
@@ -661,6 +664,9 @@ class QemuMachine(Machine):
                 self._clock_in_exec = True
             elif routes.channel(Duty.CLOCK) is Channel.QEMU_GA:
                 self._clock_task = asyncio.create_task(self._set_clock())
+            # Its kernel's RNG is the memory image's too, the same in every machine restored from it:
+            # the first script reseeds it from host bytes (guest_agent.reseed_arg).
+            self._reseed_in_exec = self.image.routes.script is Channel.QEMU_GA and self.image.manifest.os != "windows"
         log.info("machine ready", machine_id=self.machine_id, seconds=round(time.monotonic() - started, 2))
 
     async def _set_clock(self) -> None:
@@ -684,19 +690,23 @@ class QemuMachine(Machine):
                       output_cap: int) -> ScriptResult:
         # As the image's scripts run: root, or the desktop session's user (the clock is set by the
         # wrapper, as root, before the script starts).
+        reseed = self._reseed_in_exec
         if not self._clock_in_exec:
-            return await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap,
-                                           run_as=self.run_as)
+            res = await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap, reseed=reseed,
+                                          run_as=self.run_as)
+            self._reseed_in_exec = False
+            return res
         try:
             res = await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap, set_clock=True,
-                                          run_as=self.run_as)
+                                          reseed=reseed, run_as=self.run_as)
         except ClockNotSet as e:  # the script did not run: set the clock the slow way, then run it
             log.warning("guest clock not set by the exec; using guest-set-time", machine_id=self.machine_id,
                         reason=str(e))
             await self.agent.set_time()
-            res = await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap,
+            res = await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap, reseed=reseed,
                                           run_as=self.run_as)
         self._clock_in_exec = False
+        self._reseed_in_exec = False
         return res
 
     def _winrm_username(self) -> str:
