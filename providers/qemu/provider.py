@@ -100,7 +100,7 @@ class QemuProvider(Provider):
                  *, accelerator: str | None = None, flatten_versions: bool = False,
                  write_cap_bytes: int | None = None, warm_snapshots: bool = False, lazy_restore: bool = True,
                  pool: PoolConfig | None = None, clock_mode: ClockMode = ClockMode.IN_EXEC,
-                 polling: Polling = Polling()) -> None:
+                 polling: Polling = Polling(), genid: bool = True) -> None:
         self.images_dir = Path(images_dir)
         self.state_dir = Path(state_dir)
         self.runner_name = runner_name
@@ -123,7 +123,8 @@ class QemuProvider(Provider):
         # Machines whose destroy failed (libvirtd restarting): retried here until the domain is gone,
         # and only then are their files removed (QEMU may still run on them).
         self._destroy_retries: dict[str, asyncio.Task[None]] = {}
-        self.warm = WarmSnapshots(self.state_dir, self._build_warm) if warm_snapshots else None
+        self.genid = genid  # machines get a VM generation ID device (domain.py; off only for bench/)
+        self.warm = WarmSnapshots(self.state_dir, self._build_warm, genid=genid) if warm_snapshots else None
         self.lazy_restore = lazy_restore  # warm snapshots keep their RAM in a file copies map private
         self.last_restore_steps: dict[str, float] = {}  # seconds per step of the latest restore
         self.pool: HotPool[QemuMachine] | None = (
@@ -132,6 +133,7 @@ class QemuProvider(Provider):
         self.clock_mode = clock_mode  # how a restored sh guest's clock is set (guest_agent.ClockMode)
         self.polling = polling  # of guest-exec-status (the old values stay for bench/ side by side)
         self.prime_script = True  # the pool primes a script's path too (off only in bench/legacy_exec.py)
+        self.reseed_after_restore = True  # guest_agent.reseed_arg (off only in bench/warm_start.py)
         self._calibrations = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -281,7 +283,7 @@ class QemuProvider(Provider):
         if source.start_state_id is not None:
             return f"{source.start_state_id}/v{source.version}"
         try:
-            return snapshot_key(await self.catalog.get(source.image))
+            return snapshot_key(await self.catalog.get(source.image), genid=self.genid)
         except ProviderError:
             return ""
 
@@ -292,7 +294,8 @@ class QemuProvider(Provider):
         if self.warm is not None:
             for img in images.values():
                 if warm_fits(img.manifest):
-                    out.append((MachineSource(image=img.manifest.name), snapshot_key(img), img.manifest.memory_mib))
+                    out.append((MachineSource(image=img.manifest.name), snapshot_key(img, genid=self.genid),
+                                img.manifest.memory_mib))
         for ssid, ver in await asyncio.to_thread(self.states.held):
             vf = self.states.version(ssid, ver)
             try:
@@ -355,7 +358,7 @@ class QemuProvider(Provider):
             assert self.accelerator is not None
             xml = build_domain_xml(DomainSpec(name=name, manifest=image.manifest, image_dir=image.dir,
                                               overlay=overlay, console_log=console, ownership=own,
-                                              accelerator=self.accelerator))
+                                              accelerator=self.accelerator, genid=self.genid))
             launch = Launch(conn=self.conn, name=name, image=image, xml=xml, mdir=mdir, overlay=overlay,
                             console=console, ownership=own, deadline=deadline, version=version, paused=paused,
                             ram_file=ram_file, lazy_allowed=self.lazy_restore, destroy_domain=self._destroy_domain)
@@ -537,7 +540,8 @@ class _PoolHost:
         # It reseeds the guest's RNG as a lease's first script will again (that path warm too), so
         # no two pooled machines share their memory image's RNG state even before a lease.
         if self._p.prime_script:
-            await machine.agent.run_sh("true", env=None, timeout=timeout, output_cap=0, reseed=True)
+            await machine.agent.run_sh("true", env=None, timeout=timeout, output_cap=0,
+                                       reseed=self._p.reseed_after_restore)
             await machine.agent.run_sh("rm -f /tmp/gh-exec-*", env=None, timeout=timeout, output_cap=0)
         await machine.domain.suspend("pausing a machine for the hot pool")
         return answered
@@ -666,7 +670,8 @@ class QemuMachine(Machine):
                 self._clock_task = asyncio.create_task(self._set_clock())
             # Its kernel's RNG is the memory image's too, the same in every machine restored from it:
             # the first script reseeds it from host bytes (guest_agent.reseed_arg).
-            self._reseed_in_exec = self.image.routes.script is Channel.QEMU_GA and self.image.manifest.os != "windows"
+            self._reseed_in_exec = (self.provider.reseed_after_restore and self.image.routes.script is Channel.QEMU_GA
+                                    and self.image.manifest.os != "windows")
         log.info("machine ready", machine_id=self.machine_id, seconds=round(time.monotonic() - started, 2))
 
     async def _set_clock(self) -> None:

@@ -2,20 +2,28 @@
 or handed out by the hot pool, each reads its own bytes from /dev/urandom and its own $RANDOM in its
 first script, as two cold boots would. (A case whose setup rolled a die rolled the same number on
 12 of 12 machines: the guest kernel's RNG state is in the memory image, and the kernel reseeds it
-only when its seed is old by its own clock, which a restore replays.)"""
+only when its seed is old by its own clock, which a restore replays.) And each restored machine
+shows its guest a VM generation ID of its own, the signal on which a kernel with the vmgenid driver
+reseeds by itself (linux-tiny's has none; the desktop's Debian kernel does)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import secrets
 import time
+import uuid
 from pathlib import Path
 
+import libvirt
+import libvirt_qemu
 import pytest
 
 from providers.base import MachineOrigin, MachineSource
 from providers.qemu import QemuMachine, QemuProvider
 from providers.qemu.pool import PoolConfig
+from providers.qemu.saveimage import read_save_image
 
 from .conftest import BOOT_TIMEOUT, LIBVIRT_URI, ensure_libvirtd, our_domains
 
@@ -99,3 +107,60 @@ async def test_machines_from_one_memory_image_read_different_random_numbers(
         await p.close()
     assert our_domains() == []
     assert list((sd / "machines").iterdir()) == []
+
+
+# QEMU's vmgenid device: ACPI names the guest address of its buffer VGIA (a DWordConst in an SSDT,
+# patched in by the firmware), and the 16-byte GUID sits 40 bytes into that buffer, little-endian
+# by field (hw/acpi/vmgenid.c). The guest's driver reads it there when ACPI notifies it.
+SSDT_HEX = "for t in /sys/firmware/acpi/tables/SSDT*; do od -An -tx1 -v $t | tr -d ' \\n'; echo; done"
+VGIA_DWORD = (b"VGIA" + b"\x0c").hex()
+GUID_OFFSET = 40
+
+
+async def _genids(p: QemuProvider, m: QemuMachine) -> tuple[str, str, str]:
+    """The machine's generation ID as libvirt, QEMU and the guest's memory have it."""
+    res = await m.run_script(SSDT_HEX, timeout=30)
+    assert res.exit_code == 0, res.stderr
+    found = [line for line in res.stdout.split() if VGIA_DWORD in line]
+    assert len(found) == 1, "the guest's ACPI tables have no vmgenid device"
+    at = found[0].index(VGIA_DWORD) + len(VGIA_DWORD)
+    addr = int.from_bytes(bytes.fromhex(found[0][at:at + 8]), "little") + GUID_OFFSET
+
+    def read(c: libvirt.virConnect) -> tuple[str, str, str]:
+        dom = c.lookupByName(m.domain_name)
+        xml = re.search(r"<genid>([^<]+)</genid>", dom.XMLDesc(0))
+        qmp = json.loads(libvirt_qemu.qemuMonitorCommand(dom, '{"execute": "query-vm-generation-id"}', 0))
+        hmp = libvirt_qemu.qemuMonitorCommand(dom, f"xp /16xb {addr:#x}",
+                                              libvirt_qemu.VIR_DOMAIN_QEMU_MONITOR_COMMAND_HMP)
+        guest = bytes(int(b, 16) for b in re.findall(r"\b0x([0-9a-f]{2})\b", hmp))
+        return (xml.group(1) if xml else "", qmp["return"]["guid"], str(uuid.UUID(bytes_le=guest)))
+
+    return await asyncio.to_thread(p.conn.call, read)
+
+
+async def test_each_restored_machine_shows_its_guest_a_generation_id_of_its_own(
+        images_dir: Path, state_root: Path, runner_name: str) -> None:
+    ensure_libvirtd()
+    sd = state_root / f"genid-{secrets.token_hex(3)}"
+    sd.mkdir(mode=0o755)
+    seen: list[str] = []
+    for origin, lazy in ((MachineOrigin.LAZY, True), (MachineOrigin.LAZY, True), (MachineOrigin.RESTORED, False)):
+        p = QemuProvider(images_dir, sd, runner_name, LIBVIRT_URI, warm_snapshots=True, lazy_restore=lazy)
+        try:
+            m = await p.create_machine(f"at_{secrets.token_hex(3)}", TINY, timeout=BOOT_TIMEOUT * 3)
+            assert isinstance(m, QemuMachine)
+            try:
+                assert m.origin == origin
+                await m.wait_ready(BOOT_TIMEOUT)
+                xml, qemu, guest = await _genids(p, m)
+                assert xml == qemu == guest, (origin, xml, qemu, guest)
+                seen.append(guest)
+            finally:
+                await m.destroy()
+        finally:
+            await p.close()
+    (snap,) = (sd / "warm" / "linux-tiny").iterdir()
+    saved = re.search(r"<genid>([^<]+)</genid>", read_save_image(snap / "memory.img").xml)
+    assert saved is not None  # the snapshot machine had one too: a guest's driver sees it change
+    assert len({*seen, saved.group(1)}) == 4, (seen, saved.group(1))
+    assert our_domains() == []
