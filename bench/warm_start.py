@@ -148,8 +148,13 @@ def fill_before_snapshot(fill_mib: int) -> None:
 
 
 def without(variant: str, images_dir: Path, state: Path) -> dict[str, QemuProvider]:
-    """full, lazy and pool providers without the VM generation ID device (g0) or the reseed (r0)."""
+    """full, lazy and pool providers without the VM generation ID device (g0) or the reseed (r0).
+    Without the device the warm snapshot is another, in a state dir of its own: each provider
+    prunes an image's snapshots other than its own kind."""
     genid = variant != "g0"
+    if not genid:
+        state = state / variant
+        state.mkdir(mode=0o755)
     provs = {
         f"full-{variant}": QemuProvider(images_dir, state, f"bench-warm-full{variant}", warm_snapshots=True,
                                         lazy_restore=False, genid=genid),
