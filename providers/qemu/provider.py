@@ -537,11 +537,13 @@ class _PoolHost:
         answered = time.monotonic() - started
         # A script's path too (qemu-ga's fork, busybox sh, setsid, head): the first after a restore
         # took ~0.5 s under TCG, later ones a fraction. Its temp files are removed before the pause.
-        # It reseeds the guest's RNG as a lease's first script will again (that path warm too), so
-        # no two pooled machines share their memory image's RNG state even before a lease.
+        # It reseeds the guest's RNG with its own host bytes (guest_agent.reseed_arg), so no two
+        # pooled machines share their memory image's RNG state, and the lease's first script need
+        # not start gh-reseed again: a pooled machine serves one attempt.
         if self._p.prime_script:
             await machine.agent.run_sh("true", env=None, timeout=timeout, output_cap=0,
                                        reseed=self._p.reseed_after_restore)
+            machine.rng_reseeded = self._p.reseed_after_restore
             await machine.agent.run_sh("rm -f /tmp/gh-exec-*", env=None, timeout=timeout, output_cap=0)
         await machine.domain.suspend("pausing a machine for the hot pool")
         return answered
@@ -592,6 +594,7 @@ class QemuMachine(Machine):
         self._clock_chosen = False  # a restored machine's clock is set once, the way wait_ready picks
         self._clock_in_exec = False  # the next qemu-ga script sets the clock first (ClockMode.IN_EXEC)
         self._reseed_in_exec = False  # the next qemu-ga script reseeds the guest's RNG first (restored)
+        self.rng_reseeded = False  # since its restore (the hot pool's prime does it)
         self._destroyed = False
         self._screen_size: tuple[int, int] | None = None
         self._screen_size_at = 0.0
@@ -669,8 +672,9 @@ class QemuMachine(Machine):
             elif routes.channel(Duty.CLOCK) is Channel.QEMU_GA:
                 self._clock_task = asyncio.create_task(self._set_clock())
             # Its kernel's RNG is the memory image's too, the same in every machine restored from it:
-            # the first script reseeds it from host bytes (guest_agent.reseed_arg).
-            self._reseed_in_exec = (self.provider.reseed_after_restore and self.image.routes.script is Channel.QEMU_GA
+            # the first script reseeds it from host bytes (guest_agent.reseed_arg), unless the pool did.
+            self._reseed_in_exec = (self.provider.reseed_after_restore and not self.rng_reseeded
+                                    and self.image.routes.script is Channel.QEMU_GA
                                     and self.image.manifest.os != "windows")
         log.info("machine ready", machine_id=self.machine_id, seconds=round(time.monotonic() - started, 2))
 
@@ -700,6 +704,7 @@ class QemuMachine(Machine):
             res = await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap, reseed=reseed,
                                           run_as=self.run_as)
             self._reseed_in_exec = False
+            self.rng_reseeded |= reseed
             return res
         try:
             res = await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap, set_clock=True,
@@ -712,6 +717,7 @@ class QemuMachine(Machine):
                                           run_as=self.run_as)
         self._clock_in_exec = False
         self._reseed_in_exec = False
+        self.rng_reseeded |= reseed
         return res
 
     def _winrm_username(self) -> str:
