@@ -7,10 +7,10 @@
  * it only when it is old by the guest's own clock (up to 60 s, which a restore replays), so they
  * would read the same "random" bytes. Writing to /dev/urandom only mixes into the input pool, and
  * the key is not renewed from it until then. So: RNDADDENTROPY credits the bytes (on a guest saved
- * before its CRNG was ready, as a warm snapshot under TCG without RDRAND is, crediting is what
- * makes it ready and seeds it from the pool), and RNDRESEEDCRNG extracts a new key at once on a
- * ready one. (A kernel with a VM generation ID driver reseeds on restore by itself; linux-tiny's
- * cloud kernel has none.)
+ * before its CRNG was ready, crediting is what makes it ready and seeds it from the pool: lazy
+ * copies of a warm snapshot taken right after boot under TCG, no RDRAND, refused RNDRESEEDCRNG
+ * alone, which the kernel does until its CRNG is ready), and RNDRESEEDCRNG extracts a new key at once on a ready one. (A kernel with
+ * a VM generation ID driver reseeds on restore by itself; linux-tiny's cloud kernel has none.)
  *
  * No libc (built with -nostdlib -static): four system calls, nothing to link against. Exit 0 when
  * reseeded, 1 when the kernel refused, 2 on a bad argument.
