@@ -16,7 +16,8 @@ Per lease: `lease` (take + resume), `ready` (the guest agent answers), `first` (
 first script: guest-set-time (old), guest-exec, the guest-exec-status polls (how many, their own
 round trips, and the sleeps between them). Then the floors on one warm machine: a guest-ping, a
 guest-exec of /bin/true polled at once, the wrapper around `true`, the wrapper that also sets the
-clock, and a guest-set-time on its own. Machines are named gh-bench-script-* and removed at the end.
+clock, the one that also reseeds the guest's RNG (a restored machine's first script), and a
+guest-set-time on its own (`--floors-only`: just these). Machines are named gh-bench-script-* and removed at the end.
 """
 
 from __future__ import annotations
@@ -127,6 +128,9 @@ async def floors(p: QemuProvider, tries: int) -> dict[str, list[float]]:
             await tight.run_sh("true", env=None, timeout=30, set_clock=True)
             out["wrapper + date -s + `true`, polled at once"].append(time.monotonic() - t)
             t = time.monotonic()
+            await tight.run_sh("true", env=None, timeout=30, set_clock=True, reseed=True)
+            out["wrapper + date -s + gh-reseed + `true`, at once"].append(time.monotonic() - t)
+            t = time.monotonic()
             await m.agent.set_time()
             out["guest-set-time (hwclock -w)"].append(time.monotonic() - t)
     finally:
@@ -134,12 +138,18 @@ async def floors(p: QemuProvider, tries: int) -> dict[str, list[float]]:
     return out
 
 
-async def run(images_dir: Path, state: Path, tries: int) -> None:
+async def run(images_dir: Path, state: Path, tries: int, floors_only: bool = False) -> None:
     pool = PoolConfig(per_source=1, total_mib=1 << 16)
     provs = {k: QemuProvider(images_dir, state, f"bench-script-{k}", warm_snapshots=True, pool=pool) for k in MODES}
     legacy(provs["old"])
     rows: dict[str, list[dict[str, float]]] = {k: [] for k in MODES}
     try:
+        if floors_only:
+            await provs["new"].start()
+            print(f"floors on one warm machine (n={tries}), median ms")
+            for k, v in (await floors(provs["new"], tries)).items():
+                print(f"  {k:45} {statistics.median(v) * 1000:8.1f}")
+            return
         t = time.monotonic()
         for p in provs.values():  # one at a time: the first builds the warm snapshot they share
             await p.start()
@@ -180,11 +190,12 @@ def main() -> int:
     ap.add_argument("--images-dir", type=Path,
                     default=Path(os.environ.get("GH_IMAGES_DIR", "/var/tmp/gh-runner/images")))
     ap.add_argument("--tries", type=int, default=10)
+    ap.add_argument("--floors-only", action="store_true", help="only the floors on one warm machine")
     args = ap.parse_args()
     state = Path(tempfile.mkdtemp(prefix="gh-bench-script-", dir="/var/tmp"))
     state.chmod(0o755)  # libvirt-qemu must reach the overlays
     try:
-        asyncio.run(run(args.images_dir, state, args.tries))
+        asyncio.run(run(args.images_dir, state, args.tries, args.floors_only))
     finally:
         shutil.rmtree(state, ignore_errors=True)
     return 0

@@ -20,6 +20,12 @@ time), and the PSS of N machines from one snapshot at once, lazy vs full. Everyt
 named gh-bench-warm-* and removed at the end. The host may be shared: numbers are noisy, ratios
 measured in one run are what counts.
 
+What a restored machine does to be as fresh as a cold one, side by side: `--compare-genid` adds
+full, lazy and pool machines without the VM generation ID device (modes full-g0, lazy-g0, pool-g0,
+on their own warm snapshot), `--compare-reseed` ones whose first script does not reseed the guest's
+RNG (full-r0, lazy-r0, pool-r0; gh-reseed, guest_agent.reseed_arg); each prints the ratio of the
+mode without to the mode with (under 1: what it costs).
+
 `--memory-mib M --fill-mib F` measures a bigger guest, as a Windows one would be: linux-tiny with M
 MiB of RAM whose warm snapshot is taken after the guest filled F MiB of its tmpfs with random
 bytes (zero pages would be skipped by a save). A full restore then reads what the guest used; a
@@ -141,7 +147,30 @@ def fill_before_snapshot(fill_mib: int) -> None:
     QemuMachine.wait_ready = wait_then_fill  # type: ignore[method-assign]
 
 
-async def run(images_dir: Path, state: Path, tries: int, pss_n: int, cold_tries: int) -> None:
+def without(variant: str, images_dir: Path, state: Path) -> dict[str, QemuProvider]:
+    """full, lazy and pool providers without the VM generation ID device (g0) or the reseed (r0).
+    Without the device the warm snapshot is another, in a state dir of its own: each provider
+    prunes an image's snapshots other than its own kind."""
+    genid = variant != "g0"
+    if not genid:
+        state = state / variant
+        state.mkdir(mode=0o755)
+    provs = {
+        f"full-{variant}": QemuProvider(images_dir, state, f"bench-warm-full{variant}", warm_snapshots=True,
+                                        lazy_restore=False, genid=genid),
+        f"lazy-{variant}": QemuProvider(images_dir, state, f"bench-warm-lazy{variant}", warm_snapshots=True,
+                                        genid=genid),
+        f"pool-{variant}": QemuProvider(images_dir, state, f"bench-warm-pool{variant}", warm_snapshots=True,
+                                        genid=genid, pool=PoolConfig(per_source=1, total_mib=1 << 16)),
+    }
+    if variant == "r0":
+        for p in provs.values():
+            p.reseed_after_restore = False
+    return provs
+
+
+async def run(images_dir: Path, state: Path, tries: int, pss_n: int, cold_tries: int,
+              variants: tuple[str, ...] = ()) -> None:
     # One state dir, so full, lazy and pool share one warm snapshot; a runner name per mode.
     provs = {
         "cold": QemuProvider(images_dir, state, "bench-warm-cold", warm_snapshots=False),
@@ -150,27 +179,32 @@ async def run(images_dir: Path, state: Path, tries: int, pss_n: int, cold_tries:
         "pool": QemuProvider(images_dir, state, "bench-warm-pool", warm_snapshots=True,
                              pool=PoolConfig(per_source=1, total_mib=1 << 16)),
     }
-    ready: dict[str, list[float]] = {k: [] for k in MODES}
-    execd: dict[str, list[float]] = {k: [] for k in MODES}
-    steps: dict[str, dict[str, list[float]]] = {k: {} for k in MODES}
+    modes: tuple[str, ...] = MODES
+    for v in variants:  # without the device, the snapshot is another (warm.snapshot_key)
+        more = without(v, images_dir, state)
+        provs |= more
+        modes = (*modes, *more)
+    ready: dict[str, list[float]] = {k: [] for k in modes}
+    execd: dict[str, list[float]] = {k: [] for k in modes}
+    steps: dict[str, dict[str, list[float]]] = {k: {} for k in modes}
     try:
         t = time.monotonic()
-        await provs["lazy"].start()
-        await one(provs["lazy"], "warmup")  # builds the snapshot
-        if not provs["lazy"].last_restore_steps:
-            raise SystemExit("the warm snapshot was not built (see the warning above): nothing to compare")
+        for warmup in ("lazy", "lazy-g0") if "g0" in variants else ("lazy",):
+            await provs[warmup].start()
+            await one(provs[warmup], f"warmup-{warmup}")  # builds the snapshot
+            if not provs[warmup].last_restore_steps:
+                raise SystemExit("the warm snapshot was not built (see the warning above): nothing to compare")
         print(f"warm snapshot built in {time.monotonic() - t:.1f} s (once per image per runner)", flush=True)
         for p in provs.values():
             await p.start()
-        pool = provs["pool"].pool
-        assert pool is not None
+        pools = {m: provs[m].pool for m in modes if m.startswith("pool")}
         for i in range(tries):
-            order = MODES if i % 2 == 0 else tuple(reversed(MODES))
+            order = modes if i % 2 == 0 else tuple(reversed(modes))
             for mode in order:
                 if mode == "cold" and i >= cold_tries:
                     continue
                 p = provs[mode]
-                if mode == "pool":
+                if (pool := pools.get(mode)) is not None:
                     await until(lambda: pool.counts().get(TINY, 0) >= 1, 300)  # refills are not timed
                 p.last_restore_steps = {}
                 r, e, st = await one(p, f"{mode}-{i}")
@@ -178,21 +212,28 @@ async def run(images_dir: Path, state: Path, tries: int, pss_n: int, cold_tries:
                 execd[mode].append(e)
                 for k, v in st.items():
                     steps[mode].setdefault(k, []).append(v)
-            print(f"  try {i + 1}/{tries}: " + "  ".join(f"{m} {ready[m][-1]:.3f}" for m in MODES if ready[m]),
+            print(f"  try {i + 1}/{tries}: " + "  ".join(f"{m} {ready[m][-1]:.3f}" for m in modes if ready[m]),
                   flush=True)
-        assert pool.taken == tries, f"only {pool.taken} of {tries} pool tries got a pooled machine"
+        for m, pool in pools.items():
+            assert pool is not None and pool.taken == tries, f"only some of {tries} {m} tries got a pooled machine"
 
         what = " and a signed-in session" if TINY.image != "linux-tiny" else ""
         print(f"\nseconds, lease to a guest that answers{what} (n={tries} each, cold n={len(ready['cold'])})")
-        print(f"{'mode':6} {'ready p50':>10} {'ready p90':>10} {'1st p50':>10} {'1st p90':>10}"
+        print(f"{'mode':7} {'ready p50':>10} {'ready p90':>10} {'1st p50':>10} {'1st p90':>10}"
               f" {'cold/x':>8} {'full/x':>8}")
         c50, f50 = pct(ready["cold"], 0.5), pct(ready["full"], 0.5)
-        for m in MODES:
+        for m in modes:
             r50 = pct(ready[m], 0.5)
-            print(f"{m:6} {r50:10.3f} {pct(ready[m], 0.9):10.3f} {pct(execd[m], 0.5):10.3f} "
+            print(f"{m:7} {r50:10.3f} {pct(ready[m], 0.9):10.3f} {pct(execd[m], 0.5):10.3f} "
                   f"{pct(execd[m], 0.9):10.3f} {c50 / r50:7.1f}x {f50 / r50:7.1f}x")
+        for v in variants:
+            what = {"g0": "the VM generation ID device", "r0": "the first script's RNG reseed"}[v]
+            print(f"\nwithout {what} / with it (p50; under 1: it costs that much)")
+            for m in ("full", "lazy", "pool"):
+                print(f"  {m:5} ready {pct(ready[f'{m}-{v}'], 0.5) / pct(ready[m], 0.5):5.2f}  "
+                      f"first script {pct(execd[f'{m}-{v}'], 0.5) / pct(execd[m], 0.5):5.2f}")
         print("\nmedian seconds per restore step")
-        for m in ("full", "lazy"):
+        for m in ("full", "lazy", *(f"{k}-{v}" for v in variants for k in ("full", "lazy"))):
             print(f"  {m}: " + ", ".join(f"{k} {statistics.median(v):.3f}" for k, v in steps[m].items()))
 
         guest_kib = (await provs["lazy"].catalog.get(TINY.image)).manifest.memory_mib * 1024
@@ -221,7 +262,8 @@ async def _main(args: argparse.Namespace, state: Path) -> None:
         if args.fill_mib:
             fill_before_snapshot(args.fill_mib)
         await run(images_dir, state, args.tries, args.pss_machines,
-                  args.tries if args.cold_tries is None else args.cold_tries)
+                  args.tries if args.cold_tries is None else args.cold_tries,
+                  tuple(v for v, on in (("g0", args.compare_genid), ("r0", args.compare_reseed)) if on))
     finally:
         await asyncio.to_thread(shutil.rmtree, state, True)
 
@@ -234,6 +276,10 @@ def main() -> int:
     ap.add_argument("--tries", type=int, default=20)
     ap.add_argument("--cold-tries", type=int, default=None, help="tries that include a cold boot (default: all)")
     ap.add_argument("--pss-machines", type=int, default=4)
+    ap.add_argument("--compare-genid", action="store_true",
+                    help="also full, lazy and pool without the VM generation ID device, side by side")
+    ap.add_argument("--compare-reseed", action="store_true",
+                    help="also full, lazy and pool whose first script does not reseed the guest's RNG")
     ap.add_argument("--memory-mib", type=int, default=0, help="guest RAM (default: the image's)")
     ap.add_argument("--fill-mib", type=int, default=0, help="MiB the snapshot's guest uses before it is saved")
     args = ap.parse_args()

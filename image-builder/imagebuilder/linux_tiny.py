@@ -71,6 +71,10 @@ ROOT_MODULES_LATE = [
 ]
 OPTIONAL = {"crc32c_generic", "ext4", "ehci_hcd", "ehci_pci", "uhci_hcd", "xhci_hcd", "xhci_pci", "usbhid"}
 GUEST_PACKAGES = ["busybox-static", "qemu-guest-agent"]
+# The guest's one program of our own: reseeds its kernel's RNG after a memory restore (the source
+# says why), compiled here with the host's gcc, no libc.
+RESEED_SOURCE = ASSETS / "src" / "gh-reseed.c"
+RESEED_PATH = "usr/sbin/gh-reseed"
 # Builder sources whose change changes the image (the VM/pipeline code only runs it).
 _SOURCES = ["linux_tiny.py", "kmod.py", "cpio.py"]
 
@@ -218,12 +222,22 @@ def build_rootfs(inputs: Inputs, kver: str, modules: ModuleTree, initramfs_loade
     (moddir / "modules.load").write_text("\n".join(modules.install(early, moddir, unsigned=True)) + "\n")
     (moddir / "modules.late").write_text("\n".join(modules.install(late, moddir, unsigned=True)) + "\n")
     _copy_assets(ASSETS / "rootfs", root)
+    build_reseed(root / RESEED_PATH)
     for d in ("proc", "sys", "dev", "run", "root", "var/log", "mnt"):
         (root / d).mkdir(parents=True, exist_ok=True)
     (root / "tmp").mkdir(exist_ok=True)
     os.chmod(root / "tmp", 0o1777)
     os.chmod(root / "root", 0o700)
     (root / "var" / "run").symlink_to("/run")
+
+
+def build_reseed(dest: Path) -> None:
+    """gh-reseed, static and without libc (x86-64 system calls only), so it needs nothing in the
+    guest and nothing beyond gcc on the host."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    proc.run(["gcc", "-Os", "-static", "-nostdlib", "-fno-stack-protector", "-fno-asynchronous-unwind-tables",
+              "-Wall", "-Wextra", "-Werror", "-s", "-o", dest, RESEED_SOURCE], timeout=120)
+    dest.chmod(0o755)
 
 
 def build_initramfs(inputs: Inputs, modules: ModuleTree) -> tuple[bytes, set[str]]:
@@ -277,6 +291,10 @@ def provisioning(version: str, tablet: str) -> tuple[list[Script], list[Script]]
             "ls /dev/input/event* >/dev/null\n",
             60,
         ),
+        # What a machine's first script after a restore runs (providers/qemu/guest_agent.py): the
+        # kernel must take the bytes and reseed.
+        Script("check that the guest's RNG reseeds",
+               f"set -e\n/{RESEED_PATH} $(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n')\n", 30),
     ]
     seal = [Script("seal: clear temporary files and flush the disk", "rm -rf /tmp/* /root/.ash_history; sync\n", 60)]
     return provision, seal

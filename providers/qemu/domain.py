@@ -82,6 +82,7 @@ class DomainSpec:
     console_log: Path
     ownership: Ownership
     accelerator: str  # "kvm" | "tcg"
+    genid: bool = True  # a VM generation ID device (off only for bench/warm_start.py side by side)
 
 
 def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) -> ET.Element:
@@ -97,6 +98,13 @@ def build_domain_xml(spec: DomainSpec) -> str:
     dom = ET.Element("domain", type="kvm" if spec.accelerator == "kvm" else "qemu")
     _sub(dom, "name", spec.name)
     _sub(dom, "uuid", str(uuid.uuid4()))
+    if spec.genid:
+        # QEMU's vmgenid device, its GUID left to libvirt: a new one at every start and restore
+        # (the device's load writes it into the guest's memory and notifies the guest), so a kernel
+        # with the vmgenid driver (Linux >= 5.18 with CONFIG_VMGENID, Windows) reseeds its RNG
+        # when it runs as a copy of a memory image. linux-tiny's kernel has no such driver: its
+        # first script after a restore reseeds instead (guest_agent.reseed_arg).
+        _sub(dom, "genid")
     _sub(dom, "metadata").append(_owner_element(spec.ownership))
     _sub(dom, "memory", str(m.memory_mib), unit="MiB")
     _sub(dom, "vcpu", str(m.vcpus))

@@ -39,9 +39,12 @@ from providers.qemu.handle import Domain
 INLINE_CHUNK = 1024 * 1024
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 KILL_GRACE_S = 5.0
-# The wrapper's answer when it could not set the clock (busybox `date -s`): the script did not run.
-CLOCK_NOT_SET_EXIT = 125
+# The wrapper's answer when it could not set the clock (busybox `date -s`) or reseed the guest's RNG
+# (gh-reseed): the script did not run.
+WRAPPER_REFUSED_EXIT = 125
 CLOCK_NOT_SET_MARK = b"gh-exec: the clock was not set"
+RESEED_NOT_DONE_MARK = b"gh-exec: the guest RNG was not reseeded"
+RESEED_BYTES = 32
 
 
 class ClockMode(StrEnum):
@@ -64,14 +67,16 @@ class Polling:
 LEGACY_POLLING = Polling(first_s=0.02, growth=1.5, cap_s=0.25)  # before issue 26, for bench/ side by side
 
 # Every process the wrapper starts costs a fork and an exec of busybox, 5-30 ms each under TCG, so
-# the path to the script's result starts as few as it can: `date` (only when setting the clock),
-# setsid + sh (the script's own), and `head` only for a stream that is not empty; the script is read
-# by its sh from the wrapper's stdin (fd 3) instead of being copied to a file first, and the files
-# are removed in the background (qemu-ga reports the exit without waiting for that). The script
-# sees fd 3 (the rest of its own text) open; its stdin is /dev/null.
+# the path to the script's result starts as few as it can: `date` and gh-reseed (only in the first
+# script after a restore), setsid + sh (the script's own), and `head` only for a stream that is not
+# empty; the script is read by its sh from the wrapper's stdin (fd 3) instead of being copied to a
+# file first, and the files are removed in the background (qemu-ga reports the exit without
+# waiting for that). The script sees fd 3 (the rest of its own text) open; its stdin is /dev/null.
 # $5: the interpreter (/bin/sh, /bin/bash); $6: the user to run the script as (empty: root, as
-# qemu-ga). A user's script is first written to its own file (mode 0600, given to that user: a
-# user cannot open root's pipe through /proc/self/fd); its output files stay root's.
+# qemu-ga); $7: host bytes (hex) gh-reseed credits to the guest's RNG and reseeds it from, on
+# images that have it (see `reseed_arg`). A user's script is first written to its own file (mode
+# 0600, given to that user: a user cannot open root's pipe through /proc/self/fd); its output files
+# stay root's.
 WRAPPER = r"""
 f=/tmp/gh-exec-$1; lim=$2; keep=$3; interp=${5:-/bin/sh}; user=$6
 if [ -n "$4" ]; then
@@ -86,6 +91,9 @@ if [ -n "$4" ]; then
        fi;;
   esac
   date -s "@$c" >/dev/null 2>&1 || { echo "gh-exec: the clock was not set" >&2; exit 125; }
+fi
+if [ -n "$7" ] && [ -x /usr/sbin/gh-reseed ]; then
+  /usr/sbin/gh-reseed "$7" || { echo "gh-exec: the guest RNG was not reseeded" >&2; exit 125; }
 fi
 umask 077
 set -C
@@ -160,6 +168,17 @@ def clock_arg() -> str:
     boot does, which stays right however long the guest took to start the wrapper (a loaded host:
     seconds); the host's time picks the nearer second, and stands in where there is no RTC."""
     return str(time.time_ns() // 1_000_000)
+
+
+def reseed_arg() -> str:
+    """Fresh host bytes for a restored guest's RNG, in hex. Every machine restored from one memory
+    image starts with that image's kernel RNG state, and Linux renews it only on its own schedule
+    (up to 60 s of guest time, which a restore replays), so without these two such machines would
+    read the same bytes from /dev/urandom. A kernel with a VM generation ID driver reseeds on the
+    restore by itself (the domain has `<genid/>`, domain.py); linux-tiny's has none, so its first
+    script after a restore runs /usr/sbin/gh-reseed with these (image-builder's
+    assets/linux-tiny/src/gh-reseed.c), in the same guest-exec."""
+    return secrets.token_hex(RESEED_BYTES)
 
 
 class ClockNotSet(ProviderError):
@@ -289,14 +308,16 @@ class GuestAgent:
             delay = min(delay * self.polling.growth, self.polling.cap_s)
 
     async def run_sh(self, script: str, *, env: Mapping[str, str] | None, timeout: float,
-                     output_cap: int = DEFAULT_OUTPUT_CAP, set_clock: bool = False,
+                     output_cap: int = DEFAULT_OUTPUT_CAP, set_clock: bool = False, reseed: bool = False,
                      run_as: RunAs = ROOT_SH) -> ScriptResult:
         """Run `script` with /bin/sh as root in the guest (or as `run_as` says: another interpreter,
         another user and that user's environment); see the module docstring for the shape.
 
         With `set_clock`, the guest's clock is set to the host's (read as the request is sent)
         before the script starts, in the same guest-exec. Raises ClockNotSet (the script did not
-        run) when the guest refused.
+        run) when the guest refused. With `reseed`, the guest's RNG is reseeded from fresh host
+        bytes first (`reseed_arg`), where the image can; raises ProviderError (the script did not
+        run) when its kernel refused.
         """
         if output_cap < 0:
             raise ProviderError("output_cap must be >= 0")
@@ -311,13 +332,16 @@ class GuestAgent:
         clock = clock_arg() if set_clock else ""
         pid = await self.exec_start(
             "/bin/sh", ["-c", self.wrapper, "gh-exec", token, str(inline), "keep" if keep else "", clock,
-                        run_as.interpreter, run_as.user or ""],
+                        run_as.interpreter, run_as.user or "", reseed_arg() if reseed else ""],
             env=env_list, stdin=script.encode("utf-8"),
         )
         st = await self.wait_exec(pid, started + timeout)
-        if (set_clock and st is not None and st.exit_code == CLOCK_NOT_SET_EXIT
+        if (set_clock and st is not None and st.exit_code == WRAPPER_REFUSED_EXIT
                 and CLOCK_NOT_SET_MARK in st.stderr):
             raise ClockNotSet(f"the guest did not set its clock: {decode(st.stderr)[:200]}")
+        if reseed and st is not None and st.exit_code == WRAPPER_REFUSED_EXIT and RESEED_NOT_DONE_MARK in st.stderr:
+            # Ours, not the script's: a machine whose RNG is its memory image's is not fresh.
+            raise ProviderError(f"the guest did not reseed its RNG after the restore: {decode(st.stderr)[:200]}")
         timed_out = st is None
         if st is None:
             await self._kill(token)

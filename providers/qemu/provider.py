@@ -108,7 +108,7 @@ class QemuProvider(Provider):
                  *, accelerator: str | None = None, flatten_versions: bool = False,
                  write_cap_bytes: int | None = None, warm_snapshots: bool = False, lazy_restore: bool = True,
                  pool: PoolConfig | None = None, clock_mode: ClockMode = ClockMode.IN_EXEC,
-                 polling: Polling = Polling()) -> None:
+                 polling: Polling = Polling(), genid: bool = True) -> None:
         self.images_dir = Path(images_dir)
         self.state_dir = Path(state_dir)
         self.runner_name = runner_name
@@ -131,7 +131,8 @@ class QemuProvider(Provider):
         # Machines whose destroy failed (libvirtd restarting): retried here until the domain is gone,
         # and only then are their files removed (QEMU may still run on them).
         self._destroy_retries: dict[str, asyncio.Task[None]] = {}
-        self.warm = WarmSnapshots(self.state_dir, self._build_warm) if warm_snapshots else None
+        self.genid = genid  # machines get a VM generation ID device (domain.py; off only for bench/)
+        self.warm = WarmSnapshots(self.state_dir, self._build_warm, genid=genid) if warm_snapshots else None
         self.lazy_restore = lazy_restore  # warm snapshots keep their RAM in a file copies map private
         self.last_restore_steps: dict[str, float] = {}  # seconds per step of the latest restore
         self.pool: HotPool[QemuMachine] | None = (
@@ -140,6 +141,7 @@ class QemuProvider(Provider):
         self.clock_mode = clock_mode  # how a restored sh guest's clock is set (guest_agent.ClockMode)
         self.polling = polling  # of guest-exec-status (the old values stay for bench/ side by side)
         self.prime_script = True  # the pool primes a script's path too (off only in bench/legacy_exec.py)
+        self.reseed_after_restore = True  # guest_agent.reseed_arg (off only in bench/warm_start.py)
         self._calibrations = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -289,7 +291,7 @@ class QemuProvider(Provider):
         if source.start_state_id is not None:
             return f"{source.start_state_id}/v{source.version}"
         try:
-            return snapshot_key(await self.catalog.get(source.image))
+            return snapshot_key(await self.catalog.get(source.image), genid=self.genid)
         except ProviderError:
             return ""
 
@@ -300,7 +302,8 @@ class QemuProvider(Provider):
         if self.warm is not None:
             for img in images.values():
                 if warm_fits(img.manifest):
-                    out.append((MachineSource(image=img.manifest.name), snapshot_key(img), img.manifest.memory_mib))
+                    out.append((MachineSource(image=img.manifest.name), snapshot_key(img, genid=self.genid),
+                                img.manifest.memory_mib))
         for ssid, ver in await asyncio.to_thread(self.states.held):
             vf = self.states.version(ssid, ver)
             try:
@@ -363,7 +366,7 @@ class QemuProvider(Provider):
             assert self.accelerator is not None
             xml = build_domain_xml(DomainSpec(name=name, manifest=image.manifest, image_dir=image.dir,
                                               overlay=overlay, console_log=console, ownership=own,
-                                              accelerator=self.accelerator))
+                                              accelerator=self.accelerator, genid=self.genid))
             launch = Launch(conn=self.conn, name=name, image=image, xml=xml, mdir=mdir, overlay=overlay,
                             console=console, ownership=own, deadline=deadline, version=version, paused=paused,
                             ram_file=ram_file, lazy_allowed=self.lazy_restore, destroy_domain=self._destroy_domain)
@@ -542,8 +545,13 @@ class _PoolHost:
         answered = time.monotonic() - started
         # A script's path too (qemu-ga's fork, busybox sh, setsid, head): the first after a restore
         # took ~0.5 s under TCG, later ones a fraction. Its temp files are removed before the pause.
+        # It reseeds the guest's RNG with its own host bytes (guest_agent.reseed_arg), so no two
+        # pooled machines share their memory image's RNG state, and the lease's first script need
+        # not start gh-reseed again: a pooled machine serves one attempt.
         if self._p.prime_script:
-            await machine.agent.run_sh("true", env=None, timeout=timeout, output_cap=0)
+            await machine.agent.run_sh("true", env=None, timeout=timeout, output_cap=0,
+                                       reseed=self._p.reseed_after_restore)
+            machine.rng_reseeded = self._p.reseed_after_restore
             await machine.agent.run_sh("rm -f /tmp/gh-exec-*", env=None, timeout=timeout, output_cap=0)
         await machine.domain.suspend("pausing a machine for the hot pool")
         return answered
@@ -593,6 +601,8 @@ class QemuMachine(Machine):
         self._clock_task: asyncio.Task[None] | None = None
         self._clock_chosen = False  # a restored machine's clock is set once, the way wait_ready picks
         self._clock_in_exec = False  # the next qemu-ga script sets the clock first (ClockMode.IN_EXEC)
+        self._reseed_in_exec = False  # the next qemu-ga script reseeds the guest's RNG first (restored)
+        self.rng_reseeded = False  # since its restore (the hot pool's prime does it)
         self._destroyed = False
         self._screen_size: tuple[int, int] | None = None
         self._screen_size_at = 0.0
@@ -672,6 +682,11 @@ class QemuMachine(Machine):
                 self._clock_in_exec = True
             elif routes.channel(Duty.CLOCK) is Channel.QEMU_GA:
                 self._clock_task = asyncio.create_task(self._set_clock())
+            # Its kernel's RNG is the memory image's too, the same in every machine restored from it:
+            # the first script reseeds it from host bytes (guest_agent.reseed_arg), unless the pool did.
+            self._reseed_in_exec = (self.provider.reseed_after_restore and not self.rng_reseeded
+                                    and self.image.routes.script is Channel.QEMU_GA
+                                    and self.image.manifest.os != "windows")
         log.info("machine ready", machine_id=self.machine_id, seconds=round(time.monotonic() - started, 2))
 
     async def _wait_painted(self, deadline: float) -> float:
@@ -722,19 +737,25 @@ class QemuMachine(Machine):
                       output_cap: int) -> ScriptResult:
         # As the image's scripts run: root, or the desktop session's user (the clock is set by the
         # wrapper, as root, before the script starts).
+        reseed = self._reseed_in_exec
         if not self._clock_in_exec:
-            return await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap,
-                                           run_as=self.run_as)
+            res = await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap, reseed=reseed,
+                                          run_as=self.run_as)
+            self._reseed_in_exec = False
+            self.rng_reseeded |= reseed
+            return res
         try:
             res = await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap, set_clock=True,
-                                          run_as=self.run_as)
+                                          reseed=reseed, run_as=self.run_as)
         except ClockNotSet as e:  # the script did not run: set the clock the slow way, then run it
             log.warning("guest clock not set by the exec; using guest-set-time", machine_id=self.machine_id,
                         reason=str(e))
             await self.agent.set_time()
-            res = await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap,
+            res = await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap, reseed=reseed,
                                           run_as=self.run_as)
         self._clock_in_exec = False
+        self._reseed_in_exec = False
+        self.rng_reseeded |= reseed
         return res
 
     def _winrm_username(self) -> str:

@@ -46,22 +46,26 @@ def warm_fits(manifest: ImageManifest) -> bool:
 BuildFn = Callable[[Image, Path], Awaitable[None]]  # writes disk.qcow2 + memory.img into the given dir
 
 
-def snapshot_key(image: Image) -> str:
+def snapshot_key(image: Image, *, genid: bool = True) -> str:
+    """The snapshot's directory name. A lazy copy's domain is defined afresh (`build_domain_xml`) and
+    must have the devices the snapshot machine had, so a snapshot made without the VM generation ID
+    device (before it was added, or for bench/ side by side) is another key, not reused."""
     checksum = image.info.checksum.removeprefix("sha256:")
-    return f"{image.info.version}-{checksum[:16]}"
+    return f"{image.info.version}-{checksum[:16]}" + ("-genid" if genid else "")
 
 
 class WarmSnapshots:
     """One warm snapshot per image, built on demand (once, however many machines ask at once)."""
 
-    def __init__(self, state_dir: Path, build: BuildFn) -> None:
+    def __init__(self, state_dir: Path, build: BuildFn, *, genid: bool = True) -> None:
         self.root = state_dir / WARM_DIR
         self._build = build
+        self.genid = genid  # whether its machines have a VM generation ID device (`snapshot_key`)
         self._builds: dict[str, asyncio.Task[VersionFiles | None]] = {}
         self._failed_at: dict[str, float] = {}
 
     def files(self, image: Image) -> VersionFiles:
-        return VersionFiles(self.root / image.manifest.name / snapshot_key(image))
+        return VersionFiles(self.root / image.manifest.name / snapshot_key(image, genid=self.genid))
 
     def ready(self, image: Image) -> VersionFiles | None:
         """The image's complete, current snapshot, or None."""
@@ -84,7 +88,7 @@ class WarmSnapshots:
         vf = await asyncio.to_thread(self.ready, image)
         if vf is not None:
             return vf
-        key = f"{image.manifest.name}/{snapshot_key(image)}"
+        key = f"{image.manifest.name}/{snapshot_key(image, genid=self.genid)}"
         failed = self._failed_at.get(key)
         if failed is not None and time.monotonic() - failed < RETRY_AFTER_S:
             return None
@@ -125,14 +129,14 @@ class WarmSnapshots:
             raise
         self._failed_at.pop(key, None)
         await asyncio.to_thread(self._prune, image)
-        log.info("warm snapshot built", image=image.manifest.name, key=snapshot_key(image),
+        log.info("warm snapshot built", image=image.manifest.name, key=snapshot_key(image, genid=self.genid),
                  seconds=round(time.monotonic() - started, 2))
         return vf
 
     def _prune(self, image: Image) -> None:
         """Remove the image's snapshots for other versions or checksums (running machines keep
         their open files; a removed base disk stays readable until they stop)."""
-        keep = snapshot_key(image)
+        keep = snapshot_key(image, genid=self.genid)
         idir = self.root / image.manifest.name
         for d in idir.iterdir() if idir.is_dir() else ():
             if d.name != keep and not d.name.endswith(".partial"):

@@ -92,6 +92,10 @@ def test_booted_image_runs_scripts_and_takes_keys_and_pointer(booted: BuildVM, i
     assert (r.exit_code, r.stdout.strip(), r.stderr.strip()) == (3, version, "oops")
     big = "echo " + "x" * 20000 + " | wc -c\n"  # scripts go on stdin: no argv length limit
     assert vm.qga.run_script("/bin/sh", big).stdout.strip() == "20001"
+    # gh-reseed, which a restored machine's first script runs: the kernel takes host bytes and
+    # reseeds (exit 0); anything but hex is refused (exit 2).
+    assert vm.qga.run_script("/bin/sh", "/usr/sbin/gh-reseed " + "5a" * 32).exit_code == 0
+    assert [vm.qga.run_script("/bin/sh", f"/usr/sbin/gh-reseed {a}").exit_code for a in ("xyz", "abc", "")] == [2] * 3
 
     # The console: a shell on tty1 that takes keys, seen through the guest agent.
     vm.wait_screen_text(30)

@@ -81,6 +81,16 @@ def test_domain_xml_has_owner_tablet_agent_and_no_network_or_vnc() -> None:
     assert root.findtext("os/cmdline") == "console=ttyS0 root=/dev/vda"
 
 
+def test_every_domain_asks_libvirt_for_a_new_generation_id() -> None:
+    """`<genid/>` without a value: libvirt makes one at each start and restore, whatever the image
+    (the desktop's kernel reseeds its RNG when it changes)."""
+    for kw in ({}, {"accel": "kvm", "network": "isolated"}, {"tablet": "virtio"}):
+        genid = ET.fromstring(build_domain_xml(spec(**kw))).find("genid")
+        assert genid is not None and not genid.text
+    off = DomainSpec(**{**spec().__dict__, "genid": False})
+    assert ET.fromstring(build_domain_xml(off)).find("genid") is None
+
+
 def test_kvm_and_isolated_network_xml() -> None:
     root = ET.fromstring(build_domain_xml(spec(accel="kvm", network="isolated")))
     assert root.get("type") == "kvm"

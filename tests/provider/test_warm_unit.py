@@ -67,6 +67,17 @@ async def test_a_new_image_version_or_checksum_rebuilds_and_prunes_the_old(tmp_p
     assert b.calls == 3
 
 
+async def test_a_snapshot_made_without_the_generation_id_device_is_not_reused_but_rebuilt(tmp_path: Path) -> None:
+    """A lazy copy's domain is defined afresh, with `<genid/>`: it cannot take the device state of a
+    snapshot machine that had no such device (one kept from before the device was added)."""
+    b = Builder()
+    before = await WarmSnapshots(tmp_path, b, genid=False).get(image(tmp_path), wait=30)
+    assert before is not None
+    now = await WarmSnapshots(tmp_path, b).get(image(tmp_path), wait=30)
+    assert now is not None and now.dir != before.dir and b.calls == 2
+    assert not before.dir.exists()  # pruned
+
+
 async def test_a_failed_build_leaves_nothing_and_is_not_retried_at_once(tmp_path: Path) -> None:
     b = Builder()
     b.fail = "guest never answered"
