@@ -31,6 +31,10 @@ IMAGE = "linux-desktop"
 # A restore is seconds; a cold boot of the desktop to its session is minutes under TCG.
 BOOT_TIMEOUT = float(os.environ.get("GH_TEST_DESKTOP_BOOT_TIMEOUT", "1800"))
 BUILD_TIMEOUT = 3600
+# A desktop test's first machine may wait for the image build and the warm snapshot (a boot to the
+# painted session and a 2 GiB save): minutes under TCG, more on a loaded host. pytest-timeout's
+# 600 s default cut the first test of each module there.
+DESKTOP_TEST_TIMEOUT_S = BUILD_TIMEOUT + 2 * BOOT_TIMEOUT
 RUNNER_NAME = f"desktest{secrets.token_hex(3)}"
 
 

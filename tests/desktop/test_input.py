@@ -10,9 +10,11 @@ from gh_wire.input import ClickEvent, KeyEvent, MoveEvent, ScrollEvent, TypeEven
 from providers.base import InputNotSupported
 from providers.qemu import QemuMachine
 
+from .conftest import DESKTOP_TEST_TIMEOUT_S
 from .gui import colours, mouse_location, sh, start_probe, until
 
-pytestmark = [pytest.mark.desktop, pytest.mark.libvirt, pytest.mark.slow, pytest.mark.asyncio(loop_scope="session")]
+pytestmark = [pytest.mark.desktop, pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(DESKTOP_TEST_TIMEOUT_S),
+              pytest.mark.asyncio(loop_scope="session")]
 
 TOLERANCE_PX = 2
 

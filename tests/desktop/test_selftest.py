@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import LIBVIRT_URI, REPO, ensure_libvirtd
+from .conftest import DESKTOP_TEST_TIMEOUT_S, LIBVIRT_URI, REPO, ensure_libvirtd
 
-pytestmark = [pytest.mark.desktop, pytest.mark.libvirt, pytest.mark.slow]
+pytestmark = [pytest.mark.desktop, pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(DESKTOP_TEST_TIMEOUT_S)]
 
 STEPS = ["machine", "user_setting", "verdict", "env", "screenshot", "typing", "click", "key_chord", "warm_start",
          "cleanup"]

@@ -7,9 +7,11 @@ import pytest
 
 from providers.qemu import QemuMachine
 
+from .conftest import DESKTOP_TEST_TIMEOUT_S
 from .gui import sh, until
 
-pytestmark = [pytest.mark.desktop, pytest.mark.libvirt, pytest.mark.slow, pytest.mark.asyncio(loop_scope="session")]
+pytestmark = [pytest.mark.desktop, pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(DESKTOP_TEST_TIMEOUT_S),
+              pytest.mark.asyncio(loop_scope="session")]
 
 
 async def test_a_script_runs_as_the_signed_in_user_in_the_session_and_elevates_with_sudo(

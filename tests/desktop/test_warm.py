@@ -13,10 +13,11 @@ import pytest
 from providers.base import MachineOrigin, MachineSource
 from providers.qemu import QemuMachine, QemuProvider
 
-from .conftest import BOOT_TIMEOUT, IMAGE
+from .conftest import BOOT_TIMEOUT, DESKTOP_TEST_TIMEOUT_S, IMAGE
 from .gui import colours, sh
 
-pytestmark = [pytest.mark.desktop, pytest.mark.libvirt, pytest.mark.slow, pytest.mark.asyncio(loop_scope="session")]
+pytestmark = [pytest.mark.desktop, pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(DESKTOP_TEST_TIMEOUT_S),
+              pytest.mark.asyncio(loop_scope="session")]
 
 CLOCK_TOLERANCE_S = 2.0
 
