@@ -6,7 +6,8 @@ scripts/libvirt-up.sh starts it (always, even when the test fails: other suites 
 Before issue 27 every retry was leased again at once to the same runner, failed in milliseconds
 on the missing hypervisor, and the run completed with tries that had no verdict. Now the runner
 refuses leases while libvirt does not answer (`hypervisor_down`, said in its log and the runners
-list), the server spaces the retries, and every try ends scored.
+list: `paused: hypervisor_down`, polled from the API through the restart, and back to null once
+libvirt answers), the server spaces the retries, and every try ends scored.
 
 Runs the restart once: it disturbs every VM on the host for a few seconds.
 """
@@ -21,11 +22,13 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from guidinghand import Eager
@@ -68,6 +71,35 @@ def log_events(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+class PausedWatch:
+    """Polls the runners list (`GET /v1/runners`) in a thread and keeps every change of the runner's
+    `(status, paused)`, so that a pause of a few seconds is seen whatever the run does meanwhile."""
+
+    def __init__(self, base_url: str, api_key: str, name: str) -> None:
+        self.url, self.headers, self.name = f"{base_url}/v1/runners", {"Authorization": f"Bearer {api_key}"}, name
+        self.seen: list[tuple[str, str | None]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="paused-watch", daemon=True)
+
+    def __enter__(self) -> PausedWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(httpx.HTTPError, KeyError, ValueError):
+                r = httpx.get(self.url, params={"q": self.name}, headers=self.headers, timeout=5)
+                row = next(x for x in r.json()["data"] if x["name"] == self.name)
+                now = (str(row["status"]), row.get("paused"))
+                if not self.seen or self.seen[-1] != now:
+                    self.seen.append(now)
+            self._stop.wait(0.2)
+
+
 @pytest.fixture
 def work() -> Iterator[Path]:
     w = Path(tempfile.mkdtemp(prefix="gh-hvrestart-", dir="/var/tmp"))
@@ -97,8 +129,9 @@ def test_a_libvirtd_restart_pauses_the_runner_and_every_try_is_scored(images_dir
         run = client.test_runs.create(test_case_ids=[case["test_case_id"]], agents=["reference"], repeat=2,
                                       name="libvirtd restart")
         wait_for_log(log, lambda e: e.get("event") == "phase" and e.get("phase") == "task", timeout=900)
-        restart_libvirtd(4.0)
-        done = dict(client.test_runs.wait(run["test_run_id"], timeout=1200, poll_interval=2))
+        with PausedWatch(server.base_url, server.api_key, name) as watch:
+            restart_libvirtd(4.0)
+            done = dict(client.test_runs.wait(run["test_run_id"], timeout=1200, poll_interval=2))
         attempts = [dict(a) for a in client.test_runs.list_all_attempts(run["test_run_id"])]
         events = log_events(log)
     finally:
@@ -123,3 +156,7 @@ def test_a_libvirtd_restart_pauses_the_runner_and_every_try_is_scored(images_dir
     said = [str(e.get("event", "")) for e in events]
     assert any(s.startswith("hypervisor unreachable") for s in said), "the runner never said it paused"
     assert any(s.startswith("hypervisor answers again") for s in said), "the runner never said it resumed"
+    # The runners list said so while libvirt was gone, and went back once it answered.
+    assert ("online", "hypervisor_down") in watch.seen, f"the runners list never showed the pause: {watch.seen}"
+    after = watch.seen[watch.seen.index(("online", "hypervisor_down")) + 1:]
+    assert ("online", None) in after, f"the runners list never showed the runner resumed: {watch.seen}"
