@@ -15,60 +15,18 @@ Runs the restart once: it disturbs every VM on the host for a few seconds.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import secrets
-import shutil
-import signal
-import subprocess
-import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-import yaml
-from guidinghand import Eager
 
-from .procs import RestartableServer, Runner, domains, wait_for_log
+from .faults import Stack, libvirt_up, log_events, marker_case, restart_libvirtd, scratch
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(1800)]
 
-REPO = Path(__file__).resolve().parents[2]
-CASE: dict[str, Any] = {
-    "key": "HV-01", "name": "Marker file", "prompt": "Please create /root/fixed.",
-    "start_state": "linux-tiny", "setup_script": "rm -f /root/fixed",
-    "success": {"check_script": "[ -f /root/fixed ] && echo True || echo False"},
-    "metadata": {"reference_fix": "sleep 8; touch /root/fixed", "reference_answer": "done"},
-    "limits": {"minutes": 2},
-}
-
-
-def libvirt_up() -> None:
-    subprocess.run([str(REPO / "scripts" / "libvirt-up.sh")], check=True, capture_output=True, timeout=120)
-
-
-def restart_libvirtd(down_for: float) -> None:
-    try:
-        out = subprocess.run(["pgrep", "-x", "libvirtd"], capture_output=True, text=True, timeout=10)
-        for pid in out.stdout.split():
-            os.kill(int(pid), signal.SIGTERM)
-        time.sleep(down_for)
-    finally:
-        libvirt_up()
-
-
-def log_events(path: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in path.read_bytes().splitlines():
-        with contextlib.suppress(ValueError):
-            e = json.loads(line)
-            if isinstance(e, dict):
-                out.append(e)
-    return out
+CASE = marker_case("HV-01", fix="sleep 8; touch /root/fixed")
 
 
 class PausedWatch:
@@ -102,50 +60,23 @@ class PausedWatch:
 
 @pytest.fixture
 def work() -> Iterator[Path]:
-    w = Path(tempfile.mkdtemp(prefix="gh-hvrestart-", dir="/var/tmp"))
-    w.chmod(0o755)
-    try:
+    with scratch("gh-hvrestart-") as w:
         yield w
-    finally:
-        shutil.rmtree(w, ignore_errors=True)
 
 
 def test_a_libvirtd_restart_pauses_the_runner_and_every_try_is_scored(images_dir: Path, work: Path) -> None:
-    config = work / "server.yaml"
-    config.write_text(yaml.safe_dump({"runner_grace_seconds": 120}))
-    server = RestartableServer(work / "server", config, work / "gh-server.log")
-    name = "hvr" + secrets.token_hex(3)
-    state = work / "runner-state"
-    state.mkdir(mode=0o755)
-    runner: Runner | None = None
-    client: Eager | None = None
-    try:
-        server.start()
-        client = Eager(api_key=server.api_key, base_url=server.base_url, timeout=60)
-        token = client.runners.create(name)["token"]
-        runner = Runner(server.base_url, token, name, images_dir, state, slots=2)
-        log = Path(runner.log.name)
-        case = client.test_cases.batch([CASE])["data"][0]  # type: ignore[list-item]
-        run = client.test_runs.create(test_case_ids=[case["test_case_id"]], agents=["reference"], repeat=2,
-                                      name="libvirtd restart")
-        wait_for_log(log, lambda e: e.get("event") == "phase" and e.get("phase") == "task", timeout=900)
-        with PausedWatch(server.base_url, server.api_key, name) as watch:
-            restart_libvirtd(4.0)
-            done = dict(client.test_runs.wait(run["test_run_id"], timeout=1200, poll_interval=2))
-        attempts = [dict(a) for a in client.test_runs.list_all_attempts(run["test_run_id"])]
-        events = log_events(log)
-    finally:
-        libvirt_up()  # whatever happened above, libvirtd runs again
-        if runner is not None:
-            runner.stop(timeout=180)
-        if client is not None:
-            client.close()
-        server.stop()
-        left = domains(f"gh-{name}-")
-        for d in left:
-            subprocess.run(["virsh", "-c", "qemu:///system", "destroy", d], capture_output=True, timeout=60)
+    with Stack(work, "hvr", images_dir, slots=2, server_settings={"runner_grace_seconds": 120}) as stack:
+        try:
+            run = stack.run([CASE], repeat=2, name="libvirtd restart")
+            stack.wait_phase("task", timeout=900)
+            with PausedWatch(stack.server.base_url, stack.server.api_key, stack.name) as watch:
+                restart_libvirtd(4.0)
+                done, attempts = stack.finish(run, timeout=1200)
+            events = log_events(stack.runner_log)
+        finally:
+            libvirt_up()  # whatever happened above, libvirtd runs again (before the stack stops)
 
-    assert left == [], f"machines left behind: {left}"
+    assert stack.left == [], f"machines left behind: {stack.left}"
     assert done["status"] == "completed", done
     last = [a for a in attempts if a.get("is_last", True)]
     assert len(last) == 2
