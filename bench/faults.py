@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -55,7 +56,7 @@ LOOP_PROMISE = "every attempt error (check stopped at limits.minutes), retried; 
 class Fault:
     name: str
     phase: str  # injected when an attempt enters this phase (the runner's "phase" log line)
-    inject: Callable[[Stack, str], None]  # (the stack, the attempt hit)
+    inject: Callable[[Stack, str], str | None]  # (the stack, the attempt hit) -> a note
     case: dict[str, Any] = field(default_factory=lambda: CASE)
     expect_verdict: str = "passed"  # every try's final outcome, as documented
     promise: str = PASSED
@@ -105,10 +106,13 @@ def cut_link(stack: Stack, attempt_id: str) -> None:
         time.sleep(60)
 
 
-def fill_disk(stack: Stack, attempt_id: str) -> None:
-    """The runner's small tmpfs full to the last byte for 20 s."""
+def fill_disk(stack: Stack, attempt_id: str) -> str:
+    """The runner's small tmpfs full to the last byte for 45 s, from the hit attempt's setup: its
+    scripts, its guest's writes, its result's journal entry and the next leases all meet it."""
     with faults.disk_filled(stack.state.parent):
-        time.sleep(20)
+        free = shutil.disk_usage(stack.state).free
+        time.sleep(45)
+    return f"filled: {free // 1024} KiB free for 45 s"
 
 
 def kill_guest_agent(stack: Stack, attempt_id: str) -> None:
@@ -134,7 +138,7 @@ FAULTS = [
     Fault("runner_killed", "task", kill_runner),
     Fault("server_killed", "first_screen", kill_server),
     Fault("link_cut", "first_screen", cut_link),
-    Fault("disk_full", "task", fill_disk, small_disk=True),
+    Fault("disk_full", "setup", fill_disk, small_disk=True),
     Fault("guest_agent_killed", "task", kill_guest_agent),
     Fault("guest_agent_stopped", "task", stop_guest_agent),
     Fault("looping_check", "check_after", nothing, case=LOOPING, expect_verdict="error", promise=LOOP_PROMISE),
@@ -176,7 +180,9 @@ def run_fault(fault: Fault) -> Row:
                 try:
                     run = stack.run([fault.case], repeat=2, name=fault.name)
                     hit = stack.wait_phase(fault.phase)["attempt_id"]
-                    fault.inject(stack, hit)
+                    said = fault.inject(stack, hit)
+                    if said:
+                        notes.append(said)
                     done, attempts = stack.finish(run, timeout=1500)
                     stack.stop_runner()
                     leaks = faults.leftovers(stack.name, stack.state)
@@ -200,7 +206,7 @@ def run_fault(fault: Fault) -> Row:
         problems.append(f"left behind: {(leaks + stack.left)[:4]}")
     hit_row = next((a for a in attempts if a["attempt_id"] == hit), None)
     if hit_row is not None:
-        notes.append(f"hit: {hit_row['outcome']} {str(hit_row.get('error') or '')[:110]}")
+        notes.append(f"hit: {hit_row['outcome']} {' / '.join(str(hit_row.get('error') or '').splitlines())[:110]}")
     return Row(fault.name, fault.promise, outcomes, sum(1 for a in attempts if a.get("retry_of")), verdicts,
                against, time.monotonic() - started, leaks, problems, notes)
 
