@@ -48,7 +48,7 @@ CASE = marker_case("FAULT-01")
 LOOPING = {**CASE, "key": "FAULT-LOOP", "name": "A check that loops after the task", "limits": {"minutes": 1},
            "success": {"check_script": 'if [ "$GH_CHECK_PHASE" = before ]; then echo False; exit 0; fi\n'
                                        "while true; do sleep 1; done"}}
-PASSED = "error where hit, retried; every try passed"
+PASSED = "no verdict against the agent: the hit attempt our error (retried) or unharmed; every try passed"
 LOOP_PROMISE = "every attempt error (check stopped at limits.minutes), retried; no verdict"
 
 
@@ -175,7 +175,7 @@ def run_fault(fault: Fault) -> Row:
         try:
             disk = work / "disk"
             with (faults.small_tmpfs(disk, "1200m") if fault.small_disk else _plain_dir(disk)), \
-                    Stack(work, "flt", IMAGES, slots=2, server_settings={"runner_grace_seconds": 60},
+                    Stack(work, "flt", only_linux_tiny(work), slots=2, server_settings={"runner_grace_seconds": 60},
                           state=disk / "state") as stack:
                 try:
                     run = stack.run([fault.case], repeat=2, name=fault.name)
@@ -209,6 +209,15 @@ def run_fault(fault: Fault) -> Row:
         notes.append(f"hit: {hit_row['outcome']} {' / '.join(str(hit_row.get('error') or '').splitlines())[:110]}")
     return Row(fault.name, fault.promise, outcomes, sum(1 for a in attempts if a.get("retry_of")), verdicts,
                against, time.monotonic() - started, leaks, problems, notes)
+
+
+def only_linux_tiny(work: Path) -> Path:
+    """An images dir with linux-tiny alone (a link to it): the runner advertises, warms and pools
+    every image of its dir, and a desktop image there would boot beside each scenario."""
+    d = work / "images"
+    d.mkdir(exist_ok=True)
+    (d / "linux-tiny").symlink_to(IMAGES / "linux-tiny")
+    return d
 
 
 @contextlib.contextmanager
