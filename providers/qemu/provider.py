@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -353,12 +354,12 @@ class QemuProvider(Provider):
             await asyncio.to_thread(shutil.rmtree, mdir, True)
         fileperms.machine_dir(mdir)
         own = Ownership(runner=self.runner_name, machine_id=machine_id, machine_dir=str(mdir))
-        (mdir / OWNER_FILE).write_text(json.dumps({"runner": own.runner, "machine_id": own.machine_id,
-                                                    "domain": name}))
         overlay = mdir / "disk.qcow2"
         console = mdir / "console.log"
         machine = QemuMachine(self, machine_id, name, image, mdir)
+        # NOTE: armed before the machine's first file: a full disk can fail that one too (issue 27).
         async with removed_on_error(machine):
+            write_owner(mdir, own, name)
             base = version.disk if version is not None else image.disk
             await overlays.create_overlay(base, overlay, timeout=max(5.0, deadline - time.monotonic()))
             if image.manifest.network == "isolated":
@@ -566,8 +567,7 @@ class _PoolHost:
                             METADATA_NS, libvirt.VIR_DOMAIN_AFFECT_LIVE)
             dom.resume()
 
-        (machine.dir / OWNER_FILE).write_text(json.dumps({"runner": own.runner, "machine_id": machine_id,
-                                                          "domain": machine.domain_name}))
+        write_owner(machine.dir, own, machine.domain_name)
         await machine.domain.call("handing out a pooled machine", go, retry=False)
         old = machine.machine_id
         p._machines.pop(old, None)
@@ -576,6 +576,16 @@ class _PoolHost:
         p._private.discard(old)
         machine.origin = MachineOrigin.POOLED
         log.info("machine taken from the hot pool", machine_id=machine_id, domain=machine.domain_name)
+
+
+def write_owner(mdir: Path, own: Ownership, domain: str) -> None:
+    """The machine dir's owner.json (the reaper reads it when the domain is gone). Raises ProviderError."""
+    try:
+        (mdir / OWNER_FILE).write_text(json.dumps({"runner": own.runner, "machine_id": own.machine_id,
+                                                   "domain": domain}))
+    except OSError as e:
+        full = " (the host disk is full)" if e.errno == errno.ENOSPC else ""
+        raise ProviderError(f"cannot write the machine's files in {mdir}: {e.strerror or e}{full}") from e
 
 
 @contextlib.asynccontextmanager

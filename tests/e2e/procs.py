@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -33,6 +34,47 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def ephemeral_ports() -> range:
+    """The ports the kernel hands out to outgoing connections (and to a bind on port 0)."""
+    try:
+        low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    return range(low, high + 1)
+
+
+def restartable_port() -> int:
+    """A free port outside the ephemeral range, for a server that must get its port back after a
+    kill. `free_port()` returns an ephemeral port: while its server is down, any outgoing loopback
+    connection on this shared host (the waiting runner's own reconnects included) may be given it as
+    its local port, and the restarted server then cannot listen (gh-server exits 2)."""
+    ephemeral = ephemeral_ports()
+    candidates = [p for p in range(10000, 30000) if p not in ephemeral]
+    random.shuffle(candidates)
+    for port in candidates[:200]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port outside the ephemeral range")
+
+
+def wait_healthy(proc: subprocess.Popen[bytes], base_url: str, log: Path, timeout: float = 90.0) -> None:
+    """Until gh-server answers /healthz; its exit code and the end of its log if it exits instead."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_bytes()[-1500:].decode(errors="replace") if log.exists() else ""
+            raise RuntimeError(f"gh-server exited with {proc.returncode}; see {log}:\n{tail}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{base_url}/healthz", timeout=5).status_code == 200:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"gh-server did not answer /healthz within {timeout:.0f} s")
+
+
 def _log(name: str) -> IO[bytes]:
     path = OUTPUT_DIR / "e2e" / name
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -53,15 +95,7 @@ class Server:
         )
 
     def wait_healthy(self, timeout: float = 90.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"gh-server exited with {self.proc.returncode}; see {self.log.name}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.base_url}/healthz", timeout=5).status_code == 200:
-                    return
-            time.sleep(0.2)
-        raise RuntimeError(f"gh-server did not answer /healthz within {timeout:.0f} s")
+        wait_healthy(self.proc, self.base_url, Path(self.log.name), timeout)
 
     def stop(self) -> None:
         stop_process(self.proc, 30)
@@ -129,7 +163,7 @@ class RestartableServer:
 
     def __init__(self, data_dir: Path, config: Path, log: Path) -> None:
         self.data_dir, self.config, self.log_path = data_dir, config, log
-        self.port = free_port()
+        self.port = restartable_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.api_key = "gh_live_" + secrets.token_urlsafe(24)
         self.proc: subprocess.Popen[bytes] | None = None
@@ -141,15 +175,8 @@ class RestartableServer:
              str(self.port), "--config", str(self.config), "--log-level", "info"],
             env={**os.environ, "GH_SERVER_API_KEY": self.api_key}, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True)
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"gh-server exited with {self.proc.returncode}; see {self.log_path}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.base_url}/healthz", timeout=5).status_code == 200:
-                    return
-            time.sleep(0.2)
-        raise RuntimeError("gh-server did not answer /healthz within 90 s")
+        log.close()  # the child has its own copy
+        wait_healthy(self.proc, self.base_url, self.log_path)
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -66,3 +66,25 @@ async def test_a_guest_paused_on_a_full_host_disk_is_reported_as_that(
             await m.destroy()
         await p.reap(keep=set())
         await p.close()
+
+
+async def test_a_machine_that_cannot_be_made_on_a_full_disk_leaves_no_files(
+        images_dir: Path, small_fs: Path, runner_name: str) -> None:
+    # Seen in bench/faults.py's disk_full row: the hot pool's refill met the full disk at the
+    # machine's first file (owner.json, written before the clean-up on error was armed), and its
+    # directory stayed after the runner stopped.
+    ensure_libvirtd()
+    state = small_fs / "state"
+    p = QemuProvider(images_dir, state, runner_name, LIBVIRT_URI)
+    await p.start()
+    try:
+        fill(small_fs / "filler")
+        with pytest.raises((ProviderError, OSError)):
+            await p.create_machine(f"at_{secrets.token_hex(4)}", MachineSource(image="linux-tiny"),
+                                   timeout=BOOT_TIMEOUT)
+        left = sorted(str(f.relative_to(state)) for f in (state / "machines").rglob("*"))
+        assert left == [], f"a machine that was never made left files: {left}"
+    finally:
+        (small_fs / "filler").unlink(missing_ok=True)
+        await p.reap(keep=set())
+        await p.close()
