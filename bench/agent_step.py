@@ -1,6 +1,7 @@
 """The model agent's own cost per step, against a zero-latency scripted model, on a real guest.
 
-    .venv/bin/python bench/agent_step.py [--image linux-desktop] [--images-dir DIR] [--steps 30] [--screen 1280x800]
+    .venv/bin/python bench/agent_step.py [--image linux-desktop] [--images-dir DIR] [--state-dir DIR] [--steps 30]
+        [--screen 1280x800]
 
 A machine of the image (linux-desktop by default: a signed-in XFCE session; linux-tiny works too) is made
 with the QEMU provider and waited for until ready (the desktop's session up: minutes under TCG); the model
@@ -158,14 +159,17 @@ async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--image", default="linux-desktop")
     ap.add_argument("--images-dir", default=os.environ.get("GH_IMAGES_DIR", "/var/tmp/gh-runner/images"))
+    ap.add_argument("--state-dir", default=None,
+                    help="a kept runner state dir: its warm snapshot of the image is reused (else a cold boot)")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--screen", default="1280x800")
     args = ap.parse_args()
     w, h = (int(v) for v in args.screen.split("x"))
     os.environ[KEY_ENV] = "bench-key"
-    state = Path(tempfile.mkdtemp(prefix="gh-bench-agentstep-", dir="/var/tmp"))
+    kept = args.state_dir is not None
+    state = Path(args.state_dir) if kept else Path(tempfile.mkdtemp(prefix="gh-bench-agentstep-", dir="/var/tmp"))
     os.chmod(state, 0o755)  # libvirt-qemu must reach the overlays
-    provider = QemuProvider(Path(args.images_dir), state, RUNNER)
+    provider = QemuProvider(Path(args.images_dir), state, RUNNER, warm_snapshots=kept)
     await provider.start()
     machine = None
     try:
@@ -201,7 +205,8 @@ async def main() -> None:
             await machine.destroy()
         await provider.reap(keep=set())
         await provider.close()
-        shutil.rmtree(state, ignore_errors=True)
+        if not kept:
+            shutil.rmtree(state, ignore_errors=True)
 
 
 if __name__ == "__main__":

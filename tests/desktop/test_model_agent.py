@@ -132,6 +132,8 @@ def test_model_agents_fix_the_desktop_with_gui_actions_only(work: Path, desktop_
     cases = work / "cases.yaml"
     cases.write_text(yaml.safe_dump(data))
     report = work / "out" / "report.json"
+    # GH_TEST_DESKTOP_STATE_DIR: a kept runner state dir whose desktop warm snapshot a rerun reuses.
+    state = Path(os.environ.get("GH_TEST_DESKTOP_STATE_DIR") or work / "state")
     with model_server(_script()) as (url, seen):
         config = work / "server.yaml"
         config.write_text(yaml.safe_dump({"agents": {
@@ -141,7 +143,7 @@ def test_model_agents_fix_the_desktop_with_gui_actions_only(work: Path, desktop_
         proc = subprocess.run(
             [GH_RUNNER, "local", str(cases), "--agents", ",".join(AGENTS), "--repeat", "1", "--slots", "1",
              "--server-config", str(config), "--config", str(RUNNER_CONFIG), "--report", str(report),
-             "--images-dir", str(desktop_images_dir), "--state-dir", str(work / "state"),
+             "--images-dir", str(desktop_images_dir), "--state-dir", str(state),
              "--libvirt-uri", LIBVIRT_URI],
             capture_output=True, text=True, timeout=3400, env={**os.environ, KEY_ENV: KEY}, cwd=REPO)
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
