@@ -33,6 +33,7 @@ from gateway.modelserver import Reply, chat, claude, computer_call, member, mode
 from openai.types.responses import computer_action as ca
 
 from .conftest import LIBVIRT_URI, REPO, ensure_libvirtd
+from .gui import colours
 
 pytestmark = [pytest.mark.desktop, pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(3600)]
 
@@ -152,14 +153,17 @@ def test_model_agents_fix_the_desktop_with_gui_actions_only(work: Path, desktop_
     by_agent = {a["agent_id"]: a for a in result["attempts"]}
     assert set(by_agent) == set(AGENTS)
     for name, a in by_agent.items():
-        assert a["outcome"] == "passed", (name, a.get("error"), a.get("metrics"))
+        page = Path(a["replay_path"])
+        frames = _replay_data(page)["frames"]
+        # What the model saw first is a painted desktop (a blank screen is a fault of the machine, not the model's).
+        first = next(f for f in frames if f["label"] == "screen")
+        assert colours((page.parent / first["src"]).read_bytes()) > 50, (name, "the model's first screen is blank")
+        assert a["outcome"] == "passed", (name, a.get("error"), a.get("check"), a.get("metrics"))
         steps = len(SCRIPTS[name])
         m = a["metrics"]
         assert m["model"]["steps"] == steps and m["model"]["tokens_in"] == 100 * steps, (name, m)
         assert m["model"]["tokens_out"] == 20 * steps and m["cost_cents"] == 1, (name, m)
-        page = Path(a["replay_path"])
         assert KEY not in page.read_text()
-        frames = _replay_data(page)["frames"]
         labels = [f["label"] for f in frames]
         # The check ran in the session, before (the dark theme: False) and after (fixed: True).
         assert a["check"]["before"].splitlines()[-1] == "False" and a["check"]["passed"] is True, (name, a["check"])
