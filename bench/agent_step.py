@@ -1,11 +1,14 @@
 """The model agent's own cost per step, against a zero-latency scripted model, on a real guest.
 
-    .venv/bin/python bench/agent_step.py [--images-dir DIR] [--steps 30] [--screen 1280x800]
+    .venv/bin/python bench/agent_step.py [--image linux-desktop] [--images-dir DIR] [--state-dir DIR] [--steps 30]
+        [--screen 1280x800]
 
-A linux-tiny machine (the desktop image is not there yet) is made with the QEMU provider; the model
+A machine of the image (linux-desktop by default: a signed-in XFCE session; linux-tiny works too) is made
+with the QEMU provider and waited for until ready (the desktop's session up: minutes under TCG); the model
 agent (gh_server.agents.model) runs its loop on it through a relay that serves its machine requests
 straight from the provider (what the runner does, minus the websocket hop and the replay frames). The
-model is a local HTTP server answering at once with SDK-typed replies: a click and a key per turn. Per
+model is a local HTTP server answering at once with SDK-typed replies: a click (on the empty desktop, at
+the screen's centre) and a key (shift) per turn. Per
 API, for each step (the time between two model requests, the model's own time being ~0):
 
   screen   the screenshot request (the hypervisor's screenshot to PNG)
@@ -13,7 +16,9 @@ API, for each step (the time between two model requests, the model's own time be
   rest     everything else: scaling and encoding the screenshot, building the request, the SDK's
            round trip on loopback, parsing the reply, bookkeeping (scale+encode alone is printed first)
 
-printed as p50 / p90 in milliseconds. The host may be shared: compare the rows of one run.
+printed as p50 / p90 in milliseconds. The provider paces pointer reports POINTER_GAP_S apart (a click is
+three reports: move, press, release): the last row runs anthropic again with the gap at 0, side by side,
+to show what that pacing costs per click. The host may be shared: compare the rows of one run.
 Everything it makes is named gh-bench-agentstep-* and removed at the end, even on failure.
 """
 
@@ -52,24 +57,25 @@ from gh_server.settings import ModelAgentConfig
 from gh_wire import protocol
 from providers.base import MachineSource
 from providers.qemu import QemuProvider
+from providers.qemu import input as qinput
 
 RUNNER = "bench-agentstep"
 KEY_ENV = "GH_BENCH_MODEL_KEY"
 
 
-def _reply(api: str, n: int) -> dict[str, Any]:
+def _reply(api: str, n: int, at: tuple[int, int]) -> dict[str, Any]:
     if api == "anthropic":
         msg = BetaMessage(
             id=f"msg_{n}", type="message", role="assistant", model="bench", stop_reason="tool_use", stop_sequence=None,
             content=[BetaTextBlock(type="text", text="Clicking."),
-                     BetaToolUseBlock(id=f"t{n}a", type="tool_use", name="left_click", input={"coordinate": [10, 10]},
+                     BetaToolUseBlock(id=f"t{n}a", type="tool_use", name="left_click", input={"coordinate": list(at)},
                                       toolset_name="computer"),
                      BetaToolUseBlock(id=f"t{n}b", type="tool_use", name="key", input={"text": "shift"},
                                       toolset_name="computer")],
             usage=BetaUsage(input_tokens=1000, output_tokens=20))
         return msg.model_dump(mode="json", exclude_none=True)
     calls = [ChatCompletionMessageFunctionToolCall(id=f"c{n}a", type="function", function=Function(
-                 name="computer", arguments=json.dumps({"action": "click", "x": 10, "y": 10}))),
+                 name="computer", arguments=json.dumps({"action": "click", "x": at[0], "y": at[1]}))),
              ChatCompletionMessageFunctionToolCall(id=f"c{n}b", type="function", function=Function(
                  name="computer", arguments=json.dumps({"action": "key", "keys": ["shift"]})))]
     c = ChatCompletion(id=f"cc{n}", object="chat.completion", created=0, model="bench", choices=[Choice(
@@ -79,7 +85,7 @@ def _reply(api: str, n: int) -> dict[str, Any]:
 
 
 @contextmanager
-def model(api: str) -> Iterator[tuple[str, list[float]]]:
+def model(api: str, at: tuple[int, int]) -> Iterator[tuple[str, list[float]]]:
     arrivals: list[float] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -88,7 +94,7 @@ def model(api: str) -> Iterator[tuple[str, list[float]]]:
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("content-length", "0")))
             arrivals.append(time.monotonic())
-            out = json.dumps(_reply(api, len(arrivals))).encode()
+            out = json.dumps(_reply(api, len(arrivals), at)).encode()
             self.send_response(200)
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(out)))
@@ -130,7 +136,7 @@ async def run_api(machine: Any, api: str, steps: int, screen: tuple[int, int]) -
         finally:
             spans.append((req.op, t0, time.monotonic()))
 
-    with model(api) as (url, arrivals):
+    with model(api, (screen[0] // 2, screen[1] // 2)) as (url, arrivals):
         cfg = ModelAgentConfig(id="bench", kind="model", api=api, model="bench", base_url=url,  # type: ignore[arg-type]
                                api_key_env=KEY_ENV, screen=screen, max_steps=steps, keep_screens=3)
         ctx = AgentContext(attempt_id="at_bench", runner_id="rn_bench", agent_id="bench", test_run_id="tr_bench",
@@ -151,23 +157,28 @@ async def run_api(machine: Any, api: str, steps: int, screen: tuple[int, int]) -
 
 async def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--image", default="linux-desktop")
     ap.add_argument("--images-dir", default=os.environ.get("GH_IMAGES_DIR", "/var/tmp/gh-runner/images"))
+    ap.add_argument("--state-dir", default=None,
+                    help="a kept runner state dir: its warm snapshot of the image is reused (else a cold boot)")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--screen", default="1280x800")
     args = ap.parse_args()
     w, h = (int(v) for v in args.screen.split("x"))
     os.environ[KEY_ENV] = "bench-key"
-    state = Path(tempfile.mkdtemp(prefix="gh-bench-agentstep-", dir="/var/tmp"))
+    kept = args.state_dir is not None
+    state = Path(args.state_dir) if kept else Path(tempfile.mkdtemp(prefix="gh-bench-agentstep-", dir="/var/tmp"))
     os.chmod(state, 0o755)  # libvirt-qemu must reach the overlays
-    provider = QemuProvider(Path(args.images_dir), state, RUNNER)
+    provider = QemuProvider(Path(args.images_dir), state, RUNNER, warm_snapshots=kept)
     await provider.start()
     machine = None
     try:
         t0 = time.monotonic()
-        machine = await provider.create_machine("bench-agentstep-1", MachineSource(image="linux-tiny"), timeout=600)
+        machine = await provider.create_machine("bench-agentstep-1", MachineSource(image=args.image), timeout=1800)
+        await machine.wait_ready(1800)
         print(f"machine ready in {time.monotonic() - t0:.1f} s ({provider.accelerator}); "
               f"guest screen {len(await machine.screenshot())} bytes PNG; model screen {w}x{h}")
-        print(f"{'api':<12} {'steps':>5}  {'step p50':>9} {'p90':>7}  {'screen p50':>10} {'act p50':>8} "
+        print(f"{'api':<16} {'steps':>5}  {'step p50':>9} {'p90':>7}  {'screen p50':>10} {'act p50':>8} "
               f"{'rest p50':>9} {'rest p90':>9}   (ms)")
         png = await machine.screenshot()
         enc = []
@@ -176,19 +187,26 @@ async def main() -> None:
             await asyncio.to_thread(prepare, png, (w, h))
             enc.append((time.monotonic() - t) * 1000)
         print(f"scale+encode alone (in a thread): p50 {pct(enc, .5):.0f} ms, p90 {pct(enc, .9):.0f} ms")
-        for api in ("anthropic", "openai-chat"):
-            r = await run_api(machine, api, args.steps, (w, h))
+        gap = qinput.POINTER_GAP_S
+        for api, row_gap in (("anthropic", gap), ("openai-chat", gap), ("anthropic", 0.0)):
+            qinput.POINTER_GAP_S = row_gap
+            try:
+                r = await run_api(machine, api, args.steps, (w, h))
+            finally:
+                qinput.POINTER_GAP_S = gap
             ms = {k: [v * 1000 for v in vs] for k, vs in r.items()}
-            print(f"{api:<12} {len(ms['step']):>5}  {pct(ms['step'], .5):>9.0f} {pct(ms['step'], .9):>7.0f}  "
+            name = api if row_gap == gap else f"{api}, gap 0"
+            print(f"{name:<16} {len(ms['step']):>5}  {pct(ms['step'], .5):>9.0f} {pct(ms['step'], .9):>7.0f}  "
                   f"{pct(ms['screen'], .5):>10.0f} {pct(ms['act'], .5):>8.0f} {pct(ms['rest'], .5):>9.0f} "
                   f"{pct(ms['rest'], .9):>9.0f}")
-            print(f"{'':<12} mean step {statistics.mean(ms['step']):.0f} ms")
+            print(f"{'':<16} mean step {statistics.mean(ms['step']):.0f} ms")
     finally:
         if machine is not None:
             await machine.destroy()
         await provider.reap(keep=set())
         await provider.close()
-        shutil.rmtree(state, ignore_errors=True)
+        if not kept:
+            shutil.rmtree(state, ignore_errors=True)
 
 
 if __name__ == "__main__":

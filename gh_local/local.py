@@ -84,6 +84,7 @@ class Options:
     state_dir: Path | None = None
     libvirt_uri: str | None = None
     slots: int | None = None
+    config: Path | None = None  # the runner's config file (--config): timeouts, warm snapshots, the pool
     server_settings: dict[str, Any] = field(default_factory=dict)
 
 
@@ -126,7 +127,8 @@ def options_from_args(args: Any) -> Options:
     server_config = path("server_config")
     return Options(cases=Path(get("cases")), agents=agents, repeat=repeat, report=path("report"),
                    images_dir=path("images_dir"), state_dir=path("state_dir"), libvirt_uri=get("libvirt_uri"),
-                   slots=slots, server_settings=load_server_config(server_config) if server_config else {})
+                   slots=slots, config=path("config"),
+                   server_settings=load_server_config(server_config) if server_config else {})
 
 
 def main(args: Any) -> int:
@@ -375,7 +377,7 @@ class LocalRun:
         self._name = RunnerName()
         flags.update(server="http://127.0.0.1:1", token="gh_rn_placeholder", name=self._name.name)
         try:
-            config = load_config(flags=flags)
+            config = load_config(flags=flags, config_file=self.opts.config)
         except ConfigError as e:
             raise LocalConfigError(str(e)) from None
 

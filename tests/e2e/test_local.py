@@ -229,6 +229,26 @@ def test_bad_server_config_exits_2_naming_the_setting(work: Path, images_dir: Pa
 
 
 @pytest.mark.timeout(900)
+def test_runner_config_file_is_read(work: Path, images_dir: Path) -> None:
+    """--config is the runner's config file, as for the daemon (examples/desktop-runner.yaml gives a desktop's
+    first boot its time): its settings are the run's, and a wrong one stops the run naming the file."""
+    config = work / "runner.yaml"
+    config.write_text("timeouts: {ready: -5}\n")
+    proc = _local([str(_cases_file(work, ["PRM-01"])), "--config", str(config)], images_dir)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, (out, err)
+    assert f"config file {config}" in out + err and "timeouts.ready" in out + err, (out, err)
+    assert "runner local-" not in out
+    config.write_text("warm_snapshots: false\n")
+    proc = _local([str(_cases_file(work, ["PRM-01"], agents=["noop"], repeat=1)), "--config", str(config)],
+                  images_dir)
+    out, err = proc.communicate(timeout=800)
+    assert proc.returncode == 0, (out[-3000:], err[-3000:])
+    assert "hot pool off (warm snapshots are off" in out, out
+    assert domains(f"gh-{_runner_name(out)}-") == []
+
+
+@pytest.mark.timeout(900)
 def test_own_agent_from_server_config(work: Path, images_dir: Path) -> None:
     config = work / "server.yaml"
     config.write_text(yaml.safe_dump({"agents": {"mine": {

@@ -5,7 +5,8 @@ and pressing Enter), and one with `shell` (an exec). Each must pass the case, an
 every step: the screen the model saw, its words, each action, the exec's script, exit code and output.
 The one boundary faked is the model; the control plane, runner, QEMU and guest are real.
 
-The GUI case on the desktop image (linux-desktop) waits for that image: this runs on linux-tiny.
+The GUI case on the desktop image (linux-desktop: a terminal opened with ctrl+alt+t) is
+tests/desktop/test_model_agent.py.
 """
 
 from __future__ import annotations
