@@ -225,8 +225,9 @@ def _metric(b: _Builder, call: MetricCall, var: str, where: str) -> None:
         if norm:
             x, y = b.tmp("x"), b.tmp("y")
             chain = " | ".join(norm)
-            b.piece.lines.append(f"if [ -f {r.word} ] && [ -f {e.word} ]; then {chain} < {r.word} > {x}; "
-                                 f"{chain} < {e.word} > {y}; if cmp -s {x} {y}; then {var}=True; fi; fi")
+            # `cat FILE |`: a `< FILE` after a pipeline would feed its last command, not its first.
+            b.piece.lines.append(f"if [ -f {r.word} ] && [ -f {e.word} ]; then cat {r.word} | {chain} > {x}; "
+                                 f"cat {e.word} | {chain} > {y}; if cmp -s {x} {y}; then {var}=True; fi; fi")
         else:
             b.piece.lines.append(f"if [ -f {r.word} ] && [ -f {e.word} ] && cmp -s {r.word} {e.word}; "
                                  f"then {var}=True; fi")

@@ -56,8 +56,9 @@ def embed_bytes(data: bytes, dest: str, *, compress: bool = True) -> list[str]:
     payload = gzip.compress(data, mtime=0) if compress else data
     b64 = base64.b64encode(payload).decode("ascii")
     body = [b64[i:i + 76] for i in range(0, len(b64), 76)]
-    decode = "base64 -d | gunzip -c" if compress else "base64 -d"
-    return [f"{decode} > {dest} <<'{_HEREDOC}'", *body, _HEREDOC]
+    # The heredoc feeds the pipeline's first command (base64), so it is written there, not at the end.
+    first = f"base64 -d <<'{_HEREDOC}' | gunzip -c > {dest}" if compress else f"base64 -d > {dest} <<'{_HEREDOC}'"
+    return [first, *body, _HEREDOC]
 
 
 def quote(value: str) -> str:
