@@ -116,7 +116,7 @@ class _Builder:
             if not isinstance(url, str):
                 raise Skip(SkipReason.UNSUPPORTED_OPTION, f"{where}: cloud_file without a URL in path")
             dest = self.tmp("e")
-            self.piece.lines += embed_bytes(self.fetcher.get(url), dest)
+            self.piece.lines += embed_bytes(self.fetcher.get(url, where), dest)
             return Value(Kind.FILE, dest)
         if g.type == "rule" and role == "expected":
             return Value(Kind.RULES, rules=p.get("rules"))

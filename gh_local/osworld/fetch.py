@@ -49,8 +49,15 @@ class Fetcher:
     def _blob(self, digest: str) -> Path:
         return self.files_dir / "sha256" / digest
 
-    def get(self, url: str) -> bytes:
-        """The content at `url`; raise Skip(download_failed) naming the host and the error."""
+    def get(self, url: str, where: str) -> bytes:
+        """The content at `url`; raise Skip (download_failed, download_too_large) naming `where`, the host and
+        the error."""
+        try:
+            return self._get(url)
+        except Skip as s:
+            raise Skip(s.reason, f"{where}: {s.detail}") from None
+
+    def _get(self, url: str) -> bytes:
         known = self._urls().get(url)
         if known and self._blob(known).is_file():
             return self._blob(known).read_bytes()

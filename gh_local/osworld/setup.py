@@ -94,7 +94,7 @@ def _download(p: dict[str, Any], fetcher: Fetcher, where: str) -> Piece:
     for f in files:
         if not (isinstance(f, dict) and isinstance(f.get("url"), str) and isinstance(f.get("path"), str)):
             raise Skip(SkipReason.UNSUPPORTED_OPTION, f"{where}: a download file needs a url and a path")
-        data = fetcher.get(f["url"])
+        data = fetcher.get(f["url"], where)
         dest = quote(f["path"])
         embedded = embed_bytes(data, dest)
         encoded = sum(len(line) + 1 for line in embedded)
