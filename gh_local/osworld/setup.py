@@ -4,7 +4,7 @@
 |---|---|
 | execute, command | the command, waited for; a non-zero exit does not stop the setup (OSWorld goes on too) |
 | launch | the command started in its own session, left running (in the user's desktop on linux-desktop) |
-| open | `xdg-open PATH`, then a wait (bounded) for a window named after the file |
+| open | `xdg-open PATH` (or `exo-open`), then a wait (bounded) for a window named after the file |
 | activate_window | `xdotool search` for the window (by name or class, strict or not), activated; a wait, bounded |
 | sleep | `sleep SECONDS` |
 | download | the file fetched now (fetch.py) and written by the script from an embedded copy |
@@ -59,7 +59,9 @@ def translate_step(step: ConfigStep, fetcher: Fetcher, where: str) -> Piece:
         if not isinstance(path, str) or not path:
             raise Skip(SkipReason.UNSUPPORTED_OPTION, f"{where}: open without a path")
         name = path.rstrip("/").rsplit("/", 1)[-1]
-        return Piece([f"setsid xdg-open {quote(path)} >/dev/null 2>&1 </dev/null &",
+        # xdg-open where xdg-utils is installed, else XFCE's own opener (exo-open): both use the default app.
+        return Piece(["gh_open=$(command -v xdg-open || command -v exo-open || echo xdg-open)",
+                      f'setsid "$gh_open" {quote(path)} >/dev/null 2>&1 </dev/null &',
                       *_wait_for_window(f"xdotool search --name {quote(re.escape(name))}")], {Need.SESSION})
     if kind == "activate_window":
         window = p.get("window_name")
