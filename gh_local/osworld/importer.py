@@ -71,6 +71,9 @@ def task_to_case(loaded: LoadedTask, target: Target, fetcher: Fetcher) -> dict[s
     task = loaded.task
     if len(task.instruction) > PROMPT_MAX:
         raise Skip(SkipReason.PROMPT_TOO_LONG, f"{len(task.instruction):,} characters; a prompt holds {PROMPT_MAX:,}")
+    missing = target.lacks_apps(task.related_apps)
+    if missing:  # before anything is fetched for it
+        raise Skip(SkipReason.APP_MISSING, f"needs {', '.join(missing)}, which {target.start_state} does not have")
     setup_body = translate_steps(task.config, fetcher, "config")
     check_body = translate_evaluator(task.evaluator, fetcher)
     setup = (_script(f"gh-runner import osworld: the config of OSWorld task {task.id}",
@@ -91,8 +94,9 @@ def task_to_case(loaded: LoadedTask, target: Target, fetcher: Fetcher) -> dict[s
                        f"the {what} is {len(text):,} characters; the limit is {SCRIPT_MAX:,}")
     tags = [t for t in dict.fromkeys(["osworld", *task.related_apps]) if isinstance(t, str) and 1 <= len(t) <= 64]
     metadata = {"benchmark": "osworld", "osworld_id": task.id[:500], "osworld_evaluator": _evaluator_summary(loaded)}
-    if task.source:
-        metadata["osworld_source"] = task.source[:500]
+    source = " ".join(task.source) if isinstance(task.source, list) else task.source
+    if source:
+        metadata["osworld_source"] = source[:500]
     if task.snapshot:
         metadata["osworld_snapshot"] = task.snapshot[:500]
     if task.evaluator.func == "infeasible":

@@ -96,7 +96,7 @@ class Task(_Open):
     id: str = Field(min_length=1)
     snapshot: str | None = None
     instruction: str = Field(min_length=1)
-    source: str | None = None
+    source: str | list[str] | None = None  # a URL, or a few (one task of OSWorld's has a list)
     related_apps: list[str] = Field(default_factory=list)
     config: list[ConfigStep] = Field(default_factory=list)
     evaluator: Evaluator

@@ -45,6 +45,8 @@ def benchmark(root: Path, served: Served) -> Path:
     write_task(ex / "libreoffice_calc", task(id="calc", evaluator={
         "func": "compare_table", "result": {"type": "vm_file", "path": "/a.xlsx"},
         "expected": {"type": "vm_file", "path": "/b.xlsx"}}))
+    write_task(ex / "vlc", task(id="vlc-speed", related_apps=["vlc"], config=[{"type": "download", "parameters": {
+        "files": [{"url": served.url + "/never-fetched.mp4", "path": "/home/user/v.mp4"}]}}]))
     write_task(ex / "os", task(id="os-file"), name="zz-copy-of-os-file")
     return ex
 
@@ -62,13 +64,14 @@ def test_a_benchmark_imports_in_one_command_with_a_line_per_task_and_totals(
         "drive: skipped: google_drive (config[0]: googledrive)",
         "broken-dl: skipped: download_failed (config[0]: 127.0.0.1: HTTP 404)",
         "calc: skipped: unsupported_metric (evaluator: compare_table)",
+        "vlc-speed: skipped: app_missing (needs vlc, which linux-desktop does not have)",
         f"os-file: skipped: duplicate_id ({ex / 'os' / 'zz-copy-of-os-file.json'}: the id of an earlier task)",
     }
-    assert lines[-2] == ("9 tasks: 4 imported, 5 skipped (download_failed 1, duplicate_id 1, google_drive 1, "
-                         "live_web 1, unsupported_metric 1)")
+    assert lines[-2] == ("10 tasks: 4 imported, 6 skipped (app_missing 1, download_failed 1, duplicate_id 1, "
+                         "google_drive 1, live_web 1, unsupported_metric 1)")
     assert lines[-1] == f"wrote 4 cases to {out_file}"
     assert out_file.read_text().startswith(f"# Imported from OSWorld-format tasks ({ex}) by gh-runner import "
-                                           f"osworld.\n# 9 tasks: 4 imported, 5 skipped")
+                                           f"osworld.\n# 10 tasks: 4 imported, 6 skipped")
     loaded = load_case_file(out_file)  # what gh-runner local and validate read
     by_key = {c["key"]: c for c in loaded.cases}
     assert set(by_key) == {"os-file", "os-download", "os-gui", "os-infeasible"}
@@ -81,6 +84,18 @@ def test_a_benchmark_imports_in_one_command_with_a_line_per_task_and_totals(
                                 "osworld_evaluator": "exact_match(vm_command_line)"}
     assert "setup_script" not in case  # no config
     assert by_key["os-infeasible"]["metadata"]["reference_answer"] == "infeasible"
+    assert "/never-fetched.mp4" not in served.hits  # a skipped task's files are not fetched
+
+
+def test_a_start_state_of_your_own_is_taken_to_have_the_apps(
+        tmp_path: Path, served: Served, capsys: pytest.CaptureFixture[str]) -> None:
+    served.files["/never-fetched.mp4"] = b"\x00\x00\x00\x18ftypmp42"
+    ex = benchmark(tmp_path, served)
+    code, out, _ = run(capsys, str(ex / "vlc"), "--out", str(tmp_path / "c.yaml"), "--start-state", "ubuntu-osworld")
+    assert (code, out.splitlines()[0]) == (0, "vlc-speed: imported")
+    (case,) = load_case_file(tmp_path / "c.yaml").cases
+    # Given the domain's own directory, the domain is not in the layout: the category is the task's snapshot.
+    assert (case["start_state"], case["tags"], case["category"]) == ("ubuntu-osworld", ["osworld", "vlc"], "os")
 
 
 def test_on_linux_tiny_the_tasks_that_need_a_desktop_are_skipped(
