@@ -166,6 +166,15 @@ def _strings(value: Any, what: str, where: str) -> list[str]:
 def _metric(b: _Builder, call: MetricCall, var: str, where: str) -> None:
     """Lines that set `var` to True when the metric passes (it starts False)."""
     func = call.func
+    # The reason that says most comes first: a task that reads the live web or a Drive stays skipped for
+    # that whatever its metric; then the metric, named, before its getters' kinds are looked at.
+    for role, g in (("result", call.result), ("expected", call.expected)):
+        if g is not None and g.type in LIVE_WEB_GETTERS:
+            raise Skip(SkipReason.LIVE_WEB, f"{where}.{role}: getter {g.type}")
+        if g is not None and g.type in DRIVE_GETTERS:
+            raise Skip(SkipReason.GOOGLE_DRIVE, f"{where}.{role}: getter {g.type}")
+    if func not in SUPPORTED_METRICS:
+        raise Skip(SkipReason.UNSUPPORTED_METRIC, f"{where}: {func[:100]}")
     result = b.getter(call.result, "result", f"{where}.result")
     expected = b.getter(call.expected, "expected", f"{where}.expected")
     opts = call.options

@@ -206,6 +206,12 @@ def test_a_feasible_task_fails_when_the_agent_says_infeasible(fetcher: Fetcher, 
      SkipReason.UNSUPPORTED_OPTION, "rules.expected as text"),
     ({"func": ["infeasible", "exact_match"], "result": [None, cmd("x")], "expected": [None, rule(expected="a")]},
      SkipReason.UNSUPPORTED_OPTION, "infeasible beside other metrics"),
+    # The reason that says most: the metric is named before a getter it alone would read ...
+    ({"func": "is_in_vm_clickboard", "result": rule(expected="x"), "expected": cmd("xsel --clipboard --output")},
+     SkipReason.UNSUPPORTED_METRIC, "is_in_vm_clickboard"),
+    # ... and the live web before the metric.
+    ({"func": "is_expected_active_tab", "result": {"type": "active_tab_html_parse"}, "expected": rule(url="x")},
+     SkipReason.LIVE_WEB, "active_tab_html_parse"),
 ])
 def test_unsupported_evaluators_are_skipped_with_the_reason(fetcher: Fetcher, evaluator: dict[str, Any],
                                                             reason: SkipReason, detail: str) -> None:
