@@ -53,20 +53,26 @@ class Value:
 _ANSWER = ["gh_a=$(printf '%s' \"${GH_AGENT_ANSWER:-}\" | tr '\\n\\r\\t' '   ' | tr 'A-Z' 'a-z' | sed 's/^ *//')"]
 _SAYS_INFEASIBLE = 'infeasible|infeasible[!a-z0-9_]*'
 
-# Python metrics: argv[1] is the spec (JSON), argv[2] the result file; exit 0 passes, anything else fails.
+# Python metrics: argv[1] is the spec (JSON), argv[2] the result file. Exit 0: passes; 3: fails (also when
+# the result file is missing or not what the metric reads: the agent's doing); anything else is a crash,
+# which the check reports as one (exit 1, no verdict), never as a failure of the agent.
+PY_FAIL = 3
 _PY_INCLUDE = """import json, sys
 spec = json.load(open(sys.argv[1], encoding="utf-8"))
-text = open(sys.argv[2], encoding="utf-8", errors="replace").read()
+try:
+    text = open(sys.argv[2], encoding="utf-8", errors="replace").read()
+except FileNotFoundError:
+    sys.exit(3)
 ok = all(s in text for s in spec["include"]) and not any(s in text for s in spec["exclude"])
-sys.exit(0 if ok else 1)
+sys.exit(0 if ok else 3)
 """
 _PY_JSON_SETTINGS = """import json, sys
 expected = json.load(open(sys.argv[1], encoding="utf-8"))
 try:
     data = json.load(open(sys.argv[2], encoding="utf-8"))
-except (OSError, ValueError):
-    sys.exit(1)
-sys.exit(0 if isinstance(data, dict) and all(k in data and data[k] == v for k, v in expected.items()) else 1)
+except (FileNotFoundError, ValueError):
+    sys.exit(3)
+sys.exit(0 if isinstance(data, dict) and all(k in data and data[k] == v for k, v in expected.items()) else 3)
 """
 _PY_LIST = """import json, re, sys
 spec = json.load(open(sys.argv[1], encoding="utf-8"))
@@ -74,10 +80,14 @@ want = [re.compile(p) for p in spec.get("expect", [])]
 bad = [re.compile(p) for p in spec.get("unexpect", [])]
 seen = [False] * len(want)
 clean = True
-for line in open(sys.argv[2], encoding="utf-8", errors="replace"):
+try:
+    lines = open(sys.argv[2], encoding="utf-8", errors="replace").readlines()
+except FileNotFoundError:
+    sys.exit(3)
+for line in lines:
     seen = [s or w.search(line) is not None for s, w in zip(seen, want)]
     clean = clean and not any(b.search(line) for b in bad)
-sys.exit(0 if all(seen) and clean else 1)
+sys.exit(0 if all(seen) and clean else 3)
 """
 
 
@@ -134,7 +144,9 @@ class _Builder:
     def python(self, program: str, spec: Any, result: str, var: str) -> None:
         spec_word = self.spec_file(spec)
         self.piece.needs.add(Need.PYTHON3)
-        self.piece.lines.append(f"if python3 -c {quote(program)} {spec_word} {result}; then {var}=True; fi")
+        self.piece.lines += [f"python3 -c {quote(program)} {spec_word} {result}",
+                             f'case $? in 0) {var}=True ;; {PY_FAIL}) ;; *) echo "gh-runner import osworld: '
+                             f'the metric crashed" >&2; exit 1 ;; esac']
 
     def text_equals(self, result: str, expected: str, var: str) -> None:
         x = self.tmp("x")

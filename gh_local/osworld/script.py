@@ -52,12 +52,18 @@ def command_text(command: Any, shell: Any, where: str) -> tuple[str, set[Need]]:
 
 
 def embed_bytes(data: bytes, dest: str, *, compress: bool = True) -> list[str]:
-    """Lines that write `data` to the sh word `dest` (already quoted), from a base64 heredoc in the script."""
+    """Lines that write `data` to the sh word `dest` (already quoted), from a base64 heredoc in the script.
+
+    A file that cannot be written ends the script with exit 1 and no verdict: the fault is ours (or the
+    machine's), never the agent's.
+    """
     payload = gzip.compress(data, mtime=0) if compress else data
     b64 = base64.b64encode(payload).decode("ascii")
     body = [b64[i:i + 76] for i in range(0, len(b64), 76)]
+    fail = f'|| {{ echo "gh-runner import osworld: cannot write "{dest} >&2; exit 1; }}'
     # The heredoc feeds the pipeline's first command (base64), so it is written there, not at the end.
-    first = f"base64 -d <<'{_HEREDOC}' | gunzip -c > {dest}" if compress else f"base64 -d > {dest} <<'{_HEREDOC}'"
+    first = (f"base64 -d <<'{_HEREDOC}' | gunzip -c > {dest} {fail}" if compress
+             else f"base64 -d > {dest} <<'{_HEREDOC}' {fail}")
     return [first, *body, _HEREDOC]
 
 

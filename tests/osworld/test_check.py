@@ -219,3 +219,19 @@ def test_unsupported_evaluators_are_skipped_with_the_reason(fetcher: Fetcher, ev
         check_of(evaluator, fetcher)
     assert e.value.reason is reason
     assert detail in e.value.detail
+
+
+def test_a_metric_that_crashes_is_no_verdict_against_the_agent(fetcher: Fetcher, home: Path) -> None:
+    # An invalid regular expression is the task's fault: the check exits non-zero without a verdict (an
+    # error of the case), where a missing or malformed result is the agent's (False).
+    script = check_of({"func": "check_list", "result": {"type": "vm_file", "path": str(home / "l")},
+                       "expected": rule(expect=["("])}, fetcher)
+    (home / "l").write_text("a\n")
+    for sh in SHELLS:
+        ran = run_script(script, home, shell=sh)
+        assert (ran.code, ran.verdict) == (1, ""), sh
+        assert "the metric crashed" in ran.err
+    (home / "l").unlink()
+    missing = check_of({"func": "check_list", "result": {"type": "vm_file", "path": str(home / "l")},
+                        "expected": rule(expect=["a"])}, fetcher)
+    assert verdict(missing, home) == ["False", "False"]

@@ -153,3 +153,12 @@ def test_unsupported_steps_are_skipped_with_the_reason(fetcher: Fetcher, config:
         setup_of([config], fetcher)
     assert e.value.reason is reason
     assert e.value.detail.startswith(detail)
+
+
+def test_a_download_that_cannot_be_placed_fails_the_setup(fetcher: Fetcher, home: Path, served: Served) -> None:
+    served.files["/f"] = b"data"
+    script = setup_of([step("download", files=[{"url": served.url + "/f", "path": "/proc/no/such/dir/f"}]),
+                       step("execute", command="echo after > ~/after", shell=True)], fetcher, "linux-tiny")
+    ran = run_script(script, home)
+    assert ran.code == 1 and "cannot write /proc/no/such/dir/f" in ran.err
+    assert not (home / "after").exists()  # it stops there: a setup that did not happen is an error, ours
