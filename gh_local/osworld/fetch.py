@@ -88,7 +88,7 @@ class Fetcher:
                     size += len(chunk)
                     if size > self.max_bytes:
                         raise Skip(SkipReason.DOWNLOAD_TOO_LARGE,
-                                   f"{host}: more than {self.max_bytes // (1024 * 1024)} MiB")
+                                   f"{host}: more than {self.max_bytes:,} bytes")
                     if time.monotonic() - started > self.deadline:
                         raise Skip(SkipReason.DOWNLOAD_FAILED, f"{host}: not complete after {self.deadline:.0f} s")
                     chunks.append(chunk)
