@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,11 +44,9 @@ def dripping() -> Iterator[str]:
 
 def test_a_whole_file_has_a_deadline(tmp_path: Path, dripping: str) -> None:
     f = Fetcher(tmp_path, timeout=5, deadline=1)
-    started = time.monotonic()
-    with pytest.raises(Skip) as e:
+    with pytest.raises(Skip) as e:  # each read comes within its timeout: the whole file's deadline ends it
         f.get(dripping, "config[0]")
     f.close()
-    assert time.monotonic() - started < 5  # the deadline, not the per-read timeout, ended it
     assert (e.value.reason, e.value.detail) == (SkipReason.DOWNLOAD_FAILED,
                                                 "config[0]: 127.0.0.1: not complete after 1 s")
     assert not list(tmp_path.iterdir())  # nothing kept of a file that did not arrive

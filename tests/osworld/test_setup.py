@@ -67,10 +67,12 @@ def test_sudo_and_python_as_osworld_says_them(fetcher: Fetcher, home: Path) -> N
 
 
 def test_launch_leaves_the_program_running(fetcher: Fetcher, home: Path) -> None:
-    script = setup_of([step("launch", command=["sh", "-c", "sleep 0.3; echo up > ~/launched"])], fetcher)
-    started = time.monotonic()
+    # The program waits (bounded) for a file the test writes only once the setup has returned: a setup
+    # that waited for it would never return (run_script's timeout).
+    program = "n=0; until [ -f ~/go ] || [ $n -ge 600 ]; do sleep 0.05; n=$((n+1)); done; echo up > ~/launched"
+    script = setup_of([step("launch", command=["sh", "-c", program])], fetcher)
     assert run_script(script, home).code == 0
-    assert time.monotonic() - started < 5  # not waited for
+    (home / "go").write_text("")
     assert wait_for(home / "launched")
     with pytest.raises(Skip) as e:
         setup_of([step("launch", command="mousepad")], fetcher, "linux-tiny")
