@@ -128,8 +128,10 @@ def import_tasks(tasks: list[LoadedTask], target: Target,
     for loaded in tasks:
         tid = loaded.task.id
         try:
-            if case_key(tid) in keys:
-                raise Skip(SkipReason.DUPLICATE_ID, f"{loaded.path}: the id of an earlier task")
+            key = case_key(tid)
+            if key in keys:
+                same = "the id" if key == tid else f"its key {key} is the key"
+                raise Skip(SkipReason.DUPLICATE_ID, f"{loaded.path}: {same} of an earlier task")
             case = task_to_case(loaded, target, fetcher)
         except Skip as s:
             report.results.append(TaskResult(tid, Outcome.SKIPPED, reason=s.reason, detail=s.detail))

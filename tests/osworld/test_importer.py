@@ -48,6 +48,7 @@ def benchmark(root: Path, served: Served) -> Path:
     write_task(ex / "vlc", task(id="vlc-speed", related_apps=["vlc"], config=[{"type": "download", "parameters": {
         "files": [{"url": served.url + "/never-fetched.mp4", "path": "/home/user/v.mp4"}]}}]))
     write_task(ex / "os", task(id="os-file"), name="zz-copy-of-os-file")
+    write_task(ex / "os", task(id="os file"), name="zz-os file")
     return ex
 
 
@@ -66,12 +67,14 @@ def test_a_benchmark_imports_in_one_command_with_a_line_per_task_and_totals(
         "calc: skipped: unsupported_metric (evaluator: compare_table)",
         "vlc-speed: skipped: app_missing (needs vlc, which linux-desktop does not have)",
         f"os-file: skipped: duplicate_id ({ex / 'os' / 'zz-copy-of-os-file.json'}: the id of an earlier task)",
+        f"os file: skipped: duplicate_id ({ex / 'os' / 'zz-os file.json'}: its key os-file is the key of an earlier "
+        "task)",
     }
-    assert lines[-2] == ("10 tasks: 4 imported, 6 skipped (app_missing 1, download_failed 1, duplicate_id 1, "
+    assert lines[-2] == ("11 tasks: 4 imported, 7 skipped (duplicate_id 2, app_missing 1, download_failed 1, "
                          "google_drive 1, live_web 1, unsupported_metric 1)")
     assert lines[-1] == f"wrote 4 cases to {out_file}"
     assert out_file.read_text().startswith(f"# Imported from OSWorld-format tasks ({ex}) by gh-runner import "
-                                           f"osworld.\n# 10 tasks: 4 imported, 6 skipped")
+                                           f"osworld.\n# 11 tasks: 4 imported, 7 skipped")
     loaded = load_case_file(out_file)  # what gh-runner local and validate read
     by_key = {c["key"]: c for c in loaded.cases}
     assert set(by_key) == {"os-file", "os-download", "os-gui", "os-infeasible"}
