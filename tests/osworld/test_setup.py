@@ -15,7 +15,7 @@ import pytest
 from gh_local.osworld.fetch import Fetcher
 from gh_local.osworld.skips import Skip, SkipReason
 
-from .conftest import Served, case_of, run_script, task
+from .conftest import SHELLS, Served, case_of, run_script, task
 
 
 def setup_of(config: list[dict[str, Any]], fetcher: Fetcher, start_state: str = "linux-desktop") -> str:
@@ -45,11 +45,12 @@ def wait_for(path: Path, seconds: float = 20) -> bool:
     return False
 
 
-def test_execute_and_command_run_in_order_and_go_on_after_a_failure(fetcher: Fetcher, home: Path) -> None:
+@pytest.mark.parametrize("shell", SHELLS)
+def test_execute_and_command_run_in_order_and_go_on_after_a_failure(fetcher: Fetcher, home: Path, shell: str) -> None:
     script = setup_of([step("execute", command=["sh", "-c", "echo one > ~/log"]),
                        step("command", command="false", shell=True),
                        step("execute", command="echo two >> ~/log", shell=True)], fetcher, "linux-tiny")
-    ran = run_script(script, home)
+    ran = run_script(script, home, shell=shell)
     assert ran.code == 0, ran.err
     assert (home / "log").read_text() == "one\ntwo\n"
 
@@ -109,13 +110,14 @@ def test_pyautogui_in_a_setup_ships_the_shim(fetcher: Fetcher, home: Path, tmp_p
                                             "xdotool key -- Return"]
 
 
+@pytest.mark.parametrize("shell", SHELLS)
 def test_download_places_the_file_and_keeps_it_by_content(fetcher: Fetcher, home: Path, served: Served,
-                                                          tmp_path: Path) -> None:
+                                                          tmp_path: Path, shell: str) -> None:
     blob = bytes(range(256)) * 40
     served.files["/data/sheet.xlsx"] = blob
     config = [step("download", files=[{"url": served.url + "/data/sheet.xlsx", "path": str(home / "Desktop/s.xlsx")}])]
     script = setup_of(config, fetcher, "linux-tiny")
-    assert run_script(script, home).code == 0
+    assert run_script(script, home, shell=shell).code == 0
     assert (home / "Desktop/s.xlsx").read_bytes() == blob
     assert (tmp_path / "files" / "sha256" / hashlib.sha256(blob).hexdigest()).read_bytes() == blob
     again = Fetcher(tmp_path / "files")  # a second import: from --files-dir, not the network
