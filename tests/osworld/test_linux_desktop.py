@@ -55,7 +55,7 @@ def tasks(root: Path) -> None:
                                   "result": {"type": "vm_command_line", "command": "cat ~/Documents/note.txt",
                                              "shell": True},
                                   "expected": {"type": "rule", "rules": {"include": ["draft final"]}}}))
-    write_task(d, task(id="osw-settings", instruction="Turn on word wrap in VS Code.", related_apps=["vs_code"],
+    write_task(d, task(id="osw-settings", instruction="Turn on word wrap in VS Code.",
                        config=[{"type": "execute", "parameters": {
                                    "command": "echo password | sudo -S mkdir -p /opt/osw && mkdir -p "
                                               "~/.config/Code/User && python -c 'import json; print(json.dumps("
