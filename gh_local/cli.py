@@ -6,11 +6,13 @@ import sys
 from collections.abc import Sequence
 
 from gh_local import local, validate
+from gh_local.osworld import importer as osworld_importer
 from gh_runner import cli as runner_cli
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return runner_cli.main(argv, commands={"local": local.main, "validate": validate.main})
+    return runner_cli.main(argv, commands={"local": local.main, "validate": validate.main,
+                                                 "import osworld": osworld_importer.main})
 
 
 if __name__ == "__main__":

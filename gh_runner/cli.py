@@ -35,6 +35,7 @@ Subcommands (each has its own --help, listing only its own options):
   selftest            prove each image end to end on real machines, every step timed
   local CASES.yaml    run cases on this host with an embedded control plane; the results page
   validate CASES.yaml check each case is worth scoring: noop fails, reference passes, every time
+  import osworld PATH turn OSWorld-format tasks into a cases file, saying which cannot be and why
 """
 
 EPILOG = f"""\
@@ -126,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gh-runner", description=DESCRIPTION, epilog=EPILOG, parents=[machine, daemon],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"gh-runner {__version__} (protocol {PROTOCOL_VERSION})")
-    sub = parser.add_subparsers(dest="command", metavar="{images,doctor,selftest,local,validate}")
+    sub = parser.add_subparsers(dest="command", metavar="{images,doctor,selftest,local,validate,import}")
     images = sub.add_parser("images", parents=[_machine_options()], help="list the images this runner would advertise",
                             description="List images (name, os, version, checksum) and held start-state versions.")
     images.add_argument("--json", action="store_true", help="machine-readable output")
@@ -181,6 +182,24 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--report", type=Path, default=None, metavar="FILE", help="where to write the JSON report")
     validate.add_argument("--slots", type=int, default=None, metavar="N", help="attempts at once on this host")
     validate.add_argument("--strict", action="store_true", help="exit 3 when a case is not valid")
+    imp = sub.add_parser("import", help="turn a benchmark's tasks into a cases file",
+                         description="Turn a benchmark's tasks into a cases file in the API's shape.")
+    benchmarks = imp.add_subparsers(dest="benchmark", metavar="{osworld}", required=True)
+    osworld = benchmarks.add_parser(
+        "osworld", help="OSWorld-format tasks (docs/osworld.md)",
+        description="Read OSWorld-format tasks (task files, directories, or a test_all.json index with its "
+                    "examples/ directory) and write a cases file: per task `imported` or `skipped: REASON`, "
+                    "with totals. Exit 0 when the file is written, 1 when no task could be imported, 2 on bad "
+                    "input (nothing is written then).")
+    osworld.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="task file, directory or index")
+    osworld.add_argument("--out", type=Path, default=Path("cases.yaml"), metavar="FILE",
+                         help="the cases file to write (default: cases.yaml)")
+    osworld.add_argument("--start-state", default="linux-desktop", metavar="NAME",
+                         help="the start state of every case (default: linux-desktop; linux-tiny imports only "
+                              "the tasks that need no desktop and no python3)")
+    osworld.add_argument("--files-dir", type=Path, default=None, metavar="DIR",
+                         help="where downloaded task files are kept, by content (default: osworld-files beside "
+                              "--out)")
     return parser
 
 
@@ -225,6 +244,12 @@ def main(argv: Sequence[str] | None = None, commands: Mapping[str, Command] | No
         return _images(config, bool(getattr(args, "json", False)))
     if command == "doctor":
         return _dispatch("gh_runner.doctor", "doctor", config)
+    if command == "import":
+        run = (commands or {}).get(f"import {args.benchmark}")
+        if run is None:
+            return _fail(f"`gh-runner import {args.benchmark}` is not available in this build (start it as "
+                         "gh_local.cli)", EXIT_FAILED)
+        return int(run(args) or 0)
     if command in ("local", "validate"):
         # Resolved like the daemon's (flags > env > file > defaults); the whole config rides along.
         args.images_dir, args.state_dir, args.libvirt_uri = config.images_dir, config.state_dir, config.libvirt_uri

@@ -67,7 +67,7 @@ def test_each_subcommand_lists_only_its_own_options() -> None:
 
     top = build_parser()
     subs = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction)).choices
-    assert set(subs) == {"images", "doctor", "selftest", "local", "validate"}
+    assert set(subs) == {"images", "doctor", "selftest", "local", "validate", "import"}
     top_help = top.format_help()
     for name in subs:  # the top help names every subcommand, validate too
         assert f"  {name}" in top_help, name

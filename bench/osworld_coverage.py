@@ -1,0 +1,52 @@
+"""How much of an OSWorld checkout `gh-runner import osworld` turns into cases, per start state, offline.
+
+    .venv/bin/python bench/osworld_coverage.py PATH/evaluation_examples/test_all.json \
+        [--start-state linux-desktop --start-state linux-tiny --start-state ubuntu-osworld]
+
+Nothing is fetched: every `download` and `cloud_file` gets a small stand-in, so the counts say what the
+translation supports (the files' real sizes, which decide `download_too_large`, are not known offline).
+`ubuntu-osworld` stands for a start state of your own with OSWorld's applications (every app assumed).
+Prints per start state the totals by reason and, for the `unsupported_*` reasons, the names behind them.
+OSWorld's task files are not in this repository: point it at a checkout of xlang-ai/OSWorld.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import tempfile
+from pathlib import Path
+
+from gh_local.osworld.fetch import Fetcher
+from gh_local.osworld.importer import import_tasks
+from gh_local.osworld.target import Target
+from gh_local.osworld.task import load_tasks
+
+
+class OfflineFetcher(Fetcher):
+    def _download(self, url: str) -> bytes:
+        return b"offline stand-in\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("paths", nargs="+", type=Path)
+    ap.add_argument("--start-state", action="append", default=None)
+    ap.add_argument("--top", type=int, default=12, help="names listed per start state")
+    args = ap.parse_args()
+    tasks = load_tasks(args.paths)
+    with tempfile.TemporaryDirectory(prefix="gh-osworld-coverage-") as files:
+        for start_state in args.start_state or ["linux-desktop", "linux-tiny", "ubuntu-osworld"]:
+            fetcher = OfflineFetcher(Path(files))
+            cases, report = import_tasks(tasks, Target.named(start_state), fetcher)
+            print(f"{start_state}: {report.totals()}")
+            evaluators = collections.Counter(c["metadata"]["osworld_evaluator"].split("(")[0] for c in cases)
+            print("   imported, by first metric: " + ", ".join(f"{k} {n}" for k, n in evaluators.most_common()))
+            names = collections.Counter(f"{r.reason} {r.detail.rsplit(': ', 1)[-1]}" for r in report.results
+                                        if r.reason is not None and r.reason.value.startswith("unsupported"))
+            for name, n in names.most_common(args.top):
+                print(f"   {n:4d}  {name}")
+
+
+if __name__ == "__main__":
+    main()
