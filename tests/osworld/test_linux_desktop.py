@@ -25,11 +25,12 @@ from .conftest import task, write_task
 
 GH_RUNNER = str(Path(sys.executable).parent / "gh-runner")
 REPO = Path(__file__).resolve().parents[2]
-IMAGES_DIR = Path(os.environ.get("GH_IMAGES_DIR", "/var/tmp/gh-runner/images"))
+# linux-desktop's own images dir (scripts/desktop-image.sh), as tests/desktop uses.
+IMAGES_DIR = Path(os.environ.get("GH_DESKTOP_IMAGES_DIR", "/var/tmp/gh-runner/desktop-images"))
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.desktop, pytest.mark.libvirt, pytest.mark.slow, pytest.mark.skipif(
     os.environ.get("GH_TEST_DESKTOP") != "1" or not (IMAGES_DIR / "linux-desktop" / "image.yaml").is_file(),
-    reason="needs GH_TEST_DESKTOP=1 and a built linux-desktop image (issue 22)")
+    reason="needs GH_TEST_DESKTOP=1 and a built linux-desktop image (issue 22)")]
 
 FIXES = {
     "osw-note": "printf ' final' >> /home/user/Documents/note.txt\n",
