@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import logging
 import os
 import subprocess
 import threading
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from gh_local.osworld.fetch import Fetcher
 from gh_local.osworld.importer import task_to_case
@@ -68,6 +70,19 @@ def run_script(script: str, home: Path, *, shell: str = "dash", phase: str = "af
     (home / "tmp").mkdir(parents=True, exist_ok=True)
     p = subprocess.run([shell, "-c", script], env=env, cwd=home, capture_output=True, text=True, timeout=60)
     return Ran(p.returncode, p.stdout, p.stderr)
+
+
+@pytest.fixture(autouse=True)
+def _process_logging_restored() -> Iterator[None]:
+    """The entry point, run in process here, configures the process's logging to the stream of the
+    moment: pytest's capture, closed after the test. Put it back, or every later test that logs
+    writes into a closed file (seen: the provider and registry tests after these failed with
+    "I/O operation on closed file")."""
+    handlers, level = logging.root.handlers[:], logging.root.level
+    yield
+    structlog.reset_defaults()
+    logging.root.handlers[:] = handlers
+    logging.root.setLevel(level)
 
 
 @pytest.fixture()
