@@ -7,7 +7,8 @@ The agent under test is untrusted (docs/security.md). It gets:
 - a uid and gid that are not gh-server's, so the file modes of gh-server's data dir (0700), database and
   key files (0600) keep it out, and a uid of its own per attempt, so it cannot read another running
   agent's /proc/<pid>/environ or stdin (where that attempt's machine token is);
-- a fresh private HOME (0700), removed afterwards, and no inherited file descriptors.
+- a fresh private HOME (0700), removed afterwards (by the next gh-server when this one was killed
+  first), and no inherited file descriptors.
 
 Three ways to get there (`Settings.agent_sandbox`):
 - `user`: gh-server runs as root and starts the agent with setgid/setuid (subprocess `user=`/`group=`),
@@ -48,6 +49,39 @@ SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 # gh-server's own secrets: an agent config that names one of these in pass_env is refused at start.
 FORBIDDEN_PASS = re.compile(r"^(GH_SERVER_.*|GH_RUNNER_.*)$")
 SYSTEMCTL_TIMEOUT_S = 30.0
+# An agent's private HOME (and a systemd unit's secrets dir) in the temp dir is named for the
+# gh-server process that made it: a server killed before its clean-up leaves them, and the next
+# server removes those of processes that are gone (`sweep_leftovers`).
+LEFTOVER = re.compile(r"^gh-agent-(?:env-)?(\d+)-")
+
+
+def _prefix(what: str = "") -> str:
+    return f"gh-agent-{what}{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def sweep_leftovers(tmp: str | None = None) -> list[str]:
+    """Remove the agent HOMEs and secrets dirs that gh-server processes no longer running left in
+    the temp dir (killed before their clean-up); returns what was removed. A dir of a process that
+    still runs (another gh-server, or a reused pid) is kept."""
+    removed = []
+    with contextlib.suppress(OSError), os.scandir(tmp or tempfile.gettempdir()) as entries:
+        for entry in entries:
+            m = LEFTOVER.match(entry.name)
+            if m is None or not entry.is_dir(follow_symlinks=False) or _alive(int(m.group(1))):
+                continue
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+    return removed
 
 
 class SandboxKind(StrEnum):
@@ -155,6 +189,7 @@ class Sandbox:
         self.gid: int | None = None
         self.shared_uid: int | None = None
         self.pool: UidPool | None = None
+        sweep_leftovers()
         if kind is SandboxKind.USER:
             try:
                 self.gid = grp.getgrnam(settings.agent_user).gr_gid
@@ -198,7 +233,7 @@ class Sandbox:
         HOME the agent filled takes a while to remove)."""
         if self.kind is SandboxKind.SYSTEMD:
             unit = "gh-agent-" + re.sub(r"[^A-Za-z0-9_-]", "_", label)[:60] + "-" + secrets.token_hex(4)
-            private = tempfile.mkdtemp(prefix="gh-agent-env-")  # 0700, gh-server's: the unit's secrets
+            private = tempfile.mkdtemp(prefix=_prefix("env-"))  # 0700, gh-server's: the unit's secrets
             try:
                 yield self._systemd(unit, Path(private), command, machine, env or {}, pass_env)
             finally:
@@ -209,7 +244,7 @@ class Sandbox:
             uid = self.pool.take() if self.pool is not None else self.shared_uid
         home = ""
         try:
-            home = tempfile.mkdtemp(prefix="gh-agent-")
+            home = tempfile.mkdtemp(prefix=_prefix())
             popen: dict[str, Any] = {"cwd": home, "umask": 0o077}
             if uid is not None:
                 os.chown(home, uid, self.gid or 0)

@@ -7,7 +7,11 @@ from __future__ import annotations
 import asyncio
 import os
 import pwd
+import signal
 import stat
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -97,3 +101,40 @@ def test_systemd_unit_argv_and_environment_file(tmp_path: Path) -> None:
     assert secret not in " ".join(argv) and env == {"PATH": "/usr/local/bin:/usr/bin:/bin"}  # argv is public
     assert mode == 0o600 and f'GH_MACHINE_API_TOKEN="{secret}"' in text and 'QUOTE="a \\"b\\"\\nc"' in text
     assert not Path(env_file).exists()  # removed once the agent is done
+
+
+# A gh-server killed while an agent runs never reaches the clean-up that removes the agent's HOME.
+KILLED_MID_AGENT = """
+import asyncio, os, signal, sys
+from pathlib import Path
+from gh_server.agents.sandbox import Sandbox, SandboxKind
+from gh_server.settings import Settings
+
+async def main():
+    sb = Sandbox(Settings(data_dir=Path(sys.argv[1])), SandboxKind.NONE)
+    async with sb.launch("a", ["/bin/true"], {}) as launch:
+        print(launch.env["HOME"], flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+asyncio.run(main())
+"""
+
+
+def test_a_killed_servers_agent_homes_are_removed_by_the_next(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    child = subprocess.run([sys.executable, "-c", KILLED_MID_AGENT, str(tmp_path / "data")], capture_output=True,
+                           text=True, timeout=60, env={**os.environ, "TMPDIR": str(tmp)}, check=False)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    home = Path(child.stdout.strip())
+    assert home.parent == tmp and home.is_dir()  # left behind, as a killed server leaves it
+    live = tmp / f"gh-agent-{os.getpid()}-live"  # a running server's: kept
+    live.mkdir()
+    other = tmp / "gh-agent-notours"
+    other.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+
+    Sandbox(_settings(tmp_path, agent_sandbox="none"), SandboxKind.NONE)
+
+    assert not home.exists()
+    assert live.is_dir() and other.is_dir()
