@@ -21,7 +21,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,8 +28,21 @@ from typing import Any
 import pytest
 import yaml
 from e2e.procs import domains
-from gateway.modelserver import Reply, chat, claude, computer_call, member, model_server, response, said, text
+from gateway.modelserver import (
+    Reply,
+    agents_config,
+    by_model,
+    chat,
+    claude,
+    computer_call,
+    member,
+    model_server,
+    response,
+    said,
+    text,
+)
 from openai.types.responses import computer_action as ca
+from replaypage import replay_data
 
 from .conftest import LIBVIRT_URI, REPO, ensure_libvirtd
 from .gui import colours
@@ -90,18 +102,6 @@ AGENTS: dict[str, dict[str, Any]] = {
 }
 
 
-def _script() -> Any:
-    served: dict[str, int] = defaultdict(int)
-
-    def reply(path: str, body: dict[str, Any]) -> Reply:
-        model = str(body.get("model"))
-        replies = SCRIPTS[model]
-        n = served[model]
-        served[model] += 1
-        return replies[min(n, len(replies) - 1)]
-    return reply
-
-
 @pytest.fixture()
 def work() -> Iterator[Path]:
     d = Path(tempfile.mkdtemp(prefix="gh-model-desktop-", dir="/var/tmp"))
@@ -110,12 +110,6 @@ def work() -> Iterator[Path]:
         yield d
     finally:
         shutil.rmtree(d, ignore_errors=True)
-
-
-def _replay_data(page: Path) -> dict[str, Any]:
-    m = re.search(r'id="replay-data">(.*?)</script>', page.read_text(), re.S)
-    assert m, page
-    return dict(json.loads(m.group(1)))
 
 
 def test_model_agents_fix_the_desktop_with_gui_actions_only(work: Path, desktop_images_dir: Path) -> None:
@@ -135,12 +129,9 @@ def test_model_agents_fix_the_desktop_with_gui_actions_only(work: Path, desktop_
     report = work / "out" / "report.json"
     # GH_TEST_DESKTOP_STATE_DIR: a kept runner state dir whose desktop warm snapshot a rerun reuses.
     state = Path(os.environ.get("GH_TEST_DESKTOP_STATE_DIR") or work / "state")
-    with model_server(_script()) as (url, seen):
+    with model_server(by_model(SCRIPTS)) as (url, seen):
         config = work / "server.yaml"
-        config.write_text(yaml.safe_dump({"agents": {
-            name: {"kind": "model", "model": name, "base_url": url, "api_key_env": KEY_ENV, "screen": [640, 400],
-                   "retries": 1, "price": {"input": 3.0, "output": 15.0}, **kw}
-            for name, kw in AGENTS.items()}}))
+        config.write_text(yaml.safe_dump(agents_config(url, AGENTS, KEY_ENV)))
         proc = subprocess.run(
             [GH_RUNNER, "local", str(cases), "--agents", ",".join(AGENTS), "--repeat", "1", "--slots", "1",
              "--server-config", str(config), "--config", str(RUNNER_CONFIG), "--report", str(report),
@@ -154,7 +145,7 @@ def test_model_agents_fix_the_desktop_with_gui_actions_only(work: Path, desktop_
     assert set(by_agent) == set(AGENTS)
     for name, a in by_agent.items():
         page = Path(a["replay_path"])
-        frames = _replay_data(page)["frames"]
+        frames = replay_data(page)["frames"]
         # What the model saw first is a painted desktop (a blank screen is a fault of the machine, not the model's).
         first = next(f for f in frames if f["label"] == "screen")
         assert colours((page.parent / first["src"]).read_bytes()) > 50, (name, "the model's first screen is blank")

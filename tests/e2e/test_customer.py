@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import secrets
 import tempfile
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from agentfiles import agent_command
 from attempt.fakes import is_mosaic
 from gateway.fakehttp import chat_reply, serve
 from guidinghand import Eager
+from replaypage import replay_data
 
 from .procs import Runner, Server, domains, tear_down
 
@@ -49,11 +49,6 @@ def _case() -> dict[str, Any]:
                      "facts": {"Wi-Fi network": "HomeNet", "Wi-Fi password": {"secret": SECRET}}},
     }
 
-
-def _replay_data(page: str) -> dict[str, Any]:
-    m = re.search(r'id="replay-data">(.*?)</script>', page, re.S)
-    assert m, page[:300]
-    return dict(json.loads(m.group(1)))
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +81,7 @@ def outcome(images_dir: Path) -> Iterator[dict[str, Any]]:
             with httpx.Client(timeout=60) as http:
                 pages = [http.get(str(a["replay_url"])).text for a in attempts if a.get("replay_url")]
                 frames = [(f["label"], f["event"], is_mosaic(http.get(server.base_url + f["src"]).content))
-                          for page in pages for f in _replay_data(page)["frames"]]
+                          for page in pages for f in replay_data(page)["frames"]]
             runner.stop(timeout=120)
             runner_log = Path(runner.log.name).read_text(errors="replace")
             yield {"run": done, "attempts": attempts, "pages": pages, "frames": frames,
@@ -118,7 +113,7 @@ def test_the_secret_reaches_the_guest_and_nothing_else(outcome: dict[str, Any]) 
     assert SECRET not in outcome["logs"]
     (page,) = outcome["pages"]
     assert SECRET not in page
-    typed = [f["event"] for f in _replay_data(page)["frames"] if f["event"] and f["event"]["type"] == "type"]
+    typed = [f["event"] for f in replay_data(page)["frames"] if f["event"] and f["event"]["type"] == "type"]
     assert {"type": "type", "text": "cat > /root/typed\n"} in typed  # the agent's own typing is shown
     assert {"type": "type", "text": "•••"} in typed  # the customer's is not
 

@@ -16,8 +16,6 @@ libvirt or on disk. The tests then read results, attempts and replays as an eval
 
 from __future__ import annotations
 
-import json
-import re
 import secrets
 import tempfile
 import time
@@ -33,6 +31,7 @@ import yaml
 from agentfiles import agent_command
 from guidinghand import Eager
 from PIL import Image
+from replaypage import replay_data
 
 from . import chromium
 from .procs import Runner, Server, domains, tear_down
@@ -335,9 +334,7 @@ def test_each_attempt_has_a_replay_that_loads(scenario: Scenario) -> None:
             assert url and url.startswith(scenario.server.base_url), a
             page = http.get(url)
             assert page.status_code == 200, (a["attempt_id"], page.status_code, page.text[:200])
-            m = re.search(r'id="replay-data">(.*?)</script>', page.text, re.S)
-            assert m, a["attempt_id"]
-            data = json.loads(m.group(1))
+            data = replay_data(page.text)
             assert data["attempt_id"] == a["attempt_id"] and data["outcome"] == a["outcome"]
             if a["outcome"] in ("passed", "failed"):
                 labels = [f["label"] for f in data["frames"]]

@@ -18,7 +18,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,8 @@ import pytest
 import yaml
 from gateway.modelserver import (
     Reply,
+    agents_config,
+    by_model,
     chat,
     claude,
     computer_call,
@@ -38,6 +39,7 @@ from gateway.modelserver import (
     tool,
 )
 from openai.types.responses import computer_action as ca
+from replaypage import replay_data
 
 from .procs import domains
 
@@ -78,18 +80,6 @@ AGENTS: dict[str, dict[str, Any]] = {
 }
 
 
-def _script() -> Any:
-    served: dict[str, int] = defaultdict(int)
-
-    def reply(path: str, body: dict[str, Any]) -> Reply:
-        model = str(body.get("model"))
-        replies = SCRIPTS[model]
-        n = served[model]
-        served[model] += 1
-        return replies[min(n, len(replies) - 1)]
-    return reply
-
-
 @pytest.fixture()
 def work() -> Iterator[Path]:
     d = Path(tempfile.mkdtemp(prefix="gh-model-e2e-", dir="/var/tmp"))
@@ -98,12 +88,6 @@ def work() -> Iterator[Path]:
         yield d
     finally:
         shutil.rmtree(d, ignore_errors=True)
-
-
-def _replay_data(page: Path) -> dict[str, Any]:
-    m = re.search(r'id="replay-data">(.*?)</script>', page.read_text(), re.S)
-    assert m, page
-    return dict(json.loads(m.group(1)))
 
 
 def test_model_agents_fix_a_real_guest_and_the_replay_shows_every_step(work: Path, images_dir: Path) -> None:
@@ -121,12 +105,9 @@ def test_model_agents_fix_a_real_guest_and_the_replay_shows_every_step(work: Pat
     cases = work / "cases.yaml"
     cases.write_text(yaml.safe_dump(data))
     report = work / "out" / "report.json"
-    with model_server(_script()) as (url, seen):
+    with model_server(by_model(SCRIPTS)) as (url, seen):
         config = work / "server.yaml"
-        config.write_text(yaml.safe_dump({"agents": {
-            name: {"kind": "model", "model": name, "base_url": url, "api_key_env": KEY_ENV, "screen": [640, 400],
-                   "retries": 1, "price": {"input": 3.0, "output": 15.0}, **kw}
-            for name, kw in AGENTS.items()}}))
+        config.write_text(yaml.safe_dump(agents_config(url, AGENTS, KEY_ENV)))
         proc = subprocess.run(
             [GH_RUNNER, "local", str(cases), "--agents", ",".join(AGENTS), "--repeat", "1", "--server-config",
              str(config), "--report", str(report), "--images-dir", str(images_dir)],
@@ -142,7 +123,7 @@ def test_model_agents_fix_a_real_guest_and_the_replay_shows_every_step(work: Pat
         assert m["model"]["steps"] == 2 and m["model"]["tokens_in"] == 200 and m["cost_cents"] == 1, (name, m)
         page = Path(a["replay_path"])
         assert KEY not in page.read_text()
-        frames = _replay_data(page)["frames"]
+        frames = replay_data(page)["frames"]
         labels = [f["label"] for f in frames]
         seen_by_model = [f for f in frames if f["label"] == "screen" and (f["event"] or {}).get("note", {})
                          .get("seen_by_model")]

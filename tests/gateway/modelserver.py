@@ -54,6 +54,30 @@ def sequence(*replies: Reply) -> Script:
     return next_reply
 
 
+def by_model(scripts: dict[str, list[Reply]]) -> Script:
+    """Per model name (the request's `model`), that model's replies in order; past the end, its last one
+    again. One server then plays several agents in one run, each configured with its own model name."""
+    served: dict[str, int] = {}
+
+    def next_reply(path: str, body: dict[str, Any]) -> Reply:
+        model = str(body.get("model"))
+        replies = scripts[model]
+        n = served.get(model, 0)
+        served[model] = n + 1
+        return replies[min(n, len(replies) - 1)]
+    return next_reply
+
+
+def agents_config(url: str, agents: dict[str, dict[str, Any]], key_env: str) -> dict[str, Any]:
+    """A gh-server config (its `agents:`) with one model agent per entry, each named for and sending its
+    own model name (see `by_model`), all at the scripted server `url`: 640x400 screens, one retry, a
+    price ($3 and $15 per million tokens in and out), then the entry's own settings."""
+    return {"agents": {
+        name: {"kind": "model", "model": name, "base_url": url, "api_key_env": key_env, "screen": [640, 400],
+               "retries": 1, "price": {"input": 3.0, "output": 15.0}, **kw}
+        for name, kw in agents.items()}}
+
+
 @dataclass
 class Seen:
     requests: list[tuple[str, dict[str, Any], dict[str, str], float]] = field(default_factory=list)
