@@ -56,7 +56,7 @@ KEY_ENV = "GH_E2E_MODEL_KEY"
 KEY = "sk-desktop-9b2e71c4-never-in-a-replay"
 FIX = "xfconf-query -c xsettings -p /Net/ThemeName -s Adwaita"  # DSK-01's fix, typed into a terminal
 ANSWER = "Your windows have the normal light look again."
-OPENED = 10  # seconds a terminal may take to open and take the keyboard, under TCG on a shared host
+OPENED = 30  # seconds a terminal may take to open and take the keyboard, under TCG on a loaded host
 
 # Per agent (by the model name it sends): the replies in order, one per step.
 SCRIPTS: dict[str, list[Reply]] = {
@@ -88,8 +88,7 @@ SCRIPTS: dict[str, list[Reply]] = {
         chat("DONE")],
     "uitars": [  # one action per reply; its wait is 5 s
         chat("Thought: open a terminal.\nAction: hotkey(key='ctrl alt t')"),
-        chat("Thought: the terminal is opening.\nAction: wait()"),
-        chat("Thought: still opening.\nAction: wait()"),
+        *[chat("Thought: the terminal is opening.\nAction: wait()")] * (OPENED // 5),
         chat("Thought: set the light theme.\nAction: type(content=" + json.dumps(FIX + "\\n") + ")"),
         chat("Thought: done.\nAction: finished(content=" + json.dumps(ANSWER) + ")")],
 }
