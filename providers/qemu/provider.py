@@ -249,7 +249,12 @@ class QemuProvider(Provider):
 
     async def delete_version(self, start_state_id: str, version: int) -> None:
         """Remove a version's files, its hot-pool machines first: a paused machine restored from it
-        would otherwise hold its memory, and the deleted files' space, until the runner closes."""
+        would otherwise hold its memory, and the deleted files' space, until the runner closes.
+
+        Raises:
+            ProviderError: the files could not be removed, or a pooled machine of it was still being
+                made after the pool's bound (nothing is removed then).
+        """
         if self.pool is None:
             await asyncio.to_thread(self.states.delete, start_state_id, version)
             return
@@ -257,8 +262,12 @@ class QemuProvider(Provider):
         def of_version(source: MachineSource) -> bool:
             return source.start_state_id == start_state_id and source.version == version
 
-        async with self.pool.dropping(of_version):
-            await asyncio.to_thread(self.states.delete, start_state_id, version)
+        try:
+            async with self.pool.dropping(of_version):
+                await asyncio.to_thread(self.states.delete, start_state_id, version)
+        except TimeoutError:
+            raise ProviderError(f"start state {start_state_id} v{version} not deleted: the hot pool was still "
+                                "making a machine of it; try again") from None
 
     async def export_version(self, start_state_id: str, version: int) -> VersionBundle:
         vf = self.states.existing(start_state_id, version)
