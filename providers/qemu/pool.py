@@ -205,17 +205,17 @@ class HotPool(Generic[M]):
                 self._made.clear()
                 try:
                     made = await self._make_one(source)
+                    if made is not None and self._is_going(source):
+                        # NOTE: destroyed before `_made` is set: a `dropping` of this source waits for
+                        # it, so no machine of it is left when the caller removes its files.
+                        await self._discard(made[0])
+                        made = None
                 finally:
                     self._making = None
                     self._made.set()
                 if made is None:
                     break
                 m, primed_s = made
-                # NOTE: no await between the event above and this check: a `dropping` of this source
-                # waits for the event, so it is still in `_going` here.
-                if self._is_going(source):
-                    await self._discard(m)
-                    break
                 ready.append(_Pooled(m, key, mib, time.time(), primed_s))
                 log.info("hot pool filled", source=str(source), ready=len(ready), used_mib=self._used_mib(),
                          primed_s=round(primed_s, 3))

@@ -113,6 +113,7 @@ async def test_dropping_destroys_the_sources_machines_and_one_being_made_of_it()
         async def delete() -> int:
             async with pool.dropping(is_version) as destroyed:
                 entered.set()
+                assert alive(host, V1) == [] and alive(host, V2) == []  # before the files go
                 # The caller's files go here: the pool makes no machine of them meanwhile.
                 pool.wake()
                 await asyncio.sleep(0.1)
