@@ -60,8 +60,9 @@ async def test_an_evicted_version_loses_its_pooled_machines(plain_registry: Regi
     a = QemuProvider(images_dir, root / "a", name_a, LIBVIRT_URI)
     b = QemuProvider(images_dir, root / "b", name_b, LIBVIRT_URI, pool=PoolConfig(per_source=1, total_mib=512))
     lib_a = library(plain_registry, a, root / "a", cache_mib=4096)
-    # 1 MiB: no two versions fit, so pulling v2 evicts v1 (a lone version over the size is still pulled).
-    lib_b = library(plain_registry, b, root / "b", cache_mib=1)
+    # 64 MiB (the least allowed) against ~73 MiB a version: pulling v2 evicts v1 (a lone version over the
+    # size is still pulled).
+    lib_b = library(plain_registry, b, root / "b", cache_mib=64)
     try:
         await a.start()
         m = await a.create_machine("at_saver", MachineSource(image="linux-tiny"), timeout=WAIT)
