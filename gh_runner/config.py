@@ -31,6 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from gh_common.configfile import ConfigFileError, read_mapping
+from gh_runner.registry import DEFAULT_MIN_MIB_PER_S
 
 SERVICE_DIR = Path("/var/lib/gh-runner")
 CREDENTIAL_NAME = "gh-runner-token"
@@ -76,6 +77,10 @@ class Registry(BaseModel):
     credentials_file: Path | None = Field(default=None, description="`user:password`, or a Docker config.json")
     ca_file: Path | None = Field(default=None, description="PEM bundle to trust for the registry's TLS")
     cache_mib: int = Field(default=20480, ge=64, description="pulled start-state versions kept under the state dir")
+    min_mib_per_s: float = Field(
+        default=DEFAULT_MIN_MIB_PER_S, gt=0, le=100_000,
+        description="the slowest transfer waited for: a pull (or push) of N MiB is given 60 s plus N / this "
+                    "seconds, then refused as registry_unavailable")
 
     @field_validator("url")
     @classmethod
@@ -271,7 +276,7 @@ _ENV_KEYS = (
 
 
 # GH_RUNNER_REGISTRY_<KEY> fill `registry.<key>` (GH_RUNNER_REGISTRY_URL alone turns it on).
-_REGISTRY_ENV_KEYS = ("url", "repository", "credentials_file", "ca_file", "cache_mib")
+_REGISTRY_ENV_KEYS = ("url", "repository", "credentials_file", "ca_file", "cache_mib", "min_mib_per_s")
 
 
 def _env_registry(env: Mapping[str, str]) -> dict[str, Any] | None:

@@ -46,6 +46,7 @@ from gh_runner.registry import (
     RegistryTimeouts,
     RegistryUnavailable,
     load_credentials,
+    transfer_bound,
 )
 from gh_wire.protocol import LeaseRefusal
 from providers.base import Provider, ProviderError
@@ -68,18 +69,23 @@ class FetchRefused(Exception):
 
 @dataclass(frozen=True)
 class LibraryTimeouts:
+    """A pull or push of a whole version is bounded by its floor here plus its bytes at the configured
+    `registry.min_mib_per_s` (`registry.transfer_bound`): 60 s + 10 s for a 50 MiB state, 1 h 43 min for a
+    30 GiB Windows one at the default 5 MiB/s."""
+
     check: float = 10.0  # the manifest look-up that decides whether a pull can start
-    pull: float = 1800.0  # a whole version (every blob)
-    push: float = 3600.0
+    pull: float = 60.0  # a whole version (every blob): the floor
+    push: float = 60.0  # the floor
 
 
 def open_registry(settings: RegistrySettings, timeouts: RegistryTimeouts | None = None) -> Registry:
-    """A client for the configured registry.
+    """A client for the configured registry (each blob bounded at the configured rate, unless `timeouts`).
 
     Raises:
         RegistryError: the credentials file cannot be read or has no entry for this registry.
     """
     creds = load_credentials(settings.credentials_file, settings.url) if settings.credentials_file else None
+    timeouts = timeouts or RegistryTimeouts(min_mib_per_s=settings.min_mib_per_s)
     return Registry(settings.url, credentials=creds, ca_file=settings.ca_file, timeouts=timeouts)
 
 
@@ -91,6 +97,7 @@ class Library:
         self.prefix = settings.repository
         self.cache_bytes = settings.cache_mib * MIB
         self.t = timeouts or LibraryTimeouts()
+        self.min_mib_per_s = settings.min_mib_per_s
         self._index_path = state_dir / INDEX
         self._fetch_dir = state_dir / FETCH_DIR
         self._pulls: dict[tuple[str, int], asyncio.Task[float]] = {}
@@ -130,8 +137,9 @@ class Library:
             RegistryError, ProviderError, TimeoutError.
         """
         bundle = await self.provider.export_version(start_state_id, version)
+        size = await asyncio.to_thread(lambda: sum(p.stat().st_size for p in bundle.files.values()))
         started = time.monotonic()
-        async with bounded(self.t.push):
+        async with bounded(transfer_bound(self.t.push, size, self.min_mib_per_s)):
             pushed = await artifacts.push_files(
                 self.registry, artifacts.state_repo(self.prefix), artifacts.state_tag(start_state_id, version),
                 bundle.files, artifacts.STATE_ARTIFACT,
@@ -208,8 +216,14 @@ class Library:
             await asyncio.to_thread(shutil.rmtree, staged, True)  # a pull cut short by a crash
             await asyncio.to_thread(self._fetch_dir.mkdir, parents=True, exist_ok=True)
             blobs_started = time.monotonic()
-            async with bounded(self.t.pull):
-                await artifacts.pull_files(self.registry, artifacts.state_repo(self.prefix), manifest, staged)
+            bound = self.pull_bound(size)
+            try:
+                async with bounded(bound):
+                    await artifacts.pull_files(self.registry, artifacts.state_repo(self.prefix), manifest, staged)
+            except TimeoutError:
+                raise RegistryUnavailable(
+                    f"{size / MIB:.1f} MiB did not arrive within {bound:.1f} s (a floor of {self.t.pull:g} s "
+                    f"plus the size at registry.min_mib_per_s = {self.min_mib_per_s:g})") from None
             import_started = time.monotonic()
             held_bytes = await self.provider.import_version(ssid, version, staged)
             steps = {"manifest": blobs_started - started, "blobs": import_started - blobs_started,
@@ -246,6 +260,11 @@ class Library:
                  seconds=round(seconds, 3), **{k + "_s": round(v, 3) for k, v in steps.items()},
                  blob_mib_per_s=round(size / MIB / max(steps["blobs"], 1e-6), 1))
         return seconds
+
+    def pull_bound(self, size_bytes: int) -> float:
+        """Seconds the blobs of a version of `size_bytes` (from its manifest) are given before the pull
+        is refused as `registry_unavailable`."""
+        return transfer_bound(self.t.pull, size_bytes, self.min_mib_per_s)
 
     # -- the cache -----------------------------------------------------------------------------
 

@@ -135,12 +135,27 @@ class Manifest:
                    config=Descriptor.from_json(cfg) if cfg else Descriptor(OCI_EMPTY_CONFIG, EMPTY_JSON_DIGEST, 2))
 
 
+MIB = 1024 * 1024
+DEFAULT_MIN_MIB_PER_S = 5.0  # the slowest link a transfer is waited for (config: registry.min_mib_per_s)
+
+
+def transfer_bound(floor_s: float, size_bytes: int, min_mib_per_s: float) -> float:
+    """Seconds a transfer of `size_bytes` is given: `floor_s` (a request's round trips, a slow start)
+    plus its bytes at the slowest rate waited for. A fixed bound is too long for a small state whose
+    registry trickles and too short for a Windows image on a slow link (issue 25)."""
+    return floor_s + size_bytes / (min_mib_per_s * MIB)
+
+
 @dataclass(frozen=True)
 class RegistryTimeouts:
     connect: float = 5.0
     io: float = 30.0  # one read or write on the socket (a stalled transfer fails after this)
     call: float = 30.0  # a small request (ping, HEAD, manifest) from start to end
-    blob: float = 1800.0  # one blob's whole transfer
+    blob: float = 60.0  # one blob's whole transfer: this floor plus its bytes at `min_mib_per_s`
+    min_mib_per_s: float = DEFAULT_MIN_MIB_PER_S
+
+    def blob_bound(self, size_bytes: int) -> float:
+        return transfer_bound(self.blob, size_bytes, self.min_mib_per_s)
 
 
 def sha256_file(path: Path) -> tuple[str, int]:
@@ -338,7 +353,7 @@ class Registry:
         if await self.blob_exists(repo, digest):
             return desc
         scope = f"repository:{repo}:pull,push"
-        async with bounded(self.t.blob):
+        async with bounded(self.t.blob_bound(size)):
             resp = await self._request("POST", f"/v2/{repo}/blobs/uploads/", scope=scope)
             _raise_for(resp, "start blob upload")
             location = resp.headers.get("location")
@@ -412,7 +427,8 @@ class Registry:
         The transfer runs in a worker thread on a synchronous client: httpx's async stream costs
         about 3x a plain socket read here (bench/registry_pull.py), and the pull must be within 2x of
         a local copy. Cancelling (or the whole-blob bound) stops the thread at its next read (each
-        read is bounded by `io`) and removes the partial file.
+        read is bounded by `io`) and removes the partial file. The whole blob is bounded by
+        `RegistryTimeouts.blob_bound` of its size.
 
         Raises:
             DigestMismatch: the bytes hash to another digest, or there are more or fewer of them than
@@ -425,7 +441,7 @@ class Registry:
         path = f"/v2/{repo}/blobs/{desc.digest}"
         stop = threading.Event()
         try:
-            async with bounded(self.t.blob):
+            async with bounded(self.t.blob_bound(desc.size)):
                 for attempt in range(2):
                     task = asyncio.ensure_future(asyncio.to_thread(self._fetch_to, path, desc, tmp, stop))
                     try:

@@ -5,9 +5,10 @@ ends; this module does what nobody asks for:
 
 - idle close: an open machine without input for `idle_seconds` (2 hours unless configured) is closed
   like `POST .../close` would (a hand-made state never saved is deleted);
-- version collection: a version older than the current one stays on its runner while any queued or
+- version collection: a version older than the current one stays on its runners while any queued or
   running attempt, any unfinished run, or any unfinished job (a build `from` it) pins it; after that a
-  `delete` job for that one version goes to its runner;
+  `delete` job for that one version goes to every runner that may hold it (`holders`: the one that
+  saved it, and those that pulled it from the registry);
 - the `instruction` method: once the machine of such a state is open on its runner, the agent named
   by `agent_id` gets the instruction as its prompt and the machine (screen, input, exec through the
   runner); when it ends, the machine is saved as version 1 (or closed, and the state `failed`, when the
@@ -23,6 +24,7 @@ import asyncio
 import logging
 import secrets
 import uuid
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -148,6 +150,39 @@ def pinned_versions(session: Session) -> set[tuple[str, int]]:
     return out
 
 
+def holders(session: Session, start_state_id: str, version: int | None, known: Iterable[str | None] = ()) -> list[str]:
+    """Runners that may hold `version` of a start state (any of its versions when None), for a delete:
+    `known` (the runner that saved it), every runner whose hello listed it, and every runner an attempt
+    on it ran on (with a registry, a runner pulls a version to run an attempt, and says it holds it only
+    at its next hello). The version leaves every listing here, so no new lease counts on it. A runner
+    that evicted it since answers the delete job with nothing to do."""
+
+    def listed(h: Any) -> bool:
+        return (isinstance(h, dict) and h.get("start_state_id") == start_state_id
+                and (version is None or h.get("version") == version))
+
+    out = {rid for rid in known if rid}
+    for runner in session.scalars(select(Runner).where(Runner.revoked_at.is_(None))):
+        held = list(runner.held_versions or [])
+        kept = [h for h in held if not listed(h)]
+        if len(kept) != len(held):
+            runner.held_versions = kept
+            out.add(runner.id)
+    ref = RunCase.start_state
+    ran_on = (
+        select(Attempt.runner_id)
+        .join(RunCase, RunCase.id == Attempt.run_case_id)
+        .join(Runner, Runner.id == Attempt.runner_id)
+        .where(Runner.revoked_at.is_(None), ref["kind"].as_string() == "state",
+               ref["start_state_id"].as_string() == start_state_id)
+        .distinct()
+    )
+    if version is not None:
+        ran_on = ran_on.where(ref["version"].as_integer() == version)
+    out.update(rid for rid in session.scalars(ran_on) if rid)
+    return sorted(out)
+
+
 def collect_versions(session: Session, now: datetime | None = None) -> list[str]:
     """Queue a `delete` job for every old, unpinned version; returns the job ids."""
 
@@ -177,14 +212,12 @@ def collect_versions(session: Session, now: datetime | None = None) -> list[str]
         )
         if marked.rowcount != 1:  # type: ignore[attr-defined]
             continue
-        runner = session.get(Runner, v.runner_id)
-        if runner is not None and runner.held_versions:
-            # No new lease may count on it from now on.
-            runner.held_versions = [
-                h for h in runner.held_versions if (h.get("start_state_id"), h.get("version")) != key
-            ]
-        jobs.append(new_job(session, ss, "delete", v.runner_id, version=v.version).id)
-        log.info("start state %s version %d is no longer pinned; deleting it on runner %s", *key, v.runner_id)
+        # The saver and every runner that pulled it from the registry; no new lease may count on it from now on.
+        runner_ids = holders(session, v.start_state_id, v.version, known=[v.runner_id])
+        for rid in runner_ids:
+            jobs.append(new_job(session, ss, "delete", rid, version=v.version).id)
+        log.info("start state %s version %d is no longer pinned; deleting it on runners %s", *key,
+                 ", ".join(runner_ids) or "(none)")
     return jobs
 
 

@@ -26,6 +26,7 @@ from gh_server.auth import Principal, require_member
 from gh_server.errors import ApiError, conflict, invalid, not_found
 from gh_server.models import Runner, RunnerJob, StartState, StartStateVersion, TestCase, new_id, utcnow
 from gh_server.start_state_jobs import dispatch_jobs as _dispatch
+from gh_server.start_state_jobs import holders
 from gh_server.start_state_jobs import new_job as _job
 from gh_server.start_states import runner_for_image
 from gh_wire import protocol
@@ -236,12 +237,10 @@ async def delete_start_state(start_state_id: str, request: Request, _p: Principa
                     code="in_use",
                     test_case_ids=running,
                 )
-            holders = set(
-                s.scalars(select(StartStateVersion.runner_id).where(StartStateVersion.start_state_id == ss.id))
-            )
-            if ss.runner_id:
-                holders.add(ss.runner_id)
-            jobs = [_job(s, ss, "delete", rid).id for rid in sorted(holders)]
+            savers = s.scalars(select(StartStateVersion.runner_id).where(StartStateVersion.start_state_id == ss.id))
+            # Those that saved a version, and those that pulled one from the registry.
+            runner_ids = holders(s, ss.id, None, known=[*savers, ss.runner_id])
+            jobs = [_job(s, ss, "delete", rid).id for rid in runner_ids]
             s.delete(ss)
             return jobs
 

@@ -12,6 +12,12 @@ process runs;
 `close` destroys them; after a crash the runner's start-up reaper removes them like any leftover,
 and the new process fills a new pool.
 
+A source that goes away (a start-state version deleted by the server, or evicted from the registry
+cache) takes its machines with it: `dropping(gone)` destroys them, waits out one being made of it,
+and makes none of it while the caller removes its files, so a paused machine never holds a deleted
+version's memory and disk space until the runner closes. A source no longer listed (its files
+removed some other way) loses its machines on the next fill pass.
+
 Primed, then paused: a restored machine's first moments are slow, and they are the same for every
 machine from a snapshot: under TCG the guest's code is translated again on first run (the first
 guest-agent answer after a restore took ~60 ms here, the second ~3 ms), and a lazy copy faults its
@@ -26,14 +32,16 @@ machine's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 import structlog
 
+from gh_common.timeouts import within
 from providers.base import MachineSource
 from providers.errors import ProviderError
 
@@ -112,11 +120,21 @@ class HotPool(Generic[M]):
         self._task: asyncio.Task[None] | None = None
         self._failed_at: dict[MachineSource, float] = {}
         self.taken = 0
+        # Sources going away (`dropping`): none of them is made until the caller has removed its files.
+        self._going: list[Callable[[MachineSource], bool]] = []
+        self._drops = 0  # bumped by each `dropping`: a fill pass listed before one lists again
+        self._making: MachineSource | None = None  # the source a machine is being made of now
+        self._made = asyncio.Event()  # set whenever no machine is being made
+        self._made.set()
 
     def start(self) -> None:
         if self._task is None and self.config.enabled:
             self._task = asyncio.create_task(self._refill_loop(), name="hot-pool")
             self._wake.set()
+
+    def wake(self) -> None:
+        """Fill now (a source was added: a version saved or pulled here)."""
+        self._wake.set()
 
     def counts(self) -> dict[MachineSource, int]:
         return {s: len(ms) for s, ms in self._ready.items() if ms}
@@ -166,7 +184,10 @@ class HotPool(Generic[M]):
                 await asyncio.sleep(REFILL_RETRY_S)
 
     async def _fill_once(self) -> None:
-        for source, key, mib in await self._sources():
+        drops = self._drops
+        listed = await self._sources()
+        await self._drop_unlisted({source for source, _, _ in listed})
+        for source, key, mib in listed:
             ready = self._ready.setdefault(source, [])
             for stale in [p for p in ready if p.key != key]:
                 ready.remove(stale)
@@ -175,13 +196,70 @@ class HotPool(Generic[M]):
             if failed is not None and time.monotonic() - failed < REFILL_RETRY_S:
                 continue
             while len(ready) < self.config.per_source and self._used_mib() + mib <= self.config.total_mib:
-                made = await self._make_one(source)
+                if self._drops != drops:  # a source went away since the listing: list again
+                    self._wake.set()
+                    return
+                if self._is_going(source):
+                    break
+                self._making = source
+                self._made.clear()
+                try:
+                    made = await self._make_one(source)
+                    if made is not None and self._is_going(source):
+                        # NOTE: destroyed before `_made` is set: a `dropping` of this source waits for
+                        # it, so no machine of it is left when the caller removes its files.
+                        await self._discard(made[0])
+                        made = None
+                finally:
+                    self._making = None
+                    self._made.set()
                 if made is None:
                     break
                 m, primed_s = made
                 ready.append(_Pooled(m, key, mib, time.time(), primed_s))
                 log.info("hot pool filled", source=str(source), ready=len(ready), used_mib=self._used_mib(),
                          primed_s=round(primed_s, 3))
+
+    def _is_going(self, source: MachineSource) -> bool:
+        return any(gone(source) for gone in self._going)
+
+    async def _drop_unlisted(self, listed: set[MachineSource]) -> None:
+        """Destroy the machines of sources no longer listed (their files went some other way)."""
+        for source in [s for s in self._ready if s not in listed]:
+            entries = self._ready.pop(source)
+            self._failed_at.pop(source, None)
+            for entry in entries:
+                log.info("hot pool source gone; destroying its machine", source=str(source),
+                         machine_id=entry.machine.machine_id)
+                await self._discard(entry.machine)
+
+    @contextlib.asynccontextmanager
+    async def dropping(self, gone: Callable[[MachineSource], bool]) -> AsyncIterator[int]:
+        """Destroy every pooled machine of the sources `gone` names (waiting out one being made of
+        one of them), and make none of them until the block ends: the caller removes their files in
+        it. Yields how many machines were destroyed.
+
+        Raises:
+            TimeoutError: a machine of one of them was still being made after the fill's bound (it is
+                destroyed when it is done; the block does not run).
+        """
+        self._going.append(gone)
+        self._drops += 1
+        try:
+            while self._making is not None and gone(self._making):
+                await within(FILL_TIMEOUT_S + PRIME_TIMEOUT_S, self._made.wait())
+            destroyed = 0
+            for source in [s for s in self._ready if gone(s)]:
+                entries = self._ready.pop(source)
+                self._failed_at.pop(source, None)
+                for entry in entries:
+                    await self._discard(entry.machine)
+                    destroyed += 1
+            if destroyed:
+                log.info("hot pool machines destroyed: their source goes away", machines=destroyed)
+            yield destroyed
+        finally:
+            self._going.remove(gone)
 
     async def _make_one(self, source: MachineSource) -> tuple[M, float] | None:
         """A restored, primed, paused machine of `source` and its priming time; None (the source

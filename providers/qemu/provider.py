@@ -248,7 +248,26 @@ class QemuProvider(Provider):
         return await asyncio.to_thread(self.states.held)
 
     async def delete_version(self, start_state_id: str, version: int) -> None:
-        await asyncio.to_thread(self.states.delete, start_state_id, version)
+        """Remove a version's files, its hot-pool machines first: a paused machine restored from it
+        would otherwise hold its memory, and the deleted files' space, until the runner closes.
+
+        Raises:
+            ProviderError: the files could not be removed, or a pooled machine of it was still being
+                made after the pool's bound (nothing is removed then).
+        """
+        if self.pool is None:
+            await asyncio.to_thread(self.states.delete, start_state_id, version)
+            return
+
+        def of_version(source: MachineSource) -> bool:
+            return source.start_state_id == start_state_id and source.version == version
+
+        try:
+            async with self.pool.dropping(of_version):
+                await asyncio.to_thread(self.states.delete, start_state_id, version)
+        except TimeoutError:
+            raise ProviderError(f"start state {start_state_id} v{version} not deleted: the hot pool was still "
+                                "making a machine of it; try again") from None
 
     async def export_version(self, start_state_id: str, version: int) -> VersionBundle:
         vf = self.states.existing(start_state_id, version)
@@ -274,9 +293,12 @@ class QemuProvider(Provider):
                 raise ProviderError(f"start state {start_state_id} v{version}: no disk.qcow2 among its files")
             await overlays.run_cmd([overlays.QEMU_IMG, "rebase", "-u", "-q", "-b", str(image.disk), "-F", "qcow2",
                                     str(disk)], timeout=60, what=f"fitting {disk} to the local image")
-            return await asyncio.to_thread(_install_version, staged, dest.dir)
+            held = await asyncio.to_thread(_install_version, staged, dest.dir)
         finally:
             await asyncio.to_thread(shutil.rmtree, staged, True)
+        if self.pool is not None:
+            self.pool.wake()  # a version with memory is a new pool source
+        return held
 
     # -- machines ----------------------------------------------------------------------------
 
@@ -860,6 +882,8 @@ class QemuMachine(Machine):
             await asyncio.to_thread(shutil.rmtree, partial, True)
             raise
         size = sum(f.stat().st_size for f in vf.dir.iterdir() if f.is_file())
+        if with_memory and p.pool is not None:
+            p.pool.wake()  # a version with memory is a new pool source
         log.info("start state saved", start_state_id=start_state_id, version=version, with_memory=with_memory,
                  seconds=round(time.monotonic() - started, 2), bytes=size)
         return SavedVersion(start_state_id=start_state_id, version=version, disk_path=vf.disk, size_bytes=size,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -172,6 +173,60 @@ async def test_closing_while_a_machine_is_primed_leaves_nothing(
         await p.start()
         await asyncio.wait_for(priming.wait(), BOOT_TIMEOUT * 3)
         assert len(our_domains()) == 1
+    finally:
+        await p.close()
+    assert our_domains() == []
+    assert list((sd / "machines").iterdir()) == []
+
+
+def all_domains() -> list[str]:
+    out = subprocess.run(["virsh", "-c", LIBVIRT_URI, "list", "--all", "--name"],
+                         capture_output=True, text=True, timeout=30, check=True)
+    return out.stdout.split()
+
+
+async def test_deleting_a_version_destroys_its_pooled_machines_first(
+        images_dir: Path, state_root: Path, runner_name: str) -> None:
+    """A start state's versions pooled (warm snapshots off: only they are), then v1 deleted as the
+    server's `delete` job and the registry cache's eviction delete it (`delete_version`): its paused
+    machine goes before its files; v2's stays. v2's files then removed behind the pool's back: the next
+    fill pass drops its machine too."""
+    ensure_libvirtd()
+    ssid = "ss_pooldel" + secrets.token_hex(2)
+    sd = state_root / f"pool-del-{secrets.token_hex(3)}"
+    sd.mkdir(mode=0o755)
+    maker = QemuProvider(images_dir, sd, runner_name, LIBVIRT_URI)
+    await maker.start()
+    try:
+        m = await maker.create_machine("at_pool_saver", TINY, timeout=BOOT_TIMEOUT)
+        try:
+            await m.wait_ready(BOOT_TIMEOUT)
+            await m.save(ssid, 1)
+            await m.save(ssid, 2)
+        finally:
+            await m.destroy()
+    finally:
+        await maker.close()
+    v1, v2 = (MachineSource(image="linux-tiny", start_state_id=ssid, version=v) for v in (1, 2))
+    p = QemuProvider(images_dir, sd, runner_name, LIBVIRT_URI, pool=PoolConfig(per_source=1, total_mib=512))
+    try:
+        await p.start()
+        assert p.pool is not None
+        pool = p.pool
+        await until(lambda: pool.counts() == {v1: 1, v2: 1}, BOOT_TIMEOUT * 2, "both versions pooled")
+        d1, d2 = (pool._ready[v][0].machine.domain_name for v in (v1, v2))
+        assert {d1, d2} <= set(all_domains())
+
+        await p.delete_version(ssid, 1)
+        assert d1 not in all_domains()
+        assert not (sd / "states" / ssid / "v1").exists()
+        assert d2 in all_domains() and pool.counts() == {v2: 1}
+
+        await asyncio.to_thread(p.states.delete, ssid, 2)
+        pool.wake()
+        await until(lambda: d2 not in all_domains(), BOOT_TIMEOUT, "v2's machine to be dropped")
+        assert pool.counts() == {}
+        assert our_domains() == []
     finally:
         await p.close()
     assert our_domains() == []

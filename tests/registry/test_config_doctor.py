@@ -27,6 +27,17 @@ def test_registry_from_file_and_env_key_by_key(tmp_path: Path) -> None:
     assert load_config(env={}).registry is None
 
 
+def test_the_slowest_rate_waited_for_is_a_setting_with_an_env_twin(tmp_path: Path) -> None:
+    f = tmp_path / "runner.yaml"
+    f.write_text("registry:\n  url: https://reg.lab:5000\n  min_mib_per_s: 2.5\n")
+    assert (cfg := load_config(env={}, config_file=f)).registry is not None and cfg.registry.min_mib_per_s == 2.5
+    env = {"GH_RUNNER_REGISTRY_MIN_MIB_PER_S": "40"}
+    assert (cfg := load_config(env=env, config_file=f)).registry is not None and cfg.registry.min_mib_per_s == 40
+    assert Registry(url="https://reg").min_mib_per_s == 5.0
+    with pytest.raises(ConfigError, match="GH_RUNNER_REGISTRY_MIN_MIB_PER_S"):
+        load_config(env={"GH_RUNNER_REGISTRY_URL": "https://reg", "GH_RUNNER_REGISTRY_MIN_MIB_PER_S": "0"})
+
+
 @pytest.mark.parametrize("env, where", [
     ({"GH_RUNNER_REGISTRY_URL": "ftp://reg"}, "GH_RUNNER_REGISTRY_URL"),
     ({"GH_RUNNER_REGISTRY_URL": "https://reg", "GH_RUNNER_REGISTRY_REPOSITORY": "Upper/Case"},

@@ -7,15 +7,17 @@ import asyncio
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 
 from gh_runner.config import Registry as RegistrySettings
-from gh_runner.library import FetchRefused, Library, open_registry
+from gh_runner.library import FetchRefused, Library, LibraryTimeouts, open_registry
 from gh_wire.protocol import LeaseRefusal
 from providers.base import MachineSource, Provider, ProviderError, VersionBundle
 from registry.server import RegistryProcess
+from registry.slowlink import SlowLink
 
 MIB = 1024 * 1024
 
@@ -128,3 +130,51 @@ async def test_refusals_are_typed(plain_registry: RegistryProcess, tmp_path: Pat
         await lib_b.close()
     finally:
         await lib.close()
+
+
+async def test_a_pull_is_bounded_by_its_size_at_the_slowest_rate_waited_for(plain_registry: RegistryProcess,
+                                                                          tmp_path: Path) -> None:
+    """The bound is a floor plus the manifest's bytes at `registry.min_mib_per_s`: an 8 MiB version over a
+    2 MiB/s link (about 4 s) is refused at the bound when 4 MiB/s is the slowest waited for (0.5 + 2 s),
+    and arrives when 1 MiB/s is (0.5 + 8 s)."""
+    a = DirProvider(tmp_path / "a")
+    a.add("ss_slow", 1, 8 * MIB)
+    lib_a = library(plain_registry, a, tmp_path / "state-a")
+    try:
+        await lib_a.publish("ss_slow", 1)
+        # The defaults: a 50 MiB state is given 70 s, a 30 GiB Windows one 1 h 43 min (5 MiB/s).
+        assert lib_a.pull_bound(50 * MIB) == pytest.approx(70.0)
+        assert lib_a.pull_bound(30 * 1024 * MIB) == pytest.approx(60.0 + 6144.0)
+    finally:
+        await lib_a.close()
+    link = SlowLink(plain_registry.port, 2 * MIB)
+    await link.start()
+
+    def over_link(name: str, min_mib_per_s: float) -> tuple[DirProvider, Library]:
+        provider = DirProvider(tmp_path / name)
+        settings = RegistrySettings(url=link.url, repository="gh-lib", min_mib_per_s=min_mib_per_s)
+        return provider, Library(provider, open_registry(settings), settings, tmp_path / f"state-{name}",
+                                 LibraryTimeouts(pull=0.5))
+
+    b, lib_b = over_link("b", 4.0)
+    c, lib_c = over_link("c", 1.0)
+    try:
+        assert lib_b.pull_bound(8 * MIB) == pytest.approx(2.5)
+        started = time.monotonic()
+        with pytest.raises(FetchRefused) as e:
+            await lib_b.acquire("ss_slow", 1, "linux-tiny", "sha256:abc", held=False)
+        took = time.monotonic() - started
+        assert e.value.code == LeaseRefusal.REGISTRY_UNAVAILABLE
+        assert "within 2.5 s" in e.value.reason and "min_mib_per_s = 4" in e.value.reason
+        assert 2.5 <= took < 30.0  # the bound, long before a stalled socket's 30 s
+        assert b.imports == 0 and not lib_b.in_use("ss_slow", 1) and lib_b.cached() == {}
+        assert list((tmp_path / "state-b" / "fetch").iterdir()) == []
+
+        waited = await lib_c.acquire("ss_slow", 1, "linux-tiny", "sha256:abc", held=False)
+        assert waited > 2.5 and c.imports == 1  # longer than the other's bound, within its own
+        assert await c.held_versions() == [("ss_slow", 1)]
+        lib_c.release("ss_slow", 1)
+    finally:
+        await lib_b.close()
+        await lib_c.close()
+        await link.stop()

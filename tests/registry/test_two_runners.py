@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from gh_wire.protocol import Lease, LeaseRefusal
+from gh_wire.protocol import Job, Lease, LeaseRefusal
 from registry.hosts import WAIT, Host, build_state, run_to_result, start_host, state_lease
 from registry.server import RegistryProcess
 
@@ -86,6 +86,12 @@ async def test_a_state_saved_on_one_runner_serves_another(secure_registry: Regis
     res = await run_to_result(b, "at_reg_b3")
     assert res.error is None and res.metrics.phase_seconds.get("fetch") == 0.0
     assert b.daemon.library.pulls_done == 1
+
+    # The control plane's delete reaches B too (gh_server.start_state_jobs.holders): its pulled copy goes.
+    await b.peer.send(Job(job_id="jb_reg_del", op="delete", start_state_id=SSID))
+    done = await b.peer.wait_type("job_result", timeout=WAIT, where=lambda m: m.job_id == "jb_reg_del")
+    assert done.ok, done.error
+    assert not (b.state_dir / "states" / SSID).exists()
 
 
 async def test_tampered_blob_and_dead_registry_are_refusals(plain_registry: RegistryProcess,

@@ -255,3 +255,63 @@ def test_job_results_move_the_state_and_send_webhooks(server: Server, gateway: F
     assert ("start_state.failed", failed["start_state_id"]) in events
     assert len([e for e in events if e[1] == built["start_state_id"]]) == 1
     c.webhook.delete()
+
+
+def test_deletes_reach_every_runner_that_holds_a_version(server: Server, gateway: FakeGateway) -> None:
+    """A version collected, and then the whole state deleted: the `delete` job goes to the runner that
+    saved it, to a runner whose hello listed it (pulled from the registry), and to a runner an attempt
+    on it ran on (it pulled it since its last hello); not to a runner without it, nor a revoked one."""
+    from gh_server.models import Attempt, RunCase, TestRun
+    from gh_server.start_state_jobs import collect_versions
+
+    c = server.admin
+    saver, puller, ran, other, gone = (c.runners.create(f"holder-{n}")["runner_id"]
+                                       for n in ("saver", "puller", "ran", "other", "gone"))
+    _hello(server, saver, ["img-del"], [])
+    gateway._connected.add(saver)
+    ssid = c.start_states.create("shared", "img-del", script="true")["start_state_id"]
+    for rid in (puller, ran, other, gone):
+        _hello(server, rid, ["img-del"], [])
+        gateway._connected.add(rid)
+    c.runners.delete(gone)
+    with server.state.db.begin() as s:  # what the save jobs' results and the hellos wrote
+        ss = s.get(StartState, ssid)
+        assert ss is not None and ss.runner_id == saver
+        ss.status, ss.version = "ready", 3
+        for v in (1, 2, 3):
+            s.add(StartStateVersion(start_state_id=ssid, version=v, runner_id=saver, size_bytes=1000))
+        for rid, held in ((puller, [(ssid, 1), (ssid, 3)]), (other, [("ss_elsewhere", 1)]), (gone, [(ssid, 1)])):
+            row = s.get(Runner, rid)
+            assert row is not None
+            row.held_versions = [{"start_state_id": a, "version": v} for a, v in held]
+        # `ran` ran an attempt on v1 (pulled it then), in a run long finished.
+        run_id = "tr_pulled" + ssid[-6:]
+        s.add(TestRun(id=run_id, status="completed", agents=["noop"]))
+        s.flush()
+        rc = RunCase(test_run_id=run_id, test_case_id="tc_pulled", case={},
+                     start_state={"kind": "state", "image": "img-del", "start_state_id": ssid, "version": 1})
+        s.add(rc)
+        s.flush()
+        s.add(Attempt(id="at_pulled" + ssid[-6:], test_run_id=run_id, run_case_id=rc.id, test_case_id="tc_pulled",
+                      agent_id="noop", try_number=1, status="done", runner_id=ran))
+    with server.state.db.begin() as s:
+        collect_versions(s)  # (or the server's own housekeeping got there first: either way once)
+
+    def deletes() -> dict[int | None, list[str]]:
+        with server.state.db() as s:
+            out: dict[int | None, list[str]] = {}
+            for j in s.scalars(select(RunnerJob).where(RunnerJob.start_state_id == ssid, RunnerJob.op == "delete")):
+                out.setdefault(j.payload.get("version"), []).append(str(j.runner_id))
+            return {v: sorted(rids) for v, rids in out.items()}
+
+    assert deletes() == {1: sorted([saver, puller, ran]), 2: [saver]}
+    with server.state.db() as s:
+        row = s.get(Runner, puller)
+        # No lease counts on v1 there any more.
+        assert row is not None and row.held_versions == [{"start_state_id": ssid, "version": 3}]
+
+    assert c.start_states.delete(ssid)["deleted"] is True
+    assert deletes()[None] == sorted([saver, puller, ran])
+    sent = {rid for rid, msg in gateway.sent if isinstance(msg, protocol.Job) and msg.op == "delete"
+            and msg.start_state_id == ssid and msg.version is None}
+    assert sent == {saver, puller, ran}
