@@ -146,6 +146,22 @@ async def test_anthropic_toolset_acts_scaled_and_answers(server_factory: Any) ->
     assert u["coordinates"] == "pixels 400x300" and len(u["model_seconds"]) == 2
 
 
+async def test_a_turns_words_reach_the_replay_when_it_looks_or_waits_first(server_factory: Any) -> None:
+    # A wait sends the machine nothing, and a screenshot only the look that answers it: the words go on
+    # the turn's first frame, an input or that look, never lost.
+    script = sequence(
+        claude(text("Let me look first."), member("wait", duration=0), member("screenshot"),
+               member("key", text="ctrl+l")),
+        claude(text("Only waiting."), member("wait", duration=0)),
+        claude(text("Done.")))
+    with model_server(script) as (url, _seen):
+        end, guest = await _run(server_factory, agent(url, "anthropic"))
+    assert end.error is None and end.answer == "Done."
+    noted = [(q.op, (q.note or {}).get("step"), (q.note or {}).get("text")) for q in guest.requests
+             if (q.note or {}).get("text")]
+    assert noted == [("screen", 1, "Let me look first."), ("screen", 2, "Only waiting.")], guest.requests
+
+
 async def test_anthropic_previous_tool_version(server_factory: Any) -> None:
     script = sequence(claude(tool("computer", action="double_click", coordinate=[100, 100])), claude(text("ok")))
     with model_server(script) as (url, seen):

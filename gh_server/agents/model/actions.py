@@ -149,6 +149,10 @@ _adapter: TypeAdapter[Any] = TypeAdapter(Action)
 # The kinds that end the task, and the ones that touch the machine (a step of the replay's trajectory).
 ENDS = ("done", "infeasible")
 GUI = ("click", "mouse_down", "mouse_up", "move", "drag", "scroll", "key", "hold_key", "type")
+# The kinds that send the machine a request of their own (an input, a zoomed screen, an exec), so leave
+# a replay frame to note the model's words on; a wait, a screenshot (the look that follows is the
+# frame), an ask or an end do not.
+REQUESTS = (*GUI, "zoom", "shell")
 
 
 class InvalidAction(ValueError):

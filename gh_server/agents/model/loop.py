@@ -121,8 +121,10 @@ class ModelAgent:
                 step = account.steps
                 if not turn.acts:  # neither an action nor an answer: its words are the answer
                     return self._finished(turn.text, account)
-                acted = await conv.act(turn, self._doer(ctx, actor, step, turn),
-                                       functools.partial(self._look, ctx, step, actor))
+                # The model's words go on the turn's first frame: its first request, or the look after.
+                said = [turn.text[:TEXT_SHOWN]] if turn.text else []
+                acted = await conv.act(turn, self._doer(ctx, actor, step, said),
+                                       functools.partial(self._look, ctx, step, actor, said))
                 account.invalid += len(acted.invalid)
                 ctx.usage = account.as_dict()
                 if acted.end is not None:
@@ -139,9 +141,14 @@ class ModelAgent:
     def _finished(answer: str, account: Account) -> AgentOutcome:
         return AgentOutcome(answer=answer[:100_000], steps=account.steps)
 
-    async def _look(self, ctx: AgentContext, step: int, actor: Actor | None = None) -> Shot:
-        """The look phase: the screen the model will see (its replay frame noted with the step)."""
-        png = await ctx.machine.screen(timeout=SCREEN_S, note={"agent": "model", "step": step, "seen_by_model": True})
+    async def _look(self, ctx: AgentContext, step: int, actor: Actor | None = None,
+                    said: list[str] | None = None) -> Shot:
+        """The look phase: the screen the model will see (its replay frame noted with the step, and with
+        the turn's words when none of its actions took them: `said`, emptied here)."""
+        note: dict[str, Any] = {"agent": "model", "step": step, "seen_by_model": True}
+        if said:
+            note["text"] = said.pop()
+        png = await ctx.machine.screen(timeout=SCREEN_S, note=note)
         try:
             shot = await within(ENCODE_S, asyncio.to_thread(prepare, png, self.cfg.screen))
         except TimeoutError:
@@ -183,14 +190,14 @@ class ModelAgent:
             return f"{who} refused the request (HTTP {status}): {detail}"
         return f"{who} sent a reply that is not the API's: {type(e).__name__}: {detail}"
 
-    def _doer(self, ctx: AgentContext, actor: Actor, step: int, turn: Turn) -> Any:
-        """The act phase's `do`: each action on the machine, its request noted for the replay."""
-        said = [turn.text[:TEXT_SHOWN]] if turn.text else []
+    def _doer(self, ctx: AgentContext, actor: Actor, step: int, said: list[str]) -> Any:
+        """The act phase's `do`: each action on the machine, its request noted for the replay (the first
+        request takes the turn's words, `said`)."""
 
         async def do(action: A.Action) -> ActResult:
             note: dict[str, Any] = {"agent": "model", "step": step, "action": A.describe(action)}
-            if said:
-                note["text"] = said.pop()  # the model's words go with the turn's first request
+            if said and action.type in A.REQUESTS:
+                note["text"] = said.pop()
             return await actor.act(action, note)
 
         return do
