@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import time
 
-from PIL import Image
-
 from providers.qemu import QemuMachine
+from providers.qemu.screen import distinct_colours
 
 
 async def sh(m: QemuMachine, script: str, timeout: float = 60.0) -> str:
@@ -42,7 +40,6 @@ async def mouse_location(m: QemuMachine) -> tuple[int, int]:
 
 
 def colours(png: bytes) -> int:
-    """Distinct colours on the screen (a text console has two or three, a desktop hundreds)."""
-    img = Image.open(io.BytesIO(png)).convert("RGB")
-    small = img.resize((img.width // 4, img.height // 4), Image.Resampling.NEAREST)  # no blended shades
-    return len(set(small.getdata()))
+    """Distinct colours on the screen (a text console has two or three, a desktop hundreds): the
+    provider's own count, which decides when a desktop is painted."""
+    return distinct_colours(png)

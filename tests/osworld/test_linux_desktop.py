@@ -42,8 +42,13 @@ FIXES = {
 
 def tasks(root: Path) -> None:
     d = root / "os"
-    typing = ("import pyautogui, time; pyautogui.typewrite('draft'); time.sleep(0.5); pyautogui.hotkey('ctrl', 's'); "
-              "time.sleep(1)")
+    # The author waits for the save to reach the file (a poll with a deadline): Mousepad under TCG on a
+    # loaded host may save after the setup would otherwise have ended, and overwrite the reference fix.
+    typing = ("import pathlib, pyautogui, time\n"
+              "pyautogui.typewrite('draft'); time.sleep(0.5); pyautogui.hotkey('ctrl', 's')\n"
+              "note, end = pathlib.Path.home() / 'Documents' / 'note.txt', time.monotonic() + 60\n"
+              "while 'draft' not in note.read_text() and time.monotonic() < end:\n"
+              "    time.sleep(0.2)\n")
     write_task(d, task(id="osw-note", instruction="Finish my note: it should say 'draft final'.",
                        config=[{"type": "execute", "parameters": {
                                    "command": "mkdir -p ~/Documents && : > ~/Documents/note.txt", "shell": True}},
