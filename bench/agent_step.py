@@ -11,14 +11,16 @@ model is a local HTTP server answering at once with SDK-typed replies: a click (
 the screen's centre) and a key (shift) per turn. Per
 API, for each step (the time between two model requests, the model's own time being ~0):
 
-  screen   the screenshot request (the hypervisor's screenshot to PNG)
+  screen   the screenshot request (QEMU's PPM screen dump, encoded to PNG by gh_common/png.py)
   act      the input requests of the turn (a click, a key)
   rest     everything else: scaling and encoding the screenshot, building the request, the SDK's
            round trip on loopback, parsing the reply, bookkeeping (scale+encode alone is printed first)
 
 printed as p50 / p90 in milliseconds. The provider paces pointer reports POINTER_GAP_S apart (a click is
 three reports: move, press, release): the last row runs anthropic again with the gap at 0, side by side,
-to show what that pacing costs per click. The host may be shared: compare the rows of one run.
+to show what that pacing costs per click, and the row after it takes libvirt's screenshot (a PNG QEMU
+encodes itself, the path before issue 23's measurement) instead of the PPM dump. The host may be shared:
+compare the rows of one run.
 Everything it makes is named gh-bench-agentstep-* and removed at the end, even on failure.
 """
 
@@ -188,14 +190,18 @@ async def main() -> None:
             enc.append((time.monotonic() - t) * 1000)
         print(f"scale+encode alone (in a thread): p50 {pct(enc, .5):.0f} ms, p90 {pct(enc, .9):.0f} ms")
         gap = qinput.POINTER_GAP_S
-        for api, row_gap in (("anthropic", gap), ("openai-chat", gap), ("anthropic", 0.0)):
+        for api, row_gap, ppm in (("anthropic", gap, True), ("openai-chat", gap, True), ("anthropic", 0.0, True),
+                                  ("anthropic", gap, False)):
             qinput.POINTER_GAP_S = row_gap
+            machine._ppm_dumps = ppm
             try:
                 r = await run_api(machine, api, args.steps, (w, h))
             finally:
                 qinput.POINTER_GAP_S = gap
+                machine._ppm_dumps = True
             ms = {k: [v * 1000 for v in vs] for k, vs in r.items()}
             name = api if row_gap == gap else f"{api}, gap 0"
+            name = name if ppm else f"{api}, libvirt's"
             print(f"{name:<16} {len(ms['step']):>5}  {pct(ms['step'], .5):>9.0f} {pct(ms['step'], .9):>7.0f}  "
                   f"{pct(ms['screen'], .5):>10.0f} {pct(ms['act'], .5):>8.0f} {pct(ms['rest'], .5):>9.0f} "
                   f"{pct(ms['rest'], .9):>9.0f}")

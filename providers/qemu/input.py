@@ -24,7 +24,6 @@ from gh_wire.input import (
     MouseDownEvent,
     MouseUpEvent,
     MoveEvent,
-    ScrollEvent,
     TypeEvent,
 )
 from providers.errors import InputNotSupported
@@ -64,25 +63,31 @@ def button_event(button: str, down: bool) -> list[dict[str, Any]]:
 
 def pointer_batches(ev: InputEvent, size: tuple[int, int]) -> list[list[dict[str, Any]]]:
     """Each batch is one input-send-event (one HID report): a press and its release must not share
-    a report, or the tablet reports only the final state and the click is lost."""
+    a report, or the tablet reports only the final state and the click is lost. The move shares the
+    first button's report, as a pen touching down at a point does: the guest applies a report's
+    position before its buttons, and each report costs a pacing gap (POINTER_GAP_S)."""
+    if isinstance(ev, TypeEvent | KeyEvent):
+        raise InputNotSupported(f"not a pointer event: {ev.type}")
+    at = move_events(ev.x, ev.y, size)
     if isinstance(ev, MoveEvent):
-        return [move_events(ev.x, ev.y, size)]
+        return [at]
     if isinstance(ev, ClickEvent | DoubleClickEvent):
         clicks = 2 if isinstance(ev, DoubleClickEvent) else 1
-        out = [move_events(ev.x, ev.y, size)]
+        out: list[list[dict[str, Any]]] = []
         for _ in range(clicks):
             out += [button_event(ev.button, True), button_event(ev.button, False)]
-        return out
-    if isinstance(ev, MouseDownEvent | MouseUpEvent):
-        return [move_events(ev.x, ev.y, size), button_event(ev.button, isinstance(ev, MouseDownEvent))]
-    if isinstance(ev, ScrollEvent):
-        out = [move_events(ev.x, ev.y, size)]
+    elif isinstance(ev, MouseDownEvent | MouseUpEvent):
+        out = [button_event(ev.button, isinstance(ev, MouseDownEvent))]
+    else:
+        out = []
         for notches, wheel in ((ev.dy, "wheel-down" if ev.dy > 0 else "wheel-up"),
                                (ev.dx, "wheel-right" if ev.dx > 0 else "wheel-left")):
             for _ in range(abs(notches)):
                 out += [button_event(wheel, True), button_event(wheel, False)]
-        return out
-    raise InputNotSupported(f"not a pointer event: {ev.type}")
+        if not out:
+            return [at]
+    out[0] = at + out[0]
+    return out
 
 
 class InputDriver:
@@ -92,6 +97,7 @@ class InputDriver:
         self.screen_size = screen_size
         self.call_timeout = call_timeout
         self._keys_done_at = 0.0
+        self._pointer_quiet_at = 0.0  # no report or key before this: the last pointer report's gap
 
     def _monitor_blocking(self, cmd: str) -> str:
         def go(_c: libvirt.virConnect, dom: libvirt.virDomain) -> str:
@@ -125,6 +131,14 @@ class InputDriver:
         if left > 0:
             await asyncio.sleep(left)
 
+    async def _pointer_gap(self) -> None:
+        # Paced between reports, and before a key that follows one (the release of a click must
+        # reach the guest before the text typed into what it clicked); not after the last report of
+        # a request: whatever comes next waits here instead.
+        left = self._pointer_quiet_at - time.monotonic()
+        if left > 0:
+            await asyncio.sleep(left)
+
     async def deliver(self, events: Sequence[InputEvent]) -> None:
         # Validate everything first so that a bad event sends nothing rather than half a sequence.
         plans: list[tuple[str, Any, int]] = []
@@ -138,6 +152,7 @@ class InputDriver:
         size: tuple[int, int] | None = None
         for kind, plan, hold_ms in plans:
             if kind == "keys":
+                await self._pointer_gap()
                 for chord in plan:
                     await self._send_chord(chord, hold_ms)
             else:
@@ -145,6 +160,7 @@ class InputDriver:
                 if size is None:
                     size = await self.screen_size()
                 for batch in pointer_batches(plan, size):
+                    await self._pointer_gap()
                     await self._send_pointer(batch)
-                    await asyncio.sleep(POINTER_GAP_S)
+                    self._pointer_quiet_at = time.monotonic() + POINTER_GAP_S
         await self._drain_keys()

@@ -139,6 +139,7 @@ class QemuProvider(Provider):
         self.pool: HotPool[QemuMachine] | None = (
             HotPool(_PoolHost(self), pool, self._pool_sources) if pool is not None and pool.enabled else None)
         self.png_swapped: bool | None = None  # learnt from the first colourful screenshot
+        self.ppm_screendumps = True  # screen.py says why; bench/agent_step.py turns it off for its side by side
         self.clock_mode = clock_mode  # how a restored sh guest's clock is set (guest_agent.ClockMode)
         self.polling = polling  # of guest-exec-status (the old values stay for bench/ side by side)
         self.prime_script = True  # the pool primes a script's path too (off only in bench/legacy_exec.py)
@@ -638,6 +639,7 @@ class QemuMachine(Machine):
         self._destroyed = False
         self._screen_size: tuple[int, int] | None = None
         self._screen_size_at = 0.0
+        self._ppm_dumps = provider.ppm_screendumps
         self.domain = Domain(provider.conn, name)
         self.agent = GuestAgent(self.domain, polling=provider.polling)
         self.run_as = run_as_for(image.manifest)  # root, or the desktop session's user (desktop.py)
@@ -821,6 +823,17 @@ class QemuMachine(Machine):
 
     async def screenshot(self) -> bytes:
         self._over_limit()
+        if self._ppm_dumps:
+            try:
+                ppm = await in_thread("taking a screenshot", ppm_dump_blocking, self.domain, self.dir,
+                                      timeout=CALL_TIMEOUT)
+            except (ProviderError, OSError):
+                ppm = None  # libvirt's screenshot below says what is wrong, if anything is
+            if ppm is not None:
+                png, size = await asyncio.to_thread(to_png, ppm, "image/x-portable-pixmap", swap_png=False)
+                self._screen_size, self._screen_size_at = size, time.monotonic()
+                return png
+            self._ppm_dumps = False  # QEMU cannot write here: libvirt's path from now on, not a failed try each time
         raw, mime = await in_thread("taking a screenshot", screenshot_blocking, self.domain, timeout=CALL_TIMEOUT)
         swap = False
         if mime == "image/png":

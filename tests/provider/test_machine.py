@@ -17,6 +17,7 @@ from gh_wire.input import ClickEvent, KeyEvent, MoveEvent, ScrollEvent, TypeEven
 from providers.errors import InputNotSupported, ProviderError
 from providers.qemu import QemuMachine
 from providers.qemu.connection import Connection
+from providers.qemu.screen import SCREENDUMP_DIR
 
 from .conftest import LIBVIRT_URI, ensure_libvirtd
 
@@ -81,24 +82,44 @@ async def test_screenshot_has_guest_resolution_and_correct_colours(shared_machin
     # Paint the text console red (ANSI background 41): VGA text mode draws it as (170, 0, 0).
     r = await shared_machine.run_script("printf '\\033[41m\\033[2J\\033[H' > /dev/tty1", timeout=60)
     assert r.exit_code == 0
-    try:
-        png = await shared_machine.screenshot()
+    mode = await shared_machine.run_script("cat /sys/class/graphics/fb0/virtual_size 2>/dev/null || true", timeout=30)
+    # A framebuffer console reports its size, and the screenshot must match it; else VGA text mode
+    # 80x25 with 9x16 glyphs.
+    size = tuple(int(v) for v in mode.stdout.strip().split(",")) if mode.stdout.strip() else (720, 400)
+
+    def assert_red_screen(png: bytes) -> None:
         img = Image.open(io.BytesIO(png)).convert("RGB")
-        mode = await shared_machine.run_script("cat /sys/class/graphics/fb0/virtual_size 2>/dev/null || true",
-                                               timeout=30)
-        if mode.stdout.strip():  # a framebuffer console reports its size; the screenshot must match it
-            w, h = (int(v) for v in mode.stdout.strip().split(","))
-            assert img.size == (w, h)
-        else:  # VGA text mode 80x25 with 9x16 glyphs
-            assert img.size == (720, 400)
+        assert img.size == size
         colours: list[tuple[int, tuple[int, int, int]]] = img.getcolors(maxcolors=1 << 16) or []  # type: ignore[assignment]
         count, (red, green, blue) = max(colours)
         assert count > img.size[0] * img.size[1] // 2
         assert red > 120 and blue < 60 and green < 60, (red, green, blue)
-        # A red screen is enough for the provider to learn whether this QEMU swaps PNG channels.
+
+    try:
+        assert_red_screen(await shared_machine.screenshot())  # QEMU's PPM dump, through QMP
+        # libvirt's screenshot (the fallback): a red screen is enough for the provider to learn
+        # whether this QEMU swaps PNG channels.
+        shared_machine._ppm_dumps = False
+        assert_red_screen(await shared_machine.screenshot())
         assert shared_machine.provider.png_swapped is not None
     finally:
+        shared_machine._ppm_dumps = True
         await shared_machine.run_script("printf '\\033[0m\\033[2J\\033[H' > /dev/tty1", timeout=60)
+
+
+async def test_screenshots_at_once_each_get_a_whole_screen_from_the_dump_and_leave_nothing(
+        shared_machine: QemuMachine) -> None:
+    # The agent's screenshot and the replay's may be taken at the same moment: each dump has its own file.
+    shots = await asyncio.gather(*(shared_machine.screenshot() for _ in range(4)))
+    sizes = set()
+    for png in shots:
+        img = Image.open(io.BytesIO(png))
+        img.load()
+        sizes.add(img.size)
+    assert len(sizes) == 1
+    assert shared_machine._ppm_dumps  # QEMU wrote its dumps: libvirt's slower path was not needed
+    dumps = shared_machine.dir / SCREENDUMP_DIR
+    assert dumps.is_dir() and list(dumps.iterdir()) == []
 
 
 async def test_typing_on_the_console_reaches_the_shell(shared_machine: QemuMachine) -> None:

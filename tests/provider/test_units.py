@@ -25,7 +25,7 @@ from providers.qemu.domain import (
     safe_part,
 )
 from providers.qemu.errors import plain_reason
-from providers.qemu.input import ABS_MAX, abs_value, pointer_batches
+from providers.qemu.input import ABS_MAX, abs_value, button_event, move_events, pointer_batches
 from providers.qemu.keymap import SHIFT, char_keys, combo_keys, key_name, text_keys
 from providers.qemu.saveimage import HEADER, MAGIC, read_save_image, write_machine_copy
 from providers.qemu.screen import png_swap_verdict, to_png
@@ -163,10 +163,14 @@ def test_pointer_batches_separate_press_and_release() -> None:
     size = (640, 480)
     assert abs_value(639, 640) == ABS_MAX and abs_value(0, 640) == 0 and abs_value(10_000, 640) == ABS_MAX
     click = pointer_batches(ClickEvent(x=320, y=240, button="right"), size)
-    assert len(click) == 3 and click[1][0]["data"] == {"down": True, "button": "right"}
-    assert len(pointer_batches(DoubleClickEvent(x=1, y=1), size)) == 5
+    # The move rides with the press (one report: the position applies first), the release alone.
+    assert [[e["type"] for e in b] for b in click] == [["abs", "abs", "btn"], ["btn"]]
+    assert click[0][2]["data"] == {"down": True, "button": "right"}
+    assert click[1][0]["data"] == {"down": False, "button": "right"}
+    assert len(pointer_batches(DoubleClickEvent(x=1, y=1), size)) == 4
     scroll = pointer_batches(ScrollEvent(x=1, y=1, dy=-3), size)
-    assert len(scroll) == 7 and scroll[1][0]["data"]["button"] == "wheel-up"
+    assert len(scroll) == 6 and scroll[0][2]["data"]["button"] == "wheel-up"
+    assert pointer_batches(ScrollEvent(x=5, y=5), size) == [move_events(5, 5, size)]
     mv = pointer_batches(MoveEvent(x=320, y=0), size)[0]
     assert mv[0]["data"]["value"] == round(320 * ABS_MAX / 639) and mv[1]["data"]["value"] == 0
 
@@ -175,11 +179,12 @@ def test_mouse_down_and_up_are_one_press_each_and_scroll_goes_both_ways() -> Non
     size = (640, 480)
     down = pointer_batches(MouseDownEvent(x=10, y=20), size)
     up = pointer_batches(MouseUpEvent(x=30, y=40, button="middle"), size)
-    assert [b[0]["type"] for b in down] == ["abs", "btn"] and down[1][0]["data"] == {"down": True, "button": "left"}
-    assert up[1][0]["data"] == {"down": False, "button": "middle"}
+    assert [[e["type"] for e in b] for b in down] == [["abs", "abs", "btn"]]
+    assert down[0][2]["data"] == {"down": True, "button": "left"}
+    assert up == [move_events(30, 40, size) + button_event("middle", False)]
     both = pointer_batches(ScrollEvent(x=1, y=1, dy=1, dx=-2), size)
-    assert [b[0]["data"]["button"] for b in both[1:] if b[0]["data"]["down"]] == ["wheel-down", "wheel-left",
-                                                                                 "wheel-left"]
+    assert [b[-1]["data"]["button"] for b in both if b[-1]["data"]["down"]] == ["wheel-down", "wheel-left",
+                                                                                "wheel-left"]
 
 
 # -- screen colours --------------------------------------------------------------------------------

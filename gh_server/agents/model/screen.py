@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from PIL import Image
 
+from gh_common.png import encode as encode_png
+
 
 @dataclass(frozen=True)
 class Scale:
@@ -47,10 +49,7 @@ class Shot:
 
 
 def _encode(im: Image.Image) -> bytes:
-    out = io.BytesIO()
-    # compress_level 1: a screenshot is mostly flat colour, and level 6's extra few percent cost 3-5x the time.
-    im.save(out, format="PNG", compress_level=1)
-    return out.getvalue()
+    return encode_png(im)  # unfiltered, zlib level 1: gh_common/png.py says why
 
 
 def prepare(png: bytes, target: tuple[int, int] | None) -> Shot:
