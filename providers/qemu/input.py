@@ -90,6 +90,12 @@ def pointer_batches(ev: InputEvent, size: tuple[int, int]) -> list[list[dict[str
     return out
 
 
+async def _until(t: float) -> None:
+    left = t - time.monotonic()
+    if left > 0:
+        await asyncio.sleep(left)
+
+
 class InputDriver:
     def __init__(self, domain: Domain, screen_size: Callable[[], Awaitable[tuple[int, int]]],
                  *, call_timeout: float = 10.0) -> None:
@@ -98,6 +104,7 @@ class InputDriver:
         self.call_timeout = call_timeout
         self._keys_done_at = 0.0
         self._pointer_quiet_at = 0.0  # no report or key before this: the last pointer report's gap
+        self._last_press_at = 0.0  # when QEMU plays the press of the last chord sent
 
     def _monitor_blocking(self, cmd: str) -> str:
         def go(_c: libvirt.virConnect, dom: libvirt.virDomain) -> str:
@@ -123,21 +130,19 @@ class InputDriver:
         if queued > MAX_QUEUED_S:
             await asyncio.sleep(queued - MAX_QUEUED_S)
         await in_thread("sending keys", self._send_key_blocking, codes, hold_ms, timeout=self.call_timeout)
-        # QEMU plays each chord as: press, hold, release, then its inter-key delay.
-        self._keys_done_at = max(self._keys_done_at, time.monotonic()) + (hold_ms + 10) / 1000
+        # QEMU plays each chord as: press, hold, release, then its inter-key delay; a chord sent
+        # while another plays waits behind it in QEMU's queue.
+        self._last_press_at = max(self._keys_done_at, time.monotonic())
+        self._keys_done_at = self._last_press_at + (hold_ms + 10) / 1000
 
     async def _drain_keys(self) -> None:
-        left = self._keys_done_at - time.monotonic()
-        if left > 0:
-            await asyncio.sleep(left)
+        await _until(self._keys_done_at)
 
     async def _pointer_gap(self) -> None:
         # Paced between reports, and before a key that follows one (the release of a click must
         # reach the guest before the text typed into what it clicked); not after the last report of
         # a request: whatever comes next waits here instead.
-        left = self._pointer_quiet_at - time.monotonic()
-        if left > 0:
-            await asyncio.sleep(left)
+        await _until(self._pointer_quiet_at)
 
     async def deliver(self, events: Sequence[InputEvent]) -> None:
         # Validate everything first so that a bad event sends nothing rather than half a sequence.
@@ -163,4 +168,8 @@ class InputDriver:
                     await self._pointer_gap()
                     await self._send_pointer(batch)
                     self._pointer_quiet_at = time.monotonic() + POINTER_GAP_S
-        await self._drain_keys()
+        # Done once the last key is pressed: typed text is all in, and a key's release (QEMU plays it
+        # HOLD_MS later) is no reason to hold back the agent's next look; the next pointer report
+        # waits for it. A key the agent asked to hold is held for as long as it asked.
+        held = any(isinstance(ev, KeyEvent) and ev.hold_ms for ev in events)
+        await _until(self._keys_done_at if held else self._last_press_at)

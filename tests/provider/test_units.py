@@ -6,6 +6,7 @@ import io
 import struct
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import libvirt
 import pytest
@@ -373,3 +374,61 @@ def test_bad_images_are_skipped_and_checksums_cached(tmp_path: Path) -> None:
         assert [i.info.name for i in cat.scan_blocking()] == []
     finally:
         images_mod.sha256_file = real
+
+
+# -- when a request of input is done ---------------------------------------------------------------
+
+class _Clock:
+    """A virtual monotonic clock: sleeping advances it, nothing else does."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, s: float) -> None:
+        self.now += s
+        self.slept += s
+
+
+class _KeysDomain:
+    """The libvirt domain at its boundary: sendKey recorded with the clock's time."""
+
+    def __init__(self, clock: _Clock) -> None:
+        self.clock = clock
+        self.sent: list[tuple[float, list[int], int]] = []
+
+    def sendKey(self, _set: int, hold_ms: int, codes: list[int], _n: int, _flags: int) -> None:
+        self.sent.append((self.clock.now, list(codes), hold_ms))
+
+    def call_blocking(self, fn: Any, *, retry: bool = True) -> Any:
+        return fn(None, self)
+
+
+async def test_input_is_done_once_its_last_key_is_pressed_and_a_held_key_once_released(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from gh_wire.input import KeyEvent, TypeEvent
+    from providers.qemu import input as qinput
+
+    clock = _Clock()
+    monkeypatch.setattr(qinput, "time", SimpleNamespace(monotonic=clock.monotonic))
+    monkeypatch.setattr(qinput, "asyncio", SimpleNamespace(sleep=clock.sleep))
+    dom = _KeysDomain(clock)
+    driver = qinput.InputDriver(dom, screen_size=None)  # type: ignore[arg-type]
+    step = (qinput.HOLD_MS + 10) / 1000  # QEMU: press, hold, release, inter-key delay
+
+    # A chord: nothing to wait for once it is sent (its release is QEMU's to play).
+    await driver.deliver([KeyEvent(keys=["shift"])])
+    assert clock.slept == 0 and len(dom.sent) == 1
+    # Typed text: done when its last key is pressed, which QEMU plays after the ones before it.
+    clock.slept = 0
+    await driver.deliver([TypeEvent(text="abc")])
+    assert clock.slept == pytest.approx(3 * step)  # behind the chord above, then "a" and "b"
+    # A key the agent asked to hold: done when it is released.
+    clock.slept = 0
+    await driver.deliver([KeyEvent(keys=["shift"], hold_ms=700)])
+    assert clock.slept == pytest.approx(step + 0.71)
