@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from PIL import Image
 
-from gh_common.png import encode as encode_png
+from gh_common.png import encode as encode_png  # unfiltered, zlib level 1: gh_common/png.py says why
 
 
 @dataclass(frozen=True)
@@ -48,10 +48,6 @@ class Shot:
         return "data:image/png;base64," + self.b64
 
 
-def _encode(im: Image.Image) -> bytes:
-    return encode_png(im)  # unfiltered, zlib level 1: gh_common/png.py says why
-
-
 def prepare(png: bytes, target: tuple[int, int] | None) -> Shot:
     """The guest's PNG scaled to `target` (None: as it is)."""
     with Image.open(io.BytesIO(png)) as im:
@@ -59,7 +55,7 @@ def prepare(png: bytes, target: tuple[int, int] | None) -> Shot:
         if target is None or tuple(target) == guest:
             return Shot(png, Scale(guest, guest))
         scaled = im.convert("RGB").resize(target, Image.Resampling.BILINEAR)
-    return Shot(_encode(scaled), Scale(tuple(target), guest))  # type: ignore[arg-type]
+    return Shot(encode_png(scaled), Scale(tuple(target), guest))  # type: ignore[arg-type]
 
 
 def zoom(png: bytes, region: tuple[int, int, int, int], scale: Scale) -> Shot:
@@ -78,4 +74,4 @@ def zoom(png: bytes, region: tuple[int, int, int, int], scale: Scale) -> Shot:
         part = im.convert("RGB").crop((x0, y0, x1, y1))
     ratio = min(scale.model[0] / part.width, scale.model[1] / part.height)
     size = (max(1, round(part.width * ratio)), max(1, round(part.height * ratio)))
-    return Shot(_encode(part.resize(size, Image.Resampling.LANCZOS)), scale)
+    return Shot(encode_png(part.resize(size, Image.Resampling.LANCZOS)), scale)
