@@ -16,11 +16,13 @@ API, for each step (the time between two model requests, the model's own time be
   rest     everything else: scaling and encoding the screenshot, building the request, the SDK's
            round trip on loopback, parsing the reply, bookkeeping (scale+encode alone is printed first)
 
-printed as p50 / p90 in milliseconds. The provider paces pointer reports POINTER_GAP_S apart (a click is
-three reports: move, press, release): the last row runs anthropic again with the gap at 0, side by side,
-to show what that pacing costs per click, and the row after it takes libvirt's screenshot (a PNG QEMU
-encodes itself, the path before issue 23's measurement) instead of the PPM dump. The host may be shared:
-compare the rows of one run.
+printed as p50 / p90 in milliseconds, after 10 uncounted steps (a just-restored guest settles first). The
+provider paces input reports POINTER_GAP_S apart (a click is two reports, press with the move and release,
+and the key after it waits one gap): the third row runs anthropic again with the gap at 0, side by side,
+to show what that pacing costs per step, and the last row takes libvirt's screenshot (a PNG QEMU
+encodes itself, the path before issue 23's measurement) instead of the PPM dump. The scripted model server
+sets TCP_NODELAY, as real ones do (uvicorn through asyncio): without it each reply waits out the client's
+40 ms delayed ACK. The host may be shared: compare the rows of one run.
 Everything it makes is named gh-bench-agentstep-* and removed at the end, even on failure.
 """
 
@@ -92,6 +94,9 @@ def model(api: str, at: tuple[int, int]) -> Iterator[tuple[str, list[float]]]:
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # TCP_NODELAY, as every real model server has it (uvicorn: asyncio sets it on each socket). Without
+        # it the reply's body, written after its headers, waits out the client's 40 ms delayed ACK.
+        disable_nagle_algorithm = True
 
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("content-length", "0")))
@@ -189,6 +194,9 @@ async def main() -> None:
             await asyncio.to_thread(prepare, png, (w, h))
             enc.append((time.monotonic() - t) * 1000)
         print(f"scale+encode alone (in a thread): p50 {pct(enc, .5):.0f} ms, p90 {pct(enc, .9):.0f} ms")
+        # Not counted: a guest just restored settles for a few seconds (its clock, the compositor's
+        # redraw), which would land on whichever row ran first.
+        await run_api(machine, "anthropic", 10, (w, h))
         gap = qinput.POINTER_GAP_S
         for api, row_gap, ppm in (("anthropic", gap, True), ("openai-chat", gap, True), ("anthropic", 0.0, True),
                                   ("anthropic", gap, False)):

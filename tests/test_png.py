@@ -7,6 +7,7 @@ import io
 import pytest
 from PIL import Image
 
+from gh_common import png as fastpng
 from gh_common.png import encode
 
 
@@ -31,3 +32,21 @@ def test_a_screen_comes_back_pixel_for_pixel(mode: str) -> None:
 def test_a_flat_screen_is_small() -> None:
     # 1280x800 raw is 3 MB; a flat desktop must not cost the model's request (or the replay) that much.
     assert len(encode(_desktop_like((1280, 800)))) < 60_000
+
+
+def test_a_large_screen_deflated_in_two_halves_comes_back_pixel_for_pixel(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Above PARALLEL_FROM the rows are deflated in two halves at once and joined under one zlib header.
+    halves: list[bool] = []
+    deflate_part = fastpng._deflate_part
+
+    def counted(data: memoryview, last: bool) -> bytes:
+        halves.append(last)
+        return deflate_part(data, last)
+    monkeypatch.setattr(fastpng, "_deflate_part", counted)
+    src = _desktop_like((1280, 800))
+    for y in range(0, 800, 3):  # detail in both halves, and a row across the cut
+        src.paste(((y * 5) % 256, 40, 200 - y % 200), (y % 900, y, y % 900 + 300, y + 1))
+    back = Image.open(io.BytesIO(encode(src)))
+    back.load()
+    assert sorted(halves) == [False, True]
+    assert back.size == (1280, 800) and back.tobytes() == src.tobytes()

@@ -77,11 +77,32 @@ def png_size(data: bytes) -> tuple[int, int] | None:
     return None
 
 
+def ppm_pixels(data: bytes) -> tuple[memoryview, tuple[int, int]] | None:
+    """The pixels and size of a PPM as QEMU writes it ("P6\\n<w> <h>\\n255\\n" and packed RGB rows),
+    without a decode; None for any other layout (Pillow reads those)."""
+    if not data.startswith(b"P6\n"):
+        return None
+    fields = data[:64].split(b"\n", 3)
+    if len(fields) < 4 or fields[2] != b"255":
+        return None
+    try:
+        w, h = (int(v) for v in fields[1].split(b" "))
+    except ValueError:
+        return None
+    start = len(fields[0]) + len(fields[1]) + len(fields[2]) + 3
+    if w <= 0 or h <= 0 or len(data) - start != w * h * 3:
+        return None
+    return memoryview(data)[start:], (w, h)
+
+
 def to_png(data: bytes, mime: str | None, *, swap_png: bool) -> tuple[bytes, tuple[int, int]]:
     """Convert libvirt's dump to PNG bytes, fixing the channel order when the PNG writer swapped it."""
     size = png_size(data)
     if size is not None and not swap_png:
         return data, size  # already a correct PNG: no decode and re-encode on the hot path
+    ppm = ppm_pixels(data)
+    if ppm is not None:  # QEMU's own dump: its rows are already the PNG's, less the filter byte
+        return fastpng.encode_rgb(*ppm), ppm[1]
     img: Image.Image
     try:
         img = Image.open(io.BytesIO(data))

@@ -93,6 +93,9 @@ def model_server(script: Script) -> Iterator[tuple[str, Seen]]:
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # TCP_NODELAY, as every real model server has it (uvicorn: asyncio sets it on each socket). Without
+        # it the reply's body, written after its headers, waits out the client's 40 ms delayed ACK.
+        disable_nagle_algorithm = True
 
         def do_POST(self) -> None:
             data = self.rfile.read(int(self.headers.get("content-length", "0")))

@@ -420,3 +420,40 @@ async def test_keep_screens_bounds_the_screenshots_in_context(server_factory: An
         assert len(outputs) == 4 and len(set(outputs[:2])) == 1 and outputs[2] != outputs[0]
     else:
         assert final.count("an earlier screenshot, removed") == 3  # 5 screens seen, 2 kept
+
+
+@pytest.mark.parametrize("api", ["openai-chat", "openai-responses"])
+async def test_openai_bodies_are_the_sdks_own_without_its_per_call_transform(
+        server_factory: Any, monkeypatch: pytest.MonkeyPatch, api: str) -> None:
+    """The SDK's request transform walked the whole history on every call (20 ms a call growing past
+    100 ms by step 30): bodies now go through `client.post` as they are. Each body must still be what
+    the SDK's create() would have sent, and carry only the bearer key."""
+    from openai._utils import async_transform
+    from openai.resources.chat.completions import completions as chat_module
+    from openai.resources.responses import responses as responses_module
+    from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
+    from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
+
+    walked: list[object] = []
+
+    async def counting(data: object, expected_type: object) -> object:
+        walked.append(expected_type)
+        return await async_transform(data, expected_type)
+    monkeypatch.setattr(chat_module, "async_maybe_transform", counting)
+    monkeypatch.setattr(responses_module, "async_maybe_transform", counting)
+    if api == "openai-chat":
+        act, last = chat(None, ("computer", {"action": "click", "x": 1, "y": 1})), chat("ok")
+        params: Any = CompletionCreateParamsNonStreaming
+    else:
+        act, last = response(computer_call(ca.Click(type="click", button="left", x=1, y=1))), response(said("ok"))
+        params = ResponseCreateParamsNonStreaming
+    with model_server(sequence(act, act, act, last)) as (_url, seen):
+        end, _ = await _run(server_factory, agent(_url, api, keep_screens=2, temperature=0.0))
+    assert end.error is None and end.answer == "ok"
+    assert walked == []  # no call ran the transform
+    assert len(seen.requests) == 4
+    for path, body, headers, _ in seen.requests:
+        assert path.endswith("/chat/completions" if api == "openai-chat" else "/responses")
+        assert await async_transform(body, params) == body  # the transform would have sent the same
+        assert body["model"] == "test-model" and body["temperature"] == 0.0
+        assert headers["authorization"] == f"Bearer {KEY}"

@@ -225,6 +225,25 @@ def test_ppm_dumps_are_converted_without_swapping() -> None:
     assert Image.open(io.BytesIO(png)).getpixel((0, 0)) == (200, 10, 0) and size == (3, 2)
 
 
+def test_qemus_ppm_is_encoded_from_its_rows_without_a_decode(monkeypatch: pytest.MonkeyPatch) -> None:
+    from providers.qemu import screen
+
+    src = Image.new("RGB", (5, 3), (200, 10, 0))
+    src.putpixel((4, 2), (1, 2, 3))
+    qemu_ppm = b"P6\n5 3\n255\n" + src.tobytes()  # the layout QEMU's ppm_save writes
+    pillow_open = Image.open
+
+    def no_decode(*_a: object, **_k: object) -> Image.Image:
+        raise AssertionError("QEMU's PPM went through a decode")
+    monkeypatch.setattr(screen.Image, "open", no_decode)
+    png, size = to_png(qemu_ppm, "image/x-portable-pixmap", swap_png=False)
+    assert size == (5, 3) and pillow_open(io.BytesIO(png)).convert("RGB").tobytes() == src.tobytes()
+    # Any other PPM (a comment line, 16-bit samples, a short body) is Pillow's to read.
+    for other in (b"P6\n# by hand\n5 3\n255\n" + src.tobytes(), b"P6\n5 3\n65535\n" + src.tobytes() * 2,
+                  qemu_ppm[:-1]):
+        assert screen.ppm_pixels(other) is None
+
+
 def test_unreadable_screenshot_is_a_plain_error() -> None:
     with pytest.raises(ProviderError, match="unreadable screenshot"):
         to_png(b"garbage", "image/png", swap_png=False)

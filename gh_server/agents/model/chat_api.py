@@ -29,6 +29,7 @@ from gh_server.agents.model.conversation import (
     extra_tools,
     system_prompt,
 )
+from gh_server.agents.model.openai_post import post
 from gh_server.agents.model.screen import Scale, Shot
 from gh_server.agents.model.textformats import parse_pyautogui, parse_uitars
 from gh_server.agents.model.usage import CallUsage
@@ -115,13 +116,12 @@ class ChatConversation(Conversation):
 
     async def call(self) -> Turn:
         self._keep_screens()
-        kw: dict[str, Any] = {}
+        body: dict[str, Any] = {"model": self.cfg.model, "messages": self.messages, "max_tokens": self.cfg.max_tokens}
         if self.cfg.temperature is not None:
-            kw["temperature"] = self.cfg.temperature
+            body["temperature"] = self.cfg.temperature
         if self.tools:
-            kw["tools"] = self.tools
-        resp: ChatCompletion = await self.client.chat.completions.create(
-            model=self.cfg.model, messages=self.messages, max_tokens=self.cfg.max_tokens, **kw)  # type: ignore[arg-type]
+            body["tools"] = self.tools
+        resp = await post(self.client, "/chat/completions", body, ChatCompletion)
         usage = CallUsage()
         if resp.usage is not None:
             details = resp.usage.prompt_tokens_details

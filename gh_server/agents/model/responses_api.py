@@ -37,6 +37,7 @@ from gh_server.agents.model.conversation import (
     extra_tools,
     system_prompt,
 )
+from gh_server.agents.model.openai_post import post
 from gh_server.agents.model.screen import Shot
 from gh_server.agents.model.usage import CallUsage
 from gh_server.settings import ModelAgentConfig
@@ -148,12 +149,12 @@ class ResponsesConversation(Conversation):
 
     async def call(self) -> Turn:
         self._keep_screens()
-        kw: dict[str, Any] = {}
+        body: dict[str, Any] = {"model": self.cfg.model, "input": self.history, "tools": self.tools,
+                                "instructions": self.instructions, "max_output_tokens": self.cfg.max_tokens,
+                                "truncation": "auto"}
         if self.cfg.temperature is not None:
-            kw["temperature"] = self.cfg.temperature
-        resp: Response = await self.client.responses.create(  # type: ignore[call-overload]
-            model=self.cfg.model, input=self.history, tools=self.tools, instructions=self.instructions,
-            max_output_tokens=self.cfg.max_tokens, truncation="auto", **kw)
+            body["temperature"] = self.cfg.temperature
+        resp = await post(self.client, "/responses", body, Response)
         usage = CallUsage()
         if resp.usage is not None:
             details = resp.usage.input_tokens_details
