@@ -29,10 +29,10 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import httpx
 import pydantic
@@ -48,6 +48,9 @@ from gh_local.report import (
     write_report,
 )
 from gh_runner.poolsize import plan_pool
+
+if TYPE_CHECKING:
+    from gh_runner.config import RunnerConfig
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -129,6 +132,23 @@ def options_from_args(args: Any) -> Options:
                    images_dir=path("images_dir"), state_dir=path("state_dir"), libvirt_uri=get("libvirt_uri"),
                    slots=slots, config=path("config"),
                    server_settings=load_server_config(server_config) if server_config else {})
+
+
+def runner_config(opts: Options, env: Mapping[str, str], name: str, state_dir: Path | None) -> RunnerConfig:
+    """The embedded runner's config: its flags over env over the --config file over local's defaults
+    (DEFAULT_SLOTS, where the runner alone would have 1). `state_dir`: a temporary one, when none was given.
+
+    Raises:
+        ConfigError: a setting is wrong; the message names it.
+    """
+    from gh_runner.config import load_config
+
+    flags: dict[str, Any] = {"images_dir": opts.images_dir, "state_dir": opts.state_dir or state_dir,
+                             "libvirt_uri": opts.libvirt_uri, "slots": opts.slots}
+    if opts.images_dir is None and not env.get("GH_RUNNER_IMAGES_DIR") and env.get("GH_IMAGES_DIR"):
+        flags["images_dir"] = Path(env["GH_IMAGES_DIR"])
+    flags.update(server="http://127.0.0.1:1", token="gh_rn_placeholder", name=name)
+    return load_config(flags=flags, env=env, config_file=opts.config, defaults={"slots": DEFAULT_SLOTS})
 
 
 def main(args: Any) -> int:
@@ -360,24 +380,16 @@ class LocalRun:
         self._stop.set()
 
     async def _main(self) -> int:
-        from gh_runner.config import ConfigError, load_config
+        from gh_runner.config import ConfigError
 
-        flags = {"images_dir": self.opts.images_dir, "state_dir": self.opts.state_dir,
-                 "libvirt_uri": self.opts.libvirt_uri, "slots": self.opts.slots}
-        if self.opts.images_dir is None and not os.environ.get("GH_RUNNER_IMAGES_DIR") \
-                and os.environ.get("GH_IMAGES_DIR"):
-            flags["images_dir"] = Path(os.environ["GH_IMAGES_DIR"])
-        if flags["slots"] is None and not os.environ.get("GH_RUNNER_SLOTS"):
-            flags["slots"] = DEFAULT_SLOTS
         self._tmp = _traversable_tmpdir("gh-runner-local-")
-        if flags["state_dir"] is None and not os.environ.get("GH_RUNNER_STATE_DIR"):
-            self._state_tmp = self._tmp / "runner-state"
+        state_dir = None
+        if self.opts.state_dir is None and not os.environ.get("GH_RUNNER_STATE_DIR"):
+            self._state_tmp = state_dir = self._tmp / "runner-state"
             self._state_tmp.mkdir(mode=0o755)
-            flags["state_dir"] = self._state_tmp
         self._name = RunnerName()
-        flags.update(server="http://127.0.0.1:1", token="gh_rn_placeholder", name=self._name.name)
         try:
-            config = load_config(flags=flags, config_file=self.opts.config)
+            config = runner_config(self.opts, os.environ, self._name.name, state_dir)
         except ConfigError as e:
             raise LocalConfigError(str(e)) from None
 

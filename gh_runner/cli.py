@@ -153,7 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--repeat", type=int, default=None, metavar="N", help="tries per case and agent")
     local.add_argument("--report", type=Path, default=None, metavar="FILE",
                        help="where to write the JSON report (replays go beside it, in RUN_ID-replays/)")
-    local.add_argument("--slots", type=int, default=None, metavar="N", help="attempts at once on this host")
+    local.add_argument("--slots", type=int, default=None, metavar="N",
+                       help="attempts at once on this host (default: the --config file's slots, else 2)")
     local.add_argument("--server-config", type=Path, default=None, metavar="FILE",
                        help="settings for the embedded control plane, in gh-server's --config format: `agents` "
                             "(your own command or HTTP agents), `judge`, `customer_model`")

@@ -345,8 +345,10 @@ def load_config(
     flags: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
     config_file: Path | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> RunnerConfig:
-    """Build the config: defaults < file < env < flags. `flags` holds only options given on the command line."""
+    """Build the config: defaults < file < env < flags. `flags` holds only options given on the command line;
+    `defaults` are a caller's own (gh-runner local's slots), in place of the model's."""
     env = os.environ if env is None else env
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     file_values: dict[str, Any] = {}
@@ -366,7 +368,7 @@ def load_config(
         RunnerConfig.model_validate(alone)
     except ValidationError as e:
         raise ConfigError(_format_validation(e, "environment", env_names=True)) from None
-    merged: dict[str, Any] = {**file_values, **env_values, **flags}
+    merged: dict[str, Any] = {**(defaults or {}), **file_values, **env_values, **flags}
     if isinstance(file_values.get("registry"), dict) and "registry" in env_values:  # key by key, as elsewhere
         merged["registry"] = {**file_values["registry"], **env_values["registry"]}
 

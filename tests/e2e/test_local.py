@@ -239,12 +239,13 @@ def test_runner_config_file_is_read(work: Path, images_dir: Path) -> None:
     assert proc.returncode == 2, (out, err)
     assert f"config file {config}" in out + err and "timeouts.ready" in out + err, (out, err)
     assert "runner local-" not in out
-    config.write_text("warm_snapshots: false\n")
+    config.write_text("warm_snapshots: false\nslots: 1\n")  # the file's slots, not local's default of 2
     proc = _local([str(_cases_file(work, ["PRM-01"], agents=["noop"], repeat=1)), "--config", str(config)],
                   images_dir)
     out, err = proc.communicate(timeout=800)
     assert proc.returncode == 0, (out[-3000:], err[-3000:])
     assert "hot pool off (warm snapshots are off" in out, out
+    assert "with 1 slot(s)" in out, out
     assert domains(f"gh-{_runner_name(out)}-") == []
 
 

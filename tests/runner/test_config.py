@@ -27,6 +27,10 @@ def test_precedence_flags_over_env_over_file_over_defaults(tmp_path: Path) -> No
     assert cfg.libvirt_uri == "qemu:///system"  # default
     assert load_config({}, {"GH_RUNNER_LABELS": "lab, lenovo"}).labels == ["lab", "lenovo"]
     assert load_config({}, {"GH_RUNNER_CONFIG": str(cfg_file)}).slots == 3
+    # A caller's defaults (gh-runner local's 2 slots) sit under the file, the env and the flags.
+    assert load_config({}, {}, cfg_file, defaults={"slots": 2}).slots == 3
+    assert load_config({}, {"HOME": str(tmp_path)}, defaults={"slots": 2}).slots == 2
+    assert load_config({}, {"GH_RUNNER_SLOTS": "5"}, defaults={"slots": 2}).slots == 5
 
 
 def test_unknown_keys_and_bad_values_name_the_key_and_what_is_allowed(tmp_path: Path) -> None:
