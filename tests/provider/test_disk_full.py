@@ -1,24 +1,28 @@
-"""Issue 27, defect 4: a guest paused by a full host disk is said as that.
+"""A full host disk under a real machine: said as that, and nothing of ours left on it.
 
-A real linux-tiny machine whose state dir (and so its overlay) is on a small tmpfs; the tmpfs is
-filled to the last MiB and the guest writes to its disk. QEMU pauses a guest whose disk write hits
-ENOSPC; the guest agent call then fails with libvirt's "domain is not running". The error must say
-what happened: the host disk is full.
+A real linux-tiny machine whose state dir (and so its overlay) is on a small tmpfs, mounted before QEMU
+starts (QEMU runs in libvirt's mount namespace: a tmpfs mounted later, on a host without systemd's shared
+propagation, is not the directory QEMU sees). Issue 27, defect 4: the tmpfs is filled to the last MiB and
+the guest writes to its disk. QEMU pauses a guest whose disk write hits ENOSPC; the guest agent call then
+fails with libvirt's "domain is not running". The error must say what happened: the host disk is full.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import secrets
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from providers.base import MachineSource
 from providers.errors import ProviderError
 from providers.qemu import QemuMachine, QemuProvider
+from providers.qemu.screen import SCREENDUMP_DIR
 
 from .conftest import BOOT_TIMEOUT, LIBVIRT_URI, ensure_libvirtd
 
@@ -86,5 +90,35 @@ async def test_a_machine_that_cannot_be_made_on_a_full_disk_leaves_no_files(
         assert left == [], f"a machine that was never made left files: {left}"
     finally:
         (small_fs / "filler").unlink(missing_ok=True)
+        await p.reap(keep=set())
+        await p.close()
+
+
+async def test_a_full_host_disk_takes_the_screen_through_libvirt_and_leaves_no_partial_dump(
+        images_dir: Path, small_fs: Path, runner_name: str) -> None:
+    # QEMU's PPM dump goes to the machine's directory: on a full disk QEMU's write fails part-way.
+    ensure_libvirtd()
+    p = QemuProvider(images_dir, small_fs / "state", runner_name, LIBVIRT_URI)
+    await p.start()
+    m: QemuMachine | None = None
+    try:
+        made = await p.create_machine(f"at_{secrets.token_hex(4)}", MachineSource(image="linux-tiny"),
+                                      timeout=BOOT_TIMEOUT)
+        assert isinstance(made, QemuMachine)
+        m = made
+        await m.wait_ready(BOOT_TIMEOUT)
+        with Image.open(io.BytesIO(await m.screenshot())) as first:  # QEMU's dump, with room for it
+            size = first.size
+        assert m._ppm_dumps
+        fill(small_fs / "filler")
+        with Image.open(io.BytesIO(await m.screenshot())) as im:
+            im.load()  # whole: libvirt's screenshot, not a truncated dump
+            assert im.size == size
+        assert not m._ppm_dumps  # libvirt's path from now on, not a failed dump on every look
+        assert list((m.dir / SCREENDUMP_DIR).iterdir()) == []  # QEMU's partial dump was removed
+    finally:
+        (small_fs / "filler").unlink(missing_ok=True)
+        if m is not None:
+            await m.destroy()
         await p.reap(keep=set())
         await p.close()
