@@ -145,9 +145,9 @@ def expire_queued(session: Session, window_s: float = ONLINE_WINDOW_S) -> list[s
         for a in late:
             why = reasons[a.id]
             error = f"queued longer than the run's queue_timeout ({limit:g} s): {why.message}"
-            fail_attempt(session, a.id, error, retry=False, now=now, expect_status="queued")
             row = session.get(Attempt, a.id)
-            if row is not None and row.status == "done":
+            failed = fail_attempt(session, a.id, error, retry=False, now=now, expect_status="queued")
+            if failed is not None and row is not None:
                 # Why it waited, kept with the error (the page and the API show it); ours, never the case's.
                 row.metrics = {**(row.metrics or {}), "error_phase": "queue", "error_cause": "infrastructure",
                                "queued_reason": why.as_dict()}

@@ -123,6 +123,13 @@ def queue_retry(session: Session, a: Attempt, now: datetime) -> str | None:
     return new.id
 
 
+@dataclass(frozen=True)
+class Failed:
+    """An attempt fail_attempt made an `error`, and the retry it queued (None: not retried)."""
+
+    retry_id: str | None
+
+
 def fail_attempt(
     session: Session,
     attempt_id: str,
@@ -132,8 +139,9 @@ def fail_attempt(
     now: datetime | None = None,
     expect_status: str | Sequence[str] | None = None,
     phase: str = "runner",
-) -> str | None:
-    """Make an unfinished attempt an `error` and queue its retry. Returns the retry's id, if any.
+) -> Failed | None:
+    """Make an unfinished attempt an `error` and queue its retry (unless `retry` is False, or it was the
+    case's last try). None when the attempt was not failed here: finished, or moved on meanwhile.
 
     The UPDATE is guarded by the status it read, so two gh-server processes expiring the same
     runner's attempts cannot both retry one.
@@ -153,7 +161,7 @@ def fail_attempt(
                 metrics=metrics):
         return None
     session.refresh(a)
-    return queue_retry(session, a, now) if retry else None
+    return Failed(queue_retry(session, a, now) if retry else None)
 
 
 def apply_status(session: Session, runner_id: str, msg: protocol.AttemptStatus) -> str | None:

@@ -181,8 +181,23 @@ def test_fail_attempt_retries_once_even_when_called_twice(dbs: sessionmaker[Sess
         r1 = states.fail_attempt(s, aid, "boom")
         r2 = states.fail_attempt(s, aid, "boom again")
         s.commit()
-        assert r1 is not None and r2 is None
+        assert r1 is not None and r1.retry_id is not None and r2 is None
         assert s.query(Attempt).count() == 2
+
+
+def test_a_case_no_runner_may_take_ends_its_run_at_once(dbs: sessionmaker[Session]) -> None:
+    # An attempt the lease pass fails itself (a rubric with no judge configured: not retried) marks its
+    # run for the completion check now, not at the next full sweep.
+    with dbs() as s:
+        (aid,) = seed(s)
+        rc = s.get(RunCase, s.get(Attempt, aid).run_case_id)  # type: ignore[union-attr]
+        rc.case = {"success": {"check_script": None, "rubric": "The printer prints."}}  # type: ignore[union-attr]
+        s.commit()
+        p = lease.lease_pass(s, ["rn_a"], lambda *_: False, lease.RunCaseCache(), False)
+        s.commit()
+        assert p.grants == [] and p.failed_runs == {"tr_1"}
+        a = s.get(Attempt, aid)
+        assert a is not None and a.outcome == "error" and s.query(Attempt).count() == 1  # not retried
 
 
 def test_retries_stop_at_three_attempts(dbs: sessionmaker[Session]) -> None:
@@ -191,10 +206,11 @@ def test_retries_stop_at_three_attempts(dbs: sessionmaker[Session]) -> None:
         chain = [aid]
         while True:
             s.query(Attempt).filter_by(id=chain[-1]).update({"status": "running", "runner_id": "rn_a"})
-            nxt = states.fail_attempt(s, chain[-1], "boom")
-            if nxt is None:
+            failed = states.fail_attempt(s, chain[-1], "boom")
+            assert failed is not None
+            if failed.retry_id is None:
                 break
-            chain.append(nxt)
+            chain.append(failed.retry_id)
         s.commit()
         assert len(chain) == 3
         assert [a.is_last for a in s.query(Attempt).order_by(Attempt.created_at)] == [False, False, True]
