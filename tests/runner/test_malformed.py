@@ -71,7 +71,10 @@ class Harness:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.state_dir = state_dir
-        self.peer = Peer()
+        # Liveness is not what this test is about: the fuzzing runs in the main thread, beside this loop,
+        # and on a loaded CI host the loop once went 2.8 s without a turn, past the usual 2 s dead-peer
+        # bound, so the runner hung up mid-test. 30 s keeps a real hang (the wait below is 60 s) an error.
+        self.peer = Peer(dead_after=30.0)
         self.sent = 0
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
