@@ -447,7 +447,7 @@ class LocalRun:
     async def _start_server(self) -> tuple[str, str]:
         import uvicorn
 
-        from gh_server.app import create_app
+        from gh_server.app import HTTP_KEEP_ALIVE_S, create_app
         from gh_server.settings import Settings
 
         assert self._tmp is not None
@@ -467,7 +467,8 @@ class LocalRun:
                 replays.install(app, app.state.gh)
         self.state = app.state.gh
         config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False, ws="websockets-sansio",
-                                ws_ping_interval=None, ws_ping_timeout=None)  # dead_after is the one bound
+                                ws_ping_interval=None, ws_ping_timeout=None,  # dead_after is the one bound
+                                timeout_keep_alive=HTTP_KEEP_ALIVE_S)
         self.server = _quiet_server(config)
         self._server_task = asyncio.create_task(self.server.serve(sockets=[sock]), name="gh-server")
         deadline = time.monotonic() + 60

@@ -30,6 +30,12 @@ def create_state(settings: Settings) -> ServerState:
     return ServerState(settings=settings, engine=engine, db=db.make_sessionmaker(engine))
 
 
+# How long an idle HTTP connection is kept. Longer than any client keeps one for reuse (httpx, under the
+# official SDK, 5 s): at uvicorn's own 5 s the two closed one connection at the same moment, and a POST
+# sent on it as the server closed it failed with "Server disconnected without sending a response".
+HTTP_KEEP_ALIVE_S = 75
+
+
 def create_app(settings: Settings, state: ServerState | None = None) -> FastAPI:
     """Build the app. The schema is upgraded here (not lazily) so a broken database fails at start."""
     st = state or create_state(settings)

@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from gh_server.app import create_app
+    from gh_server.app import HTTP_KEEP_ALIVE_S, create_app
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -188,7 +188,7 @@ def serve(args: argparse.Namespace) -> int:
     # No websocket pings from uvicorn (its defaults drop a silent runner after about 36 s): the
     # protocol's heartbeats and `dead_after` (45 s) are the one dead-peer bound, as documented.
     config = uvicorn.Config(app, log_level=args.log_level, lifespan="on", ws_ping_interval=None,
-                            ws_ping_timeout=None)
+                            ws_ping_timeout=None, timeout_keep_alive=HTTP_KEEP_ALIVE_S)
     server = uvicorn.Server(config)
     server.run(sockets=[sock])
     return EXIT_OK if server.started else EXIT_FAILED

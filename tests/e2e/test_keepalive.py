@@ -101,3 +101,34 @@ def test_a_stopped_runner_is_marked_offline_after_dead_after_not_before(images_d
     assert gone >= DEAD_AFTER_S - HEARTBEAT_S - 1, \
         f"dropped after {gone:.1f} s: something other than dead_after ({DEAD_AFTER_S:g} s) is the bound"
     assert gone <= DEAD_AFTER_S + LATE_MARGIN_S, f"dropped after {gone:.1f} s, past dead_after ({DEAD_AFTER_S:g} s)"
+
+
+def test_an_idle_http_connection_outlives_the_clients_reuse_window(tmp_path: Path) -> None:
+    """httpx (under the official SDK) reuses an idle connection for up to 5 s. gh-server must keep it
+    longer: when both gave up at 5 s, a POST sent as the server closed the connection failed with "Server
+    disconnected without sending a response" (seen in CI). The real gh-server process, a raw socket."""
+    import select
+    import socket
+
+    config = tmp_path / "server.yaml"
+    config.write_text("{}\n")
+    server = Server(tmp_path / "server", config, "gh_live_" + secrets.token_urlsafe(24))
+    try:
+        server.wait_healthy()
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            reply = b""
+            while b"\r\n\r\n" not in reply:
+                reply += sock.recv(65536)
+            head, body = reply.split(b"\r\n\r\n", 1)
+            length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
+            while len(body) < length:  # the whole reply read: what is left to read can only be a close
+                body += sock.recv(65536)
+            assert head.startswith(b"HTTP/1.1 200")
+            # Past the client's 5 s plus margin, the server has said nothing: no close (EOF) to read.
+            readable, _, _ = select.select([sock], [], [], 8.0)
+            assert readable == [], "gh-server closed an idle connection a client may still reuse"
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")  # and it still serves on it
+    finally:
+        server.stop()

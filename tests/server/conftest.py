@@ -16,7 +16,7 @@ import pytest
 import uvicorn
 from guidinghand import Eager
 
-from gh_server.app import create_app
+from gh_server.app import HTTP_KEEP_ALIVE_S, create_app
 from gh_server.auth import create_key
 from gh_server.settings import Settings
 from gh_server.state import ServerState
@@ -56,7 +56,8 @@ class RunningServer:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.app = create_app(settings)
-        cfg = uvicorn.Config(self.app, host=settings.host, port=settings.port, log_level="warning", lifespan="on")
+        cfg = uvicorn.Config(self.app, host=settings.host, port=settings.port, log_level="warning", lifespan="on",
+                             timeout_keep_alive=HTTP_KEEP_ALIVE_S)  # as gh-server's own
         self.server = uvicorn.Server(cfg)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
