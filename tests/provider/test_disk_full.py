@@ -13,7 +13,7 @@ import contextlib
 import io
 import secrets
 import subprocess
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -47,8 +47,10 @@ def fill(path: Path) -> None:
             f.write(b"\0" * (1 << 16))
 
 
-async def test_a_guest_paused_on_a_full_host_disk_is_reported_as_that(
-        images_dir: Path, small_fs: Path, runner_name: str) -> None:
+@contextlib.asynccontextmanager
+async def ready_machine(images_dir: Path, small_fs: Path, runner_name: str) -> AsyncIterator[QemuMachine]:
+    """A ready linux-tiny machine whose state dir is on `small_fs`; afterwards the filler is removed and
+    nothing of the machine is left."""
     ensure_libvirtd()
     p = QemuProvider(images_dir, small_fs / "state", runner_name, LIBVIRT_URI)
     await p.start()
@@ -59,17 +61,23 @@ async def test_a_guest_paused_on_a_full_host_disk_is_reported_as_that(
         assert isinstance(made, QemuMachine)
         m = made
         await m.wait_ready(BOOT_TIMEOUT)
-        fill(small_fs / "filler")
-        with pytest.raises(ProviderError) as caught:
-            await m.run_script("dd if=/dev/zero of=/root/big bs=1M count=150 conv=fsync; sync; echo wrote",
-                               timeout=120)
-        assert "the host disk is full" in str(caught.value), caught.value
+        yield m
     finally:
         (small_fs / "filler").unlink(missing_ok=True)
         if m is not None:
             await m.destroy()
         await p.reap(keep=set())
         await p.close()
+
+
+async def test_a_guest_paused_on_a_full_host_disk_is_reported_as_that(
+        images_dir: Path, small_fs: Path, runner_name: str) -> None:
+    async with ready_machine(images_dir, small_fs, runner_name) as m:
+        fill(small_fs / "filler")
+        with pytest.raises(ProviderError) as caught:
+            await m.run_script("dd if=/dev/zero of=/root/big bs=1M count=150 conv=fsync; sync; echo wrote",
+                               timeout=120)
+        assert "the host disk is full" in str(caught.value), caught.value
 
 
 async def test_a_machine_that_cannot_be_made_on_a_full_disk_leaves_no_files(
@@ -97,16 +105,7 @@ async def test_a_machine_that_cannot_be_made_on_a_full_disk_leaves_no_files(
 async def test_a_full_host_disk_takes_the_screen_through_libvirt_and_leaves_no_partial_dump(
         images_dir: Path, small_fs: Path, runner_name: str) -> None:
     # QEMU's PPM dump goes to the machine's directory: on a full disk QEMU's write fails part-way.
-    ensure_libvirtd()
-    p = QemuProvider(images_dir, small_fs / "state", runner_name, LIBVIRT_URI)
-    await p.start()
-    m: QemuMachine | None = None
-    try:
-        made = await p.create_machine(f"at_{secrets.token_hex(4)}", MachineSource(image="linux-tiny"),
-                                      timeout=BOOT_TIMEOUT)
-        assert isinstance(made, QemuMachine)
-        m = made
-        await m.wait_ready(BOOT_TIMEOUT)
+    async with ready_machine(images_dir, small_fs, runner_name) as m:
         with Image.open(io.BytesIO(await m.screenshot())) as first:  # QEMU's dump, with room for it
             size = first.size
         assert m._ppm_dumps
@@ -116,9 +115,3 @@ async def test_a_full_host_disk_takes_the_screen_through_libvirt_and_leaves_no_p
             assert im.size == size
         assert not m._ppm_dumps  # libvirt's path from now on, not a failed dump on every look
         assert list((m.dir / SCREENDUMP_DIR).iterdir()) == []  # QEMU's partial dump was removed
-    finally:
-        (small_fs / "filler").unlink(missing_ok=True)
-        if m is not None:
-            await m.destroy()
-        await p.reap(keep=set())
-        await p.close()
