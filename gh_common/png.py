@@ -23,7 +23,7 @@ _RGB_8BIT = struct.pack(">BBBBB", 8, 2, 0, 0, 0)  # bit depth, colour type RGB, 
 
 PARALLEL_FROM = 256 * 1024  # raw bytes; below this a second thread costs more than it saves
 _ZLIB_HEADER = b"\x78\x01"  # deflate, 32 KiB window, fastest level (FCHECK makes it a multiple of 31)
-_second: ThreadPoolExecutor | None = None
+_second = ThreadPoolExecutor(max_workers=1, thread_name_prefix="png-deflate")  # its thread starts on first use
 
 
 def _deflate_part(data: memoryview, last: bool) -> bytes:
@@ -34,11 +34,8 @@ def _deflate_part(data: memoryview, last: bool) -> bytes:
 
 def _zlib_stream(raw: bytes) -> bytes:
     """`raw` as one zlib stream (what IDAT holds), deflated in two halves in parallel when it is large."""
-    global _second
     if len(raw) < PARALLEL_FROM:
         return zlib.compress(raw, 1)
-    if _second is None:
-        _second = ThreadPoolExecutor(max_workers=1, thread_name_prefix="png-deflate")
     whole = memoryview(raw)
     mid = len(raw) // 2
     first = _second.submit(_deflate_part, whole[:mid], False)
