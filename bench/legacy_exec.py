@@ -3,7 +3,8 @@
 `legacy(provider)` makes a provider set a restored guest's clock with qemu-ga's guest-set-time
 (which runs `hwclock -w` in the guest), poll guest-exec-status from 20 ms (x1.5, at most 250 ms),
 run scripts through the old wrapper (a private dir, the script copied in with `cat`, both streams
-read with `head`, the dir removed before the exit), and prime pooled machines with a ping only.
+read with `head`, the dir removed before the exit), prime pooled machines with a ping only, and send
+no script to gh-execd.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def legacy(provider: QemuProvider) -> QemuProvider:
     provider.clock_mode = ClockMode.SET_TIME
     provider.polling = LEGACY_POLLING
     provider.prime_script = False
+    provider.resident_exec = False
     create = provider._create_machine
 
     async def create_old(*args: Any, **kw: Any) -> QemuMachine:

@@ -2,22 +2,26 @@
 
     .venv/bin/python bench/script_time.py [--images-dir DIR] [--tries 10]
 
-Two providers side by side in one run, their leases interleaved, each with a hot pool on linux-tiny:
+Three providers side by side in one run, their leases interleaved, each with a hot pool on linux-tiny:
 
   old   as before issue 26 (bench/legacy_exec.py): the clock set by qemu-ga's guest-set-time
         beside ready (its `hwclock -w` in the guest), guest-exec-status polled from 20 ms (x1.5,
         at most 250 ms), the wrapper of 6 processes, pooled machines primed with a ping only
-  new   the clock set by the first script's own guest-exec (`date -s` in the wrapper), polls
+  qga   the clock set by the first script's own guest-exec (`date -s` in the wrapper), polls
         from 1 ms (x2, at most 50 ms), the wrapper of 2 processes (3 with the clock), pooled
         machines primed with a script too
+  new   as qga, but scripts through gh-execd, the image's resident executor (providers/qemu/
+        execd.py): one request on its own port, the clock set and the RNG reseeded by system
+        calls, one fork; pooled machines primed through it (which connects it, and sets the clock)
 
 Per lease: `lease` (take + resume), `ready` (the guest agent answers), `first` (the first script
 `true`, lease to its result) and `second` (another `true`), and the guest-agent calls of the
 first script: guest-set-time (old), guest-exec, the guest-exec-status polls (how many, their own
 round trips, and the sleeps between them). Then the floors on one warm machine: a guest-ping, a
 guest-exec of /bin/true polled at once, the wrapper around `true`, the wrapper that also sets the
-clock, the one that also reseeds the guest's RNG (a restored machine's first script), and a
-guest-set-time on its own (`--floors-only`: just these). Machines are named gh-bench-script-* and removed at the end.
+clock, the one that also reseeds the guest's RNG (a restored machine's first script), a
+guest-set-time on its own, and the same `true` through gh-execd, plain and with the clock and the
+reseed (`--floors-only`: just these). Machines are named gh-bench-script-* and removed at the end.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import secrets
 import shutil
 import statistics
 import sys
@@ -39,11 +44,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.legacy_exec import legacy
 from providers.base import MachineSource
 from providers.qemu import QemuMachine, QemuProvider
-from providers.qemu.guest_agent import GuestAgent, Polling
+from providers.qemu.guest_agent import RESEED_BYTES, ROOT_SH, GuestAgent, Polling, clock_ms, script_env
 from providers.qemu.pool import PoolConfig
 
 TINY = MachineSource(image="linux-tiny")
-MODES = ("old", "new")
+MODES = ("old", "qga", "new")
 
 # Every guest-agent call of the domain being measured: (command, seconds).
 CALLS: dict[str, list[tuple[str, float]]] = defaultdict(list)
@@ -133,6 +138,15 @@ async def floors(p: QemuProvider, tries: int) -> dict[str, list[float]]:
             t = time.monotonic()
             await m.agent.set_time()
             out["guest-set-time (hwclock -w)"].append(time.monotonic() - t)
+            assert m.execd is not None
+            env = script_env(ROOT_SH, None)
+            t = time.monotonic()
+            await m.execd.run("true", env, interpreter="/bin/sh", timeout=30, output_cap=0)
+            out["gh-execd + `true`"].append(time.monotonic() - t)
+            t = time.monotonic()
+            await m.execd.run("true", env, interpreter="/bin/sh", timeout=30, output_cap=0, clock_ms=clock_ms(),
+                              reseed=secrets.token_bytes(RESEED_BYTES))
+            out["gh-execd + clock + reseed + `true`"].append(time.monotonic() - t)
     finally:
         await m.destroy()
     return out
@@ -142,6 +156,7 @@ async def run(images_dir: Path, state: Path, tries: int, floors_only: bool = Fal
     pool = PoolConfig(per_source=1, total_mib=1 << 16)
     provs = {k: QemuProvider(images_dir, state, f"bench-script-{k}", warm_snapshots=True, pool=pool) for k in MODES}
     legacy(provs["old"])
+    provs["qga"].resident_exec = False
     rows: dict[str, list[dict[str, float]]] = {k: [] for k in MODES}
     try:
         if floors_only:
@@ -171,8 +186,8 @@ async def run(images_dir: Path, state: Path, tries: int, floors_only: bool = Fal
             f = [r["first"] for r in rows[mode]]
             print(f"{mode}: first script after a pooled lease p50 {pct(f, 0.5) * 1000:.0f} ms, "
                   f"p90 {pct(f, 0.9) * 1000:.0f} ms")
-        o, n = (statistics.median(r["first"] for r in rows[m]) for m in MODES)
-        print(f"old/new: {o / n:.1f}x")
+        o, q, n = (statistics.median(r["first"] for r in rows[m]) for m in MODES)
+        print(f"old/new: {o / n:.1f}x   qga/new: {q / n:.1f}x")
 
         print(f"\nfloors on one warm machine (n={tries}), median ms")
         for k, v in (await floors(provs["new"], tries)).items():

@@ -90,7 +90,8 @@ class ImageManifest(_M):
     version: str = Field(min_length=1, max_length=64)
     description: str = ""
     shell: Literal["sh", "bash", "powershell"]
-    guest_channels: list[Literal["qemu-ga", "winrm"]] = Field(min_length=1)
+    # gh-execd: a resident script executor on its own port, beside qemu-ga (providers/qemu/execd.py)
+    guest_channels: list[Literal["qemu-ga", "winrm", "gh-execd"]] = Field(min_length=1)
     boot: DirectKernelBoot | FirmwareBoot = Field(discriminator="kind")
     machine: Literal["pc", "q35"] = "pc"
     memory_mib: int = Field(ge=64, le=262144)
@@ -118,6 +119,8 @@ class ImageManifest(_M):
             raise ValueError("a linux image runs scripts with shell 'sh' or 'bash'")
         if self.session is not None and (self.os != "linux" or "qemu-ga" not in self.guest_channels):
             raise ValueError("a desktop session is run through qemu-ga on a linux image")
+        if "gh-execd" in self.guest_channels and (self.os != "linux" or "qemu-ga" not in self.guest_channels):
+            raise ValueError("gh-execd runs beside qemu-ga on a linux image (qemu-ga takes what it does not)")
         return self
 
     @property

@@ -71,10 +71,13 @@ ROOT_MODULES_LATE = [
 ]
 OPTIONAL = {"crc32c_generic", "ext4", "ehci_hcd", "ehci_pci", "uhci_hcd", "xhci_hcd", "xhci_pci", "usbhid"}
 GUEST_PACKAGES = ["busybox-static", "qemu-guest-agent"]
-# The guest's one program of our own: reseeds its kernel's RNG after a memory restore (the source
-# says why), compiled here with the host's gcc, no libc.
+# The guest's programs of our own, compiled here with the host's gcc, no libc (their sources say
+# why): gh-reseed reseeds its kernel's RNG after a memory restore (the qemu-ga wrapper's way),
+# gh-execd is the resident script executor on its own port (providers/qemu/execd.py).
 RESEED_SOURCE = ASSETS / "src" / "gh-reseed.c"
 RESEED_PATH = "usr/sbin/gh-reseed"
+EXECD_SOURCE = ASSETS / "src" / "gh-execd.c"
+EXECD_PATH = "usr/sbin/gh-execd"
 # Builder sources whose change changes the image (the VM/pipeline code only runs it).
 _SOURCES = ["linux_tiny.py", "kmod.py", "cpio.py"]
 
@@ -222,7 +225,8 @@ def build_rootfs(inputs: Inputs, kver: str, modules: ModuleTree, initramfs_loade
     (moddir / "modules.load").write_text("\n".join(modules.install(early, moddir, unsigned=True)) + "\n")
     (moddir / "modules.late").write_text("\n".join(modules.install(late, moddir, unsigned=True)) + "\n")
     _copy_assets(ASSETS / "rootfs", root)
-    build_reseed(root / RESEED_PATH)
+    build_static(RESEED_SOURCE, root / RESEED_PATH)
+    build_static(EXECD_SOURCE, root / EXECD_PATH)
     for d in ("proc", "sys", "dev", "run", "root", "var/log", "mnt"):
         (root / d).mkdir(parents=True, exist_ok=True)
     (root / "tmp").mkdir(exist_ok=True)
@@ -231,12 +235,12 @@ def build_rootfs(inputs: Inputs, kver: str, modules: ModuleTree, initramfs_loade
     (root / "var" / "run").symlink_to("/run")
 
 
-def build_reseed(dest: Path) -> None:
-    """gh-reseed, static and without libc (x86-64 system calls only), so it needs nothing in the
-    guest and nothing beyond gcc on the host."""
+def build_static(source: Path, dest: Path) -> None:
+    """One of our guest programs, static and without libc (x86-64 system calls only), so it needs
+    nothing in the guest and nothing beyond gcc on the host."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     proc.run(["gcc", "-Os", "-static", "-nostdlib", "-fno-stack-protector", "-fno-asynchronous-unwind-tables",
-              "-Wall", "-Wextra", "-Werror", "-s", "-o", dest, RESEED_SOURCE], timeout=120)
+              "-Wall", "-Wextra", "-Werror", "-s", "-o", dest, source], timeout=120)
     dest.chmod(0o755)
 
 
@@ -285,6 +289,7 @@ def provisioning(version: str, tablet: str) -> tuple[list[Script], list[Script]]
             "set -e\n"
             "test -x /bin/sh\n"
             "test -e /dev/virtio-ports/org.qemu.guest_agent.0\n"
+            "pidof gh-execd >/dev/null || { echo 'gh-execd is not running' >&2; exit 1; }\n"
             # the input modules load in the background: give them 20 s
             f"i=0; until grep -q '{device}' /proc/bus/input/devices; do i=$((i + 1)); "
             f"[ $i -gt 200 ] && {{ echo 'no {device} in /dev/input' >&2; exit 1; }}; usleep 100000; done\n"
@@ -400,7 +405,7 @@ def build(out: Path, cache: debs.DebCache, *, kernel_flavour: str = "cloud", for
         manifest = ImageManifest(
             name=NAME, os="linux", version=version,
             description=f"busybox + qemu-guest-agent on Debian kernel {kver}; text console on tty1 and ttyS0",
-            shell="sh", guest_channels=["qemu-ga"],
+            shell="sh", guest_channels=["qemu-ga", "gh-execd"],
             boot=DirectKernelBoot(
                 kernel="vmlinuz", initrd="initrd.img", cmdline=CMDLINE,
                 kernel_sha256=sha256_file(staging / "vmlinuz"), initrd_sha256=sha256_file(staging / "initrd.img"),

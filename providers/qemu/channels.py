@@ -28,6 +28,7 @@ from providers.manifest import ImageManifest, ManifestError
 class Channel(StrEnum):
     QEMU_GA = "qemu-ga"
     WINRM = "winrm"
+    EXECD = "gh-execd"  # no duty of its own: it takes qemu-ga's root sh scripts where it can (execd.py)
 
 
 class Duty(StrEnum):
@@ -61,6 +62,7 @@ class UnroutableImage(ManifestError):
 class Routes:
     image: str
     table: Mapping[Duty, Channel]  # only the duties some listed channel can do
+    execd: bool = False  # qemu-ga's scripts go to the image's resident executor first
 
     def channel(self, duty: Duty) -> Channel | None:
         return self.table.get(duty)
@@ -103,7 +105,8 @@ def routes_for(manifest: ImageManifest) -> Routes:
         raise UnroutableImage(
             f"image {manifest.name!r}: no guest channel runs its {manifest.shell} scripts as the signed-in user "
             f"(needs {need}; guest_channels lists {have}); rebuild it with image-builder/build")
-    routes = Routes(image=manifest.name, table=MappingProxyType(table))
+    routes = Routes(image=manifest.name, table=MappingProxyType(table),
+                    execd=Channel.EXECD in listed and table[Duty.SCRIPT] is Channel.QEMU_GA)
     if routes.per_machine_password and Duty.PASSWORD not in table:
         raise UnroutableImage(
             f"image {manifest.name!r}: its WinRM account needs a per-machine password, which only qemu-ga can "

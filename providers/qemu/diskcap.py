@@ -73,6 +73,14 @@ class WriteCap:
                 return
             await asyncio.sleep(self.interval)
 
+    async def stopped(self) -> None:
+        """Once over the cap: wait for the stop to end, so that whoever raises `exceeded` ("it was
+        stopped") says what is already true (a script through gh-execd fails the moment QEMU dies,
+        before libvirt is done with the domain)."""
+        task = self._task
+        if self.exceeded is not None and task is not None and task is not asyncio.current_task():
+            await asyncio.shield(task)
+
     async def close(self) -> None:
         task, self._task = self._task, None
         if task is not None and task is not asyncio.current_task():

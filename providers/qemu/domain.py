@@ -15,6 +15,7 @@ from providers.qemu.network import ISOLATED_NETWORK
 METADATA_NS = "https://gh-runner.dev/xmlns/machine/1"
 METADATA_PREFIX = "gh"
 GUEST_AGENT_CHANNEL = "org.qemu.guest_agent.0"
+EXECD_CHANNEL = "org.ghrunner.exec.0"  # gh-execd.c and execd.PORT_NAME
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
@@ -141,6 +142,10 @@ def build_domain_xml(spec: DomainSpec) -> str:
     if "qemu-ga" in m.guest_channels:
         ch = _sub(dev, "channel", type="unix")
         _sub(ch, "target", type="virtio", name=GUEST_AGENT_CHANNEL)
+    if "gh-execd" in m.guest_channels:
+        # libvirt names the socket (a path under its own dir, per domain); execd.port_path reads it back
+        ch = _sub(dev, "channel", type="unix")
+        _sub(ch, "target", type="virtio", name=EXECD_CHANNEL)
     if m.network == "isolated":
         iface = _sub(dev, "interface", type="network")
         _sub(iface, "source", network=ISOLATED_NETWORK)

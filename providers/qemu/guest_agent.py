@@ -161,13 +161,27 @@ def _check_env(env: Mapping[str, str]) -> list[str]:
     return out
 
 
+def script_env(run_as: RunAs, env: Mapping[str, str] | None) -> list[str]:
+    """A script's whole environment ("K=V" each): ours, then the user's (run_as), then the caller's.
+    Raises ProviderError for a name or value the guest cannot take."""
+    full_env = {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8"}
+    full_env.update(run_as.env or {})
+    full_env.update(env or {})
+    return _check_env(full_env)
+
+
+def clock_ms() -> int:
+    """The host's time in ms, read as the request is sent (see clock_arg)."""
+    return time.time_ns() // 1_000_000
+
+
 def clock_arg() -> str:
     """The host's time in ms, read as the request is sent: the least the guest's time can be when
     its `date -s` runs. The wrapper takes the seconds from the guest's RTC where it can (QEMU drives
     it from the host's clock, also after a restore; read without starting a process), as a cold
     boot does, which stays right however long the guest took to start the wrapper (a loaded host:
     seconds); the host's time picks the nearer second, and stands in where there is no RTC."""
-    return str(time.time_ns() // 1_000_000)
+    return str(clock_ms())
 
 
 def reseed_arg() -> str:
@@ -321,10 +335,7 @@ class GuestAgent:
         """
         if output_cap < 0:
             raise ProviderError("output_cap must be >= 0")
-        full_env = {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8"}
-        full_env.update(run_as.env or {})
-        full_env.update(env or {})
-        env_list = _check_env(full_env)
+        env_list = script_env(run_as, env)
         token = secrets.token_hex(8)
         inline = min(output_cap, INLINE_CHUNK) + 1
         keep = output_cap > INLINE_CHUNK
@@ -406,4 +417,5 @@ class GuestAgent:
         await self.command("guest-set-time", {"time": time.time_ns()})
 
 
-__all__ = ["ROOT_SH", "ClockMode", "ClockNotSet", "GuestAgent", "Polling", "RunAs", "ScriptResult", "plain_reason"]
+__all__ = ["ROOT_SH", "ClockMode", "ClockNotSet", "GuestAgent", "Polling", "RunAs", "ScriptResult", "clock_ms",
+           "plain_reason", "script_env"]

@@ -89,7 +89,14 @@ class Domain:
         """libvirt's VIR_DOMAIN_* state, or None when the domain is gone. Raises ProviderError."""
         def go(c: libvirt.virConnect) -> int | None:
             dom = self._lookup(c)
-            return None if dom is None else int(dom.state()[0])
+            if dom is None:
+                return None
+            try:
+                return int(dom.state()[0])
+            except libvirt.libvirtError as e:
+                if _gone(e):  # it went between the lookup and the call
+                    return None
+                raise
 
         return await in_thread("reading machine state", lambda: self.conn.call(go), timeout=CALL_TIMEOUT,
                                slow=SlowCall.STATE)

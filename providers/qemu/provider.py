@@ -58,7 +58,8 @@ from providers.qemu.domain import (
     ownership_xml,
 )
 from providers.qemu.errors import in_thread, plain_reason
-from providers.qemu.guest_agent import ClockMode, ClockNotSet, GuestAgent, Polling
+from providers.qemu.execd import MAX_KEEP, ExecChannel, Unavailable
+from providers.qemu.guest_agent import RESEED_BYTES, ClockMode, ClockNotSet, GuestAgent, Polling, clock_ms, script_env
 from providers.qemu.handle import CALL_TIMEOUT, Domain
 from providers.qemu.hostcheck import KVM_DEVICE_FIX, kvm_device_problem
 from providers.qemu.hostchecks import HostContext, run_host_checks
@@ -143,6 +144,7 @@ class QemuProvider(Provider):
         self.clock_mode = clock_mode  # how a restored sh guest's clock is set (guest_agent.ClockMode)
         self.polling = polling  # of guest-exec-status (the old values stay for bench/ side by side)
         self.prime_script = True  # the pool primes a script's path too (off only in bench/legacy_exec.py)
+        self.resident_exec = True  # scripts through gh-execd where the image has it (off only in bench/)
         self.reseed_after_restore = True  # guest_agent.reseed_arg (off only in bench/warm_start.py)
         self._calibrations = 0
 
@@ -572,11 +574,17 @@ class _PoolHost:
         # It reseeds the guest's RNG with its own host bytes (guest_agent.reseed_arg), so no two
         # pooled machines share their memory image's RNG state, and the lease's first script need
         # not start gh-reseed again: a pooled machine serves one attempt.
+        # Through gh-execd, where the image has it: the connection to its port is made here and
+        # stays open through the pause, and the clock is set here too, so that the kernel paths
+        # the lease's first script takes (clock_settime, the RTC read) are already translated
+        # under TCG (~10 ms on that script otherwise).
         if self._p.prime_script:
-            await machine.agent.run_sh("true", env=None, timeout=timeout, output_cap=0,
-                                       reseed=self._p.reseed_after_restore)
-            machine.rng_reseeded = self._p.reseed_after_restore
-            await machine.agent.run_sh("rm -f /tmp/gh-exec-*", env=None, timeout=timeout, output_cap=0)
+            reseed = self._p.reseed_after_restore
+            _, via = await machine._exec("true", env=None, timeout=timeout, output_cap=0, set_clock=True,
+                                         reseed=reseed)
+            machine.rng_reseeded = reseed
+            if via is Channel.QEMU_GA:  # the wrapper removes its files in the background: gone before the pause
+                await machine.agent.run_sh("rm -f /tmp/gh-exec-*", env=None, timeout=timeout, output_cap=0)
         await machine.domain.suspend("pausing a machine for the hot pool")
         return answered
 
@@ -642,6 +650,8 @@ class QemuMachine(Machine):
         self._ppm_dumps = provider.ppm_screendumps
         self.domain = Domain(provider.conn, name)
         self.agent = GuestAgent(self.domain, polling=provider.polling)
+        # the image's resident executor, which takes root sh scripts ahead of qemu-ga (execd.py)
+        self.execd = ExecChannel(self.domain) if image.routes.execd and provider.resident_exec else None
         self.run_as = run_as_for(image.manifest)  # root, or the desktop session's user (desktop.py)
         self.input = InputDriver(self.domain, self._current_screen_size)
         self._winrm: WinRMChannel | None = None
@@ -769,28 +779,40 @@ class QemuMachine(Machine):
 
     async def _run_sh(self, script: str, *, env: Mapping[str, str] | None, timeout: float,
                       output_cap: int) -> ScriptResult:
-        # As the image's scripts run: root, or the desktop session's user (the clock is set by the
-        # wrapper, as root, before the script starts).
+        # As the image's scripts run: root, or the desktop session's user (the clock is set, and
+        # the RNG reseeded, as root before the script starts).
         reseed = self._reseed_in_exec
-        if not self._clock_in_exec:
-            res = await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap, reseed=reseed,
-                                          run_as=self.run_as)
-            self._reseed_in_exec = False
-            self.rng_reseeded |= reseed
-            return res
         try:
-            res = await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap, set_clock=True,
-                                          reseed=reseed, run_as=self.run_as)
+            res, _ = await self._exec(script, env=env, timeout=timeout, output_cap=output_cap,
+                                      set_clock=self._clock_in_exec, reseed=reseed)
         except ClockNotSet as e:  # the script did not run: set the clock the slow way, then run it
             log.warning("guest clock not set by the exec; using guest-set-time", machine_id=self.machine_id,
                         reason=str(e))
             await self.agent.set_time()
-            res = await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap, reseed=reseed,
-                                          run_as=self.run_as)
+            res, _ = await self._exec(script, env=env, timeout=timeout, output_cap=output_cap, set_clock=False,
+                                      reseed=reseed)
         self._clock_in_exec = False
         self._reseed_in_exec = False
         self.rng_reseeded |= reseed
         return res
+
+    async def _exec(self, script: str, *, env: Mapping[str, str] | None, timeout: float, output_cap: int,
+                    set_clock: bool, reseed: bool) -> tuple[ScriptResult, Channel]:
+        """One sh script in the guest, and the channel that ran it: gh-execd where the image has it
+        and it takes this one (root, output within its buffer, none running), else qemu-ga."""
+        execd = self.execd
+        if execd is not None and execd.free and self.run_as.user is None and 0 <= output_cap < MAX_KEEP:
+            try:
+                res = await execd.run(script, script_env(self.run_as, env), interpreter=self.run_as.interpreter,
+                                      timeout=timeout, output_cap=output_cap,
+                                      clock_ms=clock_ms() if set_clock else None,
+                                      reseed=secrets.token_bytes(RESEED_BYTES) if reseed else None)
+                return res, Channel.EXECD
+            except Unavailable as e:  # nothing reached the guest
+                log.info("script through qemu-ga: gh-execd cannot take it", machine_id=self.machine_id, reason=str(e))
+        res = await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap, set_clock=set_clock,
+                                      reseed=reseed, run_as=self.run_as)
+        return res, Channel.QEMU_GA
 
     def _winrm_username(self) -> str:
         return load_credentials(credentials_path(self))[0]
@@ -805,6 +827,8 @@ class QemuMachine(Machine):
         try:
             return await self._run_script(script, env=env, timeout=timeout, output_cap=output_cap)
         except ProviderError:
+            if self.write_cap is not None:
+                await self.write_cap.stopped()
             self._over_limit()  # the script failed because its machine was stopped over a limit: say so
             raise
 
@@ -938,6 +962,8 @@ class QemuMachine(Machine):
                                                     retry=False),
                                 timeout=600)
         fileperms.disk_file(mem, read_only=True)
+        if self.execd is not None:
+            self.execd.close()  # the port's socket was the stopped QEMU's
         if resume and not self._uses_winrm:
             # Restored from what it just saved: its agent reconnects, and its clock stood still for
             # the save. The next script sets it (as after any restore) once the agent answers.
@@ -952,6 +978,8 @@ class QemuMachine(Machine):
             self._clock_task.cancel()
         if self.write_cap is not None:
             await self.write_cap.close()
+        if self.execd is not None:
+            self.execd.close()
         try:
             await self.domain.destroy()
         except ProviderError as e:

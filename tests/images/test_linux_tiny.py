@@ -27,7 +27,7 @@ BUILD = REPO / "image-builder" / "build"
 def test_the_built_image_is_valid_and_small(images_dir: Path) -> None:
     d = images_dir / "linux-tiny"
     m = load_manifest(d)
-    assert (m.os, m.shell, m.guest_channels, m.machine, m.video) == ("linux", "sh", ["qemu-ga"], "pc", "vga")
+    assert (m.os, m.shell, m.guest_channels, m.machine, m.video) == ("linux", "sh", ["qemu-ga", "gh-execd"], "pc", "vga")
     assert m.tablet == "virtio" and 128 <= m.memory_mib <= 512 and m.vcpus == 1
     assert isinstance(m.boot, DirectKernelBoot)
     assert "root=/dev/vda" in m.boot.cmdline and "console=tty1" in m.boot.cmdline and "console=ttyS0" in m.boot.cmdline
@@ -96,6 +96,10 @@ def test_booted_image_runs_scripts_and_takes_keys_and_pointer(booted: BuildVM, i
     # reseeds (exit 0); anything but hex is refused (exit 2).
     assert vm.qga.run_script("/bin/sh", "/usr/sbin/gh-reseed " + "5a" * 32).exit_code == 0
     assert [vm.qga.run_script("/bin/sh", f"/usr/sbin/gh-reseed {a}").exit_code for a in ("xyz", "abc", "")] == [2] * 3
+    # gh-execd, started by init, waits for its port, which the build's machine does not have:
+    # asleep, not spinning (providers/qemu/execd.py; test_execd.py runs scripts through it).
+    state = vm.qga.run_script("/bin/sh", 'p=$(pidof gh-execd) && cut -d" " -f3 "/proc/$p/stat"\n')
+    assert (state.exit_code, state.stdout.strip()) == (0, "S")
 
     # The console: a shell on tty1 that takes keys, seen through the guest agent.
     vm.wait_screen_text(30)

@@ -14,7 +14,7 @@ from imagebuilder import windows10
 
 from providers.errors import ProviderError
 from providers.manifest import ImageManifest, dump_manifest, load_manifest
-from providers.qemu import QemuProvider
+from providers.qemu import QemuProvider, execd
 from providers.qemu import winrm as winrm_mod
 from providers.qemu.channels import Channel, Duty, UnroutableImage, routes_for
 from providers.qemu.images import ImageCatalog
@@ -44,10 +44,53 @@ def test_windows_manifest_routes_scripts_to_winrm_and_agent_duties_to_qemu_ga() 
     assert r.ready_order == (Channel.QEMU_GA, Channel.WINRM)
 
 
-def test_linux_tiny_manifest_routes_everything_to_qemu_ga() -> None:
-    r = routes_for(linux_tiny_manifest())
+def test_linux_tiny_manifest_routes_everything_to_qemu_ga_with_its_executor_first() -> None:
+    m = linux_tiny_manifest()
+    r = routes_for(m)
     assert r.script is Channel.QEMU_GA and r.channel(Duty.CLOCK) is Channel.QEMU_GA
     assert not r.per_machine_password and r.ready_order == (Channel.QEMU_GA,)
+    assert r.execd  # scripts go to gh-execd first (providers/qemu/execd.py)
+    assert not routes_for(m.model_copy(update={"guest_channels": ["qemu-ga"]})).execd
+    assert not routes_for(windows_manifest()).execd
+
+
+@pytest.mark.parametrize("update", [
+    {"guest_channels": ["gh-execd"]},  # nothing would take what it does not: another user, big output
+    {"os": "windows", "shell": "powershell", "guest_channels": ["winrm", "qemu-ga", "gh-execd"]},
+])
+def test_an_executor_is_declared_only_beside_qemu_ga_on_linux(update: dict[str, Any]) -> None:
+    data = linux_tiny_manifest().model_dump(mode="json") | update
+    if update.get("os") == "windows":
+        data["winrm"] = windows_manifest().winrm.model_dump(mode="json")  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="gh-execd runs beside qemu-ga on a linux image"):
+        ImageManifest.model_validate(data)
+
+
+def test_the_executors_wire_format_and_its_port_in_the_domain() -> None:
+    env = ["PATH=/bin", "GH_X=a b"]
+    raw = execd.encode_request(9, b"echo hi", env, interpreter="/bin/sh", timeout=2.5, keep=11,
+                               clock_ms=1_700_000_000_123, reseed=b"\x01" * 32)
+    head = execd.REQUEST.unpack(raw[:execd.REQUEST.size])
+    assert head == (execd.REQUEST_MAGIC, 9, execd.FLAG_CLOCK | execd.FLAG_RESEED, 2500, 11, 32, 1_700_000_000_123,
+                    len("/bin/sh"), len("PATH=/bin\0GH_X=a b\0"), len("echo hi"), 0)
+    assert raw[execd.REQUEST.size:] == b"\x01" * 32 + b"/bin/sh" + b"PATH=/bin\0GH_X=a b\0" + b"echo hi"
+    plain = execd.REQUEST.unpack(execd.encode_request(1, b"", [], interpreter="/bin/sh", timeout=1, keep=0,
+                                                      clock_ms=None, reseed=None)[:execd.REQUEST.size])
+    assert plain[2] == 0 and plain[6] == 0
+    # Past gh-execd's static buffers: nothing is sent, the script goes to qemu-ga.
+    for kw in ({"script": b"x" * (execd.MAX_SCRIPT + 1)}, {"keep": execd.MAX_KEEP + 1},
+               {"env": ["A=" + "x" * execd.MAX_ENV]}, {"interpreter": "/bin/s\0h"}):
+        args: dict[str, Any] = {"script": b"", "env": [], "interpreter": "/bin/sh", "keep": 1} | kw
+        with pytest.raises(execd.Unavailable):
+            execd.encode_request(1, args["script"], args["env"], interpreter=args["interpreter"], timeout=1,
+                                 keep=args["keep"], clock_ms=None, reseed=None)
+    live = """<domain><devices>
+      <channel type='unix'><source mode='bind' path='/run/a/org.qemu.guest_agent.0'/>
+        <target type='virtio' name='org.qemu.guest_agent.0'/></channel>
+      <channel type='unix'><source mode='bind' path='/run/a/org.ghrunner.exec.0'/>
+        <target type='virtio' name='org.ghrunner.exec.0'/></channel></devices></domain>"""
+    assert execd.port_path(live) == "/run/a/org.ghrunner.exec.0"
+    assert execd.port_path("<domain><devices/></domain>") is None
 
 
 @pytest.mark.parametrize(("channels", "missing"), [

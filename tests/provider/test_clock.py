@@ -17,6 +17,7 @@ import pytest
 from providers.base import MachineOrigin, MachineSource
 from providers.qemu import QemuMachine, QemuProvider
 from providers.qemu import guest_agent as ga
+from providers.qemu import provider as provider_module
 from providers.qemu.guest_agent import ClockMode
 from providers.qemu.pool import PoolConfig
 
@@ -57,6 +58,7 @@ async def test_the_first_script_after_a_pooled_lease_or_a_lazy_restore_reads_the
     pooled = QemuProvider(images_dir, sd, runner_name, LIBVIRT_URI, warm_snapshots=True,
                           pool=PoolConfig(per_source=1, total_mib=512))
     lazy = QemuProvider(images_dir, sd, runner_name, LIBVIRT_URI, warm_snapshots=True)
+    lazy_qga = QemuProvider(images_dir, sd, runner_name, LIBVIRT_URI, warm_snapshots=True)
     old_way = QemuProvider(images_dir, sd, runner_name, LIBVIRT_URI, warm_snapshots=True,
                            clock_mode=ClockMode.SET_TIME)
     try:
@@ -88,18 +90,22 @@ async def test_the_first_script_after_a_pooled_lease_or_a_lazy_restore_reads_the
             finally:
                 await m.destroy()
 
-        # A guest whose `date -s` refuses the value: the clock is set by guest-set-time instead,
-        # and the script runs once (the wrapper stopped before it).
+        # A guest that refuses the value (gh-execd's clock_settime, or the qemu-ga wrapper's
+        # `date -s`): the clock is set by guest-set-time instead, and the script runs once (it
+        # was stopped before the script).
+        lazy_qga.resident_exec = False
+        monkeypatch.setattr(provider_module, "clock_ms", lambda: 2**64 - 1)  # past what the kernel takes
         monkeypatch.setattr(ga, "clock_arg", lambda: "not-a-time")
-        m = await lazy.create_machine("at_clock_refused", TINY, timeout=BOOT_TIMEOUT)
-        assert isinstance(m, QemuMachine)
-        try:
-            assert await first_script_clock_error(m) == 0.0
-            assert (await m.run_script("cat /root/ran", timeout=30)).stdout == "x\n"
-        finally:
-            await m.destroy()
+        for p in (lazy, lazy_qga):
+            m = await p.create_machine(f"at_clock_refused_{p.resident_exec}", TINY, timeout=BOOT_TIMEOUT)
+            assert isinstance(m, QemuMachine)
+            try:
+                assert await first_script_clock_error(m) == 0.0, p.resident_exec
+                assert (await m.run_script("cat /root/ran", timeout=30)).stdout == "x\n"
+            finally:
+                await m.destroy()
     finally:
-        for p in (old_way, lazy, pooled):
+        for p in (old_way, lazy, lazy_qga, pooled):
             await p.reap(set())
             await p.close()
     assert our_domains() == []

@@ -46,7 +46,7 @@ disk: {file: disk.qcow2, sha256: "%s"}
 
 def spec(**kw: object) -> DomainSpec:
     m = parse_manifest(MANIFEST)
-    for key in ("network", "tablet"):
+    for key in ("network", "tablet", "guest_channels"):
         if kw.get(key):
             m = m.model_copy(update={key: kw[key]})
     return DomainSpec(name="gh-r1-at_1", manifest=m, image_dir=Path("/img/linux-tiny"), overlay=Path("/st/o.qcow2"),
@@ -76,6 +76,10 @@ def test_domain_xml_has_owner_tablet_agent_and_no_network_or_vnc() -> None:
     assert [c.get("model") for c in virtio.iter("controller") if c.get("type") == "usb"] == ["none"]
     chans = [c.find("target").get("name") for c in root.iter("channel")]  # type: ignore[union-attr]
     assert chans == ["org.qemu.guest_agent.0"]
+    both = ET.fromstring(build_domain_xml(spec(guest_channels=["qemu-ga", "gh-execd"])))
+    chans = [c.find("target").get("name") for c in both.iter("channel")]  # type: ignore[union-attr]
+    assert chans == ["org.qemu.guest_agent.0", "org.ghrunner.exec.0"]  # paths left to libvirt
+    assert all(c.find("source") is None for c in both.iter("channel"))
     assert root.find("devices/interface") is None
     assert root.find("devices/graphics") is None
     assert root.find("devices/disk/source").get("file") == "/st/o.qcow2"  # type: ignore[union-attr]
