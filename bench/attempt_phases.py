@@ -21,12 +21,18 @@ round, and the median of each phase, four ways interleaved round by round:
   lazy-old  machines restored lazily from the image's warm snapshot, teardown in the background,
             scripts run as before issue 26 (bench/legacy_exec.py: the clock by guest-set-time and
             its `hwclock -w`, polls from 20 ms, the wrapper of 6 processes)
-  pool-old  as lazy-old, plus a hot pool (2 paused machines per source, 1 GiB): today's pool figure
-  lazy-new  lazy machines, scripts as after issue 26 (the clock in the first exec, polls from 1 ms,
-            the wrapper of 2 processes)
-  pool-new  as lazy-new, plus the hot pool (its machines primed with a script too)
+  pool-old  as lazy-old, plus a hot pool (2 paused machines per source, 1 GiB, a refill 3 s after a
+            take): today's pool figure
+  lazy-new  lazy machines, scripts as after issue 26: through gh-execd, linux-tiny's resident
+            executor (else qemu-ga: the clock in the first exec, polls from 1 ms, the wrapper of 2
+            processes)
+  pool-new  as lazy-new, plus the hot pool as the runner configures it (its machines primed with a
+            script too, through gh-execd)
 
-(`--with-cold` adds booted machines, the slot held until the destroy: the runner before issue 15.)
+(`--with-cold` adds booted machines, the slot held until the destroy: the runner before issue 15;
+`--refill-delays 0,3` adds pool-new with those waits between a take and the refill, as pool-r0,
+pool-r3.) The host's CPU busy share while each mode's batches ran says whether it was bound by
+the 2 cores or by waiting.
 The warm snapshot is built before the clock starts (once per image per runner; its time is
 printed). The host may be shared: numbers are noisy, ratios from one run are what counts.
 """
@@ -150,6 +156,15 @@ async def batch(provider: QemuProvider, cases: list[dict[str, Any]], slots: int,
     return wall, rows
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """The host's (busy, total) CPU ticks so far, all cores (/proc/stat): how much of the 2 cores a
+    batch kept busy says whether its attempts per minute were bound by the CPU or by waiting."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    total = sum(fields[:8])  # guest time is counted in user already
+    return total - idle, total
+
+
 async def pool_full(counts: Callable[[], Mapping[MachineSource, int]], n: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while counts().get(MachineSource(image="linux-tiny"), 0) < n:
@@ -162,21 +177,26 @@ PHASES = ("machine", "ready", "setup", "check_before", "first_screen", "task", "
 
 
 async def throughput(images_dir: Path, state: Path, cases: list[dict[str, Any]], slots: int, rounds: int,
-                     with_cold: bool) -> None:
+                     with_cold: bool, refill_delays: list[float]) -> None:
     """Attempts per minute and the phases' medians, before and after issue 26 side by side."""
     provs = {
         "lazy-old": legacy(QemuProvider(images_dir, state / "warm", RUNNER + "-lazyold", warm_snapshots=True)),
         "pool-old": legacy(QemuProvider(images_dir, state / "warm", RUNNER + "-poolold", warm_snapshots=True,
-                                        pool=PoolConfig(per_source=2, total_mib=1024))),
+                                        pool=PoolConfig(per_source=2, total_mib=1024, refill_delay_s=3.0))),
         "lazy-new": QemuProvider(images_dir, state / "warm", RUNNER + "-lazynew", warm_snapshots=True),
         "pool-new": QemuProvider(images_dir, state / "warm", RUNNER + "-poolnew", warm_snapshots=True,
                                  pool=PoolConfig(per_source=2, total_mib=1024)),
     }
+    for delay in refill_delays:  # the same with another wait before a refill, side by side
+        provs[f"pool-r{delay:g}"] = QemuProvider(
+            images_dir, state / "warm", RUNNER + f"-poolr{delay:g}".replace(".", ""), warm_snapshots=True,
+            pool=PoolConfig(per_source=2, total_mib=1024, refill_delay_s=delay))
     if with_cold:
         provs = {"cold": QemuProvider(images_dir, state / "before", RUNNER + "-before"), **provs}
     for d in ("before", "warm"):
         (state / d).mkdir(mode=0o755)
     walls: dict[str, float] = dict.fromkeys(provs, 0.0)
+    cpu: dict[str, list[int]] = {k: [0, 0] for k in provs}  # busy, total ticks while its batches ran
     done: dict[str, int] = dict.fromkeys(provs, 0)
     origins: dict[str, set[str]] = {k: set() for k in provs}
     phases: dict[str, dict[str, list[float]]] = {k: {ph: [] for ph in PHASES} for k in provs}
@@ -192,11 +212,17 @@ async def throughput(images_dir: Path, state: Path, cases: list[dict[str, Any]],
         for rnd in range(rounds):
             order = list(provs) if rnd % 2 == 0 else list(reversed(provs))
             for mode in order:
-                pool = provs[mode].pool
-                if pool is not None:  # a runner's pool fills while it waits for leases: not timed
-                    await pool_full(pool.counts, 2, 600)
+                # A runner's pool fills while it waits for leases: not timed. Every mode's pool is
+                # full first, so no other mode's refill runs beside this batch and takes its CPU.
+                for other in provs.values():
+                    if other.pool is not None:
+                        await pool_full(other.pool.counts, 2, 600)
+                busy0, total0 = cpu_ticks()
                 wall, rows = await batch(provs[mode], cases, slots, f"{mode.replace('-', '')}{rnd}x",
                                          mode != "cold")
+                busy1, total1 = cpu_ticks()
+                cpu[mode][0] += busy1 - busy0
+                cpu[mode][1] += total1 - total0
                 walls[mode] += wall
                 done[mode] += sum(r["outcome"] != "error" for r in rows)
                 origins[mode] |= {str(r["origin"]) for r in rows}
@@ -216,7 +242,9 @@ async def throughput(images_dir: Path, state: Path, cases: list[dict[str, Any]],
         for mode in provs:
             apm = done[mode] / walls[mode] * 60 if walls[mode] else float("nan")
             made = ", ".join(sorted(origins[mode]))
-            print(f"  {mode:9} {apm:6.1f}/min  ({apm / base:4.2f}x pool-old)  machines: {made}")
+            busy = cpu[mode][0] / cpu[mode][1] * 100 if cpu[mode][1] else float("nan")
+            print(f"  {mode:9} {apm:6.1f}/min  ({apm / base:4.2f}x pool-old)  host CPU busy {busy:3.0f}%  "
+                  f"machines: {made}")
     finally:
         for p in provs.values():
             try:
@@ -302,6 +330,8 @@ def main() -> int:
     ap.add_argument("--throughput-rounds", type=int, default=2, help="rounds of the attempts-per-minute part")
     ap.add_argument("--skip-phases", action="store_true", help="only the attempts-per-minute part")
     ap.add_argument("--with-cold", action="store_true", help="also booted machines in the attempts-per-minute part")
+    ap.add_argument("--refill-delays", default="",
+                    help="also pool-new with these waits before a refill (comma-separated seconds): pool-rN rows")
     args = ap.parse_args()
     cases = yaml.safe_load(args.cases.read_text())["cases"]
     if args.keys:
@@ -313,8 +343,9 @@ def main() -> int:
         if not args.skip_phases:
             asyncio.run(run(args.images_dir, state, cases, args.rounds))
         if args.throughput_rounds > 0:
+            delays = [float(x) for x in args.refill_delays.split(",") if x.strip()]
             asyncio.run(throughput(args.images_dir, state, cases, args.slots, args.throughput_rounds,
-                                   args.with_cold))
+                                   args.with_cold, delays))
     finally:
         shutil.rmtree(state, ignore_errors=True)
     return 0

@@ -61,6 +61,7 @@ PRIME_TIMEOUT_S = 60.0  # a restored guest answers within a second; a loaded hos
 class PoolConfig:
     per_source: int = 0  # K paused machines per source; 0 turns the pool off
     total_mib: int = 0  # guest memory all pooled machines may hold together
+    refill_delay_s: float = REFILL_DELAY_S  # after a take, before the refill starts (bench/ compares)
 
     @property
     def enabled(self) -> bool:
@@ -150,7 +151,7 @@ class HotPool(Generic[M]):
         ready = self._ready.get(source) or []
         while ready:
             entry = ready.pop(0)
-            asyncio.get_running_loop().call_later(REFILL_DELAY_S, self._wake.set)
+            asyncio.get_running_loop().call_later(self.config.refill_delay_s, self._wake.set)
             if entry.key != key:  # the image or version changed since it was made
                 await self._discard(entry.machine)
                 continue
