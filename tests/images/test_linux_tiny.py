@@ -27,7 +27,8 @@ BUILD = REPO / "image-builder" / "build"
 def test_the_built_image_is_valid_and_small(images_dir: Path) -> None:
     d = images_dir / "linux-tiny"
     m = load_manifest(d)
-    assert (m.os, m.shell, m.guest_channels, m.machine, m.video) == ("linux", "sh", ["qemu-ga", "gh-execd"], "pc", "vga")
+    assert (m.os, m.shell, m.machine, m.video) == ("linux", "sh", "pc", "vga")
+    assert m.guest_channels == ["qemu-ga", "gh-execd"]
     assert m.tablet == "virtio" and 128 <= m.memory_mib <= 512 and m.vcpus == 1
     assert isinstance(m.boot, DirectKernelBoot)
     assert "root=/dev/vda" in m.boot.cmdline and "console=tty1" in m.boot.cmdline and "console=ttyS0" in m.boot.cmdline
