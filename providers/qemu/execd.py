@@ -178,7 +178,11 @@ class ExecChannel:
             request_id = next(self._ids) & 0xFFFFFFFF
             payload = encode_request(request_id, script.encode("utf-8"), env, interpreter=interpreter,
                                      timeout=timeout, keep=keep, clock_ms=clock_ms, reseed=reseed)
-            await self.connect()
+            try:
+                await self.connect()
+            except Unavailable as e:  # not tried again for every script: each try could take CONNECT_TIMEOUT_S
+                self.give_up(str(e))
+                raise
             assert self._reader is not None and self._writer is not None
             reply = await self._exchange(payload, request_id, keep, timeout)
         duration = time.monotonic() - started

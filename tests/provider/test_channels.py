@@ -204,3 +204,34 @@ async def test_a_machine_of_the_windows_image_gets_its_own_password_then_runs_po
 
     r = await machine.run_script("Write-Output $true", timeout=30)
     assert r.exit_code == 0 and r.stdout == "True\r\n"
+
+
+class _XmlOnlyDomain:
+    """A domain as ExecChannel.connect sees it: only its live XML (no libvirt here)."""
+
+    def __init__(self, xml: str) -> None:
+        self.xml = xml
+        self.lookups = 0
+
+    def call_blocking(self, fn: Any, *, retry: bool = True) -> Any:
+        self.lookups += 1
+        return fn(None, self)
+
+    def XMLDesc(self, _flags: int) -> str:  # libvirt's name
+        return self.xml
+
+
+@pytest.mark.parametrize("xml", [
+    "<domain><devices/></domain>",  # a domain defined without the port
+    "<domain><devices><channel type='unix'><source mode='bind' path='/nonexistent/gh-execd.sock'/>"
+    "<target type='virtio' name='org.ghrunner.exec.0'/></channel></devices></domain>",  # nobody listens
+])
+async def test_an_executor_that_cannot_be_reached_is_given_up_once_and_nothing_is_sent(xml: str) -> None:
+    dom = _XmlOnlyDomain(xml)
+    channel = execd.ExecChannel(dom)  # type: ignore[arg-type]
+    with pytest.raises(execd.Unavailable):
+        await channel.run("echo hi", ["PATH=/bin"], interpreter="/bin/sh", timeout=5, output_cap=10)
+    assert channel.broken is not None and not channel.free  # the machine's scripts go to qemu-ga
+    with pytest.raises(execd.Unavailable):
+        await channel.run("echo hi", ["PATH=/bin"], interpreter="/bin/sh", timeout=5, output_cap=10)
+    assert dom.lookups == 1  # not looked for again on every script
