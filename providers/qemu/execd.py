@@ -9,9 +9,10 @@ starts four processes and polls over libvirt; under TCG that is most of a short 
 cannot tell the two apart.
 
 qemu-ga stays the way for what gh-execd does not take: a script as another user, output kept past
-1 MiB, a second script while one runs, and any machine whose executor did not answer. `Unavailable`
-means nothing reached the guest, so the caller may send the script through qemu-ga; any failure after
-the request left is a ProviderError, never a second run.
+1 MiB, a second script while one runs, any machine whose executor did not answer, and a request
+it refused unrun (an image whose executor speaks another version). `Unavailable` means the script
+did not run, so the caller may send it through qemu-ga; any other failure after the request left
+is a ProviderError, never a second run.
 
 The wire format, shared with gh-execd.c (integers little-endian):
   request: REQUEST header (magic "GHX1", id, flags, timeout_ms, keep, reseed_len, clock_ms,
@@ -74,8 +75,8 @@ class ReplyKind(IntEnum):
 
 
 class Unavailable(Exception):
-    """gh-execd could not be asked (no port, no connection, a request it would refuse): nothing
-    reached the guest, so the script may go through qemu-ga instead."""
+    """gh-execd could not be asked (no port, no connection, a request past its limits) or refused
+    the request unrun: the script did not run, so it may go through qemu-ga instead."""
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,7 @@ class ExecChannel:
         """Run `script` as guest_agent.GuestAgent.run_sh would (root; `interpreter`; `env` exactly).
 
         Raises:
-            Unavailable: nothing reached the guest (use qemu-ga).
+            Unavailable: the script did not run (use qemu-ga).
             ClockNotSet: the guest refused the clock; the script did not run.
             ProviderError: the guest refused to reseed or start it, or the channel broke after the
                 request left (the script may have run: it is not sent again).
@@ -194,8 +195,8 @@ class ExecChannel:
             raise ProviderError(f"the guest did not reseed its RNG after the restore (errno {reply.code})")
         if reply.kind is ReplyKind.NOT_STARTED:
             raise ProviderError(f"the guest could not start the script (errno {reply.code})")
-        if reply.kind is ReplyKind.BAD_REQUEST:
-            raise ProviderError("gh-execd refused the request as malformed")
+        if reply.kind is ReplyKind.BAD_REQUEST:  # nothing ran (an image whose executor speaks another version)
+            raise Unavailable("gh-execd refused the request as malformed")
         exit_code = {ReplyKind.EXITED: reply.code, ReplyKind.SIGNALED: 128 + reply.code}.get(reply.kind)
         out, err = reply.stdout, reply.stderr
         return ScriptResult(

@@ -808,7 +808,7 @@ class QemuMachine(Machine):
                                       clock_ms=clock_ms() if set_clock else None,
                                       reseed=secrets.token_bytes(RESEED_BYTES) if reseed else None)
                 return res, Channel.EXECD
-            except Unavailable as e:  # nothing reached the guest
+            except Unavailable as e:  # the script did not run
                 log.info("script through qemu-ga: gh-execd cannot take it", machine_id=self.machine_id, reason=str(e))
         res = await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap, set_clock=set_clock,
                                       reseed=reseed, run_as=self.run_as)

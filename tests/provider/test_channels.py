@@ -4,6 +4,7 @@ Protocol are replaced at their boundaries (the qemu-ga replies are the shapes of
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -235,3 +236,31 @@ async def test_an_executor_that_cannot_be_reached_is_given_up_once_and_nothing_i
     with pytest.raises(execd.Unavailable):
         await channel.run("echo hi", ["PATH=/bin"], interpreter="/bin/sh", timeout=5, output_cap=10)
     assert dom.lookups == 1  # not looked for again on every script
+
+
+async def test_a_request_the_executor_refuses_unrun_goes_to_qemu_ga(tmp_path: Path) -> None:
+    """An image whose gh-execd speaks another version refuses the request without running it
+    (BAD_REQUEST): the script is then qemu-ga's, not a failed script. The peer here answers in
+    gh-execd's wire format, as test_execd.py shows the real one does."""
+    sock = tmp_path / "execd.sock"
+    seen: list[bytes] = []
+
+    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readexactly(execd.REQUEST.size)
+        seen.append(head)
+        writer.write(execd.REPLY.pack(execd.REPLY_MAGIC, execd.REQUEST.unpack(head)[1], execd.ReplyKind.BAD_REQUEST,
+                                      0, 0, 0))
+        await writer.drain()
+
+    server = await asyncio.start_unix_server(refuse, path=str(sock))
+    try:
+        dom = _XmlOnlyDomain("<domain><devices><channel type='unix'>"
+                             f"<source mode='bind' path='{sock}'/><target type='virtio' name='org.ghrunner.exec.0'/>"
+                             "</channel></devices></domain>")
+        channel = execd.ExecChannel(dom)  # type: ignore[arg-type]
+        with pytest.raises(execd.Unavailable, match="refused"):
+            await channel.run("echo hi", ["PATH=/bin"], interpreter="/bin/sh", timeout=5, output_cap=10)
+        assert len(seen) == 1 and channel.broken is not None and not channel.free
+    finally:
+        server.close()
+        await server.wait_closed()
