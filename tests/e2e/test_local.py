@@ -333,7 +333,7 @@ def test_a_try_ending_in_error_exits_1_with_the_errors_block_and_the_report(work
 
 @pytest.mark.timeout(900)
 def test_ctrl_c_stops_the_run_and_destroys_every_machine(work: Path, images_dir: Path) -> None:
-    path = _cases_file(work, ["PRM-01", "FIL-01", "CFG-01"], agents=["noop"], repeat=2)
+    path = _cases_file(work, ["PRM-01", "FIL-01", "CFG-01"], agents=["noop"], repeat=10)
     proc = _local([str(path), "--report", str(work / "r.json")], images_dir, start_new_session=True)
     stdout = proc.stdout
     assert stdout is not None
@@ -347,8 +347,8 @@ def test_ctrl_c_stops_the_run_and_destroys_every_machine(work: Path, images_dir:
             seen = "".join(lines)
             if name is None and re.search(r"runner local-\d+ with", seen):
                 name = _runner_name(seen)
-            done = [int(m) for m in re.findall(r"^(\d+)/6 done", seen, re.M)]
-            if name is not None and done and 1 <= done[-1] < 6 and domains(f"gh-{name}-"):
+            done = [int(m) for m in re.findall(r"^(\d+)/30 done", seen, re.M)]
+            if name is not None and done and 1 <= done[-1] < 30 and domains(f"gh-{name}-"):
                 break
             if proc.poll() is not None:
                 pytest.fail(f"gh-runner local ended early: {seen}")
