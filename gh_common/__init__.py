@@ -1,2 +1,3 @@
 """Small helpers every package may use, below all of them and importing none of ours: the one timeout
-helper (`timeouts`) and the one config file reader (`configfile`)."""
+helper (`timeouts`), the one capped backoff (`backoff`), the one config file reader (`configfile`) and
+the PNG writer screenshots are encoded with (`png`)."""
