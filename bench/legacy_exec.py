@@ -1,4 +1,5 @@
-"""How scripts ran before issue 26, for benches that measure both side by side in one run.
+"""How scripts ran before the script path was made short (the qemu-ga wrapper of 6 processes, slow
+polls, no gh-execd), for benches that measure both side by side in one run.
 
 `legacy(provider)` makes a provider set a restored guest's clock with qemu-ga's guest-set-time
 (which runs `hwclock -w` in the guest), poll guest-exec-status from 20 ms (x1.5, at most 250 ms),
@@ -9,9 +10,7 @@ no script to gh-execd.
 
 from __future__ import annotations
 
-from typing import Any
-
-from providers.qemu import QemuMachine, QemuProvider
+from providers.qemu import QemuProvider
 from providers.qemu.guest_agent import LEGACY_POLLING, ClockMode
 
 OLD_WRAPPER = r"""
@@ -32,16 +31,10 @@ exit $rc
 
 
 def legacy(provider: QemuProvider) -> QemuProvider:
+    """Set before the provider makes its first machine (a machine takes these when it is made)."""
     provider.clock_mode = ClockMode.SET_TIME
     provider.polling = LEGACY_POLLING
+    provider.sh_wrapper = OLD_WRAPPER
     provider.prime_script = False
     provider.resident_exec = False
-    create = provider._create_machine
-
-    async def create_old(*args: Any, **kw: Any) -> QemuMachine:
-        m = await create(*args, **kw)
-        m.agent.wrapper = OLD_WRAPPER
-        return m
-
-    provider._create_machine = create_old  # type: ignore[method-assign]
     return provider

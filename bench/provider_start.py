@@ -109,7 +109,7 @@ async def ready_full_copy(p: QemuProvider, work: Path, n: int) -> float:
         await GuestAgent(Domain(p.conn, name)).wait_ready(READY_TIMEOUT, alive=alive_check(p, name))
         return time.perf_counter() - t
     finally:
-        await p._destroy_domain(name)
+        await p.reaper.destroy_domain(name)
         disk.unlink(missing_ok=True)
 
 

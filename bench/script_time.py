@@ -1,10 +1,10 @@
-"""Where the time of a short script goes, on a machine leased from the hot pool (issue 26).
+"""Where the time of a short script goes, on a machine leased from the hot pool.
 
     .venv/bin/python bench/script_time.py [--images-dir DIR] [--tries 10]
 
 Three providers side by side in one run, their leases interleaved, each with a hot pool on linux-tiny:
 
-  old   as before issue 26 (bench/legacy_exec.py): the clock set by qemu-ga's guest-set-time
+  old   the old script path (bench/legacy_exec.py): the clock set by qemu-ga's guest-set-time
         beside ready (its `hwclock -w` in the guest), guest-exec-status polled from 20 ms (x1.5,
         at most 250 ms), the wrapper of 6 processes, pooled machines primed with a ping only
   qga   the clock set by the first script's own guest-exec (`date -s` in the wrapper), polls
@@ -42,9 +42,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.legacy_exec import legacy
+from gh_common.backoff import Backoff
 from providers.base import MachineSource
 from providers.qemu import QemuMachine, QemuProvider
-from providers.qemu.guest_agent import RESEED_BYTES, ROOT_SH, GuestAgent, Polling, clock_ms, script_env
+from providers.qemu.guest_agent import RESEED_BYTES, ROOT_SH, GuestAgent, clock_ms, script_env
 from providers.qemu.pool import PoolConfig
 
 TINY = MachineSource(image="linux-tiny")
@@ -115,7 +116,7 @@ async def floors(p: QemuProvider, tries: int) -> dict[str, list[float]]:
     try:
         await m.wait_ready(60)
         await m.run_script("true", timeout=60)
-        tight = GuestAgent(m.domain, polling=Polling(first_s=0.0005, growth=1.0, cap_s=0.0005))
+        tight = GuestAgent(m.domain, polling=Backoff(base=0.0005, cap=0.0005, factor=1.0))
         for _ in range(tries):
             t = time.monotonic()
             await m.agent.ping()

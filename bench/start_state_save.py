@@ -150,7 +150,7 @@ async def machine_saves(images_dir: Path, work: Path, rounds: int) -> None:
             res = await machine.run_script(f"head -c {8 * MiB} /dev/urandom > /root/blob{r}; sync", timeout=120)
             assert res.exit_code == 0, res.stderr
             for strategy in ("depth-1", "flattened"):
-                p.flatten_versions = strategy == "flattened"
+                p.versions.flatten = strategy == "flattened"
                 version += 1
                 t0 = time.perf_counter()
                 saved = await machine.save("ss_bench", version)

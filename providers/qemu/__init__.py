@@ -1,5 +1,6 @@
-"""The QEMU/KVM provider on libvirt (see provider.py for the on-disk layout)."""
+"""The QEMU/KVM provider on libvirt (see provider.py for its rooms and the on-disk layout)."""
 
-from providers.qemu.provider import QemuMachine, QemuProvider
+from providers.qemu.machine import QemuMachine
+from providers.qemu.provider import QemuProvider
 
 __all__ = ["QemuMachine", "QemuProvider"]

@@ -2,7 +2,7 @@
 
 One script is one guest-exec (the wrapper in argv, the script on stdin) and guest-exec-status polls
 that start at 1 ms and back off (a short script is done within a few ms of its start; a long one is
-polled at most every `Polling.cap_s`). A restored guest's clock is set by the same call: the wrapper runs
+polled at most every `EXEC_POLLING.cap`). A restored guest's clock is set by the same call: the wrapper runs
 `date -s @<seconds>` before the script (see `clock_arg`), instead of qemu-ga's guest-set-time,
 whose `hwclock -w` in the guest waits for the RTC's next second (0.3-0.5 s under TCG).
 
@@ -22,13 +22,14 @@ import json
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
 import libvirt
 import libvirt_qemu
 
+from gh_common.backoff import Backoff
 from providers.base import DEFAULT_OUTPUT_CAP, ScriptResult
 from providers.errors import MachineNotReady, ProviderError
 from providers.qemu.errors import in_thread, plain_reason
@@ -54,17 +55,15 @@ class ClockMode(StrEnum):
     SET_TIME = "set_time"  # qemu-ga's guest-set-time beside ready (waits for `hwclock -w` in the guest)
 
 
-@dataclass(frozen=True)
-class Polling:
-    """When guest-exec-status is asked again: `first_s` after the first ask, then `growth` times
-    the previous wait, at most `cap_s`."""
-
-    first_s: float = 0.001
-    growth: float = 2.0
-    cap_s: float = 0.05
-
-
-LEGACY_POLLING = Polling(first_s=0.02, growth=1.5, cap_s=0.25)  # before issue 26, for bench/ side by side
+# How polls back off. These are policies, never counted down themselves: each wait counts down its
+# own copy (`replace(policy, failures=0)`).
+# guest-exec-status asked again 1 ms after the first ask, then twice the previous wait, at most 50 ms.
+EXEC_POLLING = Backoff(base=0.001, cap=0.05, factor=2.0)
+# The polling before the script path was tuned (from 20 ms, x1.5, at most 250 ms): bench/legacy_exec.py
+# sets it for bench/script_time.py's side by side.
+LEGACY_POLLING = Backoff(base=0.02, cap=0.25, factor=1.5)
+# guest-ping while a guest boots: from 100 ms, x1.5, at most 500 ms.
+READY_POLLING = Backoff(base=0.1, cap=0.5, factor=1.5)
 
 # Every process the wrapper starts costs a fork and an exec of busybox, 5-30 ms each under TCG, so
 # the path to the script's result starts as few as it can: `date` and gh-reseed (only in the first
@@ -223,11 +222,12 @@ def io_paused(dom: libvirt.virDomain) -> str | None:
 class GuestAgent:
     """The qemu-ga channel of one domain, looked up by name on every call (survives reconnects)."""
 
-    def __init__(self, domain: Domain, *, call_timeout: float = 20.0, polling: Polling = Polling()) -> None:
+    def __init__(self, domain: Domain, *, call_timeout: float = 20.0, polling: Backoff = EXEC_POLLING,
+                 wrapper: str = WRAPPER) -> None:
         self.domain = domain
         self.call_timeout = call_timeout
-        self.polling = polling
-        self.wrapper = WRAPPER  # bench/legacy_exec.py puts the one before issue 26 here, side by side
+        self.polling = polling  # of guest-exec-status: each wait counts down its own copy
+        self.wrapper = wrapper  # bench/legacy_exec.py passes an older one, for bench/script_time.py's side by side
 
     @property
     def domain_name(self) -> str:
@@ -273,7 +273,7 @@ class GuestAgent:
         """Poll guest-ping until it answers, with a deadline (the guest may still be booting)."""
         deadline = time.monotonic() + timeout
         last = "no answer"
-        delay = 0.1
+        backoff = replace(READY_POLLING, failures=0)
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -285,8 +285,7 @@ class GuestAgent:
                 last = str(e)
                 if alive is not None:
                     await alive()
-            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-            delay = min(delay * 1.5, 0.5)
+            await asyncio.sleep(min(backoff.next_delay(), max(0.0, deadline - time.monotonic())))
 
     async def exec_start(self, path: str, args: list[str], *, env: list[str] | None = None,
                          stdin: bytes | None = None, capture: bool = True) -> int:
@@ -310,7 +309,7 @@ class GuestAgent:
 
     async def wait_exec(self, pid: int, deadline: float) -> ExecStatus | None:
         """Poll guest-exec-status until the process exits or `deadline` (monotonic) passes."""
-        delay = self.polling.first_s
+        backoff = replace(self.polling, failures=0)
         while True:
             st = await self.exec_status(pid)
             if st.exited:
@@ -318,8 +317,7 @@ class GuestAgent:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            await asyncio.sleep(min(delay, left))
-            delay = min(delay * self.polling.growth, self.polling.cap_s)
+            await asyncio.sleep(min(backoff.next_delay(), left))
 
     async def run_sh(self, script: str, *, env: Mapping[str, str] | None, timeout: float,
                      output_cap: int = DEFAULT_OUTPUT_CAP, set_clock: bool = False, reseed: bool = False,
@@ -417,5 +415,5 @@ class GuestAgent:
         await self.command("guest-set-time", {"time": time.time_ns()})
 
 
-__all__ = ["ROOT_SH", "ClockMode", "ClockNotSet", "GuestAgent", "Polling", "RunAs", "ScriptResult", "clock_ms",
-           "plain_reason", "script_env"]
+__all__ = ["EXEC_POLLING", "LEGACY_POLLING", "READY_POLLING", "ROOT_SH", "ClockMode", "ClockNotSet", "GuestAgent",
+           "RunAs", "ScriptResult", "clock_ms", "plain_reason", "script_env"]

@@ -23,9 +23,9 @@ machine from a snapshot: under TCG the guest's code is translated again on first
 guest-agent answer after a restore took ~60 ms here, the second ~3 ms), and a lazy copy faults its
 RAM pages in on first touch. So the pool resumes each new machine, waits for its guest agent to
 answer, runs one empty script through it (the first fork of qemu-ga and busybox after a restore
-took ~0.5 s, issue 26; through gh-execd, where the image has it, that script also connects its
-port and sets the clock, whose kernel paths are translated on first run too), and pauses it again
-before counting it. The lease then pays only a resume and an answer,
+took ~0.5 s; through gh-execd, where the image has it, that script also connects its port and
+sets the clock, whose kernel paths are translated on first run too: see `QemuMachine.prime`), and
+pauses it again before counting it. The lease then pays only a resume and an answer,
 and the pool hands out only machines whose guest has answered. The guest ran for that moment with
 nothing of any attempt in it, and its clock is set by the lease's first script like any restored
 machine's.

@@ -10,20 +10,27 @@ stays as the fallback where the dump cannot be written (the directory not QEMU's
 
 from __future__ import annotations
 
+import asyncio
 import io
 from pathlib import Path
 
 import libvirt
+import structlog
 from PIL import Image
 
 from gh_common import png as fastpng
 from providers.errors import ProviderError
-from providers.qemu.handle import Domain
+from providers.qemu.errors import in_thread
+from providers.qemu.handle import CALL_TIMEOUT, Domain
+
+log = structlog.get_logger("providers.qemu")
 
 # Some QEMU 7.x builds write PNG screen dumps with red and blue swapped (pixman x8r8g8b8 read as RGB
 # bytes); distribution builds differ (Debian's 7.2.22 is fixed), so a version number cannot tell.
-# The provider calibrates instead: the first PNG that has colour is compared with a PPM dump (QEMU's
-# PPM writer has always been right) of the same screen, and the answer is kept per hypervisor.
+# The provider calibrates instead (`SwapCalibration`): the first PNG that has colour is compared with
+# a PPM dump (QEMU's PPM writer has always been right) of the same screen, and the answer is kept
+# per hypervisor.
+CALIBRATION_TRIES = 20  # screens too plain to judge by; past these, PNGs are taken as they come
 
 
 def png_swap_verdict(png: bytes, ppm: bytes) -> bool | None:
@@ -182,3 +189,31 @@ def screenshot_blocking(domain: Domain) -> tuple[bytes, str]:
         return b"".join(chunks), str(mime or "")
 
     return domain.call_blocking(go)
+
+
+class SwapCalibration:
+    """Whether this hypervisor's PNG screen dumps swap red and blue: learnt once, for every machine
+    of the provider, from the first screen with colour enough to tell."""
+
+    def __init__(self) -> None:
+        self.png_swapped: bool | None = None  # None: not known yet
+        self._tries = 0
+
+    async def swapped(self, domain: Domain, work_dir: Path, png: bytes) -> bool | None:
+        """Whether `png`, just taken of `domain`'s screen, has red and blue swapped; None while that
+        is not known. Until it is, each call compares `png` with a PPM dump of the same screen
+        (written in `work_dir`, the machine's directory)."""
+        if self.png_swapped is None and self._tries < CALIBRATION_TRIES:
+            self._tries += 1
+            try:
+                ppm = await in_thread("calibrating screenshot colours", ppm_dump_blocking, domain, work_dir,
+                                      timeout=CALL_TIMEOUT)
+            except (ProviderError, OSError) as e:
+                log.warning("cannot calibrate screenshot colours", reason=str(e))
+                return None
+            if ppm is not None:
+                verdict = await asyncio.to_thread(png_swap_verdict, png, ppm)
+                if verdict is not None:
+                    self.png_swapped = verdict
+                    log.info("screenshot colours calibrated", png_red_blue_swapped=verdict)
+        return self.png_swapped

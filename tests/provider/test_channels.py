@@ -19,7 +19,7 @@ from providers.qemu import QemuProvider, execd
 from providers.qemu import winrm as winrm_mod
 from providers.qemu.channels import Channel, Duty, UnroutableImage, routes_for
 from providers.qemu.images import ImageCatalog
-from providers.qemu.provider import QemuMachine
+from providers.qemu.machine import QemuMachine
 
 LINUX_TINY = Path("/var/tmp/gh-runner/images/linux-tiny")
 WIN_USER = "gh"

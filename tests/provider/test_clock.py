@@ -17,7 +17,7 @@ import pytest
 from providers.base import MachineOrigin, MachineSource
 from providers.qemu import QemuMachine, QemuProvider
 from providers.qemu import guest_agent as ga
-from providers.qemu import provider as provider_module
+from providers.qemu import machine as machine_module
 from providers.qemu.guest_agent import ClockMode
 from providers.qemu.pool import PoolConfig
 
@@ -94,7 +94,7 @@ async def test_the_first_script_after_a_pooled_lease_or_a_lazy_restore_reads_the
         # `date -s`): the clock is set by guest-set-time instead, and the script runs once (it
         # was stopped before the script).
         lazy_qga.resident_exec = False
-        monkeypatch.setattr(provider_module, "clock_ms", lambda: 2**64 - 1)  # past what the kernel takes
+        monkeypatch.setattr(machine_module, "clock_ms", lambda: 2**64 - 1)  # past what the kernel takes
         monkeypatch.setattr(ga, "clock_arg", lambda: "not-a-time")
         for p in (lazy, lazy_qga):
             m = await p.create_machine(f"at_clock_refused_{p.resident_exec}", TINY, timeout=BOOT_TIMEOUT)

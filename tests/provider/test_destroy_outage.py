@@ -75,7 +75,7 @@ async def test_a_failed_destroy_keeps_the_files_and_is_retried_until_the_domain_
             assert all(f.exists() for f in overlay_files)
         finally:
             libvirt_up()
-        retry = p._destroy_retries.get(m.machine_id)
+        retry = p.reaper.pending_destroy(m.machine_id)
         assert retry is not None
         await within(120, asyncio.shield(retry))  # the background destroy ends once libvirtd answers
         assert p.destroy_leftovers() == 0, "the destroy was not retried to its end"

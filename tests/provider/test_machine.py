@@ -15,7 +15,7 @@ from PIL import Image
 
 from gh_wire.input import ClickEvent, KeyEvent, MoveEvent, ScrollEvent, TypeEvent
 from providers.errors import InputNotSupported, ProviderError
-from providers.qemu import QemuMachine
+from providers.qemu import QemuMachine, QemuProvider
 from providers.qemu.connection import Connection
 from providers.qemu.screen import SCREENDUMP_DIR
 
@@ -78,7 +78,8 @@ async def test_non_utf8_output_is_decoded_with_replacement(shared_machine: QemuM
     assert r.stdout == "ok \ufffd\ufffd caf\u00e9\n" and r.stderr == "\ufffd"
 
 
-async def test_screenshot_has_guest_resolution_and_correct_colours(shared_machine: QemuMachine) -> None:
+async def test_screenshot_has_guest_resolution_and_correct_colours(shared_machine: QemuMachine,
+                                                                   provider: QemuProvider) -> None:
     # Paint the text console red (ANSI background 41): VGA text mode draws it as (170, 0, 0).
     r = await shared_machine.run_script("printf '\\033[41m\\033[2J\\033[H' > /dev/tty1", timeout=60)
     assert r.exit_code == 0
@@ -101,7 +102,7 @@ async def test_screenshot_has_guest_resolution_and_correct_colours(shared_machin
         # whether this QEMU swaps PNG channels.
         shared_machine._ppm_dumps = False
         assert_red_screen(await shared_machine.screenshot())
-        assert shared_machine.provider.png_swapped is not None
+        assert provider.calibration.png_swapped is not None
     finally:
         shared_machine._ppm_dumps = True
         await shared_machine.run_script("printf '\\033[0m\\033[2J\\033[H' > /dev/tty1", timeout=60)
@@ -187,11 +188,11 @@ async def test_ready_machine_answers_again_quickly(shared_machine: QemuMachine) 
 
 async def test_a_dropped_libvirt_connection_is_reopened(shared_machine: QemuMachine) -> None:
     # What a libvirtd restart leaves behind: a connection object that no longer works.
-    conn = shared_machine.provider.conn.get()
+    conn = shared_machine.domain.conn.get()
     conn.close()
     r = await shared_machine.run_script("echo still-here", timeout=60)
     assert r.stdout == "still-here\n"
-    assert shared_machine.provider.conn.get() is not conn
+    assert shared_machine.domain.conn.get() is not conn
 
 
 def _closes_its_connection_once() -> tuple[list[int], Callable[[libvirt.virConnect], int]]:

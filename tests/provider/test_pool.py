@@ -104,7 +104,6 @@ async def test_a_lease_takes_a_fresh_paused_machine_and_a_restart_reaps_the_pool
                 await c.destroy()
         finally:
             await p2.close()
-        p._private.clear()  # what died with the crashed process
     finally:
         for m in made:
             await m.destroy()
