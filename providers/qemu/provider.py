@@ -238,7 +238,8 @@ class QemuProvider(Provider):
             return []
         return [s for s, _, _ in await self._pool_sources()]
 
-    def _machine_options(self) -> MachineOptions:
+    def machine_options(self) -> MachineOptions:
+        """How a machine made now runs (its options are fixed when it is made)."""
         return MachineOptions(clock_mode=self.clock_mode, polling=self.polling, sh_wrapper=self.sh_wrapper,
                               resident_exec=self.resident_exec, reseed_after_restore=self.reseed_after_restore,
                               prime_script=self.prime_script, ppm_screendumps=self.ppm_screendumps)
@@ -278,7 +279,7 @@ class QemuProvider(Provider):
         overlay = mdir / "disk.qcow2"
         console = mdir / "console.log"
         machine = QemuMachine(machine_id, name, image, mdir, conn=self.conn, images_dir=self.images_dir,
-                              options=self._machine_options(), reaper=self.reaper, versions=self.versions,
+                              options=self.machine_options(), reaper=self.reaper, versions=self.versions,
                               calibration=self.calibration)
         # NOTE: armed before the machine's first file: a full disk can fail that one too.
         async with removed_on_error(machine):

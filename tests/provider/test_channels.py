@@ -186,7 +186,9 @@ async def test_a_machine_of_the_windows_image_gets_its_own_password_then_runs_po
     _write_image(tmp_path, windows_manifest())
     provider = QemuProvider(tmp_path, tmp_path / "state", "chantest")
     image = await provider.catalog.get("win10-22h2")
-    machine = QemuMachine(provider, "at_1", "gh-chantest-at_1", image, tmp_path / "m")
+    machine = QemuMachine("at_1", "gh-chantest-at_1", image, tmp_path / "m", conn=provider.conn, images_dir=tmp_path,
+                          options=provider.machine_options(), reaper=provider.reaper, versions=provider.versions,
+                          calibration=provider.calibration)
     agent = FakeAgent()
     machine.agent = agent  # type: ignore[assignment]
     monkeypatch.setattr(winrm.protocol, "Protocol", FakePyWinRM)
