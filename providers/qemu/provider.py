@@ -1,6 +1,6 @@
 """The QEMU/KVM provider on libvirt: machines as qcow2 overlays plus transient domains.
 
-The provider wires its rooms and makes machines; each room is a module:
+The provider starts, closes, lists images and makes machines; the rest it hands to its modules:
   machine.py   a machine and what it does (scripts, screen, input, save, destroy)
   reaper.py    this runner's machine ids, leftovers found by their ownership, destroy retries
   versions.py  start-state versions: saved, imported, exported, listed, deleted
