@@ -51,7 +51,7 @@ RESEED_BYTES = 32
 class ClockMode(StrEnum):
     """How a restored guest's clock is set (sh guests on qemu-ga; a WinRM image always uses SET_TIME)."""
 
-    IN_EXEC = "in_exec"  # by the first script's own guest-exec: `date -s` before the script
+    IN_EXEC = "in_exec"  # by the first script's own request: the wrapper's `date -s`, or gh-execd's clock_settime
     SET_TIME = "set_time"  # qemu-ga's guest-set-time beside ready (waits for `hwclock -w` in the guest)
 
 
