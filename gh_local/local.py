@@ -426,7 +426,7 @@ class LocalRun:
         return EXIT_INTERRUPTED
 
     async def _check_images(self, config: Any) -> None:
-        from gh_runner.daemon import make_provider
+        from gh_runner.provider_factory import make_provider
 
         wanted = sorted({str(c["start_state"]) for c in self.cf.cases})
         provider = make_provider(config)
@@ -488,8 +488,9 @@ class LocalRun:
         return str(r.json()["token"])
 
     async def _start_daemon(self, config: Any, base_url: str, token: str) -> None:
-        from gh_runner.daemon import Daemon, make_provider
+        from gh_runner.daemon import Daemon
         from gh_runner.log import configure_logging
+        from gh_runner.provider_factory import make_provider
 
         # Only warnings: the run's own lines are the progress; they print above the bar, never into it.
         configure_logging("console", "warning", stream=self.logs)  # type: ignore[arg-type]
@@ -681,7 +682,7 @@ class LocalRun:
 
     async def _reap_leftovers(self) -> None:
         # Belt and braces after a forced stop: a fresh provider finds this runner's domains and overlays.
-        from gh_runner.daemon import make_provider
+        from gh_runner.provider_factory import make_provider
 
         try:
             provider = make_provider(self.daemon.config)

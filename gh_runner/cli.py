@@ -280,7 +280,7 @@ def _dispatch(module: str, what: str, arg: Any) -> int:
 
 
 def _images(config: RunnerConfig, as_json: bool) -> int:
-    from gh_runner.daemon import make_provider
+    from gh_runner.provider_factory import make_provider
 
     if not config.images_dir.is_dir():  # a typo in --images-dir is a configuration error, not "no images"
         return _fail(f"images dir {config.images_dir} does not exist (build an image into it with "
@@ -328,8 +328,10 @@ def _observers(config: RunnerConfig) -> list[Any]:
 
 
 def run_daemon(config: RunnerConfig) -> int:
-    from gh_runner.daemon import Daemon, make_provider, remembered_name
+    from gh_runner.daemon import Daemon
     from gh_runner.log import get_logger
+    from gh_runner.names import remembered_name
+    from gh_runner.provider_factory import make_provider
 
     try:
         config.connect_url()

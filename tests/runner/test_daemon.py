@@ -160,7 +160,7 @@ async def test_results_reach_the_server_exactly_once_across_disconnects(
     await peer.wait_until(lambda: peer.result_copies["at_x1"] >= 3)
     await peer.send(ResultAck(attempt_id="at_x1"))
     await peer.send(ResultAck(attempt_id="at_x1"))  # a repeated ack is harmless
-    await peer.wait_until(lambda: journal.pending_results() == [] and not r.daemon._unacked)
+    await peer.wait_until(lambda: journal.pending_results() == [] and not r.daemon.outbox.pending)
     copies = peer.result_copies["at_x1"]
     assert list(peer.applied) == ["at_x1"]  # applied once, whatever the copies
     # Nothing is resent after the ack, even across another reconnect.
