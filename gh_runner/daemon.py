@@ -1,31 +1,21 @@
-"""The runner daemon: it routes the server's messages to the parts that do the work.
+"""The runner daemon: it starts, routes the server's messages to the parts that do the work, and stops.
 
 One `Daemon` owns one `Session` (the websocket), one `Journal` (state dir) and one provider, and
 wires the parts of the runner together:
 
-- `gh_runner.admission`: whether a lease or a start-state job is taken now (slots, disk, labels,
-  images, versions, drain, a paused hypervisor), a pure function of the runner's state, and the
-  one count of what holds the slots (`Slots`);
-- `gh_runner.attempt`: one attempt's life, run here in its own task per accepted lease;
+- `gh_runner.leases`: each lease's way from the offer to its result (admission, the pull of a
+  version, the journal's in-flight record, the attempt's task);
+- `gh_runner.admission`: whether a lease or a start-state job is taken now, a pure function of the
+  runner's state, and the one count of what holds the slots (`Slots`);
+- `gh_runner.attempt`: one attempt's life; `gh_runner.machine_requests`: screen, input and exec,
+  for an attempt or an open start state;
 - `gh_runner.outbox`: every result journaled, sent and re-sent until acknowledged;
-- `gh_runner.machine_requests`: screen, input and exec, for an attempt or an open start state;
 - `gh_runner.jobs`: start-state jobs, and which of them hold a slot;
-- `gh_runner.hypervisor`, `gh_runner.library`: the pause while libvirt is down, and pulls from the registry.
+- `gh_runner.inventory`: the images and versions advertised; `gh_runner.hypervisor`: the pause
+  while libvirt is down; `gh_runner.library`: pulls from and pushes to the registry.
 
 What is left here: start-up, the main loop and shutdown (with the drain), the session's handler
-(hello, welcome, heartbeats, the message router), a lease's way from admission to its result, and
-the reaper's timer.
-
-Journal writes run on a small dedicated thread pool, so a slow or contended disk never stalls the
-event loop (heartbeats, other attempts) and attempts finishing together fsync in parallel. Within
-one attempt they are ordered by its lock: a phase note can never land after the result that ends
-the attempt.
-
-Life of a lease: admission -> [a version not held here: pull it from the registry, holding the
-slot; a registry fault refuses the lease with a typed reason] -> journal the in-flight record
--> `lease_accept` -> run `Attempt.run()` in its own task (attempt id bound in the log context)
--> the result into the outbox (journaled, fsync; the in-flight record dropped) -> `attempt_result`,
-re-sent after every reconnect and every `result_resend` seconds until `result_ack`.
+(hello, welcome, heartbeats, the message router) and the reaper's timer.
 
 Shutdown: the first SIGTERM/SIGINT drains (no new leases; running attempts get `drain_grace`
 seconds, then are cancelled with a reason and report `error`; results get a short while to be
@@ -40,38 +30,33 @@ where sd_notify and Prometheus plug in without the daemon knowing about them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import sys
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
-import structlog
-
 from gh_common.backoff import Backoff
 from gh_common.timeouts import within
-from gh_runner import __version__, admission, diskguard
+from gh_runner import __version__, admission
 from gh_runner.admission import RunnerState, SlotHolder, Slots
-from gh_runner.attempt import FETCH
-from gh_runner.attempt_link import DaemonLink
-from gh_runner.config import RunnerConfig, Timeouts
+from gh_runner.config import RunnerConfig
 from gh_runner.hypervisor import HypervisorWatch
+from gh_runner.inventory import PROVIDER_CALL_TIMEOUT, Inventory
 from gh_runner.jobs import StartStateJobs
-from gh_runner.journal import DiskFull, InflightRecord, Journal
-from gh_runner.library import FetchRefused, Library, open_registry
-from gh_runner.log import bind_attempt, get_logger, redactor
+from gh_runner.journal import Journal
+from gh_runner.leases import AttemptFactory, Leases, default_attempt_factory
+from gh_runner.library import Library, open_registry
+from gh_runner.log import get_logger
 from gh_runner.names import remember_name
 from gh_runner.outbox import ResultOutbox
 from gh_runner.poolsize import plan_pool
 from gh_runner.registry import RegistryError
 from gh_runner.session import Session
 from gh_wire.protocol import (
-    ATTEMPT_STATUSES,
     AttemptResult,
     Cancel,
     ErrorMsg,
@@ -79,13 +64,10 @@ from gh_wire.protocol import (
     HeldVersion,
     Hello,
     ImageAd,
-    InFlightPhase,
     Job,
     JobResult,
     Lease,
-    LeaseAccept,
     LeaseRefusal,
-    LeaseRefuse,
     MachineRequest,
     MachineResponse,
     ResultAck,
@@ -93,10 +75,9 @@ from gh_wire.protocol import (
     TaskEnd,
     Welcome,
 )
-from providers.base import ImageInfo, Provider, ProviderError
+from providers.base import Provider
 
 T = TypeVar("T")
-PROVIDER_CALL_TIMEOUT = 300.0  # list_images/reap/held_versions on a loaded host
 FORCED_TEARDOWN = 10.0  # after a second stop signal, how long cancelled attempts get to destroy machines
 
 
@@ -137,19 +118,6 @@ class DaemonObserver:
     def tick(self) -> None: ...
 
 
-class AttemptLike(Protocol):
-    """What the daemon needs of `gh_runner.attempt.Attempt` (tests give it doubles)."""
-
-    machine_id: str
-
-    async def run(self) -> AttemptResult: ...
-    async def handle_request(self, req: MachineRequest) -> MachineResponse: ...
-    def task_end(self, msg: TaskEnd) -> None: ...
-    def agent_started(self, late_seconds: float | None = None) -> None: ...
-    def cancel(self, reason: str) -> None: ...
-    async def wait_torn_down(self) -> None: ...
-
-
 class JobsLike(Protocol):
     """What the daemon needs of `gh_runner.jobs.StartStateJobs`."""
 
@@ -162,27 +130,6 @@ class JobsLike(Protocol):
     def start(self, job: Job, done: Callable[[Job, JobResult], Any]) -> None: ...
     async def handle_request(self, req: MachineRequest) -> MachineResponse: ...
     async def close_all(self) -> None: ...
-
-
-AttemptFactory = Callable[[Lease, Provider, Any, Timeouts], AttemptLike]
-
-
-def default_attempt_factory(lease: Lease, provider: Provider, link: Any, timeouts: Timeouts) -> AttemptLike:
-    from gh_runner.attempt import Attempt
-
-    return Attempt(lease, provider, link, timeouts, background_teardown=True)
-
-
-@dataclass
-class _Running:
-    lease: Lease
-    attempt: AttemptLike
-    record: InflightRecord
-    task: asyncio.Task[None] | None = None
-    redact: set[str] = field(default_factory=set)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # orders this attempt's journal writes
-    fetch_seconds: float | None = None  # the `fetch` phase: the pull of its version before the accept
-    uses_version: tuple[str, int] | None = None  # marked in use in the library until the attempt ends
 
 
 class Daemon:
@@ -209,7 +156,6 @@ class Daemon:
         self.adopt_registered_name = adopt_registered_name
         self.restart_as: str | None = None
         self.provider = provider
-        self.attempt_factory = attempt_factory or default_attempt_factory
         self.log = get_logger("gh_runner.daemon", runner=config.name)
         self.library_problem: str | None = None  # why the configured registry cannot be used (said at start)
         self.library = library if library is not None else self._default_library(config, provider)
@@ -218,15 +164,11 @@ class Daemon:
         self.journal = journal or Journal(config.state_dir)
         self.tick_interval = tick_interval
         self.slots = Slots(config.slots)  # who holds the slots: attempts, pulls, jobs
-        self._attempts: dict[str, _Running] = {}
-        self._fetch_tasks: set[asyncio.Task[None]] = set()
         self._request_tasks: set[asyncio.Task[None]] = set()
-        self._tearing_down: dict[str, str] = {}  # attempt id -> machine id, destroy still running
         self._journal_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gh-journal")
         self.outbox = ResultOutbox(self.journal, self._journal, self.send_message, time.monotonic,
                                    resend_after=config.result_resend)
-        self._images: list[ImageInfo] = []
-        self._held: list[tuple[str, int]] = []
+        self.inventory = Inventory(provider)
         self.draining = False
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
@@ -237,6 +179,11 @@ class Daemon:
         self._destroy_leftovers = 0
         self.hypervisor = HypervisorWatch(provider.probe, self._hypervisor_changed, interval_up=probe_interval,
                                           interval_down=min(1.0, probe_interval))
+        self.leases = Leases(
+            config, provider, attempt_factory=attempt_factory or default_attempt_factory, journal=self.journal,
+            run_io=self._journal, outbox=self.outbox, slots=self.slots, inventory=self.inventory,
+            library=self.library, state=self._state, send=self.send_message, status_acks=lambda: self.status_acks,
+            emit=self._emit, changed=self._busy_changed, errored=self.hypervisor.poke)
         self._session_task: asyncio.Task[None] | None = None
         self._timers: list[asyncio.Task[None]] = []
         self.session = Session(
@@ -295,11 +242,11 @@ class Daemon:
         self._signals += 1
         if self._signals == 1:
             self.log.info("stop requested: draining", signal=signal.Signals(sig).name,
-                          in_flight=len(self._attempts), grace_s=self.config.drain_grace)
+                          in_flight=len(self.leases.running), grace_s=self.config.drain_grace)
             self.request_stop()
         else:
             self.log.warning("second stop signal: forcing shutdown", signal=signal.Signals(sig).name,
-                             in_flight=len(self._attempts))
+                             in_flight=len(self.leases.running))
             self.force_stop()
 
     def request_stop(self) -> None:
@@ -347,10 +294,10 @@ class Daemon:
         self._emit("journal_backlog", self.outbox.pending)
         # Nothing runs yet, so everything this runner's provider still has is a leftover.
         await self._reap(keep=set())
-        await self._refresh_inventory()
+        await self.inventory.refresh()
         await self._check_library()
         self.log.info("runner starting", version=__version__, server=self.session.url, slots=self.config.slots,
-                      labels=self.config.labels, images=[i.name for i in self._images],
+                      labels=self.config.labels, images=[i.name for i in self.inventory.images],
                       unacked_results=self.outbox.pending, pool=plan_pool(self.config).describe())
         self._session_task = asyncio.create_task(self.session.keep_connected(), name="session")
         self._timers = [
@@ -365,7 +312,7 @@ class Daemon:
         """Leases arrive through the session (`on_message`); this waits for the first stop signal,
         then drains: no new leases, running attempts get their grace."""
         await self._stop.wait()
-        self._emit("draining", len(self._attempts))
+        self._emit("draining", len(self.leases.running))
         await self._drain()
 
     async def shutdown(self) -> None:
@@ -384,9 +331,7 @@ class Daemon:
         await asyncio.gather(*self._timers, return_exceptions=True)
         # 4. Pulls still running stop (their leases were never accepted), and the registry's
         #    connections close.
-        for task in list(self._fetch_tasks):
-            task.cancel()
-        await asyncio.gather(*self._fetch_tasks, return_exceptions=True)
+        await self.leases.stop_pulls()
         if self.library is not None:
             await self.library.close()
         # 5. The provider releases its connections and its own machines (the hot pool).
@@ -416,28 +361,25 @@ class Daemon:
         self.draining = True
         await self.session.send_message(self.heartbeat())  # tell the server at once: no more leases here
         grace = self.config.drain_grace
-        if self._attempts:
-            self.log.info("draining: waiting for attempts to finish", in_flight=sorted(self._attempts), grace_s=grace)
+        if self.leases.running:
+            self.log.info("draining: waiting for attempts to finish", in_flight=sorted(self.leases.running),
+                          grace_s=grace)
         await self._wait_idle(grace, stop_on_force=True)
-        if self._attempts or self.jobs.tasks:
+        if self.leases.running or self.jobs.tasks:
             forced = self._force.is_set()
             reason = ("the runner was forced to stop (second stop signal)" if forced else
                       f"the runner shut down and the drain grace period ({grace:.0f} s) ran out")
-            for running in list(self._attempts.values()):
-                running.attempt.cancel(reason)
+            self.leases.cancel_all(reason)
             # Cancelled attempts still destroy their machines; give them the teardown time to do it,
             # or a short while once forced (the reaper of the next start gets whatever is left).
             await self._wait_idle(FORCED_TEARDOWN if forced else self.config.timeouts.teardown + 15,
                                   stop_on_force=not forced)
             if self._force.is_set():
                 await self._wait_idle(FORCED_TEARDOWN, stop_on_force=False)
-            for running in list(self._attempts.values()):
-                if running.task is not None:
-                    running.task.cancel()
-            for t in self.jobs.tasks:
+            left = self.leases.tasks + self.jobs.tasks
+            for t in left:
                 t.cancel()
-            await asyncio.gather(*[r.task for r in self._attempts.values() if r.task], *self.jobs.tasks,
-                                 return_exceptions=True)
+            await asyncio.gather(*left, return_exceptions=True)
             if self._force.is_set():
                 self.exit_code = 1
         try:
@@ -449,8 +391,7 @@ class Daemon:
                                2.0 if self._force.is_set() else 10.0, stop_on_force=False)
 
     async def _wait_idle(self, timeout: float, stop_on_force: bool) -> None:
-        await self._wait_until(lambda: not self._attempts and not self.jobs.tasks and not self._tearing_down,
-                               timeout, stop_on_force)
+        await self._wait_until(lambda: self.leases.idle and not self.jobs.tasks, timeout, stop_on_force)
 
     async def _wait_until(self, done: Callable[[], bool], timeout: float, stop_on_force: bool) -> None:
         """Wait for `done()` (re-checked on every state change, and at least once a second), the
@@ -487,23 +428,9 @@ class Daemon:
 
     # -- provider ------------------------------------------------------------------------------
 
-    async def _refresh_inventory(self) -> None:
-        try:
-            self._images = await within(PROVIDER_CALL_TIMEOUT, self.provider.list_images())
-        except Exception as e:
-            self.log.error("listing images failed; advertising none", error=str(e))
-            self._images = []
-        try:
-            self._held = await within(PROVIDER_CALL_TIMEOUT, self.provider.held_versions())
-        except Exception as e:
-            self.log.error("listing start-state versions failed; advertising none", error=str(e))
-            self._held = []
-
     async def _reap_live(self) -> None:
         """The reaper's timer: every machine of this runner that no attempt or job holds goes."""
-        keep = ({running.attempt.machine_id for running in self._attempts.values()} | set(self._attempts)
-                | set(self._tearing_down.values()) | self.jobs.machine_ids)
-        await self._reap(keep)
+        await self._reap(self.leases.machine_ids() | self.jobs.machine_ids)
 
     async def _reap(self, keep: set[str]) -> None:
         try:
@@ -518,7 +445,7 @@ class Daemon:
     # -- session handler -----------------------------------------------------------------------
 
     async def make_hello(self) -> Hello:
-        await self._refresh_inventory()
+        await self.inventory.refresh()
         try:
             pooled = await within(PROVIDER_CALL_TIMEOUT, self.provider.pooled_sources())
         except Exception as e:
@@ -529,25 +456,15 @@ class Daemon:
         return Hello(
             version=__version__, name=self.config.name, labels=self.config.labels, slots=self.config.slots,
             images=[ImageAd(name=i.name, os=i.os, version=i.version, checksum=i.checksum, pooled=i.name in hot_images)
-                    for i in self._images],
-            start_states=[HeldVersion(start_state_id=s, version=v, pooled=(s, v) in hot_states) for s, v in self._held],
-            in_flight=sorted(self._attempts),
+                    for i in self.inventory.images],
+            start_states=[HeldVersion(start_state_id=s, version=v, pooled=(s, v) in hot_states)
+                          for s, v in self.inventory.held],
+            in_flight=sorted(self.leases.running),
             registry=(f"{self.library.registry.host}/{self.library.prefix}"
                       if self.library is not None and not self.library.auth_failed else None),
-            in_flight_phases=self._in_flight_phases(),
+            in_flight_phases=self.leases.in_flight_phases(),
             status_acks=True,
         )
-
-    def _in_flight_phases(self) -> list[InFlightPhase]:
-        """Each in-flight attempt's last status: the resend of any status the link lost."""
-        out = []
-        for aid, running in sorted(self._attempts.items()):
-            rec = running.record
-            if rec.phase_at is None or rec.status not in ATTEMPT_STATUSES:
-                continue  # accepted, no status yet: the server has it as leased
-            out.append(InFlightPhase(attempt_id=aid, status=rec.status, phase=rec.phase,  # type: ignore[arg-type]
-                                     at=datetime.fromisoformat(rec.phase_at)))
-        return out
 
     async def on_welcome(self, welcome: Welcome) -> None:
         self.status_acks = welcome.status_acks
@@ -557,11 +474,12 @@ class Daemon:
         self._emit("connected", welcome.runner_id)
         # Attempts that ran on through a disconnect are only worth finishing if the server still
         # wants them; the others it has already turned into errors (and maybe retried elsewhere).
-        wanted = set(welcome.resume)
-        for aid, running in list(self._attempts.items()):
-            if aid not in wanted:
-                self.log.warning("server gave this attempt up while disconnected; cancelling it", attempt_id=aid)
-                running.attempt.cancel("the server gave this attempt up while the runner was disconnected")
+        given_up = set(self.leases.running) - set(welcome.resume)
+        if given_up:
+            self.log.warning("server gave these attempts up while disconnected; cancelling them",
+                             attempt_ids=sorted(given_up))
+            self.leases.cancel_all("the server gave this attempt up while the runner was disconnected",
+                                   wanted=set(welcome.resume))
         await self.outbox.send_all()
 
     def _take_registered_name(self, name: str) -> bool:
@@ -603,21 +521,19 @@ class Daemon:
     async def on_message(self, msg: Any) -> None:
         """The router: each server message to the part that handles it."""
         if isinstance(msg, Lease):
-            await self._on_lease(msg)
+            await self.leases.on_lease(msg)
         elif isinstance(msg, MachineRequest):
             self._spawn(self._on_request(msg), f"request-{msg.request_id[:64]}")
         elif isinstance(msg, TaskEnd):
-            if (running := self._attempts.get(msg.attempt_id)) is not None:
-                running.attempt.task_end(msg)
-            else:
+            if not self.leases.task_end(msg):
                 await self._not_running("task_end", msg.attempt_id)
         elif isinstance(msg, Cancel):
-            await self._on_cancel(msg)
+            if not await self.leases.cancel(msg):
+                await self._not_running("cancel", msg.attempt_id)
         elif isinstance(msg, ResultAck):
             await self._on_ack(msg)
         elif isinstance(msg, StatusAck):
-            if (running := self._attempts.get(msg.attempt_id)) is not None and msg.status == "running":
-                running.attempt.agent_started(msg.late_seconds)  # acks are idempotent, may cross the result
+            self.leases.status_ack(msg)
         elif isinstance(msg, Job):
             await self._on_job(msg)
         else:
@@ -641,170 +557,8 @@ class Daemon:
         return RunnerState(
             draining=self.draining, hypervisor_up=self.hypervisor.up, hypervisor_reason=self.hypervisor.reason,
             busy=self.busy, slots=self.config.slots, labels=self.config.labels,
-            images={i.name for i in self._images}, held=set(self._held), can_pull=self.library is not None)
-
-    async def _refuse(self, attempt_id: str, code: LeaseRefusal, reason: str) -> None:
-        self.log.info("lease refused", attempt_id=attempt_id[:128], reason=reason, code=code)
-        self._emit("lease_refused", attempt_id, reason)
-        await self.session.send_message(LeaseRefuse(attempt_id=attempt_id, reason=reason, code=code))
-
-    async def _on_lease(self, lease: Lease) -> None:
-        aid = lease.attempt_id
-        if aid in self._attempts:  # our accept was lost on the way: say it again
-            await self.session.send_message(LeaseAccept(attempt_id=aid))
-            return
-        if aid in self.outbox:
-            await self._refuse(aid, LeaseRefusal.DUPLICATE,
-                               "already finished on this runner; its result is being re-sent")
-            await self.outbox.send(aid)
-            return
-        refusal = admission.lease_refusal(lease, self._state())
-        if refusal is not None and refusal.code is LeaseRefusal.IMAGE_MISSING:
-            await self._refresh_inventory()  # an image may have been installed since the hello
-            refusal = admission.lease_refusal(lease, self._state())
-        if refusal is None:
-            refusal = diskguard.lease_refusal(self.config.state_dir, self.config.disk_reserve_mib * diskguard.MIB)
-        if refusal is not None:
-            await self._refuse(aid, refusal.code, refusal.message)
-            return
-        if admission.needs_pull(lease, can_pull=self.library is not None):
-            # The pull (when the version is not held) runs in its own task, holding a slot, so other
-            # messages go on; the lease is accepted or refused when it ends.
-            self.slots.take(aid, SlotHolder.PULL)
-            self._busy_changed()
-            task = asyncio.create_task(self._fetch_then_start(lease), name=f"fetch-{aid}")
-            self._fetch_tasks.add(task)
-            task.add_done_callback(self._fetch_tasks.discard)
-            return
-        await self._start(lease)
-
-    async def _fetch_then_start(self, lease: Lease) -> None:
-        assert self.library is not None and lease.start_state.kind == "state"
-        aid = lease.attempt_id
-        ref = lease.start_state
-        key = (str(ref.start_state_id), int(ref.version or 0))
-        image = next((i for i in self._images if i.name == ref.image), None)
-        try:
-            try:
-                # Held or not is asked of the provider: a pulled version may have been evicted since
-                # the last hello.
-                seconds = await self.library.acquire(key[0], key[1], ref.image, image.checksum if image else None)
-            except FetchRefused as e:
-                await self._refuse(aid, e.code, e.reason)
-                return
-            except ProviderError as e:
-                await self._refuse(aid, LeaseRefusal.START_FAILED, f"cannot list the versions held here: {e}")
-                return
-            if seconds > 0:  # pulled: what is held changed (and the cache may have evicted others)
-                with contextlib.suppress(Exception):
-                    self._held = await within(PROVIDER_CALL_TIMEOUT, self.provider.held_versions())
-            if key not in set(self._held):
-                self._held.append(key)
-            try:
-                started = await self._start(lease, fetch_seconds=seconds, uses_version=key)
-            except BaseException:
-                self.library.release(*key)
-                raise
-            if not started:
-                self.library.release(*key)
-        finally:
-            if self.slots.holds(aid, SlotHolder.PULL):  # refused: the pull's slot is free again
-                self.slots.release(aid)
-            self._busy_changed()
-
-    async def _start(self, lease: Lease, *, fetch_seconds: float | None = None,
-                     uses_version: tuple[str, int] | None = None) -> bool:
-        """Journal, make and accept the attempt; False when it was refused instead."""
-        aid = lease.attempt_id
-        try:
-            record = await self._journal(self.journal.record_inflight, aid, aid, lease.test_run_id)
-        except OSError as e:
-            await self._refuse(aid, LeaseRefusal.JOURNAL_FAILED, f"runner cannot write its journal: {e.strerror or e}")
-            return False
-        link = DaemonLink(aid, send=self.send_message, note_phase=lambda *a: self._note_phase(aid, *a),
-                          status_acks=lambda: self.status_acks)
-        try:
-            attempt = self.attempt_factory(lease, self.provider, link, self.config.timeouts)
-        except Exception as e:
-            self.log.exception("could not create the attempt", attempt_id=aid)
-            await self._journal(self.journal.drop_inflight, aid)
-            await self._refuse(aid, LeaseRefusal.START_FAILED,
-                               f"runner could not start the attempt: {type(e).__name__}: {e}")
-            return False
-        running = _Running(lease=lease, attempt=attempt, record=record, fetch_seconds=fetch_seconds,
-                           uses_version=uses_version)
-        self._attempts[aid] = running
-        self.slots.take(aid, SlotHolder.ATTEMPT)  # a pull's slot becomes the attempt's: counted once
-        await self.session.send_message(LeaseAccept(attempt_id=aid))
-        running.task = asyncio.create_task(self._run_attempt(running), name=f"attempt-{aid}")
-        self.log.info("lease accepted", attempt_id=aid, case=lease.case.name, busy=self.busy)
-        self._emit("attempt_started", aid)
-        self._busy_changed()
-        return True
-
-    async def _note_phase(self, attempt_id: str, status: str, phase: str, at: datetime) -> None:
-        """Note an attempt's phase in its in-flight record (not fsync'd: for crash reports and the hello)."""
-        running = self._attempts.get(attempt_id)
-        if running is None:
-            return
-        async with running.lock:  # never after the result that ends the attempt
-            try:
-                await self._journal(self.journal.update_phase, running.record, status, phase, at)
-            except OSError as e:
-                self.log.warning("could not note the phase in the journal", attempt_id=attempt_id, error=str(e))
-
-    async def _run_attempt(self, running: _Running) -> None:
-        aid = running.lease.attempt_id
-        bind_attempt(aid)
-        log = structlog.get_logger("gh_runner.daemon")
-        started = datetime.now(UTC)
-        try:
-            result = await running.attempt.run()
-            if running.fetch_seconds is not None:  # the `fetch` phase ran before the accept: it comes first
-                phases = {FETCH: running.fetch_seconds, **result.metrics.phase_seconds}
-                result = result.model_copy(update={"metrics": result.metrics.model_copy(
-                    update={"phase_seconds": phases})})
-            if result.attempt_id != aid:
-                log.error("attempt returned a result for another id; fixing it", got=result.attempt_id)
-                result = result.model_copy(update={"attempt_id": aid})
-        except asyncio.CancelledError:
-            result = AttemptResult(attempt_id=aid, outcome="error", error_phase="shutdown", started_at=started,
-                                   finished_at=datetime.now(UTC),
-                                   error="the runner was forced to stop before the attempt could clean up")
-        except Exception as e:
-            log.exception("attempt crashed")
-            result = AttemptResult(attempt_id=aid, outcome="error", error_phase="runner", started_at=started,
-                                   finished_at=datetime.now(UTC),
-                                   error=f"internal runner error: {type(e).__name__}: {redactor.scrub(str(e))[:300]}")
-        async with running.lock:
-            not_journaled = await self.outbox.put(result)
-        if not_journaled is not None:
-            # Sent all the same: the server may well ack before anything else goes wrong. The in-flight
-            # record is gone either way (`Journal.finish`): the attempt is over.
-            what = "the disk is full" if isinstance(not_journaled, DiskFull) else "the journal could not be written"
-            log.error(f"result NOT journaled ({what}); sending it anyway, it is lost if the runner stops "
-                      "before the server acknowledges it", error=str(not_journaled), outcome=result.outcome)
-        else:
-            log.info("result journaled, sending", outcome=result.outcome, error=result.error)
-        # The slot frees here, with the machine's destroy still running: the result is safe on disk,
-        # and a crash before the destroy ends leaves a domain the reaper at the next start removes.
-        self._tearing_down[aid] = running.attempt.machine_id
-        self._attempts.pop(aid, None)
-        self.slots.release(aid)
-        if running.uses_version is not None and self.library is not None:
-            self.library.release(*running.uses_version)
-        redactor.discard(running.redact)
-        if result.outcome == "error":
-            self.hypervisor.poke()  # an error is the likeliest moment to find the hypervisor gone
-        self._emit("attempt_finished", result)
-        self._emit("journal_backlog", self.outbox.pending)
-        self._busy_changed()
-        try:
-            await self.outbox.send(aid)
-            await running.attempt.wait_torn_down()
-        finally:
-            self._tearing_down.pop(aid, None)
-            self._changed.set()
+            images={i.name for i in self.inventory.images}, held=set(self.inventory.held),
+            can_pull=self.library is not None)
 
     async def _on_ack(self, msg: ResultAck) -> None:
         try:
@@ -820,17 +574,11 @@ class Daemon:
     # -- during an attempt ---------------------------------------------------------------------
 
     async def _on_request(self, req: MachineRequest) -> None:
-        running = self._attempts.get(req.attempt_id or "") if req.attempt_id else None
         try:
-            if running is not None:
-                bind_attempt(running.lease.attempt_id)
-                values = [v for v in req.redact if v]
-                running.redact.update(values)
-                redactor.add(*values)
-                resp = await running.attempt.handle_request(req)
-            elif req.start_state_id and not req.attempt_id:
+            resp = await self.leases.request(req) if req.attempt_id else None
+            if resp is None and req.start_state_id and not req.attempt_id:
                 resp = await self.jobs.handle_request(req)
-            else:
+            if resp is None:
                 target = (f"attempt {req.attempt_id}" if req.attempt_id else
                           f"start state {req.start_state_id}" if req.start_state_id else "no attempt or start state")
                 resp = MachineResponse(request_id=req.request_id, ok=False,
@@ -840,16 +588,6 @@ class Daemon:
             resp = MachineResponse(request_id=req.request_id, ok=False,
                                    error=f"{req.op} failed in the runner: {type(e).__name__}")
         await self.session.send_message(resp)
-
-    async def _on_cancel(self, msg: Cancel) -> None:
-        running = self._attempts.get(msg.attempt_id)
-        if running is not None:
-            self.log.info("cancel from the server", attempt_id=msg.attempt_id, reason=msg.reason)
-            running.attempt.cancel(msg.reason)
-        elif msg.attempt_id in self.outbox:
-            await self.outbox.send(msg.attempt_id)  # already over: the result says how
-        else:
-            await self._not_running("cancel", msg.attempt_id)
 
     # -- start-state jobs ----------------------------------------------------------------------
 
@@ -870,5 +608,5 @@ class Daemon:
             self.slots.release(key)
         self._busy_changed()
         if result.ok and job.op in ("build", "save", "delete"):
-            await self._refresh_inventory()
+            await self.inventory.refresh()
         await self.session.send_message(result)

@@ -333,7 +333,7 @@ async def test_a_status_lost_with_the_link_reaches_the_server_in_the_next_hello(
     [phase] = again.msg.in_flight_phases
     assert (phase.attempt_id, phase.status, phase.phase) == ("at_ph", "running", "task")
     assert again.msg.in_flight == ["at_ph"]
-    attempt = r.daemon._attempts["at_ph"].attempt
+    attempt = r.daemon.leases.running["at_ph"].attempt
     assert not attempt.agent_acked
     await peer.send(StatusAck(attempt_id="at_ph", status="running", phase="task", late_seconds=3.0))
     await peer.wait_until(lambda: attempt.agent_acked)
