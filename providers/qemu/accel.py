@@ -10,12 +10,15 @@ model every KVM guest of ours gets (`host`: providers/qemu/domain.py, image-buil
 its serial console on a pipe, and waits PROBE_DEADLINE_S for "Linux version". The kernel is the
 caller's (an image's direct-boot kernel), else this host's own when it is readable.
 
-With no kernel at all nothing is proved: KVM is chosen when /dev/kvm opens, and the decision says
-it is unproven (`Basis.UNPROVEN`).
+With no kernel at all nothing is proved. QEMU is still started under KVM, paused before any guest
+code runs: if it cannot even make its KVM virtual CPU (a host CPU model whose MSRs nested KVM
+refuses) the decision is TCG; if it can, KVM is chosen and the decision says it is unproven
+(`Basis.UNPROVEN`).
 
-A kernel boot's verdict holds until the host reboots: it is kept in memory and in the caller's
-file, keyed by the host's boot id and the QEMU binary. The /dev/kvm check is cheap and is made on
-every call, so a permission fix counts at once; unproven and forced decisions are never kept.
+A verdict that stands on QEMU run under KVM (the kernel printed, or did not, or QEMU failed) holds
+until the host reboots: it is kept in memory and in the caller's file, keyed by the host's boot id
+and the QEMU binary. The /dev/kvm check is cheap and is made on every call, so a permission fix
+counts at once; unproven and forced decisions are never kept.
 """
 
 from __future__ import annotations
@@ -60,12 +63,12 @@ class Basis(StrEnum):
     FORCED = "forced"  # either: the caller's configuration said so
     NO_QEMU = "no-qemu"  # TCG (nothing runs without QEMU; the decision does not stand in the way)
     NO_DEVICE = "no-device"  # TCG: /dev/kvm missing, or this process may not open it
-    QEMU_FAILED = "qemu-failed"  # TCG: QEMU exited under KVM before the kernel printed
+    QEMU_FAILED = "qemu-failed"  # TCG: QEMU failed under KVM (before the kernel printed, or with no guest)
     KERNEL_SILENT = "kernel-silent"  # TCG: the kernel printed nothing before the deadline
 
     @property
     def kept(self) -> bool:
-        """A kernel boot's verdict, kept until the host reboots."""
+        """A verdict from QEMU run under KVM, kept until the host reboots."""
         return self in (Basis.BOOTED, Basis.QEMU_FAILED, Basis.KERNEL_SILENT)
 
 
@@ -80,11 +83,11 @@ class Decision:
     def reason(self) -> str:
         said = {
             Basis.BOOTED: "a KVM guest booted a kernel",
-            Basis.UNPROVEN: "unproven: no Linux kernel to boot under KVM, so KVM is chosen untested",
+            Basis.UNPROVEN: "unproven: no Linux kernel to boot under KVM, so KVM is chosen without a guest run",
             Basis.FORCED: "forced by configuration",
             Basis.NO_QEMU: "no QEMU to run KVM with",
             Basis.NO_DEVICE: "KVM cannot be opened",
-            Basis.QEMU_FAILED: "QEMU failed under KVM before the kernel printed",
+            Basis.QEMU_FAILED: "QEMU failed under KVM",
             Basis.KERNEL_SILENT: "a Linux kernel booted under KVM never printed (nested KVM that runs firmware "
                                  "but not a kernel?)",
         }[self.basis]
@@ -135,21 +138,34 @@ def image_kernel(*images_dirs: Path) -> Path | None:
     return None
 
 
-def boot_kernel_under_kvm(qemu: str, kernel: Path, deadline_s: float = PROBE_DEADLINE_S) -> Decision:
-    """Boot `kernel` under KVM and wait up to `deadline_s` for its first line on the serial console."""
-    argv = [qemu, "-accel", "kvm", "-machine", "pc", "-cpu", "host", "-m", "128", "-nodefaults",
-            "-no-user-config", "-display", "none", "-monitor", "none", "-no-reboot",
-            "-kernel", str(kernel), "-serial", "stdio", "-append", "console=ttyS0 earlyprintk=ttyS0 panic=-1"]
+@dataclass(frozen=True)
+class _Run:
+    marked: bool  # the mark appeared on stdout
+    exited: int | None  # QEMU's exit status, when it ended by itself
+    error: str  # QEMU's last error line on stderr ("" when none)
+    seconds: float
+
+
+def _run_under_kvm(qemu: str, args: list[str], mark: bytes, deadline_s: float, stdin: bytes = b"") -> _Run:
+    """Run QEMU under KVM with the CPU model our guests get, `stdin` on its standard input, until
+    `mark` is on its stdout, it exits, or `deadline_s` passes; then kill it."""
+    argv = [qemu, "-accel", "kvm", "-machine", "pc", "-cpu", "host", "-nodefaults", "-no-user-config",
+            "-display", "none", "-monitor", "none", "-no-reboot", *args]
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
-    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    try:
+        proc.stdin.write(stdin)  # a few hundred bytes: the pipe holds them until QEMU reads
+        proc.stdin.flush()
+    except BrokenPipeError:
+        pass  # QEMU already gone: its status and stderr say why
     out, err = proc.stdout.fileno(), proc.stderr.fileno()
     seen = {out: b"", err: b""}
     with selectors.DefaultSelector() as sel:
         for fd in seen:
             sel.register(fd, selectors.EVENT_READ)
-        while sel.get_map() and MARK not in seen[out]:
+        while sel.get_map() and mark not in seen[out]:
             left = deadline_s - (time.monotonic() - t0)
             if left <= 0:
                 break
@@ -167,15 +183,44 @@ def boot_kernel_under_kvm(qemu: str, kernel: Path, deadline_s: float = PROBE_DEA
         except ProcessLookupError:
             pass
     proc.wait()
+    proc.stdin.close()
     proc.stdout.close()
     proc.stderr.close()
-    if MARK in seen[out]:
-        return Decision(Accelerator.KVM, Basis.BOOTED, f"{kernel} printed in {took:.1f} s")
     errors = [ln for ln in seen[err].decode(errors="replace").splitlines() if ln.strip() and "warning" not in ln]
-    if exited is not None or errors:
-        last = errors[-1] if errors else f"exit status {exited}"
-        return Decision(Accelerator.TCG, Basis.QEMU_FAILED, f"{kernel}: {last}")
+    return _Run(mark in seen[out], exited, errors[-1] if errors else "", took)
+
+
+def boot_kernel_under_kvm(qemu: str, kernel: Path, deadline_s: float = PROBE_DEADLINE_S) -> Decision:
+    """Boot `kernel` under KVM and wait up to `deadline_s` for its first line on the serial console."""
+    r = _run_under_kvm(qemu, ["-m", "128", "-kernel", str(kernel), "-serial", "stdio",
+                              "-append", "console=ttyS0 earlyprintk=ttyS0 panic=-1"], MARK, deadline_s)
+    if r.marked:
+        return Decision(Accelerator.KVM, Basis.BOOTED, f"{kernel} printed in {r.seconds:.1f} s")
+    if r.exited is not None or r.error:
+        return Decision(Accelerator.TCG, Basis.QEMU_FAILED,
+                        f"booting {kernel}, before it printed: {r.error or f'exit status {r.exited}'}")
     return Decision(Accelerator.TCG, Basis.KERNEL_SILENT, f"{kernel}: nothing within {deadline_s:g} s")
+
+
+# Reading the registers waits on the virtual CPU's own thread, behind the reset that loads them into KVM.
+_READ_REGISTERS = (b'{"execute": "qmp_capabilities"}\n'
+                   b'{"execute": "human-monitor-command", "arguments": {"command-line": "info registers"}}\n')
+
+
+def start_under_kvm(qemu: str, access: KvmAccess, deadline_s: float = PROBE_DEADLINE_S) -> Decision:
+    """Without a kernel: can QEMU make its KVM virtual CPU at all? It starts paused (`-S`: no guest
+    code runs, so this proves nothing about guests) and reads the CPU's reset registers through its
+    monitor. A QEMU that fails before they come back means TCG; one that gets there leaves KVM unproven."""
+    r = _run_under_kvm(qemu, ["-m", "16", "-S", "-serial", "none", "-qmp", "stdio"], b"EAX=", deadline_s,
+                       _READ_REGISTERS)
+    if r.marked:
+        return Decision(Accelerator.KVM, Basis.UNPROVEN, f"no direct-boot image and no readable host kernel; "
+                        f"QEMU starts under KVM, and {access}")
+    if r.exited is not None or r.error:
+        why = r.error or f"exit status {r.exited}"
+    else:
+        why = f"no registers within {deadline_s:g} s"
+    return Decision(Accelerator.TCG, Basis.QEMU_FAILED, f"QEMU with no guest to boot: {why}")
 
 
 def _read_file(cache_file: Path) -> dict[str, dict[str, str]]:
@@ -235,10 +280,10 @@ def decide(kernel: Path | None = None, cache_file: Path | None = None, *, force:
         return d
     kernel = kernel or host_kernel()
     if kernel is None:
-        return Decision(Accelerator.KVM, Basis.UNPROVEN, f"no direct-boot image and no readable host kernel; "
-                        f"{access}")
-    d = _said(boot_kernel_under_kvm(qemu, kernel, deadline_s))
-    if remember:
+        d = _said(start_under_kvm(qemu, access, deadline_s))
+    else:
+        d = _said(boot_kernel_under_kvm(qemu, kernel, deadline_s))
+    if remember and d.basis.kept:
         _kept[memo] = Decision(d.accelerator, d.basis, d.detail, cached=True)
         if cache_file is not None:
             _write_file(cache_file, key, d, boot)

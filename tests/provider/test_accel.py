@@ -78,7 +78,8 @@ def test_no_kernel_is_unproven_and_not_kept(fake_host: FakeKvmHost, tmp_path: Pa
     kept = tmp_path / "accelerator.json"
     d = decide(None, kept)
     assert (d.accelerator, d.basis) == (Accelerator.KVM, Basis.UNPROVEN) and "unproven" in str(d), d
-    assert fake_host.calls() == [] and not kept.exists()
+    assert fake_host.calls() == ["kvm kernel=0"]  # QEMU started under KVM, paused: no guest ran
+    assert not kept.exists() and decide(None, kept) == d and len(fake_host.calls()) == 2  # not kept
 
 
 def test_the_kvm_device_check_names_the_user_it_judged_for(tmp_path: Path) -> None:
