@@ -245,6 +245,8 @@ def _write_file(cache_file: Path, key: str, d: Decision, boot: str) -> None:
 
 def _from_file(cache_file: Path, key: str) -> Decision | None:
     entry = _read_file(cache_file).get(key)
+    if entry is None:
+        return None
     try:
         d = Decision(Accelerator(entry["accelerator"]), Basis(entry["basis"]), str(entry["detail"]), cached=True)
     except (TypeError, KeyError, ValueError):
