@@ -54,7 +54,7 @@ DISK_MIB = 256
 SIZE_LIMIT = 40 * 1024 * 1024
 
 # Block device and root filesystem, loaded by the initramfs in this order (the virtio chain first,
-# as design.md measured; crc32c_generic because ext4 asks the crypto API for "crc32c" at mount).
+# each module after those it needs; crc32c_generic because ext4 asks the crypto API for "crc32c" at mount).
 # Modules in OPTIONAL are skipped when a flavour has no such module (the cloud kernel has ext4
 # built in and no USB at all).
 INITRAMFS_MODULES = [

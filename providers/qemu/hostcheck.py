@@ -1,5 +1,8 @@
 """What the host must give QEMU's user, and the one plain warning when the hypervisor answers slowly.
 
+`kvm_device_access` is the one /dev/kvm check, for whichever user asks (the accelerator decision
+for its own process, doctor and the provider for `libvirt-qemu`); it names the user it judged for.
+
 `qemu:///system` runs QEMU as `libvirt-qemu`, so what matters is what *that* user may open, not
 what root may. The failure this module exists for: on a host without udev `/dev/kvm` can stay
 `root:root 0600`. libvirtd probes QEMU's capabilities as root (KVM works), then validates its cache

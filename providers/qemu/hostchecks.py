@@ -5,8 +5,9 @@ failed, the command that fixes it. They run in dependency order (`run_host_check
 whose prerequisite failed says so instead of piling up confusing errors. They are blocking (run
 them in a worker thread) and each bounds its waits.
 
-`hostcheck.py` holds the facts these checks and the running provider share (what QEMU's user may
-open, the slow-hypervisor notice); this module holds the checks.
+`hostcheck.py` holds the facts these checks and the running provider share (the /dev/kvm check,
+what QEMU's user may open, the slow-hypervisor notice), `accel.py` the accelerator decision; this
+module holds the checks.
 """
 
 from __future__ import annotations
