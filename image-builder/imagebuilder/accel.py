@@ -11,13 +11,16 @@ from providers.qemu.accel import CACHE_NAME, Decision, decide
 from .pipeline import log
 
 
-def build_accelerator(kernel: Path | None, cache_dir: Path) -> str:
-    """"kvm" or "tcg" for a build VM, decided by booting `kernel` (the image's own, when it has one)."""
-    try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        cache: Path | None = cache_dir / CACHE_NAME
-    except OSError:
-        cache = None  # decided anyway, only not kept for the next build
+def build_accelerator(kernel: Path | None, cache_dir: Path | None) -> str:
+    """"kvm" or "tcg" for a build VM, decided by booting `kernel` (the image's own, when it has one).
+    The verdict is kept in `cache_dir` for the next build this boot (None: kept nowhere on disk)."""
+    cache: Path | None = None
+    if cache_dir is not None:
+        try:
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            cache = cache_dir / CACHE_NAME
+        except OSError:
+            pass  # decided anyway, only not kept for the next build
     d: Decision = decide(kernel, cache, force=os.environ.get("GH_BUILD_ACCEL"))
     log(f"accelerator {d}")
     return d.accelerator.value

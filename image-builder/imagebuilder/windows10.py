@@ -275,7 +275,7 @@ def dry_run(args: argparse.Namespace) -> int:
     for p in (args.iso, args.virtio_iso):
         if not p.is_file():
             print(f"# note: {p} does not exist here; a real build needs it")
-    accel = build_accelerator(image_kernel(args.out), DEFAULT_CACHE)
+    accel = build_accelerator(image_kernel(args.out), None)  # a dry run writes nothing, not even the verdict
     print(f"# accelerator: kvm when a Linux kernel boots under it, else tcg (this host: {accel})\n")
     print("## steps")
     for i, s in enumerate(steps(args, plan), 1):
