@@ -40,7 +40,7 @@ from providers.base import (
 from providers.errors import HypervisorUnavailable, MachineLimitExceeded
 from providers.manifest import DirectKernelBoot
 from providers.qemu import fileperms, lazy, network, overlays
-from providers.qemu.accel import choose_accelerator
+from providers.qemu.accel import CACHE_NAME, choose_accelerator
 from providers.qemu.channels import Channel, Duty
 from providers.qemu.connection import Connection
 from providers.qemu.credentials import Credentials, give_machine_password
@@ -61,7 +61,7 @@ from providers.qemu.errors import in_thread, plain_reason
 from providers.qemu.execd import MAX_KEEP, ExecChannel, Unavailable
 from providers.qemu.guest_agent import RESEED_BYTES, ClockMode, ClockNotSet, GuestAgent, Polling, clock_ms, script_env
 from providers.qemu.handle import CALL_TIMEOUT, Domain
-from providers.qemu.hostcheck import KVM_DEVICE_FIX, kvm_device_problem
+from providers.qemu.hostcheck import KVM_DEVICE_FIX, QEMU_USER, kvm_device_access
 from providers.qemu.hostchecks import HostContext, run_host_checks
 from providers.qemu.images import Image, ImageCatalog
 from providers.qemu.input import InputDriver
@@ -168,12 +168,12 @@ class QemuProvider(Provider):
                 if isinstance(img.manifest.boot, DirectKernelBoot):
                     kernel = img.dir / img.manifest.boot.kernel
                     break
-            self.accelerator, self.accelerator_reason = await choose_accelerator(
-                self.state_dir / "accelerator.json", kernel=kernel, force=self._force_accel)
+            decision = await choose_accelerator(self.state_dir / CACHE_NAME, kernel=kernel, force=self._force_accel)
+            self.accelerator, self.accelerator_reason = decision.accelerator.value, decision.reason
             log.info("qemu provider ready", uri=self.libvirt_uri, accelerator=self.accelerator,
                      reason=self.accelerator_reason)
-            if self.libvirt_uri.startswith("qemu:///system") and (problem := kvm_device_problem()):
-                log.warning(f"{problem}; fix: {KVM_DEVICE_FIX}")
+            if self.libvirt_uri.startswith("qemu:///system") and (access := kvm_device_access(QEMU_USER)).problem:
+                log.warning(f"{access}; fix: {KVM_DEVICE_FIX}")
             if self.pool is not None:
                 self.pool.start()
 
@@ -190,8 +190,8 @@ class QemuProvider(Provider):
 
     async def host_checks(self, limits: CheckLimits = CheckLimits()) -> list[HostCheck]:
         """libvirt, /dev/kvm as QEMU's user sees it, capability probing, the images, WinRM
-        credentials, and the accelerator as `start` would judge it (providers/qemu/hostchecks.py)."""
-        ctx = HostContext(self.libvirt_uri, self.images_dir, limits)
+        credentials, and the accelerator `start` decides or decided (providers/qemu/hostchecks.py)."""
+        ctx = HostContext(self.libvirt_uri, self.images_dir, limits, accel_cache=self.state_dir / CACHE_NAME)
         return await asyncio.to_thread(run_host_checks, ctx)
 
     def destroy_leftovers(self) -> int:
