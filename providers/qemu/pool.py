@@ -9,10 +9,10 @@ A source not leased for `keep_leased_s` (and not kept) loses its pooled machines
 
 Per source kept hot up to `per_source` machines wait paused, all of them within `total_mib` of
 guest memory (counted at the manifest's size: an upper bound, since lazy copies share what they do
-not write). A machine
-taken for an attempt gets the attempt's id (domain metadata and owner file, so the daemon's
-reaper keeps it), is resumed, and sets its clock like any restored machine. One machine, one
-attempt: a taken machine never returns to the pool, and the pool refills in the background.
+not write). A machine taken for an attempt gets the attempt's id (domain metadata and owner file,
+so the daemon's reaper keeps it), is resumed, and sets its clock like any restored machine. One
+machine, one attempt: a taken machine never returns to the pool, and the pool refills in the
+background.
 
 Leaks: pooled machines are the provider's own (held until `PoolHost.release`), never reaped while this
 process runs;
@@ -65,11 +65,12 @@ FILL_TIMEOUT_S = 300.0
 PRIME_TIMEOUT_S = 60.0  # a restored guest answers within a second; a loaded host gets time
 # How long a source leased here stays hot after its last lease. The leases of one run of evals come
 # seconds to minutes apart (each try is a lease; a slot takes the next try when its last one ends,
-# and an attempt's own phase bounds, docs/operations.md, add up to about 20 minutes), and a person
-# reads a run's report before starting the next one: half an hour keeps a source hot through all of
-# that. A source idle for longer was last asked for by a run that is over, and its paused machines
-# hold their guest memory (2 GiB each for a desktop) for nothing. Forgetting it early costs little:
-# its next lease is restored from the warm snapshot as without a pool (~0.5 s), and refills the pool.
+# and an attempt's phase bounds besides its task's, `Timeouts` in gh_runner/config.py, add up to
+# 22 minutes), and a person reads a run's report before starting the next one: half an hour keeps
+# a source hot through all of that. A source idle for longer was last asked for by a run that is
+# over, and its paused machines hold their guest memory (2 GiB each for a desktop) for nothing.
+# Forgetting it early costs little: its next lease is restored from the warm snapshot as without a
+# pool (~0.5 s on linux-tiny), and refills the pool.
 KEEP_LEASED_S = 1800.0
 
 
