@@ -27,12 +27,14 @@ def make_provider(config: RunnerConfig) -> Provider:
         get_logger().warning("using a test provider: not for production", hook=hook)
         provider: Provider = factory(config)
         return provider
+    from providers.base import MachineSource
     from providers.qemu import QemuProvider  # type: ignore[attr-defined]
     from providers.qemu.pool import PoolConfig
 
     plan = plan_pool(config)
+    pool = PoolConfig(per_source=plan.per_source, total_mib=plan.total_mib, keep_leased_s=plan.keep_leased_s,
+                      keep=frozenset(MachineSource(image=name) for name in plan.keep))
     qemu: Provider = QemuProvider(config.images_dir, config.state_dir, config.name, config.libvirt_uri,
                                   write_cap_bytes=config.machine_disk_cap_mib * MIB,
-                                  warm_snapshots=config.warm_snapshots,
-                                  pool=PoolConfig(per_source=plan.per_source, total_mib=plan.total_mib))
+                                  warm_snapshots=config.warm_snapshots, pool=pool)
     return qemu

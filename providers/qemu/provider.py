@@ -322,7 +322,8 @@ class QemuProvider(Provider):
             return ""
 
     async def _pool_sources(self) -> list[tuple[MachineSource, str, int]]:
-        """What the hot pool keeps ready: images with a warm snapshot, start-state versions with memory."""
+        """What the hot pool may keep ready (it keeps those in demand, pool.Demand): images with a warm
+        snapshot, start-state versions with memory."""
         out: list[tuple[MachineSource, str, int]] = []
         images = {img.manifest.name: img for img in await self.catalog.scan()}
         if self.warm is not None:
@@ -345,7 +346,7 @@ class QemuProvider(Provider):
     async def pooled_sources(self) -> list[MachineSource]:
         if self.pool is None:
             return []
-        return [s for s, _, _ in await self._pool_sources()]
+        return await self.pool.hot_sources()
 
     async def _create_machine(self, machine_id: str, source: MachineSource, *, timeout: float,
                               warm: bool, ram_file: Path | None = None, paused: bool = False) -> QemuMachine:
