@@ -110,7 +110,7 @@ class Pool(BaseModel):
 
 
 class Registry(BaseModel):
-    """An OCI registry for start states and images (issue 25; gh_runner/registry.py, docs/operations.md)."""
+    """An OCI registry for start states and images (gh_runner/registry.py, docs/operations.md)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -1,5 +1,5 @@
 """How big the hot pool is (providers/qemu/pool.py), and what it keeps: its sizes as the config says,
-or, with none in it, sized from the slots and the host's free memory (issue 26); the images the
+or, with none in it, sized from the slots and the host's free memory; the images the
 config keeps hot (`pool.keep`), and how long a source leased here stays hot (`pool.keep_leased_s`).
 
 The pool pays wherever machines are restored from warm snapshots: a lease is then a resume (~20 ms)
