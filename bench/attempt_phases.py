@@ -66,6 +66,7 @@ from providers.qemu.pool import PoolConfig
 RUNNER = "bench-phases"
 STATE_ID = "ss_benchphases"
 GROUPS = ("machine", "setup", "checks", "task", "teardown", "other")
+KEEP = frozenset({MachineSource(image="linux-tiny")})  # the pools fill at start, as they did before demand
 
 
 def group(phase_seconds: Mapping[str, float]) -> dict[str, float]:
@@ -182,15 +183,15 @@ async def throughput(images_dir: Path, state: Path, cases: list[dict[str, Any]],
     provs = {
         "lazy-old": legacy(QemuProvider(images_dir, state / "warm", RUNNER + "-lazyold", warm_snapshots=True)),
         "pool-old": legacy(QemuProvider(images_dir, state / "warm", RUNNER + "-poolold", warm_snapshots=True,
-                                        pool=PoolConfig(per_source=2, total_mib=1024, refill_delay_s=3.0))),
+                                        pool=PoolConfig(per_source=2, total_mib=1024, keep=KEEP, refill_delay_s=3.0))),
         "lazy-new": QemuProvider(images_dir, state / "warm", RUNNER + "-lazynew", warm_snapshots=True),
         "pool-new": QemuProvider(images_dir, state / "warm", RUNNER + "-poolnew", warm_snapshots=True,
-                                 pool=PoolConfig(per_source=2, total_mib=1024)),
+                                 pool=PoolConfig(per_source=2, total_mib=1024, keep=KEEP)),
     }
     for delay in refill_delays:  # the same with another wait before a refill, side by side
         provs[f"pool-r{delay:g}"] = QemuProvider(
             images_dir, state / "warm", RUNNER + f"-poolr{delay:g}".replace(".", ""), warm_snapshots=True,
-            pool=PoolConfig(per_source=2, total_mib=1024, refill_delay_s=delay))
+            pool=PoolConfig(per_source=2, total_mib=1024, keep=KEEP, refill_delay_s=delay))
     if with_cold:
         provs = {"cold": QemuProvider(images_dir, state / "before", RUNNER + "-before"), **provs}
     for d in ("before", "warm"):

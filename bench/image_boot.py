@@ -25,7 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "image-builder"), str(ROOT)]
 
-from imagebuilder.accel import best_accel  # noqa: E402
+from imagebuilder.accel import build_accelerator  # noqa: E402
+from imagebuilder.debs import DEFAULT_CACHE  # noqa: E402
 from imagebuilder.vm import BuildVM, Drive, MachineSpec  # noqa: E402
 
 from providers.manifest import DirectKernelBoot, load_manifest  # noqa: E402
@@ -64,7 +65,7 @@ def main() -> int:
     args = ap.parse_args()
     image = args.images_dir / "linux-tiny"
     base = image / load_manifest(image).disk.file
-    accel = args.accel or best_accel()
+    accel = args.accel or build_accelerator(image / "vmlinuz", DEFAULT_CACHE)
     work = Path(tempfile.mkdtemp(prefix="gh-bench-", dir="/var/tmp"))
     os.chmod(work, 0o755)
     res: dict[str, list[float]] = {k: [] for k in ("overlay", "overlay_boot", "convert", "convert_boot")}

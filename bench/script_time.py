@@ -154,7 +154,7 @@ async def floors(p: QemuProvider, tries: int) -> dict[str, list[float]]:
 
 
 async def run(images_dir: Path, state: Path, tries: int, floors_only: bool = False) -> None:
-    pool = PoolConfig(per_source=1, total_mib=1 << 16)
+    pool = PoolConfig(per_source=1, total_mib=1 << 16, keep=frozenset({TINY}))
     provs = {k: QemuProvider(images_dir, state, f"bench-script-{k}", warm_snapshots=True, pool=pool) for k in MODES}
     legacy(provs["old"])
     provs["qga"].resident_exec = False

@@ -161,7 +161,8 @@ def without(variant: str, images_dir: Path, state: Path) -> dict[str, QemuProvid
         f"lazy-{variant}": QemuProvider(images_dir, state, f"bench-warm-lazy{variant}", warm_snapshots=True,
                                         genid=genid),
         f"pool-{variant}": QemuProvider(images_dir, state, f"bench-warm-pool{variant}", warm_snapshots=True,
-                                        genid=genid, pool=PoolConfig(per_source=1, total_mib=1 << 16)),
+                                        genid=genid,
+                                        pool=PoolConfig(per_source=1, total_mib=1 << 16, keep=frozenset({TINY}))),
     }
     if variant == "r0":
         for p in provs.values():
@@ -177,7 +178,7 @@ async def run(images_dir: Path, state: Path, tries: int, pss_n: int, cold_tries:
         "full": QemuProvider(images_dir, state, "bench-warm-full", warm_snapshots=True, lazy_restore=False),
         "lazy": QemuProvider(images_dir, state, "bench-warm-lazy", warm_snapshots=True),
         "pool": QemuProvider(images_dir, state, "bench-warm-pool", warm_snapshots=True,
-                             pool=PoolConfig(per_source=1, total_mib=1 << 16)),
+                             pool=PoolConfig(per_source=1, total_mib=1 << 16, keep=frozenset({TINY}))),
     }
     modes: tuple[str, ...] = MODES
     for v in variants:  # without the device, the snapshot is another (warm.snapshot_key)

@@ -394,6 +394,9 @@ class LocalRun:
             raise LocalConfigError(str(e)) from None
 
         await self._check_images(config)
+        # The cases' images are hot from the start: its runner will be leased nothing else. (Names
+        # of images found in the images dir: valid, so this raises nothing.)
+        config = config.keeping(self._images())
         base_url, admin_key = await self._start_server()
         async with httpx.AsyncClient(base_url=base_url, timeout=HTTP_TIMEOUT,
                                      headers={"Authorization": f"Bearer {admin_key}"}) as http:
@@ -425,10 +428,14 @@ class LocalRun:
         await self._finish(http, run, partial=finished)
         return EXIT_INTERRUPTED
 
-    async def _check_images(self, config: Any) -> None:
-        from gh_runner.daemon import make_provider
+    def _images(self) -> list[str]:
+        """The images the cases start from."""
+        return sorted({str(c["start_state"]) for c in self.cf.cases})
 
-        wanted = sorted({str(c["start_state"]) for c in self.cf.cases})
+    async def _check_images(self, config: Any) -> None:
+        from gh_runner.provider_factory import make_provider
+
+        wanted = self._images()
         provider = make_provider(config)
         try:
             images = {i.name for i in await within(300, provider.list_images())}
@@ -488,8 +495,9 @@ class LocalRun:
         return str(r.json()["token"])
 
     async def _start_daemon(self, config: Any, base_url: str, token: str) -> None:
-        from gh_runner.daemon import Daemon, make_provider
+        from gh_runner.daemon import Daemon
         from gh_runner.log import configure_logging
+        from gh_runner.provider_factory import make_provider
 
         # Only warnings: the run's own lines are the progress; they print above the bar, never into it.
         configure_logging("console", "warning", stream=self.logs)  # type: ignore[arg-type]
@@ -681,7 +689,7 @@ class LocalRun:
 
     async def _reap_leftovers(self) -> None:
         # Belt and braces after a forced stop: a fresh provider finds this runner's domains and overlays.
-        from gh_runner.daemon import make_provider
+        from gh_runner.provider_factory import make_provider
 
         try:
             provider = make_provider(self.daemon.config)

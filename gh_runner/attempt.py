@@ -1,4 +1,4 @@
-"""One attempt on this runner, from a lease to a result: the lifecycle of design.md / issue 6.
+"""One attempt on this runner, from a lease to a result.
 
 The phases run in the order `_lifecycle` reads, each bounded by its own timeout:
 
@@ -15,14 +15,13 @@ A phase that goes wrong raises `AttemptError(phase, reason)` with a reason an op
 replay capture and redaction in `gh_runner.replay`.
 
 The daemon drives an `Attempt` from outside: `run()` in a task, `handle_request` for the agent's
-machine requests (answered only during the task), `task_end` when the agent is done, and
-`cancel` to stop at once.
+machine requests (answered only during the task, by `gh_runner.machine_requests`), `task_end` when
+the agent is done, and `cancel` to stop at once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -32,20 +31,13 @@ import structlog
 
 from gh_runner import outcome as rules
 from gh_runner.config import Timeouts
-from gh_runner.replay import (
-    ReplayRecorder,
-    exec_event,
-    is_secret_event,
-    redact_event,
-    redact_text,
-    with_note,
-)
+from gh_runner.machine_requests import SCRIPT_SLACK, MachineRequests, refuse
+from gh_runner.replay import ReplayRecorder
 from gh_wire.protocol import (
     AttemptMetrics,
     AttemptResult,
     CheckOutput,
     Lease,
-    MachineRefusal,
     MachineRequest,
     MachineResponse,
     Outcome,
@@ -54,7 +46,7 @@ from gh_wire.protocol import (
 )
 from gh_wire.vocab import ErrorCause
 from providers.base import Machine, MachineSource, Provider, ScriptResult
-from providers.errors import InputNotSupported, ProviderError
+from providers.errors import ProviderError
 
 log = structlog.get_logger(__name__)
 
@@ -72,11 +64,7 @@ CHECK_AFTER = "check_after"
 LAST_SCREEN = "last_screen"
 TEARDOWN = "teardown"
 
-# The provider stops a script at its own timeout; this extra margin only catches a guest channel
-# that stopped answering altogether, so that a phase can never hang past its bound.
-SCRIPT_SLACK = 15.0
 CHECK_OUTPUT_CAP = 1024 * 1024
-EXEC_OUTPUT_CAP = 256 * 1024  # per stream; keeps a machine_response well under the frame limit
 LINK_TIMEOUT = 10.0  # a status report that takes longer than this is dropped (best effort)
 WATCH_INTERVAL = 1.0  # at most one "change" frame per second
 
@@ -145,6 +133,7 @@ class Attempt:
         self.timeouts = timeouts
         self.machine_id: str = lease.attempt_id
         self.machine: Machine | None = None
+        self._requests: MachineRequests | None = None  # serves the agent's requests once the machine is made
         self.phase = "pending"
         self._seconds_per_minute = seconds_per_minute
         self._log = log.bind(attempt_id=lease.attempt_id)
@@ -164,7 +153,6 @@ class Attempt:
         self._accepting = False  # machine requests are served only while this is set (task phase)
         self._closed_reason: str | None = None
         self._inflight: set[asyncio.Task[MachineResponse]] = set()
-        self._screen_lock = asyncio.Lock()
         self._create: asyncio.Future[Machine] | None = None
         self._body: asyncio.Task[None] | None = None
         self._cancel_reason: str | None = None
@@ -275,9 +263,9 @@ class Attempt:
         """Answer the agent's screen/input/exec request, or refuse it with a reason."""
         if self.phase == TASK:
             self._agent_seen = True  # a request for this attempt: an agent is at work
-        if not self._accepting or self.machine is None:
-            return self._stopped(_refuse(req, self._why_not_now()))
-        op = asyncio.create_task(self._serve(req), name=f"request-{req.request_id}")
+        if not self._accepting or self._requests is None:
+            return self._stopped(refuse(req, self._why_not_now()))
+        op = asyncio.create_task(self._requests.serve(req), name=f"request-{req.request_id}")
         self._inflight.add(op)
         op.add_done_callback(self._inflight.discard)
         try:
@@ -285,7 +273,7 @@ class Attempt:
         except asyncio.CancelledError:
             if self._outer_cancelled():
                 raise
-            return self._stopped(_refuse(req, f"stopped before it finished: {self._closed_reason or 'the task ended'}"))
+            return self._stopped(refuse(req, f"stopped before it finished: {self._closed_reason or 'the task ended'}"))
 
     def agent_started(self, late_seconds: float | None = None) -> None:
         """The server acknowledged the start of the task: its agent runs (`late_seconds` into the task
@@ -372,6 +360,7 @@ class Attempt:
         )
         machine = await asyncio.shield(self._create)
         self._metrics.machine_origin = str(machine.origin)
+        self._requests = MachineRequests(machine, self.timeouts, replay=self._replay)
         return machine
 
     def _check_timeout(self) -> float:
@@ -396,9 +385,9 @@ class Attempt:
         await self._replay.send_frame(label, png)
 
     async def _screenshot(self) -> bytes:
-        async with self._screen_lock:
-            async with asyncio.timeout(self.timeouts.screen):
-                return await self._machine().screenshot()
+        if self._requests is None:
+            raise AttemptError(self.phase, "internal runner error: no machine")
+        return await self._requests.screenshot()
 
     async def _task(self) -> TaskEnd | None:
         """The agent's turn: requests are served until task_end, or until limits.minutes. A task that
@@ -516,94 +505,6 @@ class Attempt:
     # Machine requests
     # -----------------------------------------------------------------------------------------
 
-    async def _serve(self, req: MachineRequest) -> MachineResponse:
-        self._log.info("machine request", request_id=req.request_id, op=req.op)
-        try:
-            if req.op == "screen":
-                png = await self._screenshot()
-                if req.attempt_id is not None:  # the screen the agent saw is a step of its trajectory
-                    await self._replay.send_frame("screen", png, with_note({"type": "screen"}, req.note, req.redact))
-                return MachineResponse(request_id=req.request_id, ok=True, png_b64=base64.b64encode(png).decode())
-            if req.op == "input":
-                return await self._input(req)
-            if req.op == "exec":
-                return await self._exec(req)
-            return _refuse(req, f"unknown op {req.op!r}")
-        except TimeoutError:
-            return _refuse(req, f"{req.op} got no answer from the machine in time")
-        except ProviderError as e:
-            return _refuse(req, redact_text(str(e), req.redact))
-        except Exception as e:
-            self._log.exception("machine request failed", request_id=req.request_id, op=req.op)
-            return _refuse(req, f"internal runner error: {type(e).__name__}")
-
-    async def _input(self, req: MachineRequest) -> MachineResponse:
-        if not req.events:
-            return _refuse(req, "an input request needs at least one event")
-        machine = self._machine()
-        for i, event in enumerate(req.events):
-            shown = redact_event(event, req.redact)
-            if i == 0:
-                shown = with_note(shown, req.note, req.redact)
-            if is_secret_event(event, req.redact):
-                self._replay.mask_from_now()  # before the keys go in: the watcher may look at any moment
-            try:
-                async with asyncio.timeout(self.timeouts.screen):
-                    await machine.send_input([event])
-            except (ProviderError, TimeoutError) as e:
-                where = f"input event {i + 1} of {len(req.events)} ({event.type})"
-                done = f"; events 1-{i} were delivered" if i else ""
-                if is_secret_event(event, req.redact):
-                    # The provider's message may quote the text (a character it cannot type): not for a secret.
-                    detail = "could not be delivered"
-                elif isinstance(e, TimeoutError):
-                    detail = "got no answer from the machine in time"
-                else:
-                    detail = f"could not be delivered: {redact_text(str(e), req.redact)}"
-                refusal = _refuse(req, f"{where} {detail}{done}")
-                if isinstance(e, InputNotSupported):
-                    refusal.refusal = MachineRefusal.INPUT_NOT_SUPPORTED  # the request's fault, not the machine's
-                return refusal
-            try:
-                png = await self._screenshot()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                self._log.warning("screenshot after input failed", error=f"{type(e).__name__}: {str(e)[:200]}")
-            else:
-                await self._replay.send_frame("input", png, shown)
-        return MachineResponse(request_id=req.request_id, ok=True)
-
-    async def _exec(self, req: MachineRequest) -> MachineResponse:
-        if not req.script:
-            return _refuse(req, "an exec request needs a script")
-        async with asyncio.timeout(req.timeout + SCRIPT_SLACK):
-            res = await self._machine().run_script(req.script, env=req.env, timeout=req.timeout,
-                                                   output_cap=EXEC_OUTPUT_CAP)
-        if req.attempt_id is not None:
-            # An exec is a step of the trajectory too: its script, exit code and output's tail, on the screen
-            # as it is after it (best effort: a screenshot that fails leaves the exec without its frame).
-            shown = with_note(exec_event(req.script, res.exit_code, res.stdout, res.stderr, res.timed_out,
-                                         req.redact), req.note, req.redact)
-            try:
-                png = await self._screenshot()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                self._log.warning("screenshot after exec failed", error=f"{type(e).__name__}: {str(e)[:200]}")
-            else:
-                await self._replay.send_frame("exec", png, shown)
-        return MachineResponse(
-            request_id=req.request_id,
-            ok=True,
-            exit_code=res.exit_code,
-            stdout=res.stdout,
-            stderr=res.stderr,
-            stdout_truncated=res.stdout_truncated,
-            stderr_truncated=res.stderr_truncated,
-            timed_out=res.timed_out,
-        )
-
     def _stopped(self, refusal: MachineResponse) -> MachineResponse:
         """A refusal because the time limit stopped the task says so, so the agent's side ends the task
         (scored by the check after) instead of reporting a machine failure."""
@@ -691,6 +592,3 @@ def _destroy_when_made(create: asyncio.Future[Machine]) -> None:
     _background.add(destroy)
     destroy.add_done_callback(_background.discard)
 
-
-def _refuse(req: MachineRequest, reason: str) -> MachineResponse:
-    return MachineResponse(request_id=req.request_id, ok=False, error=reason)

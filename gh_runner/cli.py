@@ -16,6 +16,7 @@ from gh_common.timeouts import within
 from gh_runner import __version__
 from gh_runner.config import CREDENTIAL_NAME, SERVICE_DIR, ConfigError, RunnerConfig, load_config
 from gh_wire.protocol import PROTOCOL_VERSION
+from providers.qemu.pool import KEEP_LEASED_S
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -118,6 +119,10 @@ def _daemon_options() -> argparse.ArgumentParser:
                         "when started by hand on a terminal, retry under systemd or without a terminal")
     g.add_argument("--insecure", action="store_true",
                    help="allow ws:// (cleartext, token visible on the wire) to a non-loopback server")
+    g.add_argument("--pool-keep", dest="pool_keep", metavar="IMAGE,...",
+                   help="images the hot pool keeps ready from the start (pool.keep); others only once leased")
+    g.add_argument("--pool-keep-leased-s", dest="pool_keep_leased_s", type=float, metavar="SECONDS",
+                   help=f"a source leased here stays hot this long after its last lease; default {KEEP_LEASED_S:g}")
     return p
 
 
@@ -206,6 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _config_from(args: argparse.Namespace) -> RunnerConfig:
     flags = {k: getattr(args, k) for k in CONFIG_KEYS if hasattr(args, k)}
+    pool = {k: getattr(args, f"pool_{k}") for k in ("keep", "keep_leased_s") if hasattr(args, f"pool_{k}")}
+    if pool:
+        flags["pool"] = pool
     return load_config(flags, os.environ, getattr(args, "config", None))
 
 
@@ -280,7 +288,7 @@ def _dispatch(module: str, what: str, arg: Any) -> int:
 
 
 def _images(config: RunnerConfig, as_json: bool) -> int:
-    from gh_runner.daemon import make_provider
+    from gh_runner.provider_factory import make_provider
 
     if not config.images_dir.is_dir():  # a typo in --images-dir is a configuration error, not "no images"
         return _fail(f"images dir {config.images_dir} does not exist (build an image into it with "
@@ -328,8 +336,10 @@ def _observers(config: RunnerConfig) -> list[Any]:
 
 
 def run_daemon(config: RunnerConfig) -> int:
-    from gh_runner.daemon import Daemon, make_provider, remembered_name
+    from gh_runner.daemon import Daemon
     from gh_runner.log import get_logger
+    from gh_runner.names import remembered_name
+    from gh_runner.provider_factory import make_provider
 
     try:
         config.connect_url()

@@ -23,7 +23,7 @@ import ipaddress
 import os
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -32,6 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from gh_common.configfile import ConfigFileError, read_mapping
 from gh_runner.registry import DEFAULT_MIN_MIB_PER_S
+from providers.manifest import IMAGE_NAME_RE
+from providers.qemu.pool import KEEP_LEASED_S
 
 SERVICE_DIR = Path("/var/lib/gh-runner")
 CREDENTIAL_NAME = "gh-runner-token"
@@ -59,16 +61,56 @@ class Timeouts(BaseModel):
 
 
 class Pool(BaseModel):
-    """The hot pool (providers/qemu/pool.py): paused machines per source, within a memory budget."""
+    """The hot pool (providers/qemu/pool.py): paused machines per source kept hot, within a memory
+    budget. It keeps hot the sources leased here within `keep_leased_s`, and the images in `keep`.
+    Sizes not given are sized from the slots and free memory (gh_runner/poolsize.py)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    per_source: int = Field(default=0, ge=0, le=64, description="paused machines per image or start-state version")
-    total_mib: int = Field(default=0, ge=0, le=4 * 1024 * 1024, description="guest memory all of them may hold")
+    per_source: int | None = Field(default=None, ge=0, le=64,
+                                   description="paused machines per image or start-state version kept hot")
+    total_mib: int | None = Field(default=None, ge=0, le=4 * 1024 * 1024,
+                                  description="guest memory all of them may hold")
+    keep: list[str] = Field(default_factory=list, description="images kept hot from the start, leased or not "
+                            "(a list, or comma-separated: GH_RUNNER_POOL_KEEP, --pool-keep)")
+    keep_leased_s: float = Field(default=KEEP_LEASED_S, gt=0, le=7 * 86400,
+                                 description="a source leased here stays hot this long after its last lease")
+
+    @field_validator("keep", mode="before")
+    @classmethod
+    def _split_keep(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = [p for p in (s.strip() for s in v.split(",")) if p]
+        return v
+
+    @field_validator("keep")
+    @classmethod
+    def _check_keep(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not re.fullmatch(IMAGE_NAME_RE, name):
+                raise ValueError(f"{name!r} is not an image name (1-63 lower-case letters, digits, '.', '_', '-', "
+                                 "e.g. linux-tiny)")
+        return list(dict.fromkeys(v))
+
+    @model_validator(mode="after")
+    def _check_sizes(self) -> Pool:
+        # Both sizes or neither: one alone would leave the other to a rule the reader does not see.
+        # A 0 alone still means off, as it always did.
+        if (self.per_source is None) != (self.total_mib is None):
+            if 0 not in (self.per_source, self.total_mib):
+                raise ValueError("per_source and total_mib are set together (or neither: the pool is then "
+                                 "sized from the slots and the free memory)")
+            self.per_source = self.per_source or 0
+            self.total_mib = self.total_mib or 0
+        return self
+
+    @property
+    def off(self) -> bool:
+        return self.per_source == 0 or self.total_mib == 0
 
 
 class Registry(BaseModel):
-    """An OCI registry for start states and images (issue 25; gh_runner/registry.py, docs/operations.md)."""
+    """An OCI registry for start states and images (gh_runner/registry.py, docs/operations.md)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -138,12 +180,28 @@ class RunnerConfig(BaseModel):
     @field_validator("pool", mode="before")
     @classmethod
     def _pool_off(cls, v: Any) -> Any:
-        # YAML reads a bare `off` as false; "off" spelt as a string (env, JSON) means the same.
-        if v is False or (isinstance(v, str) and v.strip().lower() in ("off", "false", "no", "0")):
+        word = _pool_word(v)
+        if word == "off":
             return Pool(per_source=0, total_mib=0)
-        if v is True or (isinstance(v, str) and v.strip().lower() in ("auto", "on")):
+        if word == "auto":
             return None
         return v
+
+    def keeping(self, images: Iterable[str]) -> RunnerConfig:
+        """This config with `images` added to the hot pool's `keep` (gh-runner local keeps its cases'
+        images); a pool turned off stays off.
+
+        Raises:
+            ConfigError: a name is not an image name.
+        """
+        pool = self.pool or Pool()
+        if pool.off:
+            return self
+        try:
+            kept = Pool.model_validate({**pool.model_dump(), "keep": [*pool.keep, *images]})
+        except ValidationError as e:
+            raise ConfigError(_format_validation(e, "images to keep hot", prefix="pool")) from None
+        return self.model_copy(update={"pool": kept})
 
     @field_validator("labels", mode="before")
     @classmethod
@@ -277,18 +335,43 @@ _ENV_KEYS = (
 
 # GH_RUNNER_REGISTRY_<KEY> fill `registry.<key>` (GH_RUNNER_REGISTRY_URL alone turns it on).
 _REGISTRY_ENV_KEYS = ("url", "repository", "credentials_file", "ca_file", "cache_mib", "min_mib_per_s")
+# GH_RUNNER_POOL_<KEY> fill `pool.<key>`, key by key over the file's `pool:`.
+_POOL_ENV_KEYS = ("keep", "keep_leased_s")
 
 
-def _env_registry(env: Mapping[str, str]) -> dict[str, Any] | None:
-    values = {k: env[ENV_PREFIX + "REGISTRY_" + k.upper()] for k in _REGISTRY_ENV_KEYS
-              if env.get(ENV_PREFIX + "REGISTRY_" + k.upper())}
+def _env_section(env: Mapping[str, str], section: str, keys: tuple[str, ...]) -> dict[str, Any] | None:
+    prefix = f"{ENV_PREFIX}{section.upper()}_"
+    values = {k: env[prefix + k.upper()] for k in keys if env.get(prefix + k.upper())}
     return values or None
+
+
+def _pool_word(v: Any) -> Literal["off", "auto"] | None:
+    """`pool:` given as a word: YAML reads a bare `off` as false, and "off" spelt as a string (env,
+    JSON) means the same; `auto` (or true) is the pool sized from the slots and the free memory."""
+    if v is False or (isinstance(v, str) and v.strip().lower() in ("off", "false", "no", "0")):
+        return "off"
+    if v is True or (isinstance(v, str) and v.strip().lower() in ("auto", "on")):
+        return "auto"
+    return None
+
+
+def _pool_keys(v: Any) -> dict[str, Any] | None:
+    """A `pool:` value as keys to merge with another source's: `off` as zero sizes, `auto` (or
+    none) as no keys; None for a value that is none of these (validation names it)."""
+    if isinstance(v, dict):
+        return v
+    word = _pool_word(v)
+    if word == "off":
+        return {"per_source": 0, "total_mib": 0}
+    return {} if v is None or word == "auto" else None
 
 
 def _env_values(env: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    if (reg := _env_registry(env)) is not None:
+    if (reg := _env_section(env, "registry", _REGISTRY_ENV_KEYS)) is not None:
         out["registry"] = reg
+    if (pool := _env_section(env, "pool", _POOL_ENV_KEYS)) is not None:
+        out["pool"] = pool
     for key in _ENV_KEYS:
         raw = env.get(ENV_PREFIX + key.upper())
         if raw is None or raw == "":
@@ -320,10 +403,10 @@ def _read_token_file(path: Path, where: str) -> SecretStr:
     return SecretStr(value)
 
 
-def _format_validation(e: ValidationError, source: str, env_names: bool = False) -> str:
+def _format_validation(e: ValidationError, source: str, env_names: bool = False, prefix: str = "") -> str:
     lines = []
     for err in e.errors():
-        where = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
+        where = ".".join(str(p) for p in (prefix, *err.get("loc", ())) if p != "") or "(top level)"
         if env_names:
             where = ENV_PREFIX + where.upper().replace(".", "_")
         if err.get("type") == "extra_forbidden":
@@ -332,6 +415,8 @@ def _format_validation(e: ValidationError, source: str, env_names: bool = False)
                 allowed = ", ".join(sorted(Timeouts.model_fields))
             if len(err.get("loc", ())) > 1 and err["loc"][0] == "registry":
                 allowed = ", ".join(sorted(Registry.model_fields))
+            if len(err.get("loc", ())) > 1 and err["loc"][0] == "pool":
+                allowed = ", ".join(sorted(Pool.model_fields))
             lines.append(f"{where}: unknown key; allowed keys: {allowed}")
         else:
             msg = err.get("msg", "invalid")
@@ -371,6 +456,10 @@ def load_config(
     merged: dict[str, Any] = {**(defaults or {}), **file_values, **env_values, **flags}
     if isinstance(file_values.get("registry"), dict) and "registry" in env_values:  # key by key, as elsewhere
         merged["registry"] = {**file_values["registry"], **env_values["registry"]}
+    if "pool" in env_values or "pool" in flags:  # key by key too; `pool: off` in the file stays off
+        layers = [_pool_keys(src.get("pool")) for src in (defaults or {}, file_values, env_values, flags)]
+        if all(layer is not None for layer in layers):
+            merged["pool"] = {k: v for layer in layers if layer is not None for k, v in layer.items()}
 
     # The token: explicit value beats a file, an explicit file beats one in the config file,
     # and the systemd credential is the last resort.

@@ -1,29 +1,19 @@
-"""The runner's own disk: a lease is accepted only while the state dir keeps its reserve free.
+"""The runner's own disk, measured: free space under the state dir and the size of its filesystem.
 
-Overlays, saved versions, console logs and the journal all live under the state dir. A guest's
-writes grow its overlay (each machine's growth is capped by the provider); this check makes sure
-a new machine never starts on a disk that is already nearly full, where the journal, which must
-be written before a result is sent, would be the first to fail.
+What the numbers mean for a lease (refused below the reserve) is decided in `gh_runner.admission`;
+this module only reads the filesystem.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
+from gh_runner import admission
+from gh_runner.admission import MIB, Refusal
 from gh_wire.protocol import LeaseRefusal
 
-MIB = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Refusal:
-    code: LeaseRefusal
-    message: str
-
-
-RESERVE_SHARE = 0.10  # of the filesystem: the most a reserve may take, so a small state dir still runs
+__all__ = ["MIB", "free_bytes", "lease_refusal", "reserve_bytes", "size_bytes"]
 
 
 def _existing(path: Path) -> Path:
@@ -47,23 +37,14 @@ def size_bytes(path: Path) -> int:
 
 
 def reserve_bytes(path: Path, configured_bytes: int) -> int:
-    """The reserve the runner keeps free under `path`: the configured one (`disk_reserve_mib`), at
-    most RESERVE_SHARE of the filesystem. A fixed 2 GiB on a 1.5 GiB filesystem would refuse every
-    lease for ever, silently; a tenth of it still keeps the journal room to write."""
-    return min(configured_bytes, int(size_bytes(path) * RESERVE_SHARE))
+    """The reserve the runner keeps free under `path` (`admission.reserve_bytes`)."""
+    return admission.reserve_bytes(size_bytes(path), configured_bytes)
 
 
 def lease_refusal(state_dir: Path, configured_reserve_bytes: int) -> Refusal | None:
-    """Why a lease must be refused for lack of disk, or None when there is room."""
+    """Why a lease must be refused for lack of disk under the state dir, or None when there is room."""
     try:
-        free = free_bytes(state_dir)
-        reserve = reserve_bytes(state_dir, configured_reserve_bytes)
+        free, size = free_bytes(state_dir), size_bytes(state_dir)
     except OSError as e:
         return Refusal(LeaseRefusal.DISK_LOW, f"cannot read the free space under {state_dir}: {e.strerror or e}")
-    if free < reserve:
-        scaled = (f" (disk_reserve_mib, scaled down to {RESERVE_SHARE:.0%} of this small filesystem)"
-                  if reserve < configured_reserve_bytes else " (disk_reserve_mib)")
-        return Refusal(LeaseRefusal.DISK_LOW,
-                       f"only {free // MIB} MiB free under {state_dir}, below the {reserve // MIB} MiB the "
-                       f"runner keeps in reserve{scaled}; free space there or lower the reserve")
-    return None
+    return admission.disk_refusal(str(state_dir), free, size, configured_reserve_bytes)

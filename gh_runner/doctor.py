@@ -5,9 +5,10 @@ that fixes it. The exit code is 1 when any check failed (warnings alone exit 0: 
 works, slowly). Checks run in dependency order and a check whose prerequisite failed says so
 instead of piling up confusing errors.
 
-The provider reports its own host (for QEMU: libvirt, /dev/kvm, capability probing, the images,
-the accelerator: `Provider.host_checks`, providers/qemu/hostchecks.py); this module adds the
-runner's own checks (disk, state dir, server, clock) and prints them all.
+The provider reports its own host (for QEMU: libvirt, /dev/kvm as QEMU's user sees it, capability
+probing, the images, and the accelerator decision the runner makes, with what it stands on:
+`Provider.host_checks`, providers/qemu/hostchecks.py, providers/qemu/accel.py); this module adds
+the runner's own checks (disk, state dir, server, clock) and prints them all.
 
 Nothing here prints the token: the server check reports only the HTTP status or close code.
 """
@@ -371,12 +372,12 @@ def run_checks(ctx: Context, out: TextIO, provider: Provider, limits: CheckLimit
     return results
 
 
-def main(config: DoctorConfig, *, out: TextIO | None = None, kvm_timeout: float = 20.0,
-         tcg_timeout: float = 60.0, net_timeout: float = 15.0, provider: Provider | None = None) -> int:
+def main(config: DoctorConfig, *, out: TextIO | None = None, tcg_timeout: float = 60.0, net_timeout: float = 15.0,
+         provider: Provider | None = None) -> int:
     """Run every check, print the report, return the process exit code (0 ok, 1 something failed)."""
     out = sys.stdout if out is None else out
     ctx = Context(config, net_timeout=net_timeout)
-    limits = CheckLimits(accelerator_s=kvm_timeout, fallback_s=tcg_timeout, call_s=net_timeout)
+    limits = CheckLimits(fallback_s=tcg_timeout, call_s=net_timeout)
     results = run_checks(ctx, out, provider or _qemu_provider(config), limits)
     failed = [c.name for c in results if c.status == "FAIL"]
     warned = [c.name for c in results if c.status == "WARN"]

@@ -1,7 +1,7 @@
 """Whether the hypervisor answers: the runner pauses (takes no leases) while it does not.
 
-A libvirtd restart takes seconds; before issue 27 the runner kept accepting leases through it, each
-failed in milliseconds, and the server's retries burnt every try of a run. Now `HypervisorWatch`
+A libvirtd restart takes seconds; a runner that kept accepting leases through it would fail each in
+milliseconds, and the server's retries would burn every try of a run. So `HypervisorWatch`
 probes the provider (`Provider.probe`) on a timer and whenever the daemon asks (an attempt ended in
 error: the likeliest moment to find it gone). On the first failed probe the runner is paused: it
 says so once in its log, in `/metrics` (`gh_runner_hypervisor_up` 0) and in its heartbeats (the
@@ -16,6 +16,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
+from gh_common.backoff import Backoff
 from gh_common.timeouts import within
 from gh_runner.log import get_logger
 from providers.errors import ProviderError
@@ -36,12 +37,10 @@ class HypervisorWatch:
         self._probe = probe
         self._on_change = on_change
         self.interval_up = interval_up
-        self.interval_down = interval_down
-        self.cap = cap
+        self._down_backoff = Backoff(base=interval_down, cap=cap)  # probes while paused
         self.up = True
         self.reason: str | None = None
         self.down_since: float | None = None
-        self._failures = 0
         self._poke = asyncio.Event()
         self._log = get_logger("gh_runner.hypervisor")
 
@@ -54,7 +53,6 @@ class HypervisorWatch:
         try:
             await within(PROBE_BOUND_S, self._probe())
         except (ProviderError, TimeoutError) as e:
-            self._failures += 1
             reason = str(e) or type(e).__name__
             if self.up:
                 self.up, self.reason, self.down_since = False, reason, time.monotonic()
@@ -64,23 +62,18 @@ class HypervisorWatch:
         if not self.up:
             down_for = time.monotonic() - (self.down_since or time.monotonic())
             self._log.warning("hypervisor answers again: resuming", down_seconds=round(down_for, 1),
-                              probes_failed=self._failures)
+                              probes_failed=self._down_backoff.failures)
             self.up, self.reason, self.down_since = True, None, None
             self._on_change(True, None)
-        self._failures = 0
+        self._down_backoff.reset()
         return True
-
-    def next_delay(self) -> float:
-        if self.up:
-            return self.interval_up
-        return min(self.cap, self.interval_down * 2 ** max(0, self._failures - 1))
 
     async def run(self) -> None:
         """Probe until cancelled."""
         while True:
             self._poke.clear()
             try:
-                await within(self.next_delay(), self._poke.wait())
+                await within(self.interval_up if self.up else self._down_backoff.next_delay(), self._poke.wait())
             except TimeoutError:
                 pass
             await self.probe_once()

@@ -1,4 +1,4 @@
-"""Start-state jobs on the runner: build, open, save, close, delete (seed: Start states).
+"""Start-state jobs on the runner: build, open, save, close, delete (docs/start-states.md).
 
 A start state is a machine saved from an image or from another start state. The server sends a
 `job`; this module does it with the provider and answers one `job_result`:
@@ -13,13 +13,15 @@ A start state is a machine saved from an image or from another start state. The 
 With a registry configured, every version a build or save keeps is pushed to it (gh_runner.library)
 before the result is sent, and the result carries its reference (`registry_ref`).
 
-Each job holds one of the daemon's slots while it runs (an open machine holds it until closed).
+A `build` holds one of the runner's slots while it runs, an `open` from its start until the save or
+close of its machine (`slot_key`, `slots_freed_by`); the daemon keeps the count
+(`gh_runner.admission.Slots`). Screen, input and exec on an open machine are answered by the same
+server as an attempt's (`gh_runner.machine_requests`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import time
 from collections.abc import Awaitable, Callable
 
@@ -28,6 +30,8 @@ from pydantic import ConfigDict, Field
 
 from gh_runner.config import Timeouts
 from gh_runner.library import Library
+from gh_runner.machine_requests import MachineRequests, refuse
+from gh_runner.outcome import tail
 from gh_runner.registry import RegistryError
 from gh_wire import protocol
 from providers.base import Machine, MachineSource, Provider, ProviderError, ScriptResult
@@ -54,17 +58,15 @@ def _source(ref: protocol.StartStateRef | None) -> MachineSource:
     return MachineSource(image=ref.image)
 
 
-def _tail(text: str, lines: int = 20, limit: int = 2000) -> str:
-    kept = "\n".join(text.rstrip().splitlines()[-lines:])
-    return kept[-limit:]
-
-
 def _script_failure(res: ScriptResult, timeout: float) -> str | None:
     if res.timed_out:
-        return f"script did not finish within {timeout:.0f} s; last output: {_tail(res.stdout + res.stderr)!r}"
+        return f"script did not finish within {timeout:.0f} s; last output: {tail(res.stdout + res.stderr)!r}"
     if res.exit_code != 0:
-        return f"script exited with {res.exit_code}; stderr: {_tail(res.stderr)!r}; stdout: {_tail(res.stdout)!r}"
+        return f"script exited with {res.exit_code}; stderr: {tail(res.stderr)!r}; stdout: {tail(res.stdout)!r}"
     return None
+
+
+JobDone = Callable[[protocol.Job, protocol.JobResult], Awaitable[None]]
 
 
 class StartStateJobs:
@@ -84,17 +86,57 @@ class StartStateJobs:
         self._starting: dict[str, Machine] = {}
         self._made: dict[str, asyncio.Event] = {}  # set once create_machine returned (or failed)
         self._lock = asyncio.Lock()
+        self._servers: dict[str, MachineRequests] = {}  # machine id -> its request server
+        self._running: dict[str, asyncio.Task[None]] = {}  # job id -> the task running it (`start`)
 
     @property
-    def open_machine_ids(self) -> set[str]:
-        return {m.machine_id for m in self._open.values()}
+    def machine_ids(self) -> set[str]:
+        """Every machine the jobs hold: the open ones, and those of running jobs (named by the job id)."""
+        return {m.machine_id for m in self._open.values()} | set(self._running)
 
-    def holds_slot(self, job: protocol.Job) -> bool:
-        """Whether this job occupies a slot while it runs (open keeps it until save/close)."""
-        return job.op in ("build", "open")
+    @property
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """The jobs running now (`start`)."""
+        return list(self._running.values())
+
+    @staticmethod
+    def slot_key(job: protocol.Job) -> str | None:
+        """The slot this job takes as it starts, or None: a build holds one while it runs, an open
+        one until its machine is saved or closed (the key is the start state's, so the save or
+        close frees it); save, close and delete take none."""
+        if job.op == "open":
+            return f"job:{job.start_state_id}"
+        if job.op == "build":
+            return f"job:{job.job_id}"
+        return None
+
+    def slots_freed_by(self, job: protocol.Job) -> list[str]:
+        """The slot keys free once `job` has run: a build's own; the start state's, unless its
+        machine is open now (an open that succeeded keeps it)."""
+        freed = [f"job:{job.job_id}"] if job.op == "build" else []
+        if not self.is_open(job.start_state_id):
+            freed.append(f"job:{job.start_state_id}")
+        return freed
 
     def is_open(self, start_state_id: str) -> bool:
         return start_state_id in self._open
+
+    def start(self, job: protocol.Job, done: JobDone) -> None:
+        """Run `job` in its own task; `done(job, result)` is awaited with its result (never raises
+        but CancelledError: a crash is a failed result)."""
+        self.expect(job)
+        task = asyncio.create_task(self._run_then(job, done), name=f"job-{job.job_id[:64]}")
+        self._running[job.job_id] = task
+        task.add_done_callback(lambda _t: self._running.pop(job.job_id, None))
+
+    async def _run_then(self, job: protocol.Job, done: JobDone) -> None:
+        try:
+            result = await self.run(job)
+        except Exception as e:
+            log.exception("start-state job crashed", job_id=job.job_id)
+            result = protocol.JobResult(job_id=job.job_id, ok=False, start_state_id=job.start_state_id,
+                                        error=f"internal runner error: {type(e).__name__}")
+        await done(job, result)
 
     def expect(self, job: protocol.Job) -> None:
         """Called as the job arrives, before its task runs: a screen or input request that reaches the
@@ -134,6 +176,7 @@ class StartStateJobs:
         return machine
 
     async def _destroy(self, machine: Machine) -> None:
+        self._servers.pop(machine.machine_id, None)
         try:
             async with asyncio.timeout(self._t.teardown):
                 await machine.destroy()
@@ -265,28 +308,11 @@ class StartStateJobs:
         except TimeoutError:
             machine = None
         if machine is None:
-            return protocol.MachineResponse(request_id=req.request_id, ok=False,
-                                            error=f"start state {req.start_state_id} is not open on this runner")
-        try:
-            if req.op == "screen":
-                async with asyncio.timeout(self._t.screen):
-                    png = await machine.screenshot()
-                return protocol.MachineResponse(request_id=req.request_id, ok=True,
-                                                png_b64=base64.b64encode(png).decode())
-            if req.op == "input":
-                async with asyncio.timeout(req.timeout):
-                    await machine.send_input(req.events)
-                return protocol.MachineResponse(request_id=req.request_id, ok=True)
-            if not req.script:
-                return protocol.MachineResponse(request_id=req.request_id, ok=False, error="exec needs a script")
-            res = await machine.run_script(req.script, env=req.env, timeout=req.timeout)
-            return protocol.MachineResponse(
-                request_id=req.request_id, ok=True, exit_code=res.exit_code, stdout=res.stdout,
-                stderr=res.stderr, stdout_truncated=res.stdout_truncated,
-                stderr_truncated=res.stderr_truncated, timed_out=res.timed_out)
-        except (ProviderError, TimeoutError) as e:
-            return protocol.MachineResponse(request_id=req.request_id, ok=False,
-                                            error=f"{req.op} failed: {e or type(e).__name__}")
+            return refuse(req, f"start state {req.start_state_id} is not open on this runner")
+        server = self._servers.get(machine.machine_id)
+        if server is None:
+            server = self._servers[machine.machine_id] = MachineRequests(machine, self._t)
+        return await server.serve(req)
 
     async def close_all(self) -> None:
         """Discard every open machine (drain, shutdown)."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 import threading
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -29,18 +28,12 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from gh_runner.admission import is_safe_id
 from gh_wire.protocol import AttemptResult
-
-SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 
 
 class JournalError(Exception):
     pass
-
-
-def is_safe_id(attempt_id: str) -> bool:
-    """Attempt ids name files and libvirt domains: letters, digits and `_.-`, at most 128."""
-    return bool(SAFE_ID.match(attempt_id)) and ".." not in attempt_id
 
 
 @dataclass
@@ -147,6 +140,10 @@ class Journal:
                              accepted_at=datetime.now(UTC).isoformat())
         _write_atomic(self._path(self.inflight_dir, attempt_id), json.dumps(asdict(rec)).encode(), durable=False)
         return rec
+
+    def drop_inflight(self, attempt_id: str) -> None:
+        """Forget an accepted attempt that never started (it was refused after its record was written)."""
+        (self.inflight_dir / f"{attempt_id}.json").unlink(missing_ok=True)
 
     def update_phase(self, rec: InflightRecord, status: str, phase: str, at: datetime | None = None) -> None:
         """Not fsync'd: the phase makes a crash report precise, and the record (in memory and here) is

@@ -1,4 +1,5 @@
-"""The outcome rules of design.md section 2, as pure functions over what a script gave back.
+"""The outcome rules (the check before must print False, the check after decides passed or failed, the
+setup must exit 0, a task that hits its limit is still checked), as pure functions over what a script gave back.
 
 Kept apart from the lifecycle so the rules can be read, and tested row by row, without a machine.
 

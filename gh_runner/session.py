@@ -7,7 +7,7 @@ daemon's) business. Guarantees it gives the handler:
   versions, in-flight attempts); `on_welcome()` runs before any other server message is handed on.
 - Heartbeats go out every `welcome.heartbeat_interval`; a server silent for `welcome.dead_after`
   is declared dead (close code 4008) and the session reconnects.
-- Reconnects wait a capped exponential backoff with jitter (`Backoff`), reset once a connection
+- Reconnects wait a capped exponential backoff with jitter (`gh_common.backoff`), reset once a connection
   has stayed up for `stable_after` seconds, so a flapping server is never retried hot.
 - Given several server URLs (gh-server processes on one database), each reconnect goes to the next
   one in turn: a runner whose server died is back on another within one backoff delay, with the same
@@ -25,16 +25,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
+from gh_common.backoff import Backoff
 from gh_common.timeouts import within
 from gh_runner import __version__
 from gh_runner.config import is_loopback
@@ -67,30 +67,6 @@ class SessionHandler(Protocol):
     def heartbeat(self) -> Heartbeat: ...
     def on_disconnected(self, reason: str) -> None: ...
     def on_reconnect_scheduled(self, failures: int, delay: float) -> None: ...
-
-
-@dataclass
-class Backoff:
-    """Capped exponential backoff with "equal jitter": each delay is uniform in [ceiling/2, ceiling],
-    the ceiling doubling from `base` up to `cap`. Half the ceiling is guaranteed (never hot), the other
-    half spreads a fleet of runners that lost the same server apart."""
-
-    base: float = 1.0
-    cap: float = 60.0
-    factor: float = 2.0
-    rng: Callable[[], float] = field(default=random.random)
-    failures: int = 0
-
-    def ceiling(self) -> float:
-        return min(self.cap, self.base * self.factor ** min(self.failures, 64))
-
-    def next_delay(self) -> float:
-        c = self.ceiling()
-        self.failures += 1
-        return c / 2 + (c / 2) * self.rng()
-
-    def reset(self) -> None:
-        self.failures = 0
 
 
 def token_hint(token: str) -> str:
@@ -137,7 +113,7 @@ class Session:
         self._token = token
         redactor.add(token)
         self.handler = handler
-        self.backoff = backoff or Backoff()
+        self.backoff = backoff or Backoff(jitter=True)
         self.revoked_retry = revoked_retry
         self.connect_timeout = connect_timeout
         self.welcome_timeout = welcome_timeout

@@ -1,5 +1,5 @@
-"""Input events: the seed's shapes (`POST /v1/start_states/{id}/input`), one definition for the API,
-the runner <-> server protocol and the providers that deliver them."""
+"""Input events: the shapes of the Evals API's `POST /v1/start_states/{id}/input` (docs/start-states.md),
+one definition for the API, the runner <-> server protocol and the providers that deliver them."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ class KeyEvent(_Event):
 
     @model_serializer(mode="wrap")
     def _tap_as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # A tap (no hold_ms) serialises as the seed's key event did: {"type": "key", "keys": [...]}.
+        # A tap (no hold_ms) serialises as the API's key event always has: {"type": "key", "keys": [...]}.
         data: dict[str, Any] = handler(self)
         if data.get("hold_ms") is None:
             data.pop("hold_ms", None)

@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 MANIFEST_NAME = "image.yaml"
-_NAME_RE = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+IMAGE_NAME_RE = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 
 
 class ManifestError(Exception):
@@ -85,7 +85,7 @@ class DesktopSession(_M):
 
 
 class ImageManifest(_M):
-    name: str = Field(pattern=_NAME_RE)
+    name: str = Field(pattern=IMAGE_NAME_RE)
     os: Literal["linux", "windows"]
     version: str = Field(min_length=1, max_length=64)
     description: str = ""
@@ -163,7 +163,7 @@ def load_manifest(image_dir: Path, *, verify_checksum: bool = True) -> ImageMani
     if not path.is_file():
         raise ManifestError(f"{path}: no manifest (build the image with image-builder/build)")
     manifest = parse_manifest(path.read_text(encoding="utf-8", errors="replace"), str(path))
-    if not re.fullmatch(_NAME_RE, image_dir.name) or image_dir.name != manifest.name:
+    if not re.fullmatch(IMAGE_NAME_RE, image_dir.name) or image_dir.name != manifest.name:
         raise ManifestError(f"{path}: name {manifest.name!r} does not match its directory {image_dir.name!r}")
     files = [manifest.disk.file]
     if isinstance(manifest.boot, DirectKernelBoot):

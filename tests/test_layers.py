@@ -304,3 +304,33 @@ def test_a_module_in_no_layer_is_an_error() -> None:
     # A package in none is refused too.
     assert unplaced(["gh_newpackage.thing"]) == [
         f"package gh_newpackage is in no layer: add it to PACKAGES in {__file__}"]
+
+
+# Modules that decide and never act: the runner's admission (whether a lease or job is taken, who
+# holds the slots) and its result outbox (what to send, when again, what an ack clears). Their imports
+# are held to pure modules, so the I/O (the disk, the journal's files, the socket, libvirt) stays with
+# the daemon that gives it to them, and they are tested with plain values.
+PURE_MODULES = ("gh_runner.admission", "gh_runner.outbox")
+PURE_IMPORTS = ("__future__", "collections", "dataclasses", "enum", "re", "typing", "gh_wire")
+
+
+def impure_imports(source: str) -> list[str]:
+    """Every import in `source` (top-level or not) of a module outside PURE_IMPORTS."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module or "."] if isinstance(node, ast.ImportFrom) else [])
+        out += [n for n in names if n.partition(".")[0] not in PURE_IMPORTS]
+    return sorted(out)
+
+
+def test_the_runners_admission_and_outbox_import_no_io() -> None:
+    mods = modules()
+    found = {m: impure_imports(mods[m].read_text(encoding="utf-8")) for m in PURE_MODULES}
+    assert found == {m: [] for m in PURE_MODULES}
+
+
+def test_the_purity_check_catches_an_io_import() -> None:
+    assert impure_imports("import os\nfrom gh_runner.journal import Journal\nimport re\n") == [
+        "gh_runner.journal", "os"]
+    assert impure_imports("def f():\n    import asyncio\n") == ["asyncio"]

@@ -34,7 +34,7 @@ from pathlib import Path
 from providers.manifest import DesktopSession, DirectKernelBoot, DiskFile, Display, ImageManifest, sha256_file
 
 from . import debs, pipeline, proc
-from .accel import best_accel
+from .accel import build_accelerator
 from .errors import BuildError
 from .pipeline import BootPlan, Script, log
 from .vm import BuildVM, Drive, MachineSpec
@@ -394,7 +394,7 @@ def build(out: Path, cache: debs.DebCache, *, display: tuple[int, int] = DEFAULT
         provision, seal = provisioning(version, size)
         plan = BootPlan("/bin/sh", provision, seal, ready_timeout=600, shutdown_timeout=180,
                         check=check_desktop(display))
-        vm = BuildVM(spec, best_accel(), work)
+        vm = BuildVM(spec, build_accelerator(spec.kernel, cache.root), work)
         pipeline.boot_provision_seal(vm, vm.qga, plan)
         timings.update(plan.timings)
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from providers.manifest import DirectKernelBoot, DiskFile, ImageManifest, sha256_file
 
 from . import cpio, debs, pipeline, proc
-from .accel import best_accel
+from .accel import build_accelerator
 from .errors import BuildError
 from .kmod import ModuleTree
 from .pipeline import BootPlan, Script, log
@@ -54,7 +54,7 @@ DISK_MIB = 256
 SIZE_LIMIT = 40 * 1024 * 1024
 
 # Block device and root filesystem, loaded by the initramfs in this order (the virtio chain first,
-# as design.md measured; crc32c_generic because ext4 asks the crypto API for "crc32c" at mount).
+# each module after those it needs; crc32c_generic because ext4 asks the crypto API for "crc32c" at mount).
 # Modules in OPTIONAL are skipped when a flavour has no such module (the cloud kernel has ext4
 # built in and no USB at all).
 INITRAMFS_MODULES = [
@@ -331,11 +331,6 @@ def check_console(vm: BuildVM, timeout: float = 60.0) -> None:
     log("VGA console shows a shell and takes keyboard input")
 
 
-def _boot(spec: MachineSpec, accel: str, work: Path, plan: BootPlan) -> None:
-    vm = BuildVM(spec, accel, work)
-    pipeline.boot_provision_seal(vm, vm.qga, plan)
-
-
 def build(out: Path, cache: debs.DebCache, *, kernel_flavour: str = "cloud", force: bool = False) -> Path:
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="gh-build-linux-tiny-", dir="/var/tmp"))
@@ -387,16 +382,9 @@ def build(out: Path, cache: debs.DebCache, *, kernel_flavour: str = "cloud", for
         )
         provision, seal = provisioning(version, TABLET[kernel_flavour])
         plan = BootPlan("/bin/sh", provision, seal, ready_timeout=120, shutdown_timeout=60, check=check_console)
-        accels = ["kvm", "tcg"] if best_accel() == "kvm" else ["tcg"]
-        for accel in accels:
-            make_ext4(root, raw)  # afresh for each try: a failed boot may have written to it
-            try:
-                _boot(spec, accel, work, plan)
-                break
-            except BuildError as e:
-                if accel == accels[-1]:
-                    raise
-                log(f"the boot under KVM failed, retrying under TCG: {str(e).splitlines()[0]}")
+        make_ext4(root, raw)
+        vm = BuildVM(spec, build_accelerator(spec.kernel, cache.root), work)
+        pipeline.boot_provision_seal(vm, vm.qga, plan)
 
         pipeline.convert_compressed(raw, "raw", staging / "disk.qcow2")
         total = sum((staging / f).stat().st_size for f in ("vmlinuz", "initrd.img", "disk.qcow2"))

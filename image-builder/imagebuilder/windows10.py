@@ -31,9 +31,11 @@ from xml.sax.saxutils import escape
 import yaml
 
 from providers.manifest import DiskFile, FirmwareBoot, ImageManifest, WinRMChannel, sha256_file
+from providers.qemu.accel import image_kernel
 
 from . import pipeline, proc
-from .accel import best_accel
+from .accel import build_accelerator
+from .debs import DEFAULT_CACHE
 from .domain_xml import domain_xml
 from .errors import BuildError
 from .pipeline import BootPlan, Script, log
@@ -273,7 +275,8 @@ def dry_run(args: argparse.Namespace) -> int:
     for p in (args.iso, args.virtio_iso):
         if not p.is_file():
             print(f"# note: {p} does not exist here; a real build needs it")
-    print(f"# accelerator: kvm when it runs a guest, else tcg (this host: {best_accel()})\n")
+    accel = build_accelerator(image_kernel(args.out), None)  # a dry run writes nothing, not even the verdict
+    print(f"# accelerator: kvm when a Linux kernel boots under it, else tcg (this host: {accel})\n")
     print("## steps")
     for i, s in enumerate(steps(args, plan), 1):
         print(f"{i:2}. {s}")
@@ -331,7 +334,8 @@ def build(args: argparse.Namespace) -> int:
         make_config_iso(work, answer, sysprep_answer)
         proc.run(["qemu-img", "create", "-q", "-f", "qcow2", work / "disk.qcow2", f"{DISK_GIB}G"], timeout=60)
         port = _free_port()
-        accel = best_accel()
+        # Windows is no Linux kernel: the decision boots one of the images beside it, or this host's.
+        accel = build_accelerator(image_kernel(out), DEFAULT_CACHE)
         if accel != "kvm":
             log("warning: no usable KVM here; a Windows build under TCG takes many hours")
         vm = BuildVM(machine_spec(work, args.iso.absolute(), args.virtio_iso.absolute(), port), accel, work)

@@ -1,11 +1,24 @@
-"""Which accelerator really runs a guest here: KVM when it executes code, else TCG.
+"""The one accelerator decision: KVM when a Linux kernel booted under it prints, else TCG.
 
-`/dev/kvm` existing is not enough: under broken nested virtualisation a KVM guest can run its
-(real/protected mode) firmware and still hang before a Linux kernel prints anything. So the probe
-boots a real kernel (an image's direct-boot kernel) under KVM with the serial port on stdout and
-waits briefly for "Linux version"; with no kernel at hand it falls back to SeaBIOS's banner on its
-debug port, which is weaker and says so. The answer is cached in memory and in a file
-keyed by the host's boot id (a reboot or a kernel change re-probes).
+Everyone who picks an accelerator asks here: the runner's provider when it starts, the image
+builder (linux-tiny, linux-desktop, windows-10) and `gh-runner doctor`.
+
+`/dev/kvm` opening is not enough. Under broken nested virtualisation a KVM guest can run its
+firmware (SeaBIOS, a boot sector) and still hang before a Linux kernel prints anything, or QEMU
+aborts on the host CPU model's MSRs. So the decision boots a real kernel under KVM, with the CPU
+model every KVM guest of ours gets (`host`: providers/qemu/domain.py, image-builder/imagebuilder/vm.py),
+its serial console on a pipe, and waits PROBE_DEADLINE_S for "Linux version". The kernel is the
+caller's (an image's direct-boot kernel), else this host's own when it is readable.
+
+With no kernel at all nothing is proved. QEMU is still started under KVM, paused before any guest
+code runs: if it cannot even make its KVM virtual CPU (a host CPU model whose MSRs nested KVM
+refuses) the decision is TCG; if it can, KVM is chosen and the decision says it is unproven
+(`Basis.UNPROVEN`).
+
+A verdict that stands on QEMU run under KVM (the kernel printed, or did not, or QEMU failed) holds
+until the host reboots: it is kept in memory and in the caller's file, keyed by the host's boot id
+and the QEMU binary. The /dev/kvm check is cheap and is made on every call, so a permission fix
+counts at once; unproven and forced decisions are never kept.
 """
 
 from __future__ import annotations
@@ -13,20 +26,81 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import selectors
 import shutil
 import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 import structlog
 
+from providers.manifest import MANIFEST_NAME, DirectKernelBoot, ManifestError, load_manifest
+from providers.qemu.hostcheck import KvmAccess, kvm_device_access
+
 log = structlog.get_logger("providers.qemu.accel")
 
 QEMU_BINARIES = ("qemu-system-x86_64", "/usr/libexec/qemu-kvm")
-PROBE_DEADLINE_S = 5.0
-_cached: dict[str, tuple[str, str]] = {}
+# From QEMU's start to the kernel's first line under working KVM: well under a second; QEMU's own
+# start on a loaded host takes a few. Paid once per boot of the host (the verdict is kept).
+PROBE_DEADLINE_S = 10.0
+MARK = b"Linux version"
+CACHE_NAME = "accelerator.json"  # the file's usual name, in the caller's state or cache directory
 
 
-def _boot_id() -> str:
+class Accelerator(StrEnum):
+    KVM = "kvm"
+    TCG = "tcg"
+
+
+class Basis(StrEnum):
+    """What a decision stands on."""
+
+    BOOTED = "booted"  # KVM: a Linux kernel printed under KVM
+    UNPROVEN = "unproven"  # KVM: /dev/kvm opens, but there was no kernel to boot under it
+    FORCED = "forced"  # either: the caller's configuration said so
+    NO_QEMU = "no-qemu"  # TCG (nothing runs without QEMU; the decision does not stand in the way)
+    NO_DEVICE = "no-device"  # TCG: /dev/kvm missing, or this process may not open it
+    QEMU_FAILED = "qemu-failed"  # TCG: QEMU failed under KVM (before the kernel printed, or with no guest)
+    KERNEL_SILENT = "kernel-silent"  # TCG: the kernel printed nothing before the deadline
+
+    @property
+    def kept(self) -> bool:
+        """A verdict from QEMU run under KVM, kept until the host reboots."""
+        return self in (Basis.BOOTED, Basis.QEMU_FAILED, Basis.KERNEL_SILENT)
+
+
+@dataclass(frozen=True)
+class Decision:
+    accelerator: Accelerator
+    basis: Basis
+    detail: str  # the fact behind the basis: the kernel booted, QEMU's error, the /dev/kvm access
+    cached: bool = False  # read from memory or the file, not decided by this call
+
+    @property
+    def reason(self) -> str:
+        said = {
+            Basis.BOOTED: "a KVM guest booted a kernel",
+            Basis.UNPROVEN: "unproven: no Linux kernel to boot under KVM, so KVM is chosen without a guest run",
+            Basis.FORCED: "forced by configuration",
+            Basis.NO_QEMU: "no QEMU to run KVM with",
+            Basis.NO_DEVICE: "KVM cannot be opened",
+            Basis.QEMU_FAILED: "QEMU failed under KVM",
+            Basis.KERNEL_SILENT: "a Linux kernel booted under KVM never printed (nested KVM that runs firmware "
+                                 "but not a kernel?)",
+        }[self.basis]
+        return f"{said} ({self.detail})" + ("; kept from earlier this boot" if self.cached else "")
+
+    def __str__(self) -> str:
+        return f"{self.accelerator}: {self.reason}"
+
+
+_kept: dict[tuple[str, str], Decision] = {}  # (boot id, QEMU binary) -> decision
+
+
+def boot_id() -> str:
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
@@ -41,108 +115,190 @@ def qemu_binary() -> str | None:
     return None
 
 
-def _kvm_device_problem() -> str | None:
-    if not os.path.exists("/dev/kvm"):
-        return "/dev/kvm does not exist (no hardware virtualisation, or the kvm module is not loaded)"
-    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
-        return "/dev/kvm is not accessible to this user"
+def host_kernel() -> Path | None:
+    """This host's running kernel, when this process may read it (Debian: yes; Ubuntu: root only)."""
+    k = Path("/boot") / f"vmlinuz-{os.uname().release}"
+    return k if os.access(k, os.R_OK) else None
+
+
+def image_kernel(*images_dirs: Path) -> Path | None:
+    """The direct-boot kernel of the first image (by name) in these images directories that has one."""
+    for images in images_dirs:
+        try:
+            dirs = sorted(d for d in images.iterdir() if (d / MANIFEST_NAME).is_file())
+        except OSError:
+            continue
+        for d in dirs:
+            try:
+                m = load_manifest(d, verify_checksum=False)
+            except ManifestError:
+                continue
+            if isinstance(m.boot, DirectKernelBoot) and (d / m.boot.kernel).is_file():
+                return d / m.boot.kernel
     return None
 
 
-def _read_cache(cache_file: Path) -> dict[str, str]:
+@dataclass(frozen=True)
+class _Run:
+    marked: bool  # the mark appeared on stdout
+    exited: int | None  # QEMU's exit status, when it ended by itself
+    error: str  # QEMU's last error line on stderr ("" when none)
+    seconds: float
+
+
+def _run_under_kvm(qemu: str, args: list[str], mark: bytes, deadline_s: float, stdin: bytes = b"") -> _Run:
+    """Run QEMU under KVM with the CPU model our guests get, `stdin` on its standard input, until
+    `mark` is on its stdout, it exits, or `deadline_s` passes; then kill it."""
+    argv = [qemu, "-accel", "kvm", "-machine", "pc", "-cpu", "host", "-nodefaults", "-no-user-config",
+            "-display", "none", "-monitor", "none", "-no-reboot", *args]
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    try:
+        proc.stdin.write(stdin)  # a few hundred bytes: the pipe holds them until QEMU reads
+        proc.stdin.flush()
+    except BrokenPipeError:
+        pass  # QEMU already gone: its status and stderr say why
+    out, err = proc.stdout.fileno(), proc.stderr.fileno()
+    seen = {out: b"", err: b""}
+    with selectors.DefaultSelector() as sel:
+        for fd in seen:
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map() and mark not in seen[out]:
+            left = deadline_s - (time.monotonic() - t0)
+            if left <= 0:
+                break
+            for key, _ in sel.select(left):
+                chunk = os.read(key.fd, 65536)
+                if chunk:
+                    seen[key.fd] = (seen[key.fd] + chunk)[-65536:]
+                else:
+                    sel.unregister(key.fd)
+    took = time.monotonic() - t0
+    exited = proc.poll()
+    if exited is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+    proc.stdin.close()
+    proc.stdout.close()
+    proc.stderr.close()
+    errors = [ln for ln in seen[err].decode(errors="replace").splitlines() if ln.strip() and "warning" not in ln]
+    return _Run(mark in seen[out], exited, errors[-1] if errors else "", took)
+
+
+def boot_kernel_under_kvm(qemu: str, kernel: Path, deadline_s: float = PROBE_DEADLINE_S) -> Decision:
+    """Boot `kernel` under KVM and wait up to `deadline_s` for its first line on the serial console."""
+    r = _run_under_kvm(qemu, ["-m", "128", "-kernel", str(kernel), "-serial", "stdio",
+                              "-append", "console=ttyS0 earlyprintk=ttyS0 panic=-1"], MARK, deadline_s)
+    if r.marked:
+        return Decision(Accelerator.KVM, Basis.BOOTED, f"{kernel} printed in {r.seconds:.1f} s")
+    if r.exited is not None or r.error:
+        return Decision(Accelerator.TCG, Basis.QEMU_FAILED,
+                        f"booting {kernel}, before it printed: {r.error or f'exit status {r.exited}'}")
+    return Decision(Accelerator.TCG, Basis.KERNEL_SILENT, f"{kernel}: nothing within {deadline_s:g} s")
+
+
+# Reading the registers waits on the virtual CPU's own thread, behind the reset that loads them into KVM.
+_READ_REGISTERS = (b'{"execute": "qmp_capabilities"}\n'
+                   b'{"execute": "human-monitor-command", "arguments": {"command-line": "info registers"}}\n')
+
+
+def start_under_kvm(qemu: str, access: KvmAccess, deadline_s: float = PROBE_DEADLINE_S) -> Decision:
+    """Without a kernel: can QEMU make its KVM virtual CPU at all? It starts paused (`-S`: no guest
+    code runs, so this proves nothing about guests) and reads the CPU's reset registers through its
+    monitor. A QEMU that fails before they come back means TCG; one that gets there leaves KVM unproven."""
+    r = _run_under_kvm(qemu, ["-m", "16", "-S", "-serial", "none", "-qmp", "stdio"], b"EAX=", deadline_s,
+                       _READ_REGISTERS)
+    if r.marked:
+        return Decision(Accelerator.KVM, Basis.UNPROVEN, f"no direct-boot image and no readable host kernel; "
+                        f"QEMU starts under KVM, and {access}")
+    if r.exited is not None or r.error:
+        why = r.error or f"exit status {r.exited}"
+    else:
+        why = f"no registers within {deadline_s:g} s"
+    return Decision(Accelerator.TCG, Basis.QEMU_FAILED, f"QEMU with no guest to boot: {why}")
+
+
+def _read_file(cache_file: Path) -> dict[str, dict[str, str]]:
     try:
         data = json.loads(cache_file.read_text())
-        return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
+    return {k: v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
 
 
-def _write_cache(cache_file: Path, data: dict[str, str]) -> None:
+def _write_file(cache_file: Path, key: str, d: Decision, boot: str) -> None:
+    """Keep `d` under `key` beside this boot's other entries; a write that fails costs only a re-probe."""
+    data = {k: v for k, v in _read_file(cache_file).items() if k.startswith(f"{boot}:")}
+    data[key] = {"accelerator": d.accelerator.value, "basis": d.basis.value, "detail": d.detail}
+    tmp = cache_file.with_name(f".{cache_file.name}.{os.getpid()}")
     try:
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        cache_file.write_text(json.dumps(data))
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(cache_file)  # whole or not at all: a builder and a runner may write at once
     except OSError:
-        pass
+        tmp.unlink(missing_ok=True)
 
 
-async def probe_kvm(kernel: Path | None = None, deadline_s: float = PROBE_DEADLINE_S) -> tuple[bool, str]:
-    """(works, reason). Boots a kernel (or only firmware) under KVM and waits for it to print."""
-    problem = await asyncio.to_thread(_kvm_device_problem)
-    if problem:
-        return False, problem
-    binary = qemu_binary()
-    if binary is None:
-        return False, "qemu-system-x86_64 is not installed"
-    argv = [binary, "-accel", "kvm", "-machine", "pc", "-nodefaults", "-no-user-config", "-display", "none",
-            "-monitor", "none", "-no-reboot"]
-    if kernel is not None:
-        argv += ["-m", "128", "-kernel", str(kernel), "-serial", "stdio",
-                 "-append", "console=ttyS0 earlyprintk=serial,ttyS0,115200 panic=-1"]
-        marks: tuple[bytes, ...] = (b"Linux version",)
-    else:
-        argv += ["-m", "16", "-serial", "none", "-chardev", "stdio,id=dbg",
-                 "-device", "isa-debugcon,iobase=0x402,chardev=dbg"]
-        marks = (b"SeaBIOS",)
-    proc = await asyncio.create_subprocess_exec(
-        *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, start_new_session=True,
-    )
-    assert proc.stdout is not None
-    seen = b""
-    killed = False
+def _from_file(cache_file: Path, key: str) -> Decision | None:
+    entry = _read_file(cache_file).get(key)
+    if entry is None:
+        return None
     try:
-        async with asyncio.timeout(deadline_s):
-            while not any(m in seen for m in marks):
-                chunk = await proc.stdout.read(4096)
-                if not chunk:
-                    break
-                seen += chunk
-    except TimeoutError:
-        pass
-    finally:
-        if proc.returncode is None:
-            killed = True
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        err = b""
-        try:
-            async with asyncio.timeout(5):
-                _, err = await proc.communicate()
-        except TimeoutError:
-            pass
-    if any(m in seen for m in marks):
-        if kernel is None:
-            return True, "a KVM guest ran its firmware (no kernel to probe with: a weaker check)"
-        return True, "a KVM guest booted a kernel"
-    detail = [ln for ln in err.decode(errors="replace").strip().splitlines() if "warning" not in ln]
-    if killed or not detail:
-        why = f"no {'kernel' if kernel else 'firmware'} output within {deadline_s:g}s (nested KVM not working?)"
+        d = Decision(Accelerator(entry["accelerator"]), Basis(entry["basis"]), str(entry["detail"]), cached=True)
+    except (TypeError, KeyError, ValueError):
+        return None
+    return d if d.basis.kept else None
+
+
+def decide(kernel: Path | None = None, cache_file: Path | None = None, *, force: str | None = None,
+           remember: bool = True, deadline_s: float = PROBE_DEADLINE_S) -> Decision:
+    """The accelerator for this host's guests, and what the choice stands on (blocking).
+
+    `kernel`: a Linux kernel to boot under KVM (else this host's, when readable). `cache_file`: where
+    the verdict is kept for this boot (a file in the caller's state or cache directory; its
+    directory must exist). `force`: "kvm" or "tcg" from the caller's configuration, which wins.
+    `remember=False` reads what is kept but keeps nothing new (doctor, which may run as another user
+    than the runner whose state directory it reads). Logs one warning when it falls back to TCG.
+    """
+    if force in tuple(Accelerator):
+        return Decision(Accelerator(force), Basis.FORCED, f"{force} asked for")
+    qemu = qemu_binary()
+    if qemu is None:
+        return Decision(Accelerator.TCG, Basis.NO_QEMU, f"none of {', '.join(QEMU_BINARIES)} is installed")
+    access: KvmAccess = kvm_device_access(None)
+    if not access.opens:
+        return _said(Decision(Accelerator.TCG, Basis.NO_DEVICE, str(access)))
+    boot = boot_id()
+    key = f"{boot}:{qemu}"
+    memo = (boot, qemu)
+    if (d := _kept.get(memo)) is not None:
+        return d
+    if cache_file is not None and (d := _from_file(cache_file, key)) is not None:
+        _kept[memo] = d
+        return d
+    kernel = kernel or host_kernel()
+    if kernel is None:
+        d = _said(start_under_kvm(qemu, access, deadline_s))
     else:
-        why = detail[-1]
-    return False, f"KVM did not run a guest: {why}"
+        d = _said(boot_kernel_under_kvm(qemu, kernel, deadline_s))
+    if remember and d.basis.kept:
+        _kept[memo] = Decision(d.accelerator, d.basis, d.detail, cached=True)
+        if cache_file is not None:
+            _write_file(cache_file, key, d, boot)
+    return d
+
+
+def _said(d: Decision) -> Decision:
+    if d.accelerator is Accelerator.TCG:
+        log.warning("KVM is not usable, guests run under TCG (much slower)", reason=d.reason)
+    return d
 
 
 async def choose_accelerator(cache_file: Path | None = None, *, kernel: Path | None = None,
-                             force: str | None = None) -> tuple[str, str]:
-    """("kvm" | "tcg", reason); logs one warning when falling back to TCG."""
-    if force in ("kvm", "tcg"):
-        return force, f"forced by configuration ({force})"
-    # A firmware-only answer is weaker than a kernel boot: never let it stand in for one.
-    key = f"{_boot_id()}:{'kernel' if kernel is not None else 'firmware'}"
-    if key in _cached:
-        return _cached[key]
-    if cache_file is not None:
-        data = await asyncio.to_thread(_read_cache, cache_file)
-        if data.get("key") == key and data.get("accelerator") in ("kvm", "tcg"):
-            _cached[key] = (data["accelerator"], data.get("reason", "cached"))
-            return _cached[key]
-    works, reason = await probe_kvm(kernel)
-    result = ("kvm" if works else "tcg", reason)
-    if not works:
-        log.warning("KVM is not usable, guests run under TCG (much slower)", reason=reason)
-    _cached[key] = result
-    if cache_file is not None:
-        await asyncio.to_thread(_write_cache, cache_file, {"key": key, "accelerator": result[0], "reason": reason})
-    return result
+                             force: str | None = None) -> Decision:
+    """`decide` for async callers (the provider's start), in a worker thread."""
+    return await asyncio.to_thread(decide, kernel, cache_file, force=force)

@@ -1,5 +1,8 @@
 """What the host must give QEMU's user, and the one plain warning when the hypervisor answers slowly.
 
+`kvm_device_access` is the one /dev/kvm check, for whichever user asks (the accelerator decision
+for its own process, doctor and the provider for `libvirt-qemu`); it names the user it judged for.
+
 `qemu:///system` runs QEMU as `libvirt-qemu`, so what matters is what *that* user may open, not
 what root may. The failure this module exists for: on a host without udev `/dev/kvm` can stay
 `root:root 0600`. libvirtd probes QEMU's capabilities as root (KVM works), then validates its cache
@@ -74,24 +77,82 @@ def describe_mode(path: Path) -> str:
     return f"{owner}:{group} {stat.S_IMODE(st.st_mode):04o}"
 
 
-def kvm_device_problem(user: str = QEMU_USER, device: Path = KVM_DEVICE) -> str | None:
-    """Why `user` cannot open the KVM device read-write, or None when it can (or there is no device).
+class KvmAccessStatus(StrEnum):
+    OPENS = "opens"  # the user may open the device read-write
+    DENIED = "denied"
+    MISSING = "missing"  # no device: no hardware virtualisation, or no kvm module
+    NO_SUCH_USER = "no-such-user"  # another distribution's QEMU user: nothing to judge
+    UNINSPECTABLE = "uninspectable"  # stat failed (not "missing")
 
-    No device means TCG only, which is the accelerator probe's business, not a permission problem.
+
+@dataclass(frozen=True)
+class KvmAccess:
+    """What one named user may do with the KVM device: the one /dev/kvm check, for whoever asks.
+
+    The user matters: root can always open the device, which proves nothing for `libvirt-qemu`,
+    the user libvirt's QEMU runs as; and the accelerator decision (providers/qemu/accel.py) runs
+    QEMU as this process's own user.
     """
-    ids = user_ids(user)
-    if ids is None:
-        return None  # another distribution's QEMU user: cannot judge, do not cry wolf
+
+    user: str
+    status: KvmAccessStatus
+    device: Path = KVM_DEVICE
+    mode: str = ""  # `root:kvm 0660`, when the device exists
+    error: str = ""  # why it could not be inspected
+
+    @property
+    def opens(self) -> bool:
+        return self.status is KvmAccessStatus.OPENS
+
+    @property
+    def problem(self) -> bool:
+        """The device is there and the user cannot use it (a missing device or user is not a permission problem)."""
+        return self.status in (KvmAccessStatus.DENIED, KvmAccessStatus.UNINSPECTABLE)
+
+    def __str__(self) -> str:
+        who = f"{self.user} (the user QEMU runs as)" if self.user == QEMU_USER else self.user
+        match self.status:
+            case KvmAccessStatus.OPENS:
+                said = f"{self.device} is {self.mode}: {who} can open it"
+                if self.user == "root":
+                    said += f" (root always can: that proves nothing for {QEMU_USER})"
+                return said
+            case KvmAccessStatus.DENIED:
+                said = f"{self.device} is {self.mode}: {who} cannot open it"
+                if self.user == QEMU_USER:
+                    said += (", so libvirtd re-probes QEMU's capabilities on every call and machine starts wait "
+                             "tens of seconds")
+                return said
+            case KvmAccessStatus.MISSING:
+                return f"{self.device} does not exist (no hardware virtualisation, or the kvm module is not loaded)"
+            case KvmAccessStatus.NO_SUCH_USER:
+                return f"this host has no user {self.user}: {self.device} not judged for it"
+            case KvmAccessStatus.UNINSPECTABLE:
+                return f"{self.device} cannot be inspected: {self.error}"
+
+
+def kvm_device_access(user: str | None = QEMU_USER, device: Path = KVM_DEVICE) -> KvmAccess:
+    """May `user` open the KVM device read-write? `None` asks for this process itself.
+
+    For this process the kernel answers (`os.access`: its real groups, ACLs, a group joined
+    after it started does not count); for another user the device's owner, group and mode do.
+    """
+    name = pwd.getpwuid(os.geteuid()).pw_name if user is None else user
     try:
         st = device.stat()
     except FileNotFoundError:
-        return None
+        return KvmAccess(name, KvmAccessStatus.MISSING, device)
     except OSError as e:
-        return f"{device} cannot be inspected: {e.strerror or e}"
-    if may(ids, st, read=True, write=True):
-        return None
-    return (f"{device} is {describe_mode(device)}: {user} (the user QEMU runs as) cannot open it, so libvirtd "
-            "re-probes QEMU's capabilities on every call and machine starts wait tens of seconds")
+        return KvmAccess(name, KvmAccessStatus.UNINSPECTABLE, device, error=str(e.strerror or e))
+    mode = describe_mode(device)
+    if user is None:
+        opens = os.access(device, os.R_OK | os.W_OK)
+    else:
+        ids = user_ids(user)
+        if ids is None:
+            return KvmAccess(name, KvmAccessStatus.NO_SUCH_USER, device, mode)
+        opens = may(ids, st, read=True, write=True)
+    return KvmAccess(name, KvmAccessStatus.OPENS if opens else KvmAccessStatus.DENIED, device, mode)
 
 
 class SlowCall(StrEnum):
@@ -124,8 +185,8 @@ class SlowHypervisorNotice:
         with self._lock:
             if self.said is not None:
                 return
-            cause = kvm_device_problem(QEMU_USER, self.device)
-            advice = (f"the cause here: {cause}; fix: {KVM_DEVICE_FIX}" if cause else
+            access = kvm_device_access(QEMU_USER, self.device)
+            advice = (f"the cause here: {access}; fix: {KVM_DEVICE_FIX}" if access.problem else
                       "libvirtd is overloaded or re-probing QEMU (see its log); `gh-runner doctor` checks it")
             took = f"did not answer within {seconds:.0f} s" if timed_out else f"took {seconds:.1f} s"
             self.said = (f"the hypervisor answers slowly: {what} {took} "

@@ -5,8 +5,9 @@ failed, the command that fixes it. They run in dependency order (`run_host_check
 whose prerequisite failed says so instead of piling up confusing errors. They are blocking (run
 them in a worker thread) and each bounds its waits.
 
-`hostcheck.py` holds the facts these checks and the running provider share (what QEMU's user may
-open, the slow-hypervisor notice); this module holds the checks.
+`hostcheck.py` holds the facts these checks and the running provider share (the /dev/kvm check,
+what QEMU's user may open, the slow-hypervisor notice), `accel.py` the accelerator decision; this
+module holds the checks.
 """
 
 from __future__ import annotations
@@ -24,17 +25,18 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from providers.base import CheckLimits, CheckStatus, HostCheck
 from providers.manifest import MANIFEST_NAME, DirectKernelBoot, ImageManifest, ManifestError, load_manifest
+from providers.qemu.accel import Accelerator, Basis, decide, host_kernel
 from providers.qemu.channels import routes_for
 from providers.qemu.hostcheck import (
     KVM_DEVICE,
     KVM_DEVICE_FIX,
     QEMU_USER,
-    describe_mode,
-    kvm_device_problem,
+    KvmAccessStatus,
+    kvm_device_access,
     may,
     user_ids,
 )
@@ -53,10 +55,7 @@ class HostContext:
     limits: CheckLimits = field(default_factory=CheckLimits)
     conn: Any = None  # libvirt.virConnect once the libvirt check passed
     manifests: dict[str, ImageManifest] = field(default_factory=dict)
-
-    @property
-    def kvm_timeout(self) -> float:
-        return self.limits.accelerator_s
+    accel_cache: Path | None = None  # where the runner keeps its accelerator verdict (providers/qemu/accel.py)
 
     @property
     def tcg_timeout(self) -> float:
@@ -115,7 +114,7 @@ def check_libvirt(ctx: HostContext) -> HostCheck:
 
 
 # A 512-byte real-mode boot sector: cli; ds=0; store a 4-byte nonce at physical 0x600; hlt forever.
-# Seeing the nonce in guest memory proves the accelerator ran guest code.
+# Seeing the nonce in guest memory proves TCG ran guest code through libvirt (see _probe_once).
 def _boot_sector(nonce: bytes) -> bytes:
     code = bytes([0xFA, 0x31, 0xC0, 0x8E, 0xD8, 0xC7, 0x06, 0x00, 0x06]) + nonce[:2]
     code += bytes([0xC7, 0x06, 0x02, 0x06]) + nonce[2:4] + bytes([0xF4, 0xEB, 0xFD])
@@ -141,34 +140,34 @@ class ProbeResult:
     interrupted: bool = False  # the domain was stopped from outside before it could prove anything
 
 
-def probe_accelerator(conn: Any, accel: Literal["kvm", "tcg"], kernel: Path | None, timeout: float) -> ProbeResult:
-    """Boot a throwaway libvirt domain under `accel` and watch for proof that guest code ran.
+def probe_tcg(conn: Any, kernel: Path | None, timeout: float) -> ProbeResult:
+    """Boot a throwaway libvirt domain under TCG and watch for proof that guest code ran.
 
-    Doctor uses it for the TCG fallback: the KVM decision itself is the provider's
-    (`providers.qemu.accel.probe_kvm`), so there is one judge of KVM. This proves the whole path
-    a machine takes (libvirtd, the libvirt-qemu user, file permissions) actually runs a guest.
+    Doctor runs it when the accelerator decision (providers/qemu/accel.py) is TCG: it does not
+    judge KVM, it proves the path a machine takes (libvirtd, the libvirt-qemu user, file
+    permissions) runs a guest under the accelerator the runner will use.
 
     A probe domain stopped from outside (an operator's or a test suite's cleanup of gh-* domains)
     proves nothing either way, so that case is tried again, up to three times.
     """
     result = ProbeResult(False, 0.0, "not run")
     for _ in range(3):
-        result = _probe_once(conn, accel, kernel, timeout)
+        result = _probe_once(conn, kernel, timeout)
         if not result.interrupted:
             break
     return result
 
 
-def _probe_once(conn: Any, accel: Literal["kvm", "tcg"], kernel: Path | None, timeout: float) -> ProbeResult:
+def _probe_once(conn: Any, kernel: Path | None, timeout: float) -> ProbeResult:
     """One probe domain.
 
-    With a Linux kernel (a direct-kernel image's), the proof is "Linux version" on the serial
-    port: nested KVM can run a boot sector yet hang in the kernel, which is what the runner boots.
-    Without one, a boot sector that writes a nonce into guest memory is the best we have.
+    With a Linux kernel (an image's, or this host's) the proof is "Linux version" on the serial
+    port. Without one, a boot sector that writes a nonce into guest memory is proof enough: under
+    TCG, code that runs at all runs a kernel too.
     """
     import libvirt
 
-    name = f"{PROBE_PREFIX}{accel}-{secrets.token_hex(4)}"
+    name = f"{PROBE_PREFIX}tcg-{secrets.token_hex(4)}"
     nonce = secrets.token_bytes(4)
     with _probe_dir() as d:
         serial = d / "serial.log"
@@ -187,7 +186,7 @@ def _probe_once(conn: Any, accel: Literal["kvm", "tcg"], kernel: Path | None, ti
             boot = "<boot dev='hd'/>"
             disk = (f"<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='{img}'/>"
                     "<target dev='hda' bus='ide'/></disk>")
-        xml = f"""<domain type='{"kvm" if accel == "kvm" else "qemu"}'>
+        xml = f"""<domain type='qemu'>
   <name>{name}</name><memory unit='MiB'>{256 if kernel else 16}</memory><vcpu>1</vcpu>
   <os><type arch='x86_64' machine='pc'>hvm</type>{boot}</os>
   <features><acpi/></features>
@@ -244,12 +243,14 @@ def _probe_kernel(ctx: HostContext) -> Path | None:
 
 def check_kvm_device(ctx: HostContext) -> HostCheck:
     """/dev/kvm as the user QEMU runs as sees it (root can always open it, which proves nothing)."""
-    if not KVM_DEVICE.exists():
-        return HostCheck("kvmdev", CheckStatus.SKIP, f"no {KVM_DEVICE}: guests run under TCG (see the kvm check)")
-    problem = kvm_device_problem(QEMU_USER, KVM_DEVICE)
-    if problem:
-        return HostCheck("kvmdev", CheckStatus.FAIL, problem, KVM_DEVICE_FIX)
-    return HostCheck("kvmdev", CheckStatus.OK, f"{KVM_DEVICE} is {describe_mode(KVM_DEVICE)}: {QEMU_USER} can open it")
+    access = kvm_device_access(QEMU_USER, KVM_DEVICE)
+    if access.status is KvmAccessStatus.MISSING:
+        return HostCheck("kvmdev", CheckStatus.SKIP, f"{access}: guests run under TCG (see the kvm check)")
+    if access.status is KvmAccessStatus.NO_SUCH_USER:
+        return HostCheck("kvmdev", CheckStatus.SKIP, str(access))
+    if access.problem:
+        return HostCheck("kvmdev", CheckStatus.FAIL, str(access), KVM_DEVICE_FIX)
+    return HostCheck("kvmdev", CheckStatus.OK, str(access))
 
 
 CAPS_CACHE = Path("/var/cache/libvirt/qemu/capabilities")
@@ -299,7 +300,8 @@ def check_capabilities(ctx: HostContext) -> HostCheck:
     what = detail or f"a capability query took {times[-1]:.1f} s"
     if rewritten:
         what += " and rewrote libvirt's capability cache"
-    cause = kvm_device_problem(QEMU_USER, KVM_DEVICE)
+    access = kvm_device_access(QEMU_USER, KVM_DEVICE)
+    cause = str(access) if access.problem else ""
     fix = (f"{KVM_DEVICE_FIX}; then restart libvirtd" if cause else
            "restart libvirtd; if it goes on, set log_filters=\"1:qemu_capabilities\" in /etc/libvirt/libvirtd.conf "
            "and look for 'is not available now' in its log")
@@ -309,29 +311,31 @@ def check_capabilities(ctx: HostContext) -> HostCheck:
 
 
 def check_kvm(ctx: HostContext) -> HostCheck:
-    """KVM as the runner will judge it (the provider's own probe, so doctor and the runner agree);
-    when it fails, prove the TCG fallback really runs a guest through libvirt."""
+    """The accelerator decision the runner makes (providers/qemu/accel.py, reading the runner's kept
+    verdict when there is one), with what it stands on; when it is TCG, proof that TCG runs a guest
+    through libvirt (libvirtd, the libvirt-qemu user, file permissions)."""
     if ctx.conn is None:
         return HostCheck("kvm", CheckStatus.SKIP, "libvirt unreachable (see above)")
     if not ctx.libvirt_uri.startswith("qemu"):
         return HostCheck("kvm", CheckStatus.SKIP, f"{ctx.libvirt_uri} is not a QEMU driver")
-    import asyncio
-
-    from providers.qemu.accel import probe_kvm
-
     kernel = _probe_kernel(ctx)
-    t0 = time.monotonic()
-    works, reason = asyncio.run(probe_kvm(kernel, ctx.kvm_timeout))
-    if works:
-        return HostCheck("kvm", CheckStatus.OK, f"{reason} in {time.monotonic() - t0:.1f} s")
-    t = probe_accelerator(ctx.conn, "tcg", kernel, ctx.tcg_timeout)
+    d = decide(kernel, ctx.accel_cache, remember=False)
+    again = (f"; to decide again: rm {ctx.accel_cache} and restart gh-runner"
+             if d.cached and ctx.accel_cache is not None else "")
+    if d.basis is Basis.UNPROVEN:
+        return HostCheck("kvm", CheckStatus.WARN, f"{d}",
+                         f"put an image with a Linux kernel (image-builder/build linux-tiny --out {ctx.images_dir}) "
+                         "in the images directory, so the decision can boot it under KVM")
+    if d.accelerator is Accelerator.KVM:
+        return HostCheck("kvm", CheckStatus.OK, f"{d}")
+    t = probe_tcg(ctx.conn, kernel or host_kernel(), ctx.tcg_timeout)
     fix = ("enable VT-x/AMD-V in the firmware, `modprobe kvm_intel` (or kvm_amd), make /dev/kvm "
-           "crw-rw---- root:kvm with the runner's user in group kvm; on a VM enable nested virtualization")
+           "crw-rw---- root:kvm with the runner's user in group kvm; on a VM enable nested virtualization" + again)
     if t.ran:
-        return HostCheck("kvm", CheckStatus.WARN, f"{reason}; the runner falls back to TCG (software emulation, "
-                     f"several times slower; through libvirt {t.detail} in {t.seconds:.1f} s)", fix)
-    return HostCheck("kvm", CheckStatus.FAIL, f"{reason}; the TCG fallback does not run a guest either: {t.detail}",
-                 "apt-get install --reinstall qemu-system-x86; see /var/log/libvirt/qemu/ for the probe's log")
+        return HostCheck("kvm", CheckStatus.WARN, f"{d}; the runner falls back to TCG (software emulation, "
+                         f"several times slower; through libvirt {t.detail} in {t.seconds:.1f} s)", fix)
+    return HostCheck("kvm", CheckStatus.FAIL, f"{d}; the TCG fallback does not run a guest either: {t.detail}",
+                     "apt-get install --reinstall qemu-system-x86; see /var/log/libvirt/qemu/ for the probe's log")
 
 
 def qemu_can_traverse(path: Path) -> tuple[bool, Path | None]:

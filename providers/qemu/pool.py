@@ -1,11 +1,18 @@
 """The hot pool: machines restored and paused ahead of time, so a lease is a resume (issue 15).
 
-Per source (an image's current warm snapshot, or a start-state version with memory) up to
-`per_source` machines wait paused, all of them within `total_mib` of guest memory (counted at the
-manifest's size: an upper bound, since lazy copies share what they do not write). A machine
-taken for an attempt gets the attempt's id (domain metadata and owner file, so the daemon's
-reaper keeps it), is resumed, and sets its clock like any restored machine. One machine, one
-attempt: a taken machine never returns to the pool, and the pool refills in the background.
+By demand: the pool keeps hot the sources (an image's current warm snapshot, or a start-state
+version with memory) this runner was leased within `keep_leased_s`, and those its config keeps
+(`keep`); not every image of the images dir, so an image nobody asks for (a 2 GiB desktop beside
+linux-tiny) costs nothing while the runner waits. A lease of a source not hot gets a machine made
+as usual, and the pool starts filling for that source then: its next leases find pooled machines.
+A source not leased for `keep_leased_s` (and not kept) loses its pooled machines.
+
+Per source kept hot up to `per_source` machines wait paused, all of them within `total_mib` of
+guest memory (counted at the manifest's size: an upper bound, since lazy copies share what they do
+not write). A machine taken for an attempt gets the attempt's id (domain metadata and owner file,
+so the daemon's reaper keeps it), is resumed, and sets its clock like any restored machine. One
+machine, one attempt: a taken machine never returns to the pool, and the pool refills in the
+background.
 
 Leaks: pooled machines are the provider's own (held until `PoolHost.release`), never reaped while this
 process runs;
@@ -39,6 +46,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Generic, Protocol, TypeVar
 
 import structlog
@@ -55,6 +63,15 @@ REFILL_RETRY_S = 30.0  # after a failed fill, before trying that source again
 REFILL_DELAY_S = 3.0
 FILL_TIMEOUT_S = 300.0
 PRIME_TIMEOUT_S = 60.0  # a restored guest answers within a second; a loaded host gets time
+# How long a source leased here stays hot after its last lease. The leases of one run of evals come
+# seconds to minutes apart (each try is a lease; a slot takes the next try when its last one ends,
+# and an attempt's phase bounds besides its task's, `Timeouts` in gh_runner/config.py, add up to
+# 22 minutes), and a person reads a run's report before starting the next one: half an hour keeps
+# a source hot through all of that. A source idle for longer was last asked for by a run that is
+# over, and its paused machines hold their guest memory (2 GiB each for a desktop) for nothing.
+# Forgetting it early costs little: its next lease is restored from the warm snapshot as without a
+# pool (~0.5 s on linux-tiny), and refills the pool.
+KEEP_LEASED_S = 1800.0
 
 
 @dataclass(frozen=True)
@@ -62,10 +79,57 @@ class PoolConfig:
     per_source: int = 0  # K paused machines per source; 0 turns the pool off
     total_mib: int = 0  # guest memory all pooled machines may hold together
     refill_delay_s: float = REFILL_DELAY_S  # after a take, before the refill starts (bench/ compares)
+    keep: frozenset[MachineSource] = frozenset()  # hot from the start, leased or not (the config's pool.keep)
+    keep_leased_s: float = KEEP_LEASED_S  # a source leased here stays hot this long after its last lease
 
     @property
     def enabled(self) -> bool:
         return self.per_source > 0 and self.total_mib > 0
+
+
+class Demand:
+    """Which sources the pool keeps hot: those kept by the config, and those leased within
+    `keep_leased_s` (pure: the time comes from `clock`)."""
+
+    def __init__(self, keep: frozenset[MachineSource], keep_leased_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.keep = keep
+        self.keep_leased_s = keep_leased_s
+        self._clock = clock
+        self._leased_at: dict[MachineSource, float] = {}
+
+    def leased(self, source: MachineSource) -> bool:
+        """`source` was leased now; True when it was not kept hot until now (the pool starts filling)."""
+        was = self.wanted(source)
+        self._leased_at[source] = self._clock()
+        return not was
+
+    def wanted(self, source: MachineSource) -> bool:
+        if source in self.keep:
+            return True
+        at = self._leased_at.get(source)
+        return at is not None and self._clock() - at < self.keep_leased_s
+
+    def next_idle_in(self) -> float | None:
+        """Seconds until the next leased source (not kept) goes idle; None when none will."""
+        now = self._clock()
+        left = [at + self.keep_leased_s - now for s, at in self._leased_at.items() if s not in self.keep]
+        left = [x for x in left if x > 0]
+        return min(left) if left else None
+
+    def forget_idle(self) -> list[MachineSource]:
+        """Forget the sources (not kept) whose last lease is `keep_leased_s` old; those forgotten."""
+        idle = [s for s in self._leased_at if not self.wanted(s)]
+        for s in idle:
+            del self._leased_at[s]
+        return idle
+
+
+class DropReason(StrEnum):
+    """Why the pool destroys a source's paused machines (the caller's own drops use `dropping`)."""
+
+    GONE = "gone"  # no longer listed: its files were removed
+    IDLE = "idle"  # not leased for keep_leased_s, and not kept by the config
 
 
 class PooledMachine(Protocol):
@@ -114,10 +178,14 @@ class _Pooled(Generic[M]):
 class HotPool(Generic[M]):
     def __init__(self, host: PoolHost[M], config: PoolConfig,
                  sources: Callable[[], Awaitable[list[tuple[MachineSource, str, int]]]]) -> None:
-        """`sources()` lists what to keep hot now: (source, its version key, guest MiB)."""
+        """`sources()` lists what could be kept hot now: (source, its version key, guest MiB); the pool
+        keeps those `config` and the leases ask for (`Demand`)."""
         self.host = host
         self.config = config
         self._sources = sources
+        self.demand = Demand(config.keep, config.keep_leased_s)
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._missing_kept: set[MachineSource] = set()  # kept by the config, not listed: said once
         self._ready: dict[MachineSource, list[_Pooled[M]]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -142,12 +210,22 @@ class HotPool(Generic[M]):
     def counts(self) -> dict[MachineSource, int]:
         return {s: len(ms) for s, ms in self._ready.items() if ms}
 
+    async def hot_sources(self) -> list[MachineSource]:
+        """The sources kept hot now (listed, and kept or leased recently): what the runner advertises."""
+        return [s for s, _, _ in await self._sources() if self.demand.wanted(s)]
+
     def _used_mib(self) -> int:
         return sum(p.mib for ms in self._ready.values() for p in ms)
 
     async def take(self, machine_id: str, source: MachineSource, key: str) -> M | None:
         """A paused machine for `source`, made the attempt's and resumed; None when there is none
-        (or it could not be resumed: it is destroyed, and the caller makes a machine as usual)."""
+        (or it could not be resumed: it is destroyed, and the caller makes a machine as usual). A
+        source not hot until now is kept hot from now on: the pool starts filling for it."""
+        if self.demand.leased(source):
+            log.info("hot pool keeps a source leased here", source=str(source),
+                     keep_leased_s=self.config.keep_leased_s)
+            # After the delay, as after a take: the lease's own machine is being made meanwhile.
+            asyncio.get_running_loop().call_later(self.config.refill_delay_s, self._wake.set)
         ready = self._ready.get(source) or []
         while ready:
             entry = ready.pop(0)
@@ -188,8 +266,15 @@ class HotPool(Generic[M]):
 
     async def _fill_once(self) -> None:
         drops = self._drops
-        listed = await self._sources()
-        await self._drop_unlisted({source for source, _, _ in listed})
+        candidates = await self._sources()
+        names = {source for source, _, _ in candidates}
+        self._say_missing_kept(names)
+        for source in self.demand.forget_idle():
+            log.info("hot pool no longer keeps a source: not leased here lately", source=str(source),
+                     keep_leased_s=self.config.keep_leased_s)
+        self._wake_when_idle()
+        listed = [c for c in candidates if self.demand.wanted(c[0])]
+        await self._drop_unlisted({source for source, _, _ in listed}, names)
         for source, key, mib in listed:
             ready = self._ready.setdefault(source, [])
             for stale in [p for p in ready if p.key != key]:
@@ -226,15 +311,35 @@ class HotPool(Generic[M]):
     def _is_going(self, source: MachineSource) -> bool:
         return any(gone(source) for gone in self._going)
 
-    async def _drop_unlisted(self, listed: set[MachineSource]) -> None:
-        """Destroy the machines of sources no longer listed (their files went some other way)."""
+    async def _drop_unlisted(self, listed: set[MachineSource], present: set[MachineSource]) -> None:
+        """Destroy the machines of sources no longer kept hot: not `present` (their files went some
+        other way), or present but no longer wanted (idle)."""
         for source in [s for s in self._ready if s not in listed]:
             entries = self._ready.pop(source)
             self._failed_at.pop(source, None)
+            reason = DropReason.IDLE if source in present else DropReason.GONE
             for entry in entries:
-                log.info("hot pool source gone; destroying its machine", source=str(source),
-                         machine_id=entry.machine.machine_id)
+                log.info("hot pool destroys a machine of a source it no longer keeps", source=str(source),
+                         reason=reason, machine_id=entry.machine.machine_id)
                 await self._discard(entry.machine)
+
+    def _wake_when_idle(self) -> None:
+        """A fill pass when the next leased source goes idle, so its machines go then."""
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        left = self.demand.next_idle_in()
+        if left is not None:
+            self._idle_timer = asyncio.get_running_loop().call_later(left, self._wake.set)
+
+    def _say_missing_kept(self, listed: set[MachineSource]) -> None:
+        """Warn once per source the config keeps that is not here to keep (no such image, or none
+        with a warm snapshot); said again if it goes after being found."""
+        missing = set(self.demand.keep) - listed
+        for source in missing - self._missing_kept:
+            log.warning("hot pool cannot keep a source the config names: not in the images dir, or it "
+                        "has no warm snapshot", source=str(source))
+        self._missing_kept = missing
 
     @contextlib.asynccontextmanager
     async def dropping(self, gone: Callable[[MachineSource], bool]) -> AsyncIterator[int]:
@@ -293,6 +398,9 @@ class HotPool(Generic[M]):
 
     async def close(self) -> None:
         """Stop refilling and destroy every pooled machine."""
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)

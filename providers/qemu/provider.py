@@ -40,7 +40,7 @@ from providers.base import (
 from providers.errors import HypervisorUnavailable
 from providers.manifest import DirectKernelBoot
 from providers.qemu import fileperms, lazy, network, overlays
-from providers.qemu.accel import choose_accelerator
+from providers.qemu.accel import CACHE_NAME, choose_accelerator
 from providers.qemu.connection import Connection
 from providers.qemu.desktop import SESSION_BOOT_TIMEOUT_S
 from providers.qemu.domain import (
@@ -55,7 +55,7 @@ from providers.qemu.domain import (
 from providers.qemu.errors import in_thread
 from providers.qemu.guest_agent import EXEC_POLLING, WRAPPER, ClockMode
 from providers.qemu.handle import CALL_TIMEOUT, Domain
-from providers.qemu.hostcheck import KVM_DEVICE_FIX, kvm_device_problem
+from providers.qemu.hostcheck import KVM_DEVICE_FIX, QEMU_USER, kvm_device_access
 from providers.qemu.hostchecks import HostContext, run_host_checks
 from providers.qemu.images import Image, ImageCatalog
 from providers.qemu.machine import MachineOptions, QemuMachine
@@ -133,12 +133,12 @@ class QemuProvider(Provider):
                 if isinstance(img.manifest.boot, DirectKernelBoot):
                     kernel = img.dir / img.manifest.boot.kernel
                     break
-            self.accelerator, self.accelerator_reason = await choose_accelerator(
-                self.state_dir / "accelerator.json", kernel=kernel, force=self._force_accel)
+            decision = await choose_accelerator(self.state_dir / CACHE_NAME, kernel=kernel, force=self._force_accel)
+            self.accelerator, self.accelerator_reason = decision.accelerator.value, decision.reason
             log.info("qemu provider ready", uri=self.libvirt_uri, accelerator=self.accelerator,
                      reason=self.accelerator_reason)
-            if self.libvirt_uri.startswith("qemu:///system") and (problem := kvm_device_problem()):
-                log.warning(f"{problem}; fix: {KVM_DEVICE_FIX}")
+            if self.libvirt_uri.startswith("qemu:///system") and (access := kvm_device_access(QEMU_USER)).problem:
+                log.warning(f"{access}; fix: {KVM_DEVICE_FIX}")
             if self.pool is not None:
                 self.pool.start()
 
@@ -155,8 +155,8 @@ class QemuProvider(Provider):
 
     async def host_checks(self, limits: CheckLimits = CheckLimits()) -> list[HostCheck]:
         """libvirt, /dev/kvm as QEMU's user sees it, capability probing, the images, WinRM
-        credentials, and the accelerator as `start` would judge it (providers/qemu/hostchecks.py)."""
-        ctx = HostContext(self.libvirt_uri, self.images_dir, limits)
+        credentials, and the accelerator `start` decides or decided (providers/qemu/hostchecks.py)."""
+        ctx = HostContext(self.libvirt_uri, self.images_dir, limits, accel_cache=self.state_dir / CACHE_NAME)
         return await asyncio.to_thread(run_host_checks, ctx)
 
     def destroy_leftovers(self) -> int:
@@ -213,7 +213,8 @@ class QemuProvider(Provider):
             return ""
 
     async def _pool_sources(self) -> list[tuple[MachineSource, str, int]]:
-        """What the hot pool keeps ready: images with a warm snapshot, start-state versions with memory."""
+        """What the hot pool may keep ready (it keeps those in demand, pool.Demand): images with a warm
+        snapshot, start-state versions with memory."""
         out: list[tuple[MachineSource, str, int]] = []
         images = {img.manifest.name: img for img in await self.catalog.scan()}
         if self.warm is not None:
@@ -236,7 +237,7 @@ class QemuProvider(Provider):
     async def pooled_sources(self) -> list[MachineSource]:
         if self.pool is None:
             return []
-        return [s for s, _, _ in await self._pool_sources()]
+        return await self.pool.hot_sources()
 
     def machine_options(self) -> MachineOptions:
         """How a machine made now runs (its options are fixed when it is made)."""

@@ -44,7 +44,7 @@ class Stack:
     docs: dict[str, Path]  # agent id -> the request document its command agent got
 
     def attempts(self) -> dict[str, ScriptedAttempt]:
-        runs = dict(self.daemon._attempts)
+        runs = dict(self.daemon.leases.running)
         return {aid: run.attempt for aid, run in runs.items()}  # type: ignore[misc]
 
     def machine_api(self, agent: str) -> tuple[str, str, str]:

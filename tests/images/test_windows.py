@@ -345,7 +345,7 @@ def test_build_orchestration_with_the_vm_faked(tmp_path: Path, monkeypatch: pyte
         seen["iso_mode"] = (vm.workdir / "config.iso").stat().st_mode
 
     monkeypatch.setattr(pipeline, "boot_provision_seal", fake_boot)
-    monkeypatch.setattr(windows10, "best_accel", lambda: "kvm")
+    monkeypatch.setattr(windows10, "build_accelerator", lambda kernel, cache_dir: "kvm")
     (tmp_path / "win.iso").write_bytes(b"windows")
     (tmp_path / "virtio.iso").write_bytes(b"virtio")
     out = tmp_path / "images"

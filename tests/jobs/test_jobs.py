@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import pytest
+
+from gh_runner import machine_requests
+from gh_runner.attempt import Attempt
 from gh_runner.jobs import StartStateJobs
+from gh_runner.machine_requests import EXEC_OUTPUT_CAP
 from gh_wire import protocol
 from gh_wire.input import InputEvent, TypeEvent
 from providers.base import ImageInfo, Machine, MachineSource, Provider, SavedVersion, ScriptResult
@@ -19,12 +25,16 @@ class FakeMachine(Machine):
         self.provider = provider
         self.events: list[InputEvent] = []
         self.destroyed = False
+        self.output_caps: list[int] = []
 
     async def wait_ready(self, timeout: float) -> None:
         return None
 
     async def run_script(self, script: str, *, env: Mapping[str, str] | None = None, timeout: float,
                          output_cap: int = 1 << 20) -> ScriptResult:
+        self.output_caps.append(output_cap)
+        if "silent guest" in script:  # the guest channel stopped answering: not even the timeout comes back
+            await asyncio.Event().wait()
         if "hang" in script:
             return ScriptResult(exit_code=None, stdout="working...", stderr="", timed_out=True)
         if "fail" in script:
@@ -143,3 +153,32 @@ async def test_delete_removes_every_held_version_of_that_state_only() -> None:
     p.versions = {("ss_1", 1), ("ss_1", 2), ("ss_2", 1)}
     assert (await StartStateJobs(p).run(job("delete"))).ok
     assert p.versions == {("ss_2", 1)}
+
+
+async def test_a_start_states_exec_is_capped_and_bounded_like_an_attempts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One server answers an attempt's and an open start state's requests: the same output cap, and
+    an exec whose guest never answers is refused at its timeout plus the slack instead of hanging."""
+    monkeypatch.setattr(machine_requests, "SCRIPT_SLACK", 0.2)
+    p = FakeProvider()
+    jobs = StartStateJobs(p)
+    await jobs.run(job("open", source=IMAGE))
+    machine = next(iter(p.live.values()))
+    res = await jobs.handle_request(protocol.MachineRequest(request_id="r1", start_state_id="ss_1", op="exec",
+                                                            script="echo hi"))
+    assert res.ok and res.exit_code == 0
+    assert machine.output_caps == [EXEC_OUTPUT_CAP]
+    async with asyncio.timeout(30):  # the old path had no outer bound: this hung
+        res = await jobs.handle_request(protocol.MachineRequest(request_id="r2", start_state_id="ss_1", op="exec",
+                                                                script="silent guest", timeout=0.1))
+    assert not res.ok and res.error == "exec got no answer from the machine in time"
+    assert (await jobs.run(job("close"))).ok
+
+
+async def test_attempts_and_start_states_are_served_by_the_one_request_server() -> None:
+    assert "_serve" not in vars(Attempt) and "_exec" not in vars(Attempt) and "_input" not in vars(Attempt)
+    jobs = StartStateJobs(FakeProvider())
+    await jobs.run(job("open", source=IMAGE))
+    res = await jobs.handle_request(protocol.MachineRequest(request_id="r", start_state_id="ss_1", op="exec"))
+    # The same words as an attempt's refusal (tests/attempt): one server, one way of saying it.
+    assert not res.ok and res.error == "an exec request needs a script"
+    assert (await jobs.run(job("close"))).ok

@@ -22,11 +22,13 @@ from typing import Any
 
 import httpx
 import pytest
+from fakekvm import firmware_only_kvm
 from pydantic import SecretStr
 from websockets.http11 import Request, Response
 from websockets.sync.server import Server, ServerConnection, serve
 
 from gh_runner import doctor
+from providers.qemu import accel
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD_TOKEN = "gh_rn_doctor_good_3b1f"
@@ -59,7 +61,7 @@ def workdir() -> Iterator[Path]:
 
 
 def fake_image(images: Path, name: str = "probe", disk: bytes = b"disk bytes", sha: str | None = None) -> Path:
-    """A firmware-boot image (so the KVM probe uses its boot sector): valid unless `sha` is given."""
+    """A firmware-boot image (no kernel for the accelerator decision to boot): valid unless `sha` is given."""
     d = images / name
     d.mkdir(parents=True)
     (d / "disk.qcow2").write_bytes(disk)
@@ -124,7 +126,7 @@ def control_plane() -> Iterator[FakeControlPlane]:
 
 def run_doctor(cfg: Cfg) -> tuple[int, str, dict[str, str]]:
     buf = io.StringIO()
-    rc = doctor.main(cfg, out=buf, kvm_timeout=20, tcg_timeout=60, net_timeout=10)
+    rc = doctor.main(cfg, out=buf, tcg_timeout=60, net_timeout=10)
     text = buf.getvalue()
     status = {}
     for line in text.splitlines():
@@ -165,6 +167,34 @@ def test_good_host_boots_the_linux_image_kernel_for_the_kvm_probe(images_dir: Pa
     assert status["images"] == "OK" and "linux-tiny" in text
     # Under KVM the provider's probe boots it; on a nested host like CI's, the TCG fallback does.
     assert "a KVM guest booted a kernel" in text or "through libvirt a Linux kernel booted" in text, text
+
+
+@pytest.mark.libvirt
+@pytest.mark.slow
+def test_doctor_shows_the_accelerator_decision_and_what_it_stands_on(images_dir: Path, workdir: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a host whose KVM runs firmware but never a Linux kernel: the runner's decision (TCG), why,
+    and that TCG runs a guest through libvirt; then the runner's kept decision, and how to redo it."""
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        pytest.skip("needs a /dev/kvm this process may open (the decision checks it before it boots)")
+    fake = firmware_only_kvm(workdir / "fake")
+    monkeypatch.setenv("PATH", f"{fake.bin_dir}:{os.environ['PATH']}")
+    state = workdir / "state"
+    state.mkdir()
+    cfg = Cfg(images_dir=images_dir, state_dir=state)
+    rc, text, status = run_doctor(cfg)
+    assert rc == 0 and status["kvm"] == "WARN", text
+    kvm = next(ln for ln in text.splitlines() if ln.startswith("WARN  kvm"))
+    assert "tcg: a Linux kernel booted under KVM never printed" in kvm, kvm
+    assert "the runner falls back to TCG" in kvm and "through libvirt a Linux kernel booted" in kvm, kvm
+    assert fake.calls() == ["kvm kernel=1"] and not (state / accel.CACHE_NAME).exists()  # doctor keeps nothing
+
+    accel.decide(images_dir / "linux-tiny" / "vmlinuz", state / accel.CACHE_NAME)  # as the runner's start does
+    monkeypatch.setattr(accel, "_kept", {})  # another process: only the file
+    _, text, status = run_doctor(cfg)
+    assert status["kvm"] == "WARN" and "never printed" in text and "kept from earlier this boot" in text, text
+    assert f"to decide again: rm {state / accel.CACHE_NAME} and restart gh-runner" in text, text
+    assert len(fake.calls()) == 2  # the runner's decision booted once; doctor read it
 
 
 def test_cli_doctor_subcommand(workdir: Path) -> None:

@@ -56,7 +56,7 @@ async def test_the_first_script_after_a_pooled_lease_or_a_lazy_restore_reads_the
     sd = state_root / f"clock-{secrets.token_hex(3)}"
     sd.mkdir(mode=0o755)
     pooled = QemuProvider(images_dir, sd, runner_name, LIBVIRT_URI, warm_snapshots=True,
-                          pool=PoolConfig(per_source=1, total_mib=512))
+                          pool=PoolConfig(per_source=1, total_mib=512, keep=frozenset({TINY})))
     lazy = QemuProvider(images_dir, sd, runner_name, LIBVIRT_URI, warm_snapshots=True)
     lazy_qga = QemuProvider(images_dir, sd, runner_name, LIBVIRT_URI, warm_snapshots=True)
     old_way = QemuProvider(images_dir, sd, runner_name, LIBVIRT_URI, warm_snapshots=True,

@@ -88,7 +88,8 @@ async def test_machines_from_one_memory_image_read_different_random_numbers(
 
     # The same start state from the hot pool: each machine primed once, paused, then leased.
     state = MachineSource(image="linux-tiny", start_state_id="rng", version=1)
-    p = QemuProvider(images_dir, sd, runner_name, LIBVIRT_URI, pool=PoolConfig(per_source=2, total_mib=512))
+    p = QemuProvider(images_dir, sd, runner_name, LIBVIRT_URI,
+                     pool=PoolConfig(per_source=2, total_mib=512, keep=frozenset({state})))
     try:
         await p.start()
         deadline = time.monotonic() + BOOT_TIMEOUT * 3

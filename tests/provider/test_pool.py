@@ -26,7 +26,7 @@ from .conftest import BOOT_TIMEOUT, LIBVIRT_URI, ensure_libvirtd, our_domains
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 TINY = MachineSource(image="linux-tiny")
-POOL = PoolConfig(per_source=1, total_mib=512)
+POOL = PoolConfig(per_source=1, total_mib=512, keep=frozenset({TINY}))  # hot from the start
 
 
 async def until(cond: Callable[[], bool], timeout: float, what: str) -> None:
@@ -207,7 +207,8 @@ async def test_deleting_a_version_destroys_its_pooled_machines_first(
     finally:
         await maker.close()
     v1, v2 = (MachineSource(image="linux-tiny", start_state_id=ssid, version=v) for v in (1, 2))
-    p = QemuProvider(images_dir, sd, runner_name, LIBVIRT_URI, pool=PoolConfig(per_source=1, total_mib=512))
+    p = QemuProvider(images_dir, sd, runner_name, LIBVIRT_URI,
+                     pool=PoolConfig(per_source=1, total_mib=512, keep=frozenset({v1, v2})))
     try:
         await p.start()
         assert p.pool is not None

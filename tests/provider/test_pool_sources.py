@@ -20,6 +20,7 @@ pytestmark = pytest.mark.asyncio
 
 V1 = MachineSource(image="linux-tiny", start_state_id="ss_p", version=1)
 V2 = MachineSource(image="linux-tiny", start_state_id="ss_p", version=2)
+KEPT = frozenset({V1, V2})  # hot from the start, as if kept by the config
 WAIT = 10.0
 
 
@@ -83,7 +84,7 @@ def alive(host: FakeHost, source: MachineSource) -> list[FakeMachine]:
 
 async def test_a_source_no_longer_listed_loses_its_machines_on_the_next_pass() -> None:
     host, listing = FakeHost(), Listing(V1, V2)
-    pool: HotPool[FakeMachine] = HotPool(host, PoolConfig(per_source=1, total_mib=1024), listing)
+    pool: HotPool[FakeMachine] = HotPool(host, PoolConfig(per_source=1, total_mib=1024, keep=KEPT), listing)
     pool.start()
     try:
         await until(lambda: pool.counts() == {V1: 1, V2: 1}, "the pool to fill")
@@ -99,7 +100,7 @@ async def test_a_source_no_longer_listed_loses_its_machines_on_the_next_pass() -
 async def test_dropping_destroys_the_sources_machines_and_one_being_made_of_it() -> None:
     gate = asyncio.Event()
     host, listing = FakeHost(slow={V2: gate}), Listing(V1, V2)
-    pool: HotPool[FakeMachine] = HotPool(host, PoolConfig(per_source=1, total_mib=1024), listing)
+    pool: HotPool[FakeMachine] = HotPool(host, PoolConfig(per_source=1, total_mib=1024, keep=KEPT), listing)
     pool.start()
     try:
         await until(lambda: pool.counts().get(V1) == 1 and host.making.is_set(), "v1 pooled, v2 being made")

@@ -47,14 +47,16 @@ class LabStack(Stack):
                                   "registry": {"url": self.registry.url, "repository": "lab"}}, env={})
 
     async def _start_daemon(self, token: str) -> asyncio.Task[Any]:
-        from gh_runner.daemon import Daemon, make_provider
+        from gh_runner.daemon import Daemon
+        from gh_runner.provider_factory import make_provider
 
         cfg = self._cfg(token, "a")
         self.daemon = Daemon(cfg, make_provider(cfg))
         return asyncio.create_task(self.daemon.run())
 
     async def start_b(self) -> None:
-        from gh_runner.daemon import Daemon, make_provider
+        from gh_runner.daemon import Daemon
+        from gh_runner.provider_factory import make_provider
 
         async with httpx.AsyncClient(base_url=self.base_url, timeout=30,
                                      headers={"Authorization": f"Bearer {self.admin_key}"}) as http:

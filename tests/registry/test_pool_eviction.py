@@ -60,7 +60,9 @@ async def test_an_evicted_version_loses_its_pooled_machines(plain_registry: Regi
         root.chmod(0o755)  # noqa: ASYNC240 - set-up: libvirt-qemu must traverse it
         a = QemuProvider(images_dir, root / "a", name_a, LIBVIRT_URI)
         b = QemuProvider(images_dir, root / "b", name_b, LIBVIRT_URI,
-                         pool=PoolConfig(per_source=1, total_mib=512))
+                         pool=PoolConfig(per_source=1, total_mib=512,  # v1 as if leased: hot once pulled
+                                         keep=frozenset({MachineSource(image="linux-tiny", start_state_id=ssid,
+                                                                       version=1)})))
         lib_a = library(plain_registry, a, root / "a", cache_mib=4096)
         # 64 MiB (the least allowed) against ~73 MiB a version: pulling v2 evicts v1 (a lone version over
         # the size is still pulled).

@@ -160,7 +160,7 @@ async def test_results_reach_the_server_exactly_once_across_disconnects(
     await peer.wait_until(lambda: peer.result_copies["at_x1"] >= 3)
     await peer.send(ResultAck(attempt_id="at_x1"))
     await peer.send(ResultAck(attempt_id="at_x1"))  # a repeated ack is harmless
-    await peer.wait_until(lambda: journal.pending_results() == [] and not r.daemon._unacked)
+    await peer.wait_until(lambda: journal.pending_results() == [] and not r.daemon.outbox.pending)
     copies = peer.result_copies["at_x1"]
     assert list(peer.applied) == ["at_x1"]  # applied once, whatever the copies
     # Nothing is resent after the ack, even across another reconnect.
@@ -333,7 +333,7 @@ async def test_a_status_lost_with_the_link_reaches_the_server_in_the_next_hello(
     [phase] = again.msg.in_flight_phases
     assert (phase.attempt_id, phase.status, phase.phase) == ("at_ph", "running", "task")
     assert again.msg.in_flight == ["at_ph"]
-    attempt = r.daemon._attempts["at_ph"].attempt
+    attempt = r.daemon.leases.running["at_ph"].attempt
     assert not attempt.agent_acked
     await peer.send(StatusAck(attempt_id="at_ph", status="running", phase="task", late_seconds=3.0))
     await peer.wait_until(lambda: attempt.agent_acked)

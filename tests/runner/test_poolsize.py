@@ -11,8 +11,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from gh_runner.config import ConfigError, load_config
-from gh_runner.daemon import make_provider
 from gh_runner.poolsize import AUTO_MAX_MIB, PoolPlan, PoolSizing, free_mib, free_mib_at_start, plan_pool
+from gh_runner.provider_factory import make_provider
 
 from .peer import Peer
 

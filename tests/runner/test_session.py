@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from gh_common.backoff import Backoff
 from gh_runner import __version__
-from gh_runner.session import Backoff
 from gh_wire.protocol import CLOSE_REPLACED, CLOSE_TOKEN_REVOKED, PROTOCOL_VERSION, TaskEnd
 
 from .doubles import FakeProvider
@@ -101,7 +101,7 @@ async def test_reconnects_after_server_dies_and_comes_back(peer: Peer, start_dae
 
 def test_backoff_grows_is_capped_and_jittered() -> None:
     seq = iter([0.0, 1.0] * 50)
-    b = Backoff(base=1.0, cap=30.0, rng=lambda: next(seq))
+    b = Backoff(base=1.0, cap=30.0, jitter=True, rng=lambda: next(seq))
     delays = [b.next_delay() for _ in range(12)]
     # Ceilings 1, 2, 4, 8, 16, 30, 30...; jitter 0 gives half the ceiling, 1 the whole.
     assert delays[:6] == [0.5, 2.0, 2.0, 8.0, 8.0, 30.0]
@@ -238,7 +238,7 @@ async def test_a_failing_handler_costs_one_connection_not_the_session(peer: Peer
 
         def on_reconnect_scheduled(self, failures: int, delay: float) -> None: ...
 
-    session = Session(peer.url, peer.token, Handler(), backoff=Backoff(base=0.05, cap=0.1))
+    session = Session(peer.url, peer.token, Handler(), backoff=Backoff(base=0.05, cap=0.1, jitter=True))
     task = asyncio.create_task(session.keep_connected())
     try:
         await peer.wait_type("hello")

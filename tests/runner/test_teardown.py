@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gh_runner.daemon import default_attempt_factory
 from gh_runner.journal import Journal
+from gh_runner.leases import default_attempt_factory
 from gh_wire.protocol import TaskEnd
 from providers.base import MachineSource
 

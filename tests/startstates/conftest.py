@@ -215,7 +215,8 @@ class Stack:
 
     async def _start_daemon(self, token: str) -> asyncio.Task[Any]:
         from gh_runner.config import load_config
-        from gh_runner.daemon import Daemon, make_provider
+        from gh_runner.daemon import Daemon
+        from gh_runner.provider_factory import make_provider
 
         state_dir = self.tmp / "runner-state"
         state_dir.mkdir(mode=0o755)

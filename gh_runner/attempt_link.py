@@ -1,0 +1,53 @@
+"""The link the daemon gives each attempt (`gh_runner.attempt.AttemptLink`): its statuses and replay frames.
+
+Statuses are at least once: each is noted in the attempt's in-flight record before it is sent, so
+a status lost with the link reaches the server in the next hello (`in_flight_phases`), and a crash
+report never names an earlier phase than the server saw. Replay frames are best effort.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from gh_runner.log import get_logger
+from gh_wire.protocol import AttemptStatus, ReplayFrame
+
+log = get_logger("gh_runner.attempt_link")
+
+
+class DaemonLink:
+    def __init__(self, attempt_id: str, *, send: Callable[[Any], Awaitable[bool]],
+                 note_phase: Callable[[str, str, datetime], Awaitable[None]],
+                 status_acks: Callable[[], bool]) -> None:
+        """`note_phase(status, phase, at)` writes the phase into the attempt's in-flight record;
+        `status_acks()` says whether the server acknowledges statuses (its last welcome)."""
+        self.attempt_id = attempt_id
+        self._send = send
+        self._note_phase = note_phase
+        self._status_acks = status_acks
+        self._seq = 0
+
+    @property
+    def status_acks(self) -> bool:
+        return self._status_acks()
+
+    async def status(self, status: str, phase: str) -> None:
+        at = datetime.now(UTC)
+        if status != "done":  # "done" is followed at once by the result itself
+            await self._note_phase(status, phase, at)
+        try:
+            msg = AttemptStatus(attempt_id=self.attempt_id, status=status,  # type: ignore[arg-type]
+                                phase=phase, at=at)
+        except ValueError:
+            log.warning("attempt reported an unknown status", attempt_id=self.attempt_id, status=status)
+            return
+        await self._send(msg)
+
+    async def frame(self, label: str, png: bytes, event: dict[str, Any] | None) -> None:
+        seq = self._seq
+        self._seq += 1
+        await self._send(ReplayFrame(attempt_id=self.attempt_id, seq=seq, at=datetime.now(UTC), label=label,
+                                     png_b64=base64.b64encode(png).decode(), event=event))

@@ -1,0 +1,150 @@
+"""One server of machine requests: screen, input and exec on one machine, for whoever holds it.
+
+An attempt's agent (during the task phase: `gh_runner.attempt`) and a person working on an open
+start state (`gh_runner.jobs`) send the same `machine_request`s; both are answered here, with one
+output cap, one timeout rule and one way of saying what went wrong:
+
+- screen: bounded by `timeouts.screen`.
+- input:  the events in order, each bounded by `timeouts.screen`; a failure says which event and
+          which were delivered before it.
+- exec:   the provider stops the script at the request's `timeout`; this adds SCRIPT_SLACK on top,
+          which only catches a guest channel that stopped answering altogether. Each stream is cut
+          at EXEC_OUTPUT_CAP, which keeps a `machine_response` well under the frame limit.
+
+`serve` never raises but CancelledError: every failure is a refusal with a reason the sender can
+read (redacted: a secret the request carried never comes back in an error).
+
+With a `ReplayRecorder` (attempts) every request is also a step of the replay: the screen the agent
+saw, the screen after each input event (masked from the first secret typed), and the screen after
+an exec with its script, exit code and output's tail. Without one (start states) nothing is recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+import structlog
+
+from gh_runner.config import Timeouts
+from gh_runner.replay import ReplayRecorder, exec_event, is_secret_event, redact_event, redact_text, with_note
+from gh_wire.protocol import MachineRefusal, MachineRequest, MachineResponse
+from providers.base import Machine
+from providers.errors import InputNotSupported, ProviderError
+
+log = structlog.get_logger(__name__)
+
+# The provider stops a script at its own timeout; this extra margin only catches a guest channel
+# that stopped answering altogether, so that a request (or a phase) can never hang past its bound.
+SCRIPT_SLACK = 15.0
+EXEC_OUTPUT_CAP = 256 * 1024  # per stream; keeps a machine_response well under the frame limit
+
+
+def refuse(req: MachineRequest, reason: str) -> MachineResponse:
+    return MachineResponse(request_id=req.request_id, ok=False, error=reason)
+
+
+class MachineRequests:
+    """Answers machine requests on `machine`. One per machine: its screenshots take turns (the
+    replay's watcher and a request never grab the screen at once)."""
+
+    def __init__(self, machine: Machine, timeouts: Timeouts, replay: ReplayRecorder | None = None) -> None:
+        self.machine = machine
+        self._timeouts = timeouts
+        self._replay = replay
+        self._screen_lock = asyncio.Lock()
+
+    async def screenshot(self) -> bytes:
+        """The machine's screen as PNG, bounded by `timeouts.screen`."""
+        async with self._screen_lock:
+            async with asyncio.timeout(self._timeouts.screen):
+                return await self.machine.screenshot()
+
+    async def serve(self, req: MachineRequest) -> MachineResponse:
+        """Answer one request, or refuse it with a reason."""
+        log.info("machine request", request_id=req.request_id, op=req.op)
+        try:
+            if req.op == "screen":
+                return await self._screen(req)
+            if req.op == "input":
+                return await self._input(req)
+            if req.op == "exec":
+                return await self._exec(req)
+            return refuse(req, f"unknown op {req.op!r}")
+        except TimeoutError:
+            return refuse(req, f"{req.op} got no answer from the machine in time")
+        except ProviderError as e:
+            return refuse(req, redact_text(str(e), req.redact))
+        except Exception as e:
+            log.exception("machine request failed", request_id=req.request_id, op=req.op)
+            return refuse(req, f"internal runner error: {type(e).__name__}")
+
+    async def _screen(self, req: MachineRequest) -> MachineResponse:
+        png = await self.screenshot()
+        if self._replay is not None:  # the screen the agent saw is a step of its trajectory
+            await self._replay.send_frame("screen", png, with_note({"type": "screen"}, req.note, req.redact))
+        return MachineResponse(request_id=req.request_id, ok=True, png_b64=base64.b64encode(png).decode())
+
+    async def _input(self, req: MachineRequest) -> MachineResponse:
+        if not req.events:
+            return refuse(req, "an input request needs at least one event")
+        for i, event in enumerate(req.events):
+            secret = is_secret_event(event, req.redact)
+            if secret and self._replay is not None:
+                self._replay.mask_from_now()  # before the keys go in: the watcher may look at any moment
+            try:
+                async with asyncio.timeout(self._timeouts.screen):
+                    await self.machine.send_input([event])
+            except (ProviderError, TimeoutError) as e:
+                where = f"input event {i + 1} of {len(req.events)} ({event.type})"
+                done = f"; events 1-{i} were delivered" if i else ""
+                if secret:
+                    # The provider's message may quote the text (a character it cannot type): not for a secret.
+                    detail = "could not be delivered"
+                elif isinstance(e, TimeoutError):
+                    detail = "got no answer from the machine in time"
+                else:
+                    detail = f"could not be delivered: {redact_text(str(e), req.redact)}"
+                refusal = refuse(req, f"{where} {detail}{done}")
+                if isinstance(e, InputNotSupported):
+                    refusal.refusal = MachineRefusal.INPUT_NOT_SUPPORTED  # the request's fault, not the machine's
+                return refusal
+            if self._replay is not None:
+                shown = redact_event(event, req.redact)
+                await self._frame_after("input", with_note(shown, req.note, req.redact) if i == 0 else shown)
+        return MachineResponse(request_id=req.request_id, ok=True)
+
+    async def _exec(self, req: MachineRequest) -> MachineResponse:
+        if not req.script:
+            return refuse(req, "an exec request needs a script")
+        async with asyncio.timeout(req.timeout + SCRIPT_SLACK):
+            res = await self.machine.run_script(req.script, env=req.env, timeout=req.timeout,
+                                                output_cap=EXEC_OUTPUT_CAP)
+        if self._replay is not None:
+            # An exec is a step of the trajectory too: its script, exit code and output's tail, on the screen
+            # as it is after it.
+            await self._frame_after("exec", with_note(exec_event(req.script, res.exit_code, res.stdout, res.stderr,
+                                                                 res.timed_out, req.redact), req.note, req.redact))
+        return MachineResponse(
+            request_id=req.request_id,
+            ok=True,
+            exit_code=res.exit_code,
+            stdout=res.stdout,
+            stderr=res.stderr,
+            stdout_truncated=res.stdout_truncated,
+            stderr_truncated=res.stderr_truncated,
+            timed_out=res.timed_out,
+        )
+
+    async def _frame_after(self, label: str, shown: dict[str, object]) -> None:
+        """The screen after an action, as a replay frame; best effort (a screenshot that fails leaves
+        the action without its frame, never fails the action)."""
+        assert self._replay is not None
+        try:
+            png = await self.screenshot()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.warning(f"screenshot after {label} failed", error=f"{type(e).__name__}: {str(e)[:200]}")
+            return
+        await self._replay.send_frame(label, png, shown)
