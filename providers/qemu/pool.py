@@ -187,6 +187,7 @@ class HotPool(Generic[M]):
         self._idle_timer: asyncio.TimerHandle | None = None
         self._missing_kept: set[MachineSource] = set()  # kept by the config, not listed: said once
         self._ready: dict[MachineSource, list[_Pooled[M]]] = {}
+        self._discarding: set[asyncio.Future[None]] = set()  # destroys of pooled machines still running
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._failed_at: dict[MachineSource, float] = {}
@@ -244,6 +245,14 @@ class HotPool(Generic[M]):
         return None
 
     async def _discard(self, machine: M) -> None:
+        """Destroy a pooled machine to the end: shielded, so a refill task cancelled by `close` cannot
+        stop it between the domain's destroy and the removal of its files (`close` waits for it)."""
+        task = asyncio.ensure_future(self._destroy(machine))
+        self._discarding.add(task)
+        task.add_done_callback(self._discarding.discard)
+        await asyncio.shield(task)
+
+    async def _destroy(self, machine: M) -> None:
         try:
             await machine.destroy()
         except ProviderError as e:
@@ -385,7 +394,7 @@ class HotPool(Generic[M]):
         try:
             return m, await self.host.prime(m, PRIME_TIMEOUT_S)
         except asyncio.CancelledError:  # the pool is closing: this machine is in no list close() empties
-            await asyncio.shield(self._discard(m))
+            await self._discard(m)  # shielded: it ends even though we are cancelled
             raise
         except ProviderError as e:  # never handed out: a guest that does not answer here will not later
             await self._discard(m)
@@ -405,6 +414,7 @@ class HotPool(Generic[M]):
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        await asyncio.gather(*self._discarding, return_exceptions=True)  # those the refill task began
         for ms in self._ready.values():
             while ms:
                 await self._discard(ms.pop().machine)
