@@ -1,11 +1,11 @@
-"""The provider interface: everything the runner asks of a hypervisor (design.md section 4).
+"""The provider interface: everything the runner asks of a hypervisor.
 
 Deliberately small so that another provider (a cloud VM, real hardware) can stand beside QEMU:
 list images, make a machine, wait for its guest channel, run a script, take a screenshot, send
 input, save it as a start-state version, destroy it. Everything is async and every call that
 reaches outside the process takes a timeout.
 
-The input event models are the seed's shapes (`POST /v1/start_states/{id}/input`); they are part of
+The input event models are the Evals API's (`POST /v1/start_states/{id}/input`); they are part of
 the wire contract (`gh_wire.input`), which the provider, the protocol and the API all import.
 """
 

@@ -1,4 +1,4 @@
-"""The hot pool: machines restored and paused ahead of time, so a lease is a resume (issue 15).
+"""The hot pool: machines restored and paused ahead of time, so a lease is a resume.
 
 By demand: the pool keeps hot the sources (an image's current warm snapshot, or a start-state
 version with memory) this runner was leased within `keep_leased_s`, and those its config keeps

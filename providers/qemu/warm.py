@@ -1,5 +1,5 @@
 """Warm snapshots of images: each image is booted once per runner and kept as memory + disk, so a
-machine on the image is an overlay plus a restore instead of a boot (issue 15).
+machine on the image is an overlay plus a restore instead of a boot.
 
 Layout under `state_dir/warm/<image>/<version>-<checksum[:16]>/`: `disk.qcow2` (a depth-1 overlay
 over the image's base, read-only), `memory.img` (libvirt's memory image of the booted guest, its
