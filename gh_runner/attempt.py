@@ -31,6 +31,7 @@ import structlog
 
 from gh_runner import outcome as rules
 from gh_runner.config import Timeouts
+from gh_runner.inventory import source_of
 from gh_runner.machine_requests import SCRIPT_SLACK, MachineRequests, refuse
 from gh_runner.replay import ReplayRecorder
 from gh_wire.protocol import (
@@ -45,7 +46,7 @@ from gh_wire.protocol import (
     TaskEndReason,
 )
 from gh_wire.vocab import ErrorCause
-from providers.base import Machine, MachineSource, Provider, ScriptResult
+from providers.base import Machine, Provider, ScriptResult
 from providers.errors import ProviderError
 
 log = structlog.get_logger(__name__)
@@ -348,11 +349,7 @@ class Attempt:
         return self.machine
 
     async def _make_machine(self) -> Machine:
-        ss = self.lease.start_state
-        if ss.kind == "state":
-            source = MachineSource(image=ss.image, start_state_id=ss.start_state_id, version=ss.version)
-        else:
-            source = MachineSource(image=ss.image)
+        source = source_of(self.lease.start_state)
         # Shielded: if this phase is cancelled or times out, creation runs on so that teardown can
         # wait for the machine and destroy it instead of leaving a half-made one behind.
         self._create = asyncio.ensure_future(

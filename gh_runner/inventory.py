@@ -11,9 +11,17 @@ import contextlib
 
 from gh_common.timeouts import within
 from gh_runner.log import get_logger
-from providers.base import ImageInfo, Provider
+from gh_wire.protocol import StartStateRef
+from providers.base import ImageInfo, MachineSource, Provider
 
 PROVIDER_CALL_TIMEOUT = 300.0  # list_images/held_versions/reap on a loaded host
+
+
+def source_of(ref: StartStateRef) -> MachineSource:
+    """What a lease's or a job's start state names, as the provider's machine source."""
+    if ref.kind == "state":
+        return MachineSource(image=ref.image, start_state_id=ref.start_state_id, version=ref.version)
+    return MachineSource(image=ref.image)
 
 
 class Inventory:

@@ -29,6 +29,7 @@ import structlog
 from pydantic import ConfigDict, Field
 
 from gh_runner.config import Timeouts
+from gh_runner.inventory import source_of
 from gh_runner.library import Library
 from gh_runner.machine_requests import MachineRequests, refuse
 from gh_runner.outcome import tail
@@ -53,9 +54,7 @@ class JobTimeouts(Timeouts):
 def _source(ref: protocol.StartStateRef | None) -> MachineSource:
     if ref is None:
         raise ValueError("this job needs a source (an image or a start-state version)")
-    if ref.kind == "state":
-        return MachineSource(image=ref.image, start_state_id=ref.start_state_id, version=ref.version)
-    return MachineSource(image=ref.image)
+    return source_of(ref)
 
 
 def _script_failure(res: ScriptResult, timeout: float) -> str | None:
