@@ -11,7 +11,8 @@
 #   (`gh-runner selftest --image linux-desktop`, one desktop case passed by a GUI-only agent through
 #   the hypervisor, one model-agent step). Their runner keeps its state dir across runs on this host
 #   ($GH_TEST_DESKTOP_STATE_DIR), so the desktop's warm snapshot (a boot to the signed-in session and
-#   a 2 GiB memory save) is made once per image, not on every run.
+#   a 2 GiB memory save) is made once per image, not on every run. Measured on 2 cores: the smoke
+#   takes about 3 minutes with the snapshot kept, 5-6 on a host's first run.
 # A build or smoke that fails fails the run, with its log printed, after the suite has had its say.
 #
 # GH_TEST_DESKTOP=1 runs every desktop test (`-m desktop`, the smoke among them) instead of the
