@@ -16,6 +16,10 @@ from pathlib import Path
 import pytest
 
 IMAGES_DIR = Path(os.environ.get("GH_IMAGES_DIR", "/var/tmp/gh-runner/images"))
+# The desktop tests' runner state dir when it is kept across runs (scripts/test.sh): its warm snapshots
+# are a cache, like the images, not something a test left behind.
+_KEPT_STATE = os.environ.get("GH_TEST_DESKTOP_STATE_DIR")
+KEPT_WARM = Path(_KEPT_STATE) / "warm" if _KEPT_STATE else None
 LIBVIRT_URI = os.environ.get("GH_TEST_LIBVIRT_URI", "qemu:///system")
 
 
@@ -45,7 +49,8 @@ _session: dict[str, object] = {}
 
 
 def _new_disks(since: float) -> list[Path]:
-    """qcow2/memory-image files written under /var/tmp during the run, outside the images dir."""
+    """qcow2/memory-image files written under /var/tmp during the run, outside the images dir and the
+    kept warm snapshots."""
     found: list[Path] = []
     # os.walk, not Path.glob: it skips a directory removed while we look instead of raising.
     for root, _dirs, files in os.walk(_SCRATCH):
@@ -54,7 +59,7 @@ def _new_disks(since: float) -> list[Path]:
                 continue
             p = Path(root) / name
             try:
-                if IMAGES_DIR in p.parents or p.stat().st_mtime < since:
+                if IMAGES_DIR in p.parents or KEPT_WARM in p.parents or p.stat().st_mtime < since:
                     continue
             except OSError:
                 continue  # removed while we looked

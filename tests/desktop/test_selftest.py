@@ -16,7 +16,8 @@ import pytest
 
 from .conftest import DESKTOP_TEST_TIMEOUT_S, LIBVIRT_URI, REPO, ensure_libvirtd
 
-pytestmark = [pytest.mark.desktop, pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(DESKTOP_TEST_TIMEOUT_S)]
+pytestmark = [pytest.mark.desktop, pytest.mark.desktop_smoke, pytest.mark.libvirt, pytest.mark.slow,
+              pytest.mark.timeout(DESKTOP_TEST_TIMEOUT_S)]
 
 STEPS = ["machine", "user_setting", "verdict", "env", "screenshot", "typing", "click", "key_chord", "warm_start",
          "cleanup"]
