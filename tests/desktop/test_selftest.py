@@ -13,8 +13,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from kit.libvirt import LIBVIRT_URI, REPO, ensure_libvirtd
 
-from .conftest import DESKTOP_TEST_TIMEOUT_S, LIBVIRT_URI, REPO, ensure_libvirtd
+from .conftest import DESKTOP_TEST_TIMEOUT_S
 
 pytestmark = [pytest.mark.desktop, pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(DESKTOP_TEST_TIMEOUT_S)]
 

@@ -19,10 +19,8 @@ import contextlib
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,8 +28,9 @@ from typing import Any
 
 import yaml
 from guidinghand import Eager
+from kit.libvirt import LIBVIRT_URI, domains
 
-from .procs import LIBVIRT_URI, RestartableServer, Runner, domains, wait_for_log
+from .procs import RestartableServer, Runner, wait_for_log
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,17 +44,6 @@ def marker_case(key: str, *, fix: str = "touch /root/fixed", minutes: int = 2) -
         "metadata": {"reference_fix": fix, "reference_answer": "done"},
         "limits": {"minutes": minutes},
     }
-
-
-@contextlib.contextmanager
-def scratch(prefix: str) -> Iterator[Path]:
-    """A temp dir under /var/tmp that libvirt-qemu can traverse (the overlays live below it)."""
-    w = Path(tempfile.mkdtemp(prefix=prefix, dir="/var/tmp"))
-    w.chmod(0o755)
-    try:
-        yield w
-    finally:
-        shutil.rmtree(w, ignore_errors=True)
 
 
 def phase_entered(phase: str, attempt_id: str | None = None) -> Any:

@@ -17,7 +17,6 @@ libvirt or on disk. The tests then read results, attempts and replays as an eval
 from __future__ import annotations
 
 import secrets
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -30,11 +29,13 @@ import pytest
 import yaml
 from agentfiles import agent_command
 from guidinghand import Eager
+from kit.libvirt import domains
+from kit.scratch import traversable_tmpdir
 from PIL import Image
 from replaypage import replay_data
 
 from . import chromium
-from .procs import Runner, Server, domains, tear_down
+from .procs import Runner, Server, tear_down
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -101,8 +102,7 @@ def _running_attempts(client: Eager, run_id: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def scenario(images_dir: Path) -> Iterator[Scenario]:
-    work = Path(tempfile.mkdtemp(prefix="gh-e2e-", dir="/var/tmp"))
-    work.chmod(0o755)  # libvirt-qemu must traverse it to reach the overlays in the state dir
+    work = traversable_tmpdir("gh-e2e-")  # libvirt-qemu must traverse it to reach the overlays in the state dir
     state_dir = work / "runner-state"
     state_dir.mkdir(mode=0o755)
     config = work / "server.yaml"

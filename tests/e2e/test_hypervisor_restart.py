@@ -21,8 +21,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from kit.scratch import scratch_dir
 
-from .faults import Stack, libvirt_up, log_events, marker_case, restart_libvirtd, scratch
+from .faults import Stack, libvirt_up, log_events, marker_case, restart_libvirtd
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -63,7 +64,7 @@ class PausedWatch:
 
 @pytest.fixture
 def work() -> Iterator[Path]:
-    with scratch("gh-hvrestart-") as w:
+    with scratch_dir("gh-hvrestart-") as w:
         yield w
 
 

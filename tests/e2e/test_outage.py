@@ -16,8 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kit.scratch import scratch_dir
 
-from .faults import Stack, marker_case, scratch
+from .faults import Stack, marker_case
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -26,7 +27,7 @@ CASE = marker_case("OUTAGE-01")
 
 @pytest.fixture
 def work() -> Iterator[Path]:
-    with scratch("gh-outage-") as w:
+    with scratch_dir("gh-outage-") as w:
         yield w
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .procs import RestartableServer, ephemeral_ports, free_port
+from kit.net import free_port
+
+from .procs import RestartableServer, ephemeral_ports
 
 
 def test_a_restartable_server_gets_a_port_no_outgoing_connection_can_take(tmp_path: Path) -> None:

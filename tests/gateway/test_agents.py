@@ -43,12 +43,20 @@ def tiny_png() -> str:
 
 
 class Machine:
-    """Answers machine requests like a runner would, and remembers them."""
+    """Answers machine requests like a runner would, and remembers them: `screen` (a PNG, base64) for a
+    screenshot, `exec_stdout` for an exec; an input fails with `input_error` (and `input_refusal`) unless
+    `input_ok`."""
 
-    def __init__(self, r: SimRunner, exec_ok: bool = True, input_ok: bool = True) -> None:
+    def __init__(self, r: SimRunner, exec_ok: bool = True, input_ok: bool = True, *, screen: str | None = None,
+                 exec_stdout: str = "host-1\n", input_error: str = "the machine is gone",
+                 input_refusal: protocol.MachineRefusal | None = None) -> None:
         self.r = r
         self.exec_ok = exec_ok
         self.input_ok = input_ok
+        self.screen = screen or tiny_png()
+        self.exec_stdout = exec_stdout
+        self.input_error = input_error
+        self.input_refusal = input_refusal
         self.requests: list[protocol.MachineRequest] = []
         r.on_message = self.handle
 
@@ -57,12 +65,14 @@ class Machine:
             return False
         self.requests.append(msg)
         if msg.op == "screen":
-            resp = protocol.MachineResponse(request_id=msg.request_id, ok=True, png_b64=tiny_png())
+            resp = protocol.MachineResponse(request_id=msg.request_id, ok=True, png_b64=self.screen)
         elif msg.op == "input":
-            resp = protocol.MachineResponse(request_id=msg.request_id, ok=self.input_ok,
-                                            error=None if self.input_ok else "the machine is gone")
+            ok = self.input_ok
+            resp = protocol.MachineResponse(request_id=msg.request_id, ok=ok,
+                                            refusal=None if ok else self.input_refusal,
+                                            error=None if ok else self.input_error)
         elif self.exec_ok:
-            resp = protocol.MachineResponse(request_id=msg.request_id, ok=True, exit_code=0, stdout="host-1\n",
+            resp = protocol.MachineResponse(request_id=msg.request_id, ok=True, exit_code=0, stdout=self.exec_stdout,
                                             stderr="")
         else:
             resp = protocol.MachineResponse(request_id=msg.request_id, ok=False, error="guest agent is not answering")

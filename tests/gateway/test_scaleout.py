@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from agentfiles import agent_command
+from kit.net import free_port
 from sqlalchemy import select
 
 from gh_server.models import WebhookDelivery
@@ -22,7 +23,7 @@ from gh_wire import protocol
 
 from .conftest import await_for
 from .fakehttp import serve
-from .procs import ServerProc, admin_key, free_port
+from .procs import ServerProc, admin_key
 from .rows import DbRows
 from .simrunner import SimRunner
 from .test_agents import AGENT_CMD, Machine

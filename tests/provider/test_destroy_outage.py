@@ -22,13 +22,14 @@ import time
 from pathlib import Path
 
 import pytest
+from kit.libvirt import REPO, ensure_libvirtd
 
 from gh_common.timeouts import within
 from providers.base import MachineSource
 from providers.errors import ProviderError
 from providers.qemu import QemuMachine
 
-from .conftest import BOOT_TIMEOUT, REPO, ensure_libvirtd, make_provider, our_domains
+from .conftest import BOOT_TIMEOUT, make_provider, our_domains
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from kit.libvirt import LIBVIRT_URI, ensure_libvirtd
 from PIL import Image
 
 from providers.base import MachineSource
@@ -24,7 +25,7 @@ from providers.errors import ProviderError
 from providers.qemu import QemuMachine, QemuProvider
 from providers.qemu.screen import SCREENDUMP_DIR
 
-from .conftest import BOOT_TIMEOUT, LIBVIRT_URI, ensure_libvirtd
+from .conftest import BOOT_TIMEOUT
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(600)]
 

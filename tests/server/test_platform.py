@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -31,13 +30,14 @@ from guidinghand import (
     WebhookVerificationError,
     verify_webhook,
 )
+from kit.net import free_port, wait_healthy
 from sqlalchemy import create_engine, text
 
 from gh_server import db
 from gh_server.auth import ensure_admin_key
 from gh_server.settings import Settings
 
-from .conftest import RunningServer, Server, free_port, make_settings
+from .conftest import RunningServer, Server, make_settings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -269,16 +269,7 @@ def test_gh_server_command_serves_with_env_admin_key() -> None:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "gh-server did not answer /healthz within 60 s"
-            time.sleep(0.1)
+        wait_healthy(f"http://127.0.0.1:{port}", proc=proc, timeout=60)
         from guidinghand import Eager
 
         c = Eager(api_key="gh_live_from_env_for_test", base_url=f"http://127.0.0.1:{port}", max_retries=0)
