@@ -1,4 +1,4 @@
-"""The bad hour, on real machines: inject each fault of issue 27 into a real run and say, per fault,
+"""The bad hour, on real machines: inject each fault of tests/e2e/faults.py into a real run and say, per fault,
 whether what happened is what the documentation promises.
 
 Each fault gets a fresh scenario (tests/e2e/faults.py's `Stack`, the one the fault tests use): a

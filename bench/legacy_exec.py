@@ -1,4 +1,5 @@
-"""How scripts ran before issue 26, for benches that measure both side by side in one run.
+"""How scripts ran before gh-execd and the clock set in the first exec, for benches that measure both
+side by side in one run.
 
 `legacy(provider)` makes a provider set a restored guest's clock with qemu-ga's guest-set-time
 (which runs `hwclock -w` in the guest), poll guest-exec-status from 20 ms (x1.5, at most 250 ms),

@@ -1,10 +1,10 @@
-"""Where the time of a short script goes, on a machine leased from the hot pool (issue 26).
+"""Where the time of a short script goes, on a machine leased from the hot pool.
 
     .venv/bin/python bench/script_time.py [--images-dir DIR] [--tries 10]
 
 Three providers side by side in one run, their leases interleaved, each with a hot pool on linux-tiny:
 
-  old   as before issue 26 (bench/legacy_exec.py): the clock set by qemu-ga's guest-set-time
+  old   the old way (bench/legacy_exec.py): the clock set by qemu-ga's guest-set-time
         beside ready (its `hwclock -w` in the guest), guest-exec-status polled from 20 ms (x1.5,
         at most 250 ms), the wrapper of 6 processes, pooled machines primed with a ping only
   qga   the clock set by the first script's own guest-exec (`date -s` in the wrapper), polls

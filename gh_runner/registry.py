@@ -5,7 +5,7 @@ dependency with async streaming; ORAS's SDK is synchronous on `requests` (every 
 worker thread, and a cancelled attempt could not stop it), it verifies a blob only after writing it
 whole, and its chunked upload and timeouts are not ours to bound per call. What we need of the API is
 small: blob HEAD/GET, the upload session (POST, PATCH chunks, PUT ?digest), and manifest GET/PUT.
-The issue's measurement (ORAS pulled 50 MB from Debian's registry in 0.24 s on loopback) is the bar
+ORAS's Python SDK (50 MB from Debian's registry in 0.24 s on loopback) is the bar
 `bench/two_hosts.py` holds this client to.
 
 Guarantees:
@@ -142,7 +142,7 @@ DEFAULT_MIN_MIB_PER_S = 5.0  # the slowest link a transfer is waited for (config
 def transfer_bound(floor_s: float, size_bytes: int, min_mib_per_s: float) -> float:
     """Seconds a transfer of `size_bytes` is given: `floor_s` (a request's round trips, a slow start)
     plus its bytes at the slowest rate waited for. A fixed bound is too long for a small state whose
-    registry trickles and too short for a Windows image on a slow link (issue 25)."""
+    registry trickles and too short for a Windows image on a slow link."""
     return floor_s + size_bytes / (min_mib_per_s * MIB)
 
 

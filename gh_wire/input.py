@@ -1,4 +1,4 @@
-"""Input events: the seed's shapes (`POST /v1/start_states/{id}/input`), one definition for the API,
+"""Input events: the Evals API's shapes (`POST /v1/start_states/{id}/input`), one definition for the API,
 the runner <-> server protocol and the providers that deliver them."""
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class KeyEvent(_Event):
 
     @model_serializer(mode="wrap")
     def _tap_as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # A tap (no hold_ms) serialises as the seed's key event did: {"type": "key", "keys": [...]}.
+        # A tap (no hold_ms) serialises as the Evals API's key event: {"type": "key", "keys": [...]}.
         data: dict[str, Any] = handler(self)
         if data.get("hold_ms") is None:
             data.pop("hold_ms", None)

@@ -1,10 +1,10 @@
-"""Issue 23's GUI test on the real linux-desktop guest: a scripted model of each API and each openai-chat
-`output` fixes DSK-01 (examples/desktop-basics.yaml: the dark theme switched on, checked with
-xfconf-query) with GUI actions only, no shell tool: it looks at the screen, opens a terminal with the key
-chord ctrl+alt+t, waits, types the xfconf-query command that fixes the theme plus Enter, looks again and
-answers. Everything runs as an operator would: `gh-runner local CASES --agents a,b,... --server-config
-FILE --config examples/desktop-runner.yaml` (the issue's "Done when", on a case file made from DSK-01),
-all agents in one run so the desktop's warm snapshot (a boot to the session plus a 2 GiB memory save) is
+"""The model agents' GUI test (docs/agents.md) on the real linux-desktop guest: a scripted model of each
+API and each openai-chat `output` fixes DSK-01 (examples/desktop-basics.yaml: the dark theme switched on,
+checked with xfconf-query) with GUI actions only, no shell tool: it looks at the screen, opens a terminal
+with the key chord ctrl+alt+t, waits, types the xfconf-query command that fixes the theme plus Enter,
+looks again and answers. Everything runs as an operator would: `gh-runner local CASES --agents a,b,...
+--server-config FILE --config examples/desktop-runner.yaml` (on a case file made from DSK-01), all
+agents in one run so the desktop's warm snapshot (a boot to the session plus a 2 GiB memory save) is
 paid once, one machine at a time (`--slots 1`: the host has 2 shared cores).
 
 The one boundary faked is the model (tests/gateway/modelserver.py, replies built from the SDKs' own

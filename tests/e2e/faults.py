@@ -1,5 +1,6 @@
-"""The faults of issue 27, injected for real, and the stack they are injected into: one home for the
-fault tests (tests/e2e/test_outage.py, test_hypervisor_restart.py) and bench/faults.py.
+"""The faults of a bad hour (a control plane gone, a libvirtd restart), injected for real, and the stack
+they are injected into: one home for the fault tests (tests/e2e/test_outage.py, test_hypervisor_restart.py)
+and bench/faults.py.
 
 `Stack` is a real gh-server on a port that survives its restart, one real gh-runner registered with
 it, and an SDK client; closing it stops all three and destroys whatever gh- domain of *its* runner is

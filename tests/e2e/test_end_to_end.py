@@ -1,4 +1,4 @@
-"""The whole system through the official SDK: the seed's quick start on this host.
+"""The whole system through the official SDK: the quick start of the Evals API docs on this host.
 
 One scenario, shared by the tests below (it is the expensive part: real gh-server, real gh-runner,
 real linux-tiny guests under TCG). It registers a runner, starts `gh-runner` with its token,
@@ -168,7 +168,7 @@ def scenario(images_dir: Path) -> Iterator[Scenario]:
 
         sc.restart_exit = runners[1].stop()
         sc.leftover_domains = domains(f"gh-{runner_name}-")
-        # The image's warm snapshot is the runner's kept cache (issue 15), not a leftover; a half-built
+        # The image's warm snapshot is the runner's kept cache (providers/qemu/warm.py), not a leftover; a half-built
         # one (`<key>.partial`, a kill during its build) would be.
         sc.leftover_files = [str(p.relative_to(state_dir)) for p in state_dir.rglob("*")
                              if p.is_file() and (p.suffix in (".qcow2", ".save") or "machines" in p.parts)

@@ -289,7 +289,7 @@ def test_local_runs_cases_and_reports(work: Path, images_dir: Path) -> None:
     run_id = data["test_run_id"]
     replays = report.parent / f"{run_id}-replays"
     # The runner boots the image once for its warm snapshot and attempts restore from it: lazily, or
-    # from the hot pool `local` keeps by default (issue 26); one that would wait for the build past its
+    # from the hot pool `local` keeps by default (gh_runner/poolsize.py); one that would wait for the build past its
     # deadline boots cold instead.
     origins = {a["metrics"]["machine_origin"] for a in data["attempts"]}
     assert origins & {"lazy", "pooled"} and origins <= {"lazy", "pooled", "cold"}, origins

@@ -1,4 +1,4 @@
-"""Issue 23 on the real linux-tiny guest: `gh-runner local examples/...yaml --agents <model agents>
+"""Model agents (docs/agents.md) on the real linux-tiny guest: `gh-runner local examples/...yaml --agents <model agents>
 --server-config FILE` against a scripted model server (tests/gateway/modelserver.py, replies built from
 the SDKs' own types), one agent per API and `output`: GUI only (typing the fix into the guest's console
 and pressing Enter), and one with `shell` (an exec). Each must pass the case, and the replay must show

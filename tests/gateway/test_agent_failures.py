@@ -1,7 +1,7 @@
-"""Issue 16 (0), the audit of the external agents' paths, one row each: which ends are the agent's (the
-task ends with a reason, the check decides) and which are ours (AgentError: the attempt is an error).
-The agents run for real: a child process for the command agent, a real local HTTP server (or a port
-nobody listens on) for the HTTP agent."""
+"""The audit of the external agents' paths (docs/agents.md, "What ends a task"), one row each: which ends are the
+agent's (the task ends with a reason, the check decides) and which are ours (AgentError: the attempt is an error).
+The agents run for real: a child process for the command agent, a real local HTTP server (or a port nobody listens
+on) for the HTTP agent."""
 
 from __future__ import annotations
 

@@ -197,7 +197,7 @@ async def test_command_agent_uses_machine_api(server_factory: Any) -> None:
 
 
 async def test_command_agent_exit_nonzero_is_its_failure_not_an_error(server_factory: Any) -> None:
-    # Issue 16: the agent's own failure ends the task (the check after scores it), noted with a reason.
+    # The agent's own failure ends the task (the check after scores it), noted with a reason.
     with agent_dir() as d:
         server: GwServer = server_factory(agents=cmd_agent("fail", Path(d) / "doc.json"))
         r = await connect(server)
@@ -287,7 +287,7 @@ async def test_customer_question_with_model(server_factory: Any) -> None:
             end = await r.expect("task_end", timeout=60)
             assert end.error is None and end.answer == "ask 200 It's HomeNet, dear." and end.questions == 1
             (turn,) = server.attempt(aid).customer_turns or []
-            assert turn.pop("usage")["calls"] == 1  # the customer model's own time and tokens (issue 16)
+            assert turn.pop("usage")["calls"] == 1  # the customer model's own time and tokens
             assert turn == {"question": "What is your Wi-Fi called?", "answer": "It's HomeNet, dear.", "actions": []}
             sent = json.dumps(seen[0][1])
             assert "Retired teacher" in sent and "Wi-Fi password (secret)" in sent and "blue-kite-42" not in sent

@@ -1,4 +1,4 @@
-"""Issue 23: the built-in model agent (`kind: model`) on a real gh-server, against a scripted model
+"""The built-in model agent (`kind: model`) on a real gh-server, against a scripted model
 server (tests/gateway/modelserver.py: replies built from the SDKs' own types) for each API and each
 `output`; the runner is simulated (simrunner) and answers with an 800x600 screen. Each row of
 docs/agents.md's model-agent outcomes has a test here; tests/e2e/test_model_agent.py drives a real guest.

@@ -1,4 +1,4 @@
-"""The clock of a restored guest is the host's for the FIRST script that reads it (issue 26): after
+"""The clock of a restored guest is the host's for the FIRST script that reads it (providers/qemu/README.md): after
 a pooled lease (paused since it was filled, so it lags by that wait too), after a lazy restore, by
 either way of setting it (in the first exec, or qemu-ga's guest-set-time), and when the guest
 refuses the exec's way (then guest-set-time sets it, and the script still runs once)."""

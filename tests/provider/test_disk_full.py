@@ -2,7 +2,7 @@
 
 A real linux-tiny machine whose state dir (and so its overlay) is on a small tmpfs, mounted before QEMU
 starts (QEMU runs in libvirt's mount namespace: a tmpfs mounted later, on a host without systemd's shared
-propagation, is not the directory QEMU sees). Issue 27, defect 4: the tmpfs is filled to the last MiB and
+propagation, is not the directory QEMU sees). The tmpfs is filled to the last MiB and
 the guest writes to its disk. QEMU pauses a guest whose disk write hits ENOSPC; the guest agent call then
 fails with libvirt's "domain is not running". The error must say what happened: the host disk is full.
 """

@@ -350,7 +350,7 @@ def test_settings_precedence_and_config_file(tmp_path: Path, monkeypatch: pytest
     ({"kind": "http"}, "kind http needs a `url`"),
     ({"kind": "command", "comand": ["./agent.sh"]}, "Extra inputs are not permitted"),
     ({"kind": "builtin", "builtin": "oracle"}, "Input should be 'noop' or 'reference'"),
-    # Issue 23: a model agent's settings, each named where it is wrong.
+    # A model agent's settings (docs/agents.md), each named where it is wrong.
     ({"kind": "model", "api": "gemini", "model": "m"}, "agents.mine.api\n  Input should be 'anthropic'"),
     ({"kind": "model", "api": "anthropic", "model": "m"}, "api anthropic needs api_key_env"),
     ({"kind": "model", "api": "openai-chat", "model": "m", "output": "json"}, "agents.mine.output\n"),
