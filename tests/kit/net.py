@@ -40,7 +40,7 @@ def wait_answering(url: str, *, what: str, proc: subprocess.Popen[Any] | None = 
                 return
         time.sleep(POLL_S)
     where = f"; see {log}" if log is not None else ""
-    raise RuntimeError(f"{what} did not answer {url} within {timeout:.0f} s{where}")
+    raise RuntimeError(f"{what} did not answer {url} within {timeout:g} s{where}")
 
 
 def wait_healthy(base_url: str, *, proc: subprocess.Popen[Any] | None = None, log: Path | None = None,
