@@ -20,7 +20,7 @@ printed as p50 / p90 in milliseconds, after 10 uncounted steps (a just-restored 
 provider paces input reports POINTER_GAP_S apart (a click is two reports, press with the move and release,
 and the key after it waits one gap): the third row runs anthropic again with the gap at 0, side by side,
 to show what that pacing costs per step, and the last row takes libvirt's screenshot (a PNG QEMU
-encodes itself, the path before issue 23's measurement) instead of the PPM dump. The scripted model server
+encodes itself: the provider's path before the PPM dump) instead of the PPM dump. The scripted model server
 sets TCP_NODELAY, as real ones do (uvicorn through asyncio): without it each reply waits out the client's
 40 ms delayed ACK. The host may be shared: compare the rows of one run.
 Everything it makes is named gh-bench-agentstep-* and removed at the end, even on failure.

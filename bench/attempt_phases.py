@@ -19,17 +19,17 @@ Then (`--throughput-rounds`, 0 to skip) attempts per minute on `--slots` slots, 
 round, and the median of each phase, four ways interleaved round by round:
 
   lazy-old  machines restored lazily from the image's warm snapshot, teardown in the background,
-            scripts run as before issue 26 (bench/legacy_exec.py: the clock by guest-set-time and
+            scripts run the old way (bench/legacy_exec.py: the clock by guest-set-time and
             its `hwclock -w`, polls from 20 ms, the wrapper of 6 processes)
   pool-old  as lazy-old, plus a hot pool (2 paused machines per source, 1 GiB, a refill 3 s after a
             take): today's pool figure
-  lazy-new  lazy machines, scripts as after issue 26: through gh-execd, linux-tiny's resident
+  lazy-new  lazy machines, scripts as the runner runs them now: through gh-execd, linux-tiny's resident
             executor (else qemu-ga: the clock in the first exec, polls from 1 ms, the wrapper of 2
             processes)
   pool-new  as lazy-new, plus the hot pool as the runner configures it (its machines primed with a
             script too, through gh-execd)
 
-(`--with-cold` adds booted machines, the slot held until the destroy: the runner before issue 15;
+(`--with-cold` adds booted machines, the slot held until the destroy: the runner before warm snapshots;
 `--refill-delays 0,3` adds pool-new with those waits between a take and the refill, as pool-r0,
 pool-r3.) The host's CPU busy share while each mode's batches ran says whether it was bound by
 the 2 cores or by waiting.
@@ -179,7 +179,7 @@ PHASES = ("machine", "ready", "setup", "check_before", "first_screen", "task", "
 
 async def throughput(images_dir: Path, state: Path, cases: list[dict[str, Any]], slots: int, rounds: int,
                      with_cold: bool, refill_delays: list[float]) -> None:
-    """Attempts per minute and the phases' medians, before and after issue 26 side by side."""
+    """Attempts per minute and the phases' medians, the old way of running scripts and today's side by side."""
     provs = {
         "lazy-old": legacy(QemuProvider(images_dir, state / "warm", RUNNER + "-lazyold", warm_snapshots=True)),
         "pool-old": legacy(QemuProvider(images_dir, state / "warm", RUNNER + "-poolold", warm_snapshots=True,

@@ -1,4 +1,4 @@
-"""The bad hour, on real machines: inject each fault of issue 27 into a real run and say, per fault,
+"""The bad hour, on real machines: inject each fault of tests/e2e/faults.py into a real run and say, per fault,
 whether what happened is what the documentation promises.
 
 Each fault gets a fresh scenario (tests/e2e/faults.py's `Stack`, the one the fault tests use): a
@@ -38,9 +38,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "tests"))  # as pytest has it: the test kit
+
+from kit.scratch import scratch_dir
 
 from tests.e2e import faults
-from tests.e2e.faults import Stack, marker_case, scratch
+from tests.e2e.faults import Stack, marker_case
 
 IMAGES = Path(os.environ.get("GH_IMAGES_DIR", "/var/tmp/gh-runner/images"))
 
@@ -171,7 +174,7 @@ def run_fault(fault: Fault) -> Row:
     started = time.monotonic()
     notes: list[str] = []
     problems: list[str] = []
-    with scratch(f"gh-faults-{fault.name}-") as work:
+    with scratch_dir(f"gh-faults-{fault.name}-") as work:
         try:
             disk = work / "disk"
             with (faults.small_tmpfs(disk, "1200m") if fault.small_disk else _plain_dir(disk)), \

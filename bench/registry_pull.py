@@ -1,9 +1,9 @@
 """One blob through the registry client against a local copy, side by side in one run.
 
-Pushes a random blob (default 50 MiB, the issue's figure) to Debian's docker-registry on loopback,
+Pushes a random blob (default 50 MiB) to Debian's docker-registry on loopback,
 then, alternating, R times each: pull it with gh_runner.registry (streamed, sha256 checked as it
 comes, written to NAME.partial, fsync'd, renamed), and read + sha256 + write + fsync the same bytes
-on the local disk. Prints the medians and their ratio (the issue's target: a pull within 2x of the
+on the local disk. Prints the medians and their ratio (the target: a pull within 2x of the
 local copy; it measured ORAS's Python SDK at 0.24 s against 0.34 s for 50 MB).
 
     .venv/bin/python bench/registry_pull.py [--mib 50] [--rounds 5]

@@ -1,10 +1,10 @@
-"""What issue 16's statistics cost `results` on a 5,000-attempt run, side by side in one run.
+"""What the trust statistics (gh_server/trust.py) cost `results` on a 5,000-attempt run, side by side in one run.
 
 The run is made as bench/api_results.py makes it (250 cases x 2 agents x 10 tries, 5% errors retried),
 in-process on SQLite. Then `gh_server.results.results` is timed, interleaved, with the trust additions
 (intervals, pass@k, flaky, infrastructure errors, axes, validation marks, paired agents) and without
 them (trust.enrich replaced by the identity; results' one query still selects the extra columns, so
-"without" is a little slower than results was before issue 16), and the ratio printed.
+"without" is a little slower than results without those columns), and the ratio printed.
 
     .venv/bin/python bench/results_trust.py [--rounds 30] [--cases 250] [--repeat 10]
 """

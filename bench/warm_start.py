@@ -13,7 +13,7 @@ takes minutes under TCG, so `--cold-tries` bounds how many of the tries boot col
   pool     a machine the hot pool restored and paused ahead of time, taken and resumed
 
 "ready" is lease to the guest agent's answer (create_machine + wait_ready); "first script" adds
-the first script (`true`), which sets the clock of a restored machine in its own exec (issue 26;
+the first script (`true`), which sets the clock of a restored machine in its own exec (providers/qemu/README.md;
 bench/script_time.py compares that with the old way and breaks it down). Prints p50/p90 of each,
 the ratios to cold and to full, the median of each restore's steps (where libvirt spends the
 time), and the PSS of N machines from one snapshot at once, lazy vs full. Everything it makes is

@@ -1,4 +1,6 @@
-"""The `gh-runner` command: the daemon (bare form) and the `images`, `doctor` and `local` subcommands."""
+"""The `gh-runner` command line: every subcommand is parsed here. The runner's own are run here: the daemon
+(bare form), `images`, `doctor` and `selftest`. `local`, `validate` and `import` play both halves, so they
+live in gh_local, whose entry point (gh_local/cli.py, the installed `gh-runner`) passes them in."""
 
 from __future__ import annotations
 
@@ -252,7 +254,9 @@ def main(argv: Sequence[str] | None = None, commands: Mapping[str, Command] | No
             return imagemove.main(config, args.action, args.target)
         return _images(config, bool(getattr(args, "json", False)))
     if command == "doctor":
-        return _dispatch("gh_runner.doctor", "doctor", config)
+        from gh_runner import doctor
+
+        return int(doctor.main(config) or 0)
     if command == "import":
         run = (commands or {}).get(f"import {args.benchmark}")
         if run is None:
@@ -269,22 +273,11 @@ def main(argv: Sequence[str] | None = None, commands: Mapping[str, Command] | No
                          EXIT_FAILED)
         return int(run(args) or 0)
     if command == "selftest":
+        from gh_runner import selftest
+
         args.runner_config = config
-        return _dispatch("gh_runner.selftest", "selftest", args)
+        return int(selftest.main(args) or 0)
     return run_daemon(config)
-
-
-def _dispatch(module: str, what: str, arg: Any) -> int:
-    import importlib
-
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        if e.name != module:
-            raise
-        return _fail(f"`gh-runner {what}` is not available in this build ({module} is missing)", EXIT_FAILED)
-    code = mod.main(arg)
-    return int(code or 0)
 
 
 def _images(config: RunnerConfig, as_json: bool) -> int:
@@ -326,12 +319,9 @@ def _images(config: RunnerConfig, as_json: bool) -> int:
 
 
 def _observers(config: RunnerConfig) -> list[Any]:
-    """Daemon observers for sd_notify and metrics: `gh_runner.observers.make_observers(config)` when
-    that module exists (the operations side owns it), else none."""
-    try:
-        from gh_runner import observers  # type: ignore[attr-defined]
-    except ImportError:
-        return []
+    """Daemon observers for sd_notify and metrics (gh_runner/observers.py)."""
+    from gh_runner import observers
+
     return list(observers.make_observers(config))
 
 

@@ -15,8 +15,8 @@
   to delete, never evicted here.
 
 Why the pull comes before the accept (its time still reported as the attempt's `fetch` phase): once
-accepted, a failure could only be reported as a result, and the issue asks that a registry fault be
-a refusal that sends the attempt elsewhere, never an error verdict.
+accepted, a failure could only be reported as a result, and a registry fault must be a refusal that
+sends the attempt elsewhere, never an error verdict.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The outcome rules (the check before must print False, the check after decides passed or failed, the
-setup must exit 0, a task that hits its limit is still checked), as pure functions over what a script gave back.
+"""The outcome rules, as pure functions over what a script gave back: the setup must exit 0; the check
+must print False before the task (the setup broke the machine) and True after it to pass (False: failed);
+anything else is `error`, with whose fault it is (docs/agents.md, "What ends a task, and what is an error").
 
 Kept apart from the lifecycle so the rules can be read, and tested row by row, without a machine.
 

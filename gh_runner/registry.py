@@ -5,7 +5,7 @@ dependency with async streaming; ORAS's SDK is synchronous on `requests` (every 
 worker thread, and a cancelled attempt could not stop it), it verifies a blob only after writing it
 whole, and its chunked upload and timeouts are not ours to bound per call. What we need of the API is
 small: blob HEAD/GET, the upload session (POST, PATCH chunks, PUT ?digest), and manifest GET/PUT.
-The issue's measurement (ORAS pulled 50 MB from Debian's registry in 0.24 s on loopback) is the bar
+ORAS's Python SDK (50 MB from Debian's registry in 0.24 s on loopback) is the bar
 `bench/two_hosts.py` holds this client to.
 
 Guarantees:

@@ -92,7 +92,6 @@ def _serve_runners(app: FastAPI, st: ServerState) -> None:
     gw = Gateway(st, agents=AgentSupervisor, intake=ResultIntake, apply_job_result=apply_job_result)
     st.metrics.runners_connected.set_function(lambda: float(len(gw.local_runner_ids_all())))
     st.gateway = gw
-    st.extras["gateway"] = gw
     app.add_api_websocket_route(GATEWAY_PATH, gw.endpoint)
     app.include_router(machine_router(gw.agents))
 

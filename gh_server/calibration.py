@@ -1,4 +1,4 @@
-"""Judge calibration (issue 16): how often each rubric judge agrees with people.
+"""Judge calibration: how often each rubric judge agrees with people.
 
 People label attempts (`POST /v1/attempts/{id}/labels` {passed, note}); for each judge (by the model
 that judged) we compare its verdicts with the labels: labelled (labels on rubric attempts of the runs

@@ -4,7 +4,7 @@ Everything the scheduler decides lives here, not in process memory, so several g
 processes on one PostgreSQL can share the work: a lease is an UPDATE of an attempt row guarded by
 its status, and a runner's liveness is `last_seen_at`.
 
-JSON columns hold the API's nested objects as the seed shows them (success, customer, limits,
+JSON columns hold the API's nested objects in the Evals API's shapes (success, customer, limits,
 check, metrics, ...). Timestamps are timezone-aware UTC.
 """
 
@@ -298,7 +298,7 @@ class StartStateVersion(Base):
     runner_id: Mapped[str] = mapped_column(String(32))
     size_bytes: Mapped[int | None] = mapped_column(Integer, default=None)
     # Pushed by its runner to an OCI registry ("host[:port]/prefix/states@sha256:..."): any runner with
-    # that registry and the base image can take a lease on it (issue 25). None: its runner only.
+    # that registry and the base image can take a lease on it (docs/start-states.md). None: its runner only.
     registry_ref: Mapped[str | None] = mapped_column(String(600), default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     deleted_at: Mapped[datetime | None] = mapped_column(default=None)

@@ -1,4 +1,4 @@
-"""The results page (issue 16): a run's cases x agents matrix with pass rates and interval bars, flaky
+"""The results page: a run's cases x agents matrix with pass rates and interval bars, flaky
 and broken cases marked, its agents' statistics, infrastructure errors, the timeline, the run compared
 with the one before it, the recent runs, and every try linked to its replay.
 

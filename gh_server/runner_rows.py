@@ -39,7 +39,7 @@ def record_hello(session: Session, runner_id: str, session_id: str, h: protocol.
     r.busy = len(h.in_flight)
     r.images = [i.model_dump(exclude_defaults=True) for i in h.images]  # `pooled` only when set
     r.held_versions = [v.model_dump(exclude_defaults=True) for v in h.start_states]
-    r.oci_registry = (h.registry or "")[:300] or None  # the registry it pulls start states from (issue 25)
+    r.oci_registry = (h.registry or "")[:300] or None  # the registry it pulls start states from
     r.version = h.version[:64]
     r.session_id = session_id
     r.connected_at = now

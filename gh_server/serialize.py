@@ -1,4 +1,4 @@
-"""Rows -> the API's objects (the shapes of the seed and the SDK's _types.py)."""
+"""Rows -> the API's objects, in the shapes of the Evals API (docs/server-api.md) and the official SDK's types."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from gh_server import replays
 from gh_server.models import ApiKey, Attempt, Runner, StartState, TestCase, TestRun, TestSet
 from gh_server.timestamps import ts as ts  # re-exported: the routers and results read it from here
 from gh_wire.vocab import AttemptStatus
@@ -33,7 +34,7 @@ def test_case(row: TestCase) -> dict[str, Any]:
         "metadata": dict(row.metadata_ or {}),
         "created_at": ts(row.created_at),
         "updated_at": ts(row.updated_at),
-        # Whether noop fails, reference passes and the check before prints False, every time (issue 16).
+        # Whether noop fails, reference passes and the check before prints False, every time (validation.py).
         "validation": case_validation(row),
     }
 
@@ -97,11 +98,7 @@ _ATTEMPT_STATUS: dict[str, str] = {AttemptStatus.LEASED: AttemptStatus.PREPARING
 
 
 def replay_url(settings: Any, base_url: str, attempt_id: str) -> str:
-    """A link that opens in a browser: signed and short-lived when gh_server.replays is there."""
-    try:
-        from gh_server import replays
-    except ImportError:
-        return f"{base_url}/v1/attempts/{attempt_id}/replay"
+    """A link that opens in a browser: signed and short-lived (gh_server/replays.py)."""
     url: str = replays.replay_url(settings, base_url, attempt_id)
     return url
 

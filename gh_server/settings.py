@@ -237,7 +237,7 @@ class Settings(BaseModel):
     # Requests per second per API key (token bucket); 0 disables.
     rate_limit_per_second: float = 0.0
     rate_limit_burst: int = 100
-    # An open start-state machine closes itself after this long without input (the seed's 2 hours).
+    # An open start-state machine closes itself after this long without input: 2 hours (docs/start-states.md).
     start_state_idle_seconds: float = Field(default=7200.0, gt=0)
     start_background_tasks: bool = True
     # The runner gateway and scheduler (gh_server.gateway); off only for API-only tests and tools.

@@ -1,4 +1,4 @@
-"""What makes a run's results trustworthy, added to `results` and `compare` (issue 16).
+"""What makes a run's results trustworthy, added to `results` and `compare` (docs/server-api.md).
 
 - per agent: the Wilson 95% interval of its pass rate, pass@k and pass^k for k up to its tries;
 - per (case, agent): `flaky` when its scored tries disagree, and how the tasks ended;

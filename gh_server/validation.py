@@ -1,4 +1,4 @@
-"""Case validation (issue 16): is a case worth scoring agents on?
+"""Case validation: is a case worth scoring agents on?
 
 A validation run is an ordinary run of the cases against the built-ins `noop` and `reference`, N tries
 each, every try on a fresh machine (`gh-runner validate CASES.yaml --repeat N`, or POST /v1/test_runs

@@ -17,7 +17,7 @@ APT_PACKAGES=(
   mmdebstrap  # the linux-desktop image's root, from Debian's packages (scripts/desktop-image.sh)
   nftables dnsmasq-base  # the isolated network: its host firewall (nft), its DHCP (libvirt runs dnsmasq)
   haproxy  # the load balancer in front of several gh-server processes (docs/operations.md, tests/gateway/topology.py)
-  docker-registry apache2-utils  # an OCI registry for start states and images (issue 25; tests/registry start one on loopback)
+  docker-registry apache2-utils  # an OCI registry for start states and images (docs/start-states.md; tests/registry start one on loopback)
   python3  # the system interpreter the gh-agent uid can run (tests' command agents; the venv may be under /root)
 )
 missing=()

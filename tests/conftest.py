@@ -2,36 +2,24 @@
 
 Area fixtures live in each folder's own conftest.py (tests/provider, tests/runner, tests/server,
 tests/e2e, ...). This file holds only what every area needs: where the images are, and the check
-that nothing is left behind in libvirt after the session.
+that nothing is left behind in libvirt after the session. Helpers more than one folder needs (ports,
+health waits, libvirt, scratch dirs, model-agent runs) are the test kit, tests/kit/.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from kit.libvirt import domains, remove_domains
 
 IMAGES_DIR = Path(os.environ.get("GH_IMAGES_DIR", "/var/tmp/gh-runner/images"))
 # The desktop tests' runner state dir when it is kept across runs (scripts/test.sh): its warm snapshots
 # are a cache, like the images, not something a test left behind.
 _KEPT_STATE = os.environ.get("GH_TEST_DESKTOP_STATE_DIR")
 KEPT_WARM = Path(_KEPT_STATE) / "warm" if _KEPT_STATE else None
-LIBVIRT_URI = os.environ.get("GH_TEST_LIBVIRT_URI", "qemu:///system")
-
-
-def gh_domains() -> list[str]:
-    """Every libvirt domain whose name starts with gh- (ours), running or defined."""
-    if shutil.which("virsh") is None:
-        return []
-    out = subprocess.run(
-        ["virsh", "-c", LIBVIRT_URI, "list", "--all", "--name"],
-        capture_output=True, text=True, timeout=30, check=False,
-    )
-    return [n for n in out.stdout.split() if n.startswith("gh-")]
 
 
 @pytest.fixture(scope="session")
@@ -68,7 +56,7 @@ def _new_disks(since: float) -> list[Path]:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    _session["domains"] = set(gh_domains())
+    _session["domains"] = set(domains("gh-"))
     _session["started"] = time.time()
     _session["disks"] = set(_new_disks(0.0))
 
@@ -76,16 +64,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if "started" not in _session or getattr(session.config, "workerinput", None) is not None:
         return
-    left = sorted(set(gh_domains()) - set(_session["domains"]))  # type: ignore[arg-type]
+    left = sorted(set(domains("gh-")) - set(_session["domains"]))  # type: ignore[arg-type]
     disks = [d for d in _new_disks(float(_session["started"])) if d not in _session["disks"]]  # type: ignore[operator,arg-type]
     if not left and not disks:
         return
     # In CI nothing else runs on this host, so whatever is left is ours: clean it so the next run starts
     # clean. On a shared development host other people's machines may be running: only report.
     if os.environ.get("CI") or os.environ.get("GH_TEST_REAP"):
-        for name in left:
-            subprocess.run(["virsh", "-c", LIBVIRT_URI, "destroy", name], capture_output=True, timeout=30)
-            subprocess.run(["virsh", "-c", LIBVIRT_URI, "undefine", name, "--nvram"], capture_output=True, timeout=30)
+        remove_domains(left)
         for d in disks:
             d.unlink(missing_ok=True)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")

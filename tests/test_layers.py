@@ -5,12 +5,15 @@ constant name.
 
 Between packages, from the bottom (PACKAGES):
 
-    gh_common              small helpers (the one timeout helper); imports none of ours
+    gh_common              small helpers, importing none of ours: timeouts.py (the one timeout helper),
+                           backoff.py (the one capped backoff), configfile.py (the one config file
+                           reader), png.py (the PNG writer screenshots are encoded with)
     gh_wire                the runner<->server contract: protocol models, input events, screenshot masking
     providers              the machine providers (the interface, the manifest, QEMU/libvirt)
     imagebuilder           builds the images the providers start (image-builder/); imports providers
     gh_runner  gh_server   the two halves, PEERS: each imports the packages below, never the other
-    gh_local               `gh-runner local`, validate, the case file and the report, above both halves
+    gh_local               `gh-runner local`, validate, the case file, the report and the OSWorld importer,
+                           above both halves
 
 Inside a package, a module may import any other of the same package, unless the package has inner
 layers of its own (INNER_LAYERS): gh_server's, listed in GH_SERVER_LAYERS below. There every module

@@ -1,7 +1,7 @@
 """The built-in agents: `noop` (does nothing) and `reference` (applies the case's known fix).
 
 `noop` must fail and `reference` must pass every valid case: that is how a benchmark's cases are
-validated (design.md section 2).
+validated (docs/agents.md, "Which agent a run uses"; gh_server/validation.py).
 """
 
 from __future__ import annotations

@@ -10,18 +10,11 @@ from gh_server import errors
 from gh_server.state import ServerState
 
 _MODULES = (
-    "meta", "test_cases", "test_sets", "test_runs", "attempts", "runners", "start_states", "webhook", "keys", "metrics",
-    "trust",
+    "meta", "test_cases", "test_sets", "test_runs", "runners", "start_states", "webhook", "keys", "metrics", "trust",
 )
 
 
 def install(app: FastAPI, st: ServerState) -> None:
     errors.install(app)
     for name in _MODULES:
-        try:
-            mod = importlib.import_module(f"gh_server.api.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"gh_server.api.{name}":
-                continue
-            raise
-        app.include_router(mod.router)
+        app.include_router(importlib.import_module(f"gh_server.api.{name}").router)

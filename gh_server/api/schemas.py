@@ -1,4 +1,5 @@
-"""Request bodies, with every limit of the seed; a violation is a 400 that names the field."""
+"""Request bodies, with every limit of the Evals API (docs/security.md lists them); a violation is a 400 that
+names the field."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from gh_server.ids import unaddressable
 
 KEY_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 SCRIPT_MAX = 100_000
-FACTS_MAX = 50  # the seed: "facts are what the customer knows, by name (up to 50)"
+FACTS_MAX = 50  # facts are what the customer knows, by name (up to 50)
 FACT_NAME_MAX = 200  # a name is a label such as "Wi-Fi password"
 FACT_VALUE_MAX = 2000  # plain or secret: what a person would type
 

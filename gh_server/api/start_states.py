@@ -276,7 +276,7 @@ async def _transition(request: Request, start_state_id: str, op: str) -> dict[st
                     )
                 job = _job(s, ss, "close", ss.runner_id)
                 if ss.version < 1:
-                    # Made by hand and never saved: closing discards it (the seed's rule).
+                    # Made by hand and never saved: closing discards it (docs/start-states.md).
                     out = serialize.start_state(ss)
                     s.delete(ss)
                     out["status"] = "ready"

@@ -217,7 +217,7 @@ def create_test_run(body: TestRunCreate, request: Request, s: Session = DB, _p: 
             raise invalid("repeat_by_case", f"no test case {ident!r}") from None
     items: list[tuple[TestCase | dict[str, Any], int, list[str]]] = []
     for case in cases:
-        # The seed's precedence: repeat_by_case, the request's repeat, the case's repeat in the set, the set's.
+        # The Evals API's precedence: repeat_by_case, the request's repeat, the case's repeat in the set, the set's.
         tries = (
             resolved_rbc.get(case.id)
             or body.repeat

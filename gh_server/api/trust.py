@@ -1,4 +1,4 @@
-"""Results you can trust (issue 16): case validation of a run, people's labels, judge calibration."""
+"""Results you can trust (docs/server-api.md): case validation of a run, people's labels, judge calibration."""
 
 from __future__ import annotations
 

@@ -83,7 +83,7 @@ def runner_can_run(c: Candidate, r: RunnerCaps) -> bool:
     if ss.get("kind") == "state":
         if holds(c, r):
             return True
-        # Published to a registry (issue 25): any runner pulling from that registry that has the base
+        # Published to a registry (docs/start-states.md): any runner pulling from that registry that has the base
         # image can take it; it pulls the version before it accepts (or refuses, typed, and it goes on).
         return ss.get("registry") is not None and ss.get("registry") == r.registry and ss.get("image") in r.images
     return ss.get("image") in r.images

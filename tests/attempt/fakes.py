@@ -153,7 +153,7 @@ class FakeLink:
         self.statuses: list[tuple[str, str]] = []
         self.frames: list[tuple[str, bytes, dict[str, Any] | None]] = []
         self.frame_error = False
-        self.status_acks = False  # a server that acknowledges statuses (issue 27)
+        self.status_acks = False  # a server that acknowledges statuses (status_ack, docs/protocol.md)
         self._seen: dict[str, asyncio.Event] = {}
 
     def _event(self, phase: str) -> asyncio.Event:

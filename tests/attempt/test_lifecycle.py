@@ -384,7 +384,7 @@ async def test_input_frames_and_redaction(provider: FakeProvider, link: FakeLink
 
 
 async def test_every_request_of_the_task_leaves_a_frame(provider: FakeProvider, link: FakeLink) -> None:
-    """Issue 23: the screen an agent saw, each exec (script, exit code, output tail) and what the agent
+    """The screen an agent saw, each exec (script, exit code, output tail) and what the agent
     meant by a request (its note) are in the replay, secrets redacted; an undeliverable event is a typed
     refusal (the request's fault, not the machine's)."""
     secret = "hunter2-Pa55"

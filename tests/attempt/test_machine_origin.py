@@ -1,4 +1,4 @@
-"""The result says how the attempt's machine was made (issue 15): the provider's `Machine.origin`."""
+"""The result says how the attempt's machine was made: the provider's `Machine.origin`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The outcome rules (design.md section 2), row by row."""
+"""The outcome rules (gh_runner/outcome.py), row by row."""
 
 from __future__ import annotations
 

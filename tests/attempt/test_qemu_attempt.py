@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
 import secrets
-import shutil
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kit.libvirt import LIBVIRT_URI
+from kit.scratch import scratch_dir
 
 from gh_runner.attempt import Attempt
 from gh_runner.config import Timeouts
@@ -28,7 +27,6 @@ from .fakes import FakeLink
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(900)]
 
-LIBVIRT_URI = os.environ.get("GH_TEST_LIBVIRT_URI", "qemu:///system")
 SETUP = "echo broken > /root/x"
 CHECK = "[ -f /root/fixed ] && echo True || echo False"
 WAIT = 240.0  # a TCG boot on a loaded 2-core host
@@ -36,12 +34,8 @@ WAIT = 240.0  # a TCG boot on a loaded 2-core host
 
 @pytest.fixture
 def state_dir() -> Iterator[Path]:
-    state = Path(tempfile.mkdtemp(prefix="gh-attempt-itest-", dir="/var/tmp"))
-    state.chmod(0o755)  # libvirt-qemu must traverse it to reach the overlays
-    try:
+    with scratch_dir("gh-attempt-itest-") as state:  # libvirt-qemu must traverse it to reach the overlays
         yield state
-    finally:
-        shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Issue 16 (0): the agent's failures are never our errors. How the task ended (time limit mid-exec,
+"""The agent's failures are never our errors (docs/agents.md). How the task ended (time limit mid-exec,
 an agent that failed on its own) is noted on the result, and the check after decides the outcome;
 only a failure on our side, reported as `task_end.error` before the limit, makes the attempt an error."""
 
@@ -21,9 +21,9 @@ def exec_req(script: str, rid: str = "r1") -> MachineRequest:
 
 
 async def test_limit_mid_exec_ends_the_task_and_the_check_decides(provider: FakeProvider, link: FakeLink) -> None:
-    """The case of the issue: the reference fix still runs when limits.minutes hits. The refusal says the
+    """The reference fix still runs when limits.minutes hits. The refusal says the
     task was stopped, the agent's side then reports the failed exec as task_end.error (what the server did
-    before this change), and the attempt is `failed` by its check, not an `error` retried twice."""
+    once), and the attempt is `failed` by its check, not an `error` retried twice."""
     began = asyncio.Event()
 
     async def slow_fix(m: FakeMachine, env: Mapping[str, str], t: float) -> ScriptResult:
@@ -87,7 +87,7 @@ def test_task_ending_rows() -> None:
 
 async def test_a_task_whose_start_the_server_never_acknowledged_is_our_error(provider: FakeProvider,
                                                                             link: FakeLink) -> None:
-    """Issue 27: the task began while the link was down, and no agent ever came (no status_ack, no
+    """The task began while the link was down, and no agent ever came (no status_ack, no
     request, no task_end) from a server that acknowledges statuses. Reaching the limit is then not the
     agent's failure: the attempt is `error` (retried), never `failed` with `time_limit`."""
     link.status_acks = True

@@ -1,4 +1,4 @@
-"""Input through the hypervisor on a real desktop (issue 22 item 4): the absolute pointer maps 1:1
+"""Input through the hypervisor on a real desktop (docs/desktop-guests.md): the absolute pointer maps 1:1
 to the screen, key chords reach the window manager and applications, the wheel reaches a GUI
 application, and text the keymap cannot type is refused by name with nothing typed."""
 

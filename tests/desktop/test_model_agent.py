@@ -1,10 +1,10 @@
-"""Issue 23's GUI test on the real linux-desktop guest: a scripted model of each API and each openai-chat
-`output` fixes DSK-01 (examples/desktop-basics.yaml: the dark theme switched on, checked with
-xfconf-query) with GUI actions only, no shell tool: it looks at the screen, opens a terminal with the key
-chord ctrl+alt+t, waits, types the xfconf-query command that fixes the theme plus Enter, looks again and
-answers. Everything runs as an operator would: `gh-runner local CASES --agents a,b,... --server-config
-FILE --config examples/desktop-runner.yaml` (the issue's "Done when", on a case file made from DSK-01),
-all agents in one run so the desktop's warm snapshot (a boot to the session plus a 2 GiB memory save) is
+"""The model agents' GUI test (docs/agents.md) on the real linux-desktop guest: a scripted model of each
+API and each openai-chat `output` fixes DSK-01 (examples/desktop-basics.yaml: the dark theme switched on,
+checked with xfconf-query) with GUI actions only, no shell tool: it looks at the screen, opens a terminal
+with the key chord ctrl+alt+t, waits, types the xfconf-query command that fixes the theme plus Enter,
+looks again and answers. Everything runs as an operator would: `gh-runner local CASES --agents a,b,...
+--server-config FILE --config examples/desktop-runner.yaml` (on a case file made from DSK-01), all
+agents in one run so the desktop's warm snapshot (a boot to the session plus a 2 GiB memory save) is
 paid once, one machine at a time (`--slots 1`: the host has 2 shared cores).
 
 The one boundary faked is the model (tests/gateway/modelserver.py, replies built from the SDKs' own
@@ -16,43 +16,24 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
-import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from e2e.procs import domains
-from gateway.modelserver import (
-    Reply,
-    agents_config,
-    by_model,
-    chat,
-    claude,
-    computer_call,
-    member,
-    model_server,
-    response,
-    said,
-    text,
-)
+from gateway.modelserver import Reply, chat, claude, computer_call, member, response, said, text
+from kit.libvirt import LIBVIRT_URI, REPO, ensure_libvirtd
+from kit.model_agents import OPEN_MODELS, acted, check_every_agent, one_case, run_local, seen_by_model
+from kit.scratch import scratch_dir
 from openai.types.responses import computer_action as ca
 from replaypage import replay_data
 
-from .conftest import LIBVIRT_URI, REPO, ensure_libvirtd
 from .gui import colours
 
 pytestmark = [pytest.mark.desktop, pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(3600)]
 
 CASES = REPO / "examples" / "desktop-basics.yaml"
 RUNNER_CONFIG = REPO / "examples" / "desktop-runner.yaml"
-GH_RUNNER = str(Path(sys.executable).parent / "gh-runner")
-KEY_ENV = "GH_E2E_MODEL_KEY"
 KEY = "sk-desktop-9b2e71c4-never-in-a-replay"
 FIX = "xfconf-query -c xsettings -p /Net/ThemeName -s Adwaita"  # DSK-01's fix, typed into a terminal
 ANSWER = "Your windows have the normal light look again."
@@ -95,54 +76,26 @@ SCRIPTS: dict[str, list[Reply]] = {
 AGENTS: dict[str, dict[str, Any]] = {
     "claude": {"api": "anthropic"},
     "gpt": {"api": "openai-responses"},
-    "qwen-tools": {"api": "openai-chat", "output": "tool_calls"},
-    "opencua-pyautogui": {"api": "openai-chat", "output": "pyautogui"},
-    "uitars": {"api": "openai-chat", "output": "ui-tars"},
+    **OPEN_MODELS,
 }
 
 
 @pytest.fixture()
 def work() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="gh-model-desktop-", dir="/var/tmp"))
-    d.chmod(0o755)  # libvirt-qemu reaches the state dir's overlays
-    try:
+    with scratch_dir("gh-model-desktop-") as d:  # libvirt-qemu reaches the state dir's overlays
         yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_model_agents_fix_the_desktop_with_gui_actions_only(work: Path, desktop_images_dir: Path) -> None:
     ensure_libvirtd()
-    data = yaml.safe_load(CASES.read_text())
-    data["cases"] = [c for c in data["cases"] if c["key"] == "DSK-01"]
-    # The typed command runs in the terminal after the model has moved on: in the check after only, wait
-    # (bounded, 10 s) for it to have run; the check before must still see the dark theme at once.
-    check = data["cases"][0]["success"]["check_script"]
-    data["cases"][0]["success"]["check_script"] = (
-        'if [ "$GH_CHECK_PHASE" = after ]; then\n'
-        '  i=0; while xfconf-query -c xsettings -p /Net/ThemeName | grep -qi dark && [ $i -lt 50 ]; do\n'
-        '    sleep 0.2; i=$((i+1)); done\n'
-        'fi\n' + check)
-    cases = work / "cases.yaml"
-    cases.write_text(yaml.safe_dump(data))
-    report = work / "out" / "report.json"
+    data = one_case(CASES, "DSK-01", wait_after="xfconf-query -c xsettings -p /Net/ThemeName | grep -qi dark")
     # GH_TEST_DESKTOP_STATE_DIR: a kept runner state dir whose desktop warm snapshot a rerun reuses.
     state = Path(os.environ.get("GH_TEST_DESKTOP_STATE_DIR") or work / "state")
-    with model_server(by_model(SCRIPTS)) as (url, seen):
-        config = work / "server.yaml"
-        config.write_text(yaml.safe_dump(agents_config(url, AGENTS, KEY_ENV)))
-        proc = subprocess.run(
-            [GH_RUNNER, "local", str(cases), "--agents", ",".join(AGENTS), "--repeat", "1", "--slots", "1",
-             "--server-config", str(config), "--config", str(RUNNER_CONFIG), "--report", str(report),
-             "--images-dir", str(desktop_images_dir), "--state-dir", str(state),
-             "--libvirt-uri", LIBVIRT_URI],
-            capture_output=True, text=True, timeout=3400, env={**os.environ, KEY_ENV: KEY}, cwd=REPO)
-    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
-    assert KEY not in proc.stdout + proc.stderr
-    result = json.loads(report.read_text())
-    by_agent = {a["agent_id"]: a for a in result["attempts"]}
-    assert set(by_agent) == set(AGENTS)
-    for name, a in by_agent.items():
+    run = run_local(work, data, SCRIPTS, AGENTS, KEY, "--slots", "1", "--config", str(RUNNER_CONFIG),
+                    "--images-dir", str(desktop_images_dir), "--state-dir", str(state), "--libvirt-uri", LIBVIRT_URI,
+                    timeout=3400, cwd=REPO)
+    check_every_agent(run, AGENTS, KEY)
+    for name, a in run.by_agent.items():
         page = Path(a["replay_path"])
         frames = replay_data(page)["frames"]
         # What the model saw first is a painted desktop (a blank screen is a fault of the machine, not the model's).
@@ -159,27 +112,18 @@ def test_model_agents_fix_the_desktop_with_gui_actions_only(work: Path, desktop_
         assert a["check"]["before"].splitlines()[-1] == "False" and a["check"]["passed"] is True, (name, a["check"])
         assert a["check"]["after"].splitlines()[-1] == "True", (name, a["check"])
         # Every step's screen, as the model saw it.
-        seen_by_model = [f for f in frames if f["label"] == "screen" and (f["event"] or {}).get("note", {})
-                         .get("seen_by_model")]
-        assert len(seen_by_model) >= steps, (name, labels)
-        acted = [f for f in frames if f["label"] in ("input", "exec") and (f["event"] or {}).get("note")]
-        assert all(f["label"] == "input" for f in acted), (name, labels)  # GUI only: no exec
-        assert acted[0]["event"]["note"]["step"] == 1, (name, acted[0])
+        assert len(seen_by_model(frames)) >= steps, (name, labels)
+        did = acted(frames)
+        assert all(f["label"] == "input" for f in did), (name, labels)  # GUI only: no exec
+        assert did[0]["event"]["note"]["step"] == 1, (name, did[0])
         # The model's words go with its turn's first action, here a screenshot for some (a screen frame).
         first_step = [f["event"]["note"] for f in frames if ((f["event"] or {}).get("note") or {}).get("step") == 1]
         assert any(n.get("text") for n in first_step), (name, first_step)
-        events = [f["event"] for f in acted]
+        events = [f["event"] for f in did]
         chords = [e for e in events if e["type"] == "key" and {k.lower() for k in e["keys"]} >= {"ctrl", "alt", "t"}]
         assert chords, (name, events)
         assert any(e["type"] == "type" and FIX in e["text"] for e in events), (name, events)
-        assert acted[-1]["event"]["note"]["step"] == steps - 1, (name, events)  # the last step only answers
-    results = result["results"]
-    assert {r["agent_id"]: r["cost_cents"] for r in results["data"]} == dict.fromkeys(AGENTS, 1)
-    assert {k: v["pass_rate"] for k, v in result["agents"].items()} == dict.fromkeys(AGENTS, 1.0)
-    assert all(KEY in (h.get("x-api-key"), h.get("authorization", "").removeprefix("Bearer "))
-               for _, _, h, _ in seen.requests)
+        assert did[-1]["event"]["note"]["step"] == steps - 1, (name, events)  # the last step only answers
+    assert {k: v["pass_rate"] for k, v in run.report["agents"].items()} == dict.fromkeys(AGENTS, 1.0)
     # No shell tool was offered to any model.
-    assert not any("shell" in json.dumps(b.get("tools", [])) for b in seen.bodies)
-    runner = re.search(r"runner (local-\d+) with", proc.stdout)
-    assert runner, proc.stdout
-    assert domains(f"gh-{runner.group(1)}-") == []
+    assert not any("shell" in json.dumps(b.get("tools", [])) for b in run.seen.bodies)

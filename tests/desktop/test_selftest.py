@@ -1,4 +1,4 @@
-"""`gh-runner selftest --image linux-desktop` passes with its GUI-level steps (issue 22 item 5): a
+"""`gh-runner selftest --image linux-desktop` passes with its GUI-level steps (gh_runner/selftest.py): a
 per-user xfconf setting as the signed-in user, elevated; a screenshot of a desktop (not a console);
 text typed into a GUI field and read back; a click where aimed; a key chord; memory save and warm
 start; nothing left behind. Run through the real command, as an operator would."""
@@ -13,8 +13,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from kit.libvirt import LIBVIRT_URI, REPO, ensure_libvirtd
 
-from .conftest import DESKTOP_TEST_TIMEOUT_S, LIBVIRT_URI, REPO, ensure_libvirtd
+from .conftest import DESKTOP_TEST_TIMEOUT_S
 
 pytestmark = [pytest.mark.desktop, pytest.mark.desktop_smoke, pytest.mark.libvirt, pytest.mark.slow,
               pytest.mark.timeout(DESKTOP_TEST_TIMEOUT_S)]

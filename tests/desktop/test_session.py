@@ -1,5 +1,5 @@
 """Scripts on linux-desktop run as the signed-in user, inside the graphical session, elevated with
-sudo (issue 22 item 2; docs/desktop-guests.md): what a setup, check or agent exec sees."""
+sudo (docs/desktop-guests.md): what a setup, check or agent exec sees."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The warm snapshot of linux-desktop is taken with the session up (issue 22 item 3): a machine
+"""The warm snapshot of linux-desktop is taken with the session up (docs/desktop-guests.md): a machine
 restored from it is a signed-in desktop at once (no session wait), its clock is the host's, the
 session survives the restore (X, the panel and xfconf answer, the screen is a desktop), and a
 start state saved from it restores to the same signed-in desktop."""

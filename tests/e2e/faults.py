@@ -1,5 +1,6 @@
-"""The faults of issue 27, injected for real, and the stack they are injected into: one home for the
-fault tests (tests/e2e/test_outage.py, test_hypervisor_restart.py) and bench/faults.py.
+"""The faults of a bad hour (a control plane gone, a libvirtd restart), injected for real, and the stack
+they are injected into: one home for the fault tests (tests/e2e/test_outage.py, test_hypervisor_restart.py)
+and bench/faults.py.
 
 `Stack` is a real gh-server on a port that survives its restart, one real gh-runner registered with
 it, and an SDK client; closing it stops all three and destroys whatever gh- domain of *its* runner is
@@ -19,10 +20,8 @@ import contextlib
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,8 +29,9 @@ from typing import Any
 
 import yaml
 from guidinghand import Eager
+from kit.libvirt import LIBVIRT_URI, domains
 
-from .procs import LIBVIRT_URI, RestartableServer, Runner, domains, wait_for_log
+from .procs import RestartableServer, Runner, wait_for_log
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,17 +45,6 @@ def marker_case(key: str, *, fix: str = "touch /root/fixed", minutes: int = 2) -
         "metadata": {"reference_fix": fix, "reference_answer": "done"},
         "limits": {"minutes": minutes},
     }
-
-
-@contextlib.contextmanager
-def scratch(prefix: str) -> Iterator[Path]:
-    """A temp dir under /var/tmp that libvirt-qemu can traverse (the overlays live below it)."""
-    w = Path(tempfile.mkdtemp(prefix=prefix, dir="/var/tmp"))
-    w.chmod(0o755)
-    try:
-        yield w
-    finally:
-        shutil.rmtree(w, ignore_errors=True)
 
 
 def phase_entered(phase: str, attempt_id: str | None = None) -> Any:

@@ -16,22 +16,16 @@ import time
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-import httpx
+from kit.libvirt import LIBVIRT_URI, domains, virsh
+from kit.net import free_port, wait_healthy
 
 from .chromium import OUTPUT_DIR
 
 BIN = Path(sys.executable).parent
-LIBVIRT_URI = os.environ.get("GH_TEST_LIBVIRT_URI", "qemu:///system")
 
 
 class Closable(Protocol):
     def close(self) -> None: ...
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def ephemeral_ports() -> range:
@@ -61,20 +55,6 @@ def restartable_port() -> int:
     raise RuntimeError("no free port outside the ephemeral range")
 
 
-def wait_healthy(proc: subprocess.Popen[bytes], base_url: str, log: Path, timeout: float = 90.0) -> None:
-    """Until gh-server answers /healthz; its exit code and the end of its log if it exits instead."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            tail = log.read_bytes()[-1500:].decode(errors="replace") if log.exists() else ""
-            raise RuntimeError(f"gh-server exited with {proc.returncode}; see {log}:\n{tail}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{base_url}/healthz", timeout=5).status_code == 200:
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"gh-server did not answer /healthz within {timeout:.0f} s")
-
-
 def _log(name: str) -> IO[bytes]:
     path = OUTPUT_DIR / "e2e" / name
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -95,7 +75,7 @@ class Server:
         )
 
     def wait_healthy(self, timeout: float = 90.0) -> None:
-        wait_healthy(self.proc, self.base_url, Path(self.log.name), timeout)
+        wait_healthy(self.base_url, proc=self.proc, log=Path(self.log.name), timeout=timeout)
 
     def stop(self) -> None:
         stop_process(self.proc, 30)
@@ -139,12 +119,6 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float) -> int:
     return int(proc.returncode)
 
 
-def domains(prefix: str) -> list[str]:
-    out = subprocess.run(["virsh", "-c", LIBVIRT_URI, "list", "--all", "--name"],
-                         capture_output=True, text=True, timeout=30, check=False)
-    return [n for n in out.stdout.split() if n.startswith(prefix)]
-
-
 def tear_down(runners: list[Runner], client: Closable | None, server: Server, runner_name: str, work: Path) -> None:
     """Stop everything a scenario started, and clear whatever a failed run left, so the next session
     starts clean (the scenario's own checks report leftovers before this runs)."""
@@ -154,7 +128,7 @@ def tear_down(runners: list[Runner], client: Closable | None, server: Server, ru
         client.close()
     server.stop()
     for name in domains(f"gh-{runner_name}-"):
-        subprocess.run(["virsh", "-c", LIBVIRT_URI, "destroy", name], capture_output=True, timeout=60)
+        virsh("destroy", name, timeout=60)
     shutil.rmtree(work, ignore_errors=True)
 
 
@@ -176,7 +150,7 @@ class RestartableServer:
             env={**os.environ, "GH_SERVER_API_KEY": self.api_key}, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True)
         log.close()  # the child has its own copy
-        wait_healthy(self.proc, self.base_url, self.log_path)
+        wait_healthy(self.base_url, proc=self.proc, log=self.log_path)
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

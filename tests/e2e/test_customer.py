@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,9 +25,11 @@ from agentfiles import agent_command
 from attempt.fakes import is_mosaic
 from gateway.fakehttp import chat_reply, serve
 from guidinghand import Eager
+from kit.libvirt import domains
+from kit.scratch import traversable_tmpdir
 from replaypage import replay_data
 
-from .procs import Runner, Server, domains, tear_down
+from .procs import Runner, Server, tear_down
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -53,8 +54,7 @@ def _case() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def outcome(images_dir: Path) -> Iterator[dict[str, Any]]:
-    work = Path(tempfile.mkdtemp(prefix="gh-e2e-customer-", dir="/var/tmp"))
-    work.chmod(0o755)
+    work = traversable_tmpdir("gh-e2e-customer-")
     state_dir = work / "runner-state"
     state_dir.mkdir(mode=0o755)
     runner_name = "e2ecust" + secrets.token_hex(3)

@@ -1,4 +1,4 @@
-"""The whole system through the official SDK: the seed's quick start on this host.
+"""The whole system through the official SDK: the quick start of the Evals API docs on this host.
 
 One scenario, shared by the tests below (it is the expensive part: real gh-server, real gh-runner,
 real linux-tiny guests under TCG). It registers a runner, starts `gh-runner` with its token,
@@ -17,7 +17,6 @@ libvirt or on disk. The tests then read results, attempts and replays as an eval
 from __future__ import annotations
 
 import secrets
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -30,11 +29,13 @@ import pytest
 import yaml
 from agentfiles import agent_command
 from guidinghand import Eager
+from kit.libvirt import domains
+from kit.scratch import traversable_tmpdir
 from PIL import Image
 from replaypage import replay_data
 
 from . import chromium
-from .procs import Runner, Server, domains, tear_down
+from .procs import Runner, Server, tear_down
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -101,8 +102,7 @@ def _running_attempts(client: Eager, run_id: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def scenario(images_dir: Path) -> Iterator[Scenario]:
-    work = Path(tempfile.mkdtemp(prefix="gh-e2e-", dir="/var/tmp"))
-    work.chmod(0o755)  # libvirt-qemu must traverse it to reach the overlays in the state dir
+    work = traversable_tmpdir("gh-e2e-")  # libvirt-qemu must traverse it to reach the overlays in the state dir
     state_dir = work / "runner-state"
     state_dir.mkdir(mode=0o755)
     config = work / "server.yaml"
@@ -168,7 +168,7 @@ def scenario(images_dir: Path) -> Iterator[Scenario]:
 
         sc.restart_exit = runners[1].stop()
         sc.leftover_domains = domains(f"gh-{runner_name}-")
-        # The image's warm snapshot is the runner's kept cache (issue 15), not a leftover; a half-built
+        # The image's warm snapshot is the runner's kept cache (providers/qemu/warm.py), not a leftover; a half-built
         # one (`<key>.partial`, a kill during its build) would be.
         sc.leftover_files = [str(p.relative_to(state_dir)) for p in state_dir.rglob("*")
                              if p.is_file() and (p.suffix in (".qcow2", ".save") or "machines" in p.parts)

@@ -1,9 +1,9 @@
-"""Issue 27, defect 2: a libvirtd restart pauses the runner; it does not spend every try.
+"""A libvirtd restart pauses the runner; it does not spend every try.
 
 Real gh-server, real gh-runner (2 slots), the real linux-tiny guest and the host's real libvirtd,
 killed while two attempts are in their task and started again 4 s later the way
 scripts/libvirt-up.sh starts it (always, even when the test fails: other suites share this host).
-Before issue 27 every retry was leased again at once to the same runner, failed in milliseconds
+Once, every retry was leased again at once to the same runner, failed in milliseconds
 on the missing hypervisor, and the run completed with tries that had no verdict. Now the runner
 refuses leases while libvirt does not answer (`hypervisor_down`, said in its log and the runners
 list: `paused: hypervisor_down`, polled from the API through the restart, and back to null once
@@ -21,8 +21,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from kit.scratch import scratch_dir
 
-from .faults import Stack, libvirt_up, log_events, marker_case, restart_libvirtd, scratch
+from .faults import Stack, libvirt_up, log_events, marker_case, restart_libvirtd
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -63,7 +64,7 @@ class PausedWatch:
 
 @pytest.fixture
 def work() -> Iterator[Path]:
-    with scratch("gh-hvrestart-") as w:
+    with scratch_dir("gh-hvrestart-") as w:
         yield w
 
 

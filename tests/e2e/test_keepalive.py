@@ -1,7 +1,7 @@
-"""Issue 27, smaller: the documented dead-runner bound is the real one.
+"""The documented dead-runner bound is the real one.
 
 docs/protocol.md says a silent runner is dropped after `dead_after` (45 s by default) and that no
-websocket pings play a part. Before issue 27, uvicorn's own pings (every 20 s, 20 s to answer)
+websocket pings play a part. With uvicorn's own pings on, as they once were (every 20 s, 20 s to answer)
 dropped a silent runner after 20 to 40 s whatever `dead_after` said. Measured for real: the real
 `gh-server` process (its CLI builds the web server, so the ping settings are the shipped ones) and a
 real `gh-runner`, stopped with SIGSTOP. The server must mark it offline no sooner than the protocol

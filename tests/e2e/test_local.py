@@ -8,11 +8,9 @@ import io
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -21,11 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 from agentfiles import agent_command
+from kit.libvirt import domains
+from kit.scratch import scratch_dir
 
 from gh_local.local import LogsAbove, Progress, RunnerName
 from gh_local.report import group_errors, render_errors
-
-from .procs import domains
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "linux-basics.yaml"
@@ -34,12 +32,8 @@ GH_RUNNER = str(Path(sys.executable).parent / "gh-runner")
 
 @pytest.fixture()
 def work() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="gh-local-test-", dir="/var/tmp"))
-    d.chmod(0o755)
-    try:
+    with scratch_dir("gh-local-test-") as d:
         yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def _cases_file(work: Path, keys: list[str], **top: object) -> Path:
@@ -295,7 +289,7 @@ def test_local_runs_cases_and_reports(work: Path, images_dir: Path) -> None:
     run_id = data["test_run_id"]
     replays = report.parent / f"{run_id}-replays"
     # The runner boots the image once for its warm snapshot and attempts restore from it: lazily, or
-    # from the hot pool `local` keeps by default (issue 26); one that would wait for the build past its
+    # from the hot pool `local` keeps by default (gh_runner/poolsize.py); one that would wait for the build past its
     # deadline boots cold instead.
     origins = {a["metrics"]["machine_origin"] for a in data["attempts"]}
     assert origins & {"lazy", "pooled"} and origins <= {"lazy", "pooled", "cold"}, origins

@@ -1,4 +1,4 @@
-"""Issue 27, defect 1: an attempt that enters its task while the control plane is gone is never
+"""An attempt that enters its task while the control plane is gone is never
 scored against its agent.
 
 Real gh-server, real gh-runner, the real linux-tiny guest. The server is SIGKILLed at the moment
@@ -6,7 +6,7 @@ the attempt starts its first screen (the step just before the task: the runner's
 then goes out to nobody) and started again on the same port and data dir a few seconds later. The
 runner reconnects; its hello says the attempt is in its task. Then either the agent gets its turn
 late (with the time lost on the attempt) or the attempt is our `error` and is retried: never a
-`failed` "time_limit" because no agent ever came (what the code before issue 27 did).
+`failed` "time_limit" because no agent ever came.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kit.scratch import scratch_dir
 
-from .faults import Stack, marker_case, scratch
+from .faults import Stack, marker_case
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -26,7 +27,7 @@ CASE = marker_case("OUTAGE-01")
 
 @pytest.fixture
 def work() -> Iterator[Path]:
-    with scratch("gh-outage-") as w:
+    with scratch_dir("gh-outage-") as w:
         yield w
 
 

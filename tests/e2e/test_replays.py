@@ -202,7 +202,7 @@ def test_exported_replay_loads_in_headless_chromium(state: ServerState) -> None:
 
 
 def test_a_model_agents_steps_show_in_the_page(state: ServerState) -> None:
-    """Issue 23: the page shows a step's words and action under its frame, a click drawn where it landed,
+    """The page shows a step's words and action under its frame, a click drawn where it landed,
     and an exec's script, exit code and output."""
     if chromium.chromium() is None:
         pytest.fail("chromium is not installed: apt-get install chromium")

@@ -6,7 +6,6 @@ are relayed through PostgreSQL)."""
 from __future__ import annotations
 
 import secrets
-import tempfile
 import time
 from pathlib import Path
 
@@ -14,9 +13,11 @@ import pytest
 from agentfiles import agent_command
 from gateway.topology import Topology
 from guidinghand import Eager
+from kit.libvirt import domains
+from kit.scratch import traversable_tmpdir
 from server.pg import start_cluster
 
-from .procs import Runner, domains
+from .procs import Runner
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -26,8 +27,7 @@ CHECK = 'if [ "$GH_CHECK_PHASE" = before ]; then echo False; else echo True; fi'
 
 def test_real_runner_behind_haproxy_serves_an_agent_spread_over_three_processes(images_dir: Path) -> None:
     cluster = start_cluster()
-    work = Path(tempfile.mkdtemp(prefix="gh-e2e-scale-", dir="/var/tmp"))
-    work.chmod(0o755)  # libvirt-qemu must traverse it to reach the overlays in the state dir
+    work = traversable_tmpdir("gh-e2e-scale-")  # libvirt-qemu must traverse it to reach the overlays in the state dir
     state_dir = work / "runner-state"
     state_dir.mkdir(mode=0o755)
     name = "scale" + secrets.token_hex(3)

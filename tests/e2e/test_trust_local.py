@@ -1,18 +1,17 @@
-"""Issue 16 on the real linux-tiny guest through `gh-runner local`: an agent stopped by limits.minutes in
+"""On the real linux-tiny guest through `gh-runner local`: an agent stopped by limits.minutes in
 the middle of an exec is checked (failed), not an error retried twice."""
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from kit.scratch import scratch_dir
 
 from . import chromium
 from .test_local import GH_RUNNER, _local
@@ -33,12 +32,8 @@ SLOW_FIX = {
 
 @pytest.fixture()
 def work() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="gh-trust-test-", dir="/var/tmp"))
-    d.chmod(0o755)
-    try:
+    with scratch_dir("gh-trust-test-") as d:
         yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.mark.timeout(900)
@@ -69,7 +64,7 @@ def test_validate_catches_the_broken_and_the_flaky_example(work: Path, images_di
     """examples/validation.yaml on real machines. VAL-FLAKY's setup rolls a die (breaks 1 time in 3): with
     3 tries of each agent it is called valid only if all 6 first machines broke ((1/3)^6, 0.14%) and broken
     only if none of at least 12 machines did ((2/3)^12, 0.8%: a machine that did not break is a `case` error,
-    and the same one on the retry's fresh machine ends the try, issue 28): wrong about 1 run in 100."""
+    and the same one on the retry's fresh machine ends the try): wrong about 1 run in 100."""
     data = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "validation.yaml").read_text())
     data["cases"] = [c for c in data["cases"] if c["key"] in ("VAL-BROKEN", "VAL-FLAKY")]
     cases = work / "validation.yaml"

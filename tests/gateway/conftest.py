@@ -4,7 +4,6 @@ bounds, plus helpers that put runners and runs straight into its database."""
 from __future__ import annotations
 
 import secrets
-import socket
 import tempfile
 import threading
 import time
@@ -15,6 +14,8 @@ from typing import Any
 
 import pytest
 import uvicorn
+from kit.net import free_port
+from server.conftest import pg_cluster  # the API tests' throwaway cluster (tests/server/pg.py)
 
 from gh_server.app import create_app
 from gh_server.gateway import Gateway
@@ -22,12 +23,6 @@ from gh_server.settings import AgentConfig, ModelEndpoint, Settings
 from gh_server.state import ServerState
 
 from .rows import Rows
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -116,13 +111,6 @@ def make_settings(data_dir: Path, **kw: Any) -> Settings:
     return Settings(**base)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _no_domains_left_behind() -> Iterator[None]:
-    """These tests make no libvirt domains (simulated runners only). The suite-wide check would see, and
-    destroy, the VMs of whatever else runs on this host at the same time, so it is not applied here."""
-    yield
-
-
 @pytest.fixture
 def server_factory() -> Iterator[Any]:
     made: list[GwServer] = []
@@ -151,18 +139,6 @@ def server(server_factory: Any) -> GwServer:
     return srv
 
 
-@pytest.fixture(scope="session")
-def pg_cluster() -> Iterator[Any]:
-    from server.pg import start_cluster  # tests/server/pg.py: the API tests' throwaway cluster
-
-    try:
-        cluster = start_cluster()
-    except Exception as e:  # a missing PostgreSQL is a failure, never a silent skip
-        pytest.fail(f"PostgreSQL could not be started for the gateway tests: {e}")
-    yield cluster
-    cluster.stop()
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def any_db_server(request: pytest.FixtureRequest, server_factory: Any) -> GwServer:
     """The same server on SQLite and on PostgreSQL (the scheduler's guarded UPDATEs must hold on both)."""
@@ -174,4 +150,4 @@ def any_db_server(request: pytest.FixtureRequest, server_factory: Any) -> GwServ
     return pg
 
 
-__all__ = ["AgentConfig", "GwServer", "ModelEndpoint", "await_for", "wait_for"]
+__all__ = ["AgentConfig", "GwServer", "ModelEndpoint", "await_for", "pg_cluster", "wait_for"]

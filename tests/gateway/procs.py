@@ -3,29 +3,20 @@ and bench/scale_out.py. Short liveness bounds so failover is quick to see; every
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
+from kit.net import free_port, wait_healthy
 
 BIN = Path(sys.executable).parent
 LOG_DIR = Path(os.environ.get("GH_TEST_OUTPUT", "/var/tmp/gh-test-output")) / "scaleout"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ServerProc:
@@ -70,16 +61,8 @@ class ServerProc:
         return self
 
     def wait_healthy(self, timeout: float = 90.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; see {self.log_path}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.base_url}/healthz", timeout=5).status_code == 200:
-                    return
-            time.sleep(0.1)
-        raise RuntimeError(f"{self.name} not healthy within {timeout} s; see {self.log_path}")
+        assert self.proc is not None
+        wait_healthy(self.base_url, proc=self.proc, log=self.log_path, timeout=timeout, what=self.name)
 
     def kill(self) -> None:
         """SIGKILL: the process gets no chance to clean up (what a crash or an OOM kill leaves)."""

@@ -1,16 +1,16 @@
-"""Issue 16 (0), the audit of the external agents' paths, one row each: which ends are the agent's (the
-task ends with a reason, the check decides) and which are ours (AgentError: the attempt is an error).
-The agents run for real: a child process for the command agent, a real local HTTP server (or a port
-nobody listens on) for the HTTP agent."""
+"""The audit of the external agents' paths (docs/agents.md, "What ends a task"), one row each: which ends are the
+agent's (the task ends with a reason, the check decides) and which are ours (AgentError: the attempt is an error).
+The agents run for real: a child process for the command agent, a real local HTTP server (or a port nobody listens
+on) for the HTTP agent."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 from agentfiles import AGENT_PYTHON
+from kit.net import free_port
 
 from gh_server.agents.base import AgentContext, AgentError, AgentFailed, Machine
 from gh_server.agents.builtin import ReferenceAgent
@@ -97,10 +97,7 @@ async def test_http_agent_garbage_is_its_failure() -> None:
 
 
 async def test_http_agent_nobody_listening_is_ours() -> None:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()  # nothing listens there now: connection refused
+    port = free_port()  # nothing listens there: connection refused
     with pytest.raises(AgentError, match="could not be reached"):
         await HttpAgent("gone", f"http://127.0.0.1:{port}/", timeout=30).run(_ctx())
 

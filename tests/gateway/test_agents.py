@@ -43,12 +43,20 @@ def tiny_png() -> str:
 
 
 class Machine:
-    """Answers machine requests like a runner would, and remembers them."""
+    """Answers machine requests like a runner would, and remembers them: `screen` (a PNG, base64) for a
+    screenshot, `exec_stdout` for an exec; an input fails with `input_error` (and `input_refusal`) unless
+    `input_ok`."""
 
-    def __init__(self, r: SimRunner, exec_ok: bool = True, input_ok: bool = True) -> None:
+    def __init__(self, r: SimRunner, exec_ok: bool = True, input_ok: bool = True, *, screen: str | None = None,
+                 exec_stdout: str = "host-1\n", input_error: str = "the machine is gone",
+                 input_refusal: protocol.MachineRefusal | None = None) -> None:
         self.r = r
         self.exec_ok = exec_ok
         self.input_ok = input_ok
+        self.screen = screen or tiny_png()
+        self.exec_stdout = exec_stdout
+        self.input_error = input_error
+        self.input_refusal = input_refusal
         self.requests: list[protocol.MachineRequest] = []
         r.on_message = self.handle
 
@@ -57,12 +65,14 @@ class Machine:
             return False
         self.requests.append(msg)
         if msg.op == "screen":
-            resp = protocol.MachineResponse(request_id=msg.request_id, ok=True, png_b64=tiny_png())
+            resp = protocol.MachineResponse(request_id=msg.request_id, ok=True, png_b64=self.screen)
         elif msg.op == "input":
-            resp = protocol.MachineResponse(request_id=msg.request_id, ok=self.input_ok,
-                                            error=None if self.input_ok else "the machine is gone")
+            ok = self.input_ok
+            resp = protocol.MachineResponse(request_id=msg.request_id, ok=ok,
+                                            refusal=None if ok else self.input_refusal,
+                                            error=None if ok else self.input_error)
         elif self.exec_ok:
-            resp = protocol.MachineResponse(request_id=msg.request_id, ok=True, exit_code=0, stdout="host-1\n",
+            resp = protocol.MachineResponse(request_id=msg.request_id, ok=True, exit_code=0, stdout=self.exec_stdout,
                                             stderr="")
         else:
             resp = protocol.MachineResponse(request_id=msg.request_id, ok=False, error="guest agent is not answering")
@@ -187,7 +197,7 @@ async def test_command_agent_uses_machine_api(server_factory: Any) -> None:
 
 
 async def test_command_agent_exit_nonzero_is_its_failure_not_an_error(server_factory: Any) -> None:
-    # Issue 16: the agent's own failure ends the task (the check after scores it), noted with a reason.
+    # The agent's own failure ends the task (the check after scores it), noted with a reason.
     with agent_dir() as d:
         server: GwServer = server_factory(agents=cmd_agent("fail", Path(d) / "doc.json"))
         r = await connect(server)
@@ -277,7 +287,7 @@ async def test_customer_question_with_model(server_factory: Any) -> None:
             end = await r.expect("task_end", timeout=60)
             assert end.error is None and end.answer == "ask 200 It's HomeNet, dear." and end.questions == 1
             (turn,) = server.attempt(aid).customer_turns or []
-            assert turn.pop("usage")["calls"] == 1  # the customer model's own time and tokens (issue 16)
+            assert turn.pop("usage")["calls"] == 1  # the customer model's own time and tokens
             assert turn == {"question": "What is your Wi-Fi called?", "answer": "It's HomeNet, dear.", "actions": []}
             sent = json.dumps(seen[0][1])
             assert "Retired teacher" in sent and "Wi-Fi password (secret)" in sent and "blue-kite-42" not in sent

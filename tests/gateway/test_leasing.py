@@ -250,7 +250,7 @@ async def test_disconnect_grace_then_error_and_retry(server: GwServer) -> None:
                            what="attempt errored after grace")
     assert gone.outcome == "error"
     assert gone.error == "runner flaky disconnected and did not come back within 2 s"
-    # Issue 27: a lost attempt carries the phase the results page counts it under, and where it was.
+    # A lost attempt carries the phase the results page counts it under, and where it was.
     assert (gone.metrics or {}).get("error_phase") == "runner"
     assert (gone.metrics or {}).get("lost_in_status") == "preparing"
     retry = [a for a in server.attempts_of(run_id) if a.retry_of == aid]
@@ -394,7 +394,7 @@ async def test_frozen_case_no_runner_could_take_is_an_error_not_a_stall(server: 
 
 
 async def test_a_retry_after_our_error_waits_and_prefers_another_runner(server_factory: Any) -> None:
-    """Issue 27: an error of ours (a hypervisor restarting) must not burn a try's retries within
+    """An error of ours (a hypervisor restarting) must not burn a try's retries within
     milliseconds on the same runner. The retry is held back (`retry_backoff_seconds`), and the runner
     the error came from waits twice as long, so the other runner takes it."""
     server: GwServer = server_factory(retry_backoff_seconds=[2.0, 4.0])

@@ -1,4 +1,4 @@
-"""Issue 23: the built-in model agent (`kind: model`) on a real gh-server, against a scripted model
+"""The built-in model agent (`kind: model`) on a real gh-server, against a scripted model
 server (tests/gateway/modelserver.py: replies built from the SDKs' own types) for each API and each
 `output`; the runner is simulated (simrunner) and answers with an 800x600 screen. Each row of
 docs/agents.md's model-agent outcomes has a test here; tests/e2e/test_model_agent.py drives a real guest.
@@ -36,7 +36,7 @@ from .modelserver import (
     text,
     tool,
 )
-from .test_agents import connect, start_task
+from .test_agents import Machine, connect, start_task
 
 KEY_ENV = "GH_TEST_MODEL_KEY"
 KEY = "sk-test-0123456789abcdef-never-in-a-replay"
@@ -49,32 +49,13 @@ def png(size: tuple[int, int] = GUEST) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-class Guest:
-    """Answers machine requests like a runner with an 800x600 screen, and remembers them."""
+class Guest(Machine):
+    """A runner's machine with an 800x600 screen; its inputs fail with `input_refusal` when one is given."""
 
     def __init__(self, r: Any, input_refusal: protocol.MachineRefusal | None = None) -> None:
-        self.r = r
-        self.requests: list[protocol.MachineRequest] = []
-        self.input_refusal = input_refusal
-        self.screen = png()
-        r.on_message = self.handle
-
-    async def handle(self, msg: Any) -> bool:
-        if not isinstance(msg, protocol.MachineRequest):
-            return False
-        self.requests.append(msg)
-        if msg.op == "screen":
-            resp = protocol.MachineResponse(request_id=msg.request_id, ok=True, png_b64=self.screen)
-        elif msg.op == "input":
-            ok = self.input_refusal is None
-            resp = protocol.MachineResponse(request_id=msg.request_id, ok=ok, refusal=self.input_refusal,
-                                            error=None if ok else "input event 1 of 1 (key) could not be delivered: "
-                                                                  "unknown key 'HYPERDRIVE'")
-        else:
-            resp = protocol.MachineResponse(request_id=msg.request_id, ok=True, exit_code=0, stdout="fixed\n",
-                                            stderr="")
-        await self.r.send(resp)
-        return True
+        super().__init__(r, input_ok=input_refusal is None, screen=png(), exec_stdout="fixed\n",
+                         input_error="input event 1 of 1 (key) could not be delivered: unknown key 'HYPERDRIVE'",
+                         input_refusal=input_refusal)
 
     def events(self) -> list[dict[str, Any]]:
         return [e.model_dump(exclude_none=True) for q in self.requests if q.op == "input" for e in q.events]

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from agentfiles import agent_command
+from kit.net import free_port
 from sqlalchemy import select
 
 from gh_server.models import WebhookDelivery
@@ -22,7 +23,7 @@ from gh_wire import protocol
 
 from .conftest import await_for
 from .fakehttp import serve
-from .procs import ServerProc, admin_key, free_port
+from .procs import ServerProc, admin_key
 from .rows import DbRows
 from .simrunner import SimRunner
 from .test_agents import AGENT_CMD, Machine
@@ -87,7 +88,7 @@ async def test_agent_requests_to_the_other_process_reach_the_runner(pg_url: str,
 
 
 async def test_step_limit_reached_on_the_other_process_ends_the_task(pg_url: str, rows: DbRows) -> None:
-    """Issue 16 on several processes: the step past limits.steps is refused by process B (the agent's
+    """The step limit on several processes: the step past limits.steps is refused by process B (the agent's
     machine URL), and process A, which runs the agent, ends the task there with reason step_limit and
     stops the agent (it would otherwise carry on for ten minutes)."""
     key = admin_key()

@@ -1,7 +1,7 @@
-"""Issue 16 (0): on the server's side, the agent's failures end its task with a typed reason and no
-error (the check after decides); our side's failures (the machine, the customer model) stay errors.
-The runner is simulated (tests/gateway/simrunner.py); the agents are the real built-ins, a real command
-agent process (agent_cmd.py) and a real HTTP server (fakehttp.py)."""
+"""On the server's side, the agent's failures end its task with a typed reason and no error (the check after
+decides); our side's failures (the machine, the customer model) stay errors (docs/agents.md, "What ends a task,
+and what is an error"). The runner is simulated (tests/gateway/simrunner.py); the agents are the real built-ins, a
+real command agent process (agent_cmd.py) and a real HTTP server (fakehttp.py)."""
 
 from __future__ import annotations
 

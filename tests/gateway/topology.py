@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
+from kit.net import free_port, wait_healthy
 
-from .procs import LOG_DIR, ServerProc, admin_key, free_port
+from .procs import LOG_DIR, ServerProc, admin_key
 
 HAPROXY_CONFIG = """\
 global
@@ -88,13 +88,7 @@ class HAProxy:
 
     def wait_backends_up(self, timeout: float = 30.0) -> None:
         """Healthy through the proxy (its checks mark a fresh backend up within `inter`)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(self.url + "/healthz", timeout=5).status_code == 200:
-                    return
-            time.sleep(0.1)
-        raise RuntimeError("no healthy backend behind haproxy")
+        wait_healthy(self.url, timeout=timeout, what="haproxy's backends")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kit.scratch import scratch_dir
 
 
 @pytest.fixture
 def scratch() -> Iterator[Path]:
     """A directory under /var/tmp (mode 0755, traversable by uid 64055), removed afterwards."""
-    d = Path(tempfile.mkdtemp(prefix="gh-imgtest-", dir="/var/tmp"))
-    os.chmod(d, 0o755)
-    try:
+    with scratch_dir("gh-imgtest-") as d:
         yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)

@@ -1,4 +1,5 @@
-"""Shared by the ops tests: a datagram socket standing in for systemd's notify socket."""
+"""Shared by the ops tests: a datagram socket standing in for systemd's notify socket, and the runner
+tests' control-plane peer (tests/runner/peer.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from runner.conftest import peer
 
 
 @pytest.fixture
@@ -25,3 +27,6 @@ def manager() -> Iterator[tuple[socket.socket, str]]:
         s.close()
         os.unlink(path)
         os.rmdir(d)
+
+
+__all__ = ["manager", "peer"]

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from kit.net import free_port
 from prometheus_client.parser import text_string_to_metric_families
 from runner.peer import Peer, make_lease
 
@@ -76,29 +77,12 @@ class NotifySocket:
         os.rmdir(self.dir)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     async with httpx.AsyncClient(timeout=10) as c:
         r = await c.get(f"http://127.0.0.1:{port}/metrics")
     r.raise_for_status()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for fam in text_string_to_metric_families(r.text) for s in fam.samples}
-
-
-@pytest.fixture
-async def peer() -> AsyncIterator[Peer]:
-    p = Peer()
-    await p.start()
-    try:
-        yield p
-    finally:
-        p.kill()
-        await p.stop()
 
 
 @pytest.fixture

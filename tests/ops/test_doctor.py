@@ -9,10 +9,8 @@ import io
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +21,8 @@ from typing import Any
 import httpx
 import pytest
 from fakekvm import firmware_only_kvm
+from kit.net import free_port, wait_healthy
+from kit.scratch import traversable_tmpdir
 from pydantic import SecretStr
 from websockets.http11 import Request, Response
 from websockets.sync.server import Server, ServerConnection, serve
@@ -51,8 +51,7 @@ class Cfg:
 @pytest.fixture
 def workdir() -> Iterator[Path]:
     # Under /var/tmp with traversable parents: the KVM probe's files must be reachable by libvirt-qemu.
-    d = Path(tempfile.mkdtemp(prefix="gh-doctor-test-", dir="/var/tmp"))
-    d.chmod(0o755)
+    d = traversable_tmpdir("gh-doctor-test-")
     try:
         yield d
     finally:
@@ -306,24 +305,13 @@ def test_against_the_real_control_plane(workdir: Path) -> None:
     """doctor against a real `gh-server`: a registered runner's token is accepted, another refused."""
     admin = "gh_ak_doctor_admin_key_5d1c9e0f7a"
     data = workdir / "server"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "GH_SERVER_API_KEY": admin}
     srv = subprocess.Popen([sys.executable, "-m", "gh_server.cli", "--data-dir", str(data), "--port", str(port)],
                            env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert srv.poll() is None, srv.stderr.read().decode() if srv.stderr else ""
-            assert time.monotonic() < deadline, "gh-server did not come up"
-            time.sleep(0.2)  # polling a starting process: there is no event to wait on
+        wait_healthy(base, proc=srv, timeout=60)
         r = httpx.post(f"{base}/v1/runners", json={"name": "doctor-test"},
                        headers={"Authorization": f"Bearer {admin}"}, timeout=10)
         r.raise_for_status()

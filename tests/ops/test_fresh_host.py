@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import structlog
+from kit.scratch import traversable_tmpdir
 
 from providers.base import HostCheck, MachineSource
 from providers.qemu import hostcheck, hostchecks
@@ -158,8 +159,7 @@ def kvm_as_found() -> Iterator[os.stat_result]:
 @pytest.mark.timeout(900)
 def test_fresh_host_kvm_mode_doctor_names_it_and_setup_fixes_it(kvm_as_found: os.stat_result, images_dir: Path,
                                                                 tmp_path: Path) -> None:
-    state = Path(tempfile.mkdtemp(prefix="gh-fresh-host-", dir="/var/tmp"))
-    state.chmod(0o755)
+    state = traversable_tmpdir("gh-fresh-host-")
     try:
         os.chown(KVM, 0, 0)
         KVM.chmod(0o600)

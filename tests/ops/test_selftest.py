@@ -5,40 +5,32 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import secrets
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kit.libvirt import LIBVIRT_URI, domains
+from kit.scratch import scratch_dir
 
 from gh_runner.selftest import Step, run_selftest
 from providers.base import Machine, MachineSource
 from providers.qemu import QemuProvider
 
-LIBVIRT_URI = os.environ.get("GH_TEST_LIBVIRT_URI", "qemu:///system")
 GH_RUNNER = Path(sys.executable).parent / "gh-runner"
 STEPS = [str(s) for s in Step if s is not Step.KEY_CHORD]  # a console has no window manager to chord
 
 
 @pytest.fixture
 def state_dir() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="gh-selftest-test-", dir="/var/tmp"))
-    d.chmod(0o755)
-    try:
+    with scratch_dir("gh-selftest-test-") as d:
         yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def _domains(runner: str) -> list[str]:
-    out = subprocess.run(["virsh", "-c", LIBVIRT_URI, "list", "--all", "--name"],
-                         capture_output=True, text=True, timeout=30, check=False)
-    return [n for n in out.stdout.split() if n.startswith(f"gh-{runner}-selftest-")]
+    return domains(f"gh-{runner}-selftest-")
 
 
 def test_selftest_on_linux_tiny_passes_every_step_and_writes_the_json_report(

@@ -3,7 +3,7 @@ GUI through the pyautogui shim (xdotool) into a launched, activated Mousepad, sa
 `echo password | sudo -S`, and a check needs python3 (check_json_settings). `gh-runner validate`: the
 check before prints False, noop fails, the test's reference fix passes.
 
-Runs only with GH_TEST_DESKTOP=1 and a built linux-desktop image (issue 22; tests/desktop gates the same
+Runs only with GH_TEST_DESKTOP=1 and a built linux-desktop image (tests/desktop gates the same
 way): a desktop machine under TCG takes minutes.
 """
 
@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from kit.scratch import scratch_dir
 
 from .conftest import task, write_task
 
@@ -30,7 +29,7 @@ IMAGES_DIR = Path(os.environ.get("GH_DESKTOP_IMAGES_DIR", "/var/tmp/gh-runner/de
 
 pytestmark = [pytest.mark.desktop, pytest.mark.libvirt, pytest.mark.slow, pytest.mark.skipif(
     os.environ.get("GH_TEST_DESKTOP") != "1" or not (IMAGES_DIR / "linux-desktop" / "image.yaml").is_file(),
-    reason="needs GH_TEST_DESKTOP=1 and a built linux-desktop image (issue 22)")]
+    reason="needs GH_TEST_DESKTOP=1 and a built linux-desktop image")]
 
 FIXES = {
     "osw-note": "printf ' final' >> /home/user/Documents/note.txt\n",
@@ -79,12 +78,8 @@ def tasks(root: Path) -> None:
 
 @pytest.fixture()
 def work() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="gh-osworld-desktop-test-", dir="/var/tmp"))
-    d.chmod(0o755)
-    try:
+    with scratch_dir("gh-osworld-desktop-test-") as d:
         yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.mark.timeout(5400)

@@ -11,15 +11,14 @@ agent's answer. A desktop task in the same directory is skipped (needs_desktop).
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from kit.scratch import scratch_dir
 
 from .conftest import Served, task, write_task
 
@@ -71,12 +70,8 @@ def tasks(root: Path, served: Served) -> None:
 
 @pytest.fixture()
 def work() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="gh-osworld-test-", dir="/var/tmp"))
-    d.chmod(0o755)
-    try:
+    with scratch_dir("gh-osworld-test-") as d:
         yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.mark.timeout(1500)

@@ -1,73 +1,39 @@
 """Fixtures for the provider tests: a provider on a private state dir, machines always destroyed.
 
-State lives under /var/tmp (QEMU runs as libvirt-qemu and must traverse every parent), never in the
-repo nor under pytest's 0700 tmp dirs. Each test module shares one booted machine where tests do
-not conflict: the whole project's CI runs on 2 cores.
+State lives in a scratch dir QEMU can reach (tests/kit/scratch.py). Each test module shares one booted
+machine where tests do not conflict: the whole project's CI runs on 2 cores.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-import shutil
-import subprocess
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from kit.libvirt import LIBVIRT_URI, domains, ensure_libvirtd, leak_check, started
+from kit.scratch import scratch_dir
 
 from providers.base import MachineSource
 from providers.qemu import QemuMachine, QemuProvider
 
-LIBVIRT_URI = os.environ.get("GH_TEST_LIBVIRT_URI", "qemu:///system")
 BOOT_TIMEOUT = float(os.environ.get("GH_TEST_BOOT_TIMEOUT", "120"))
-
-
-def ensure_libvirtd() -> None:
-    if shutil.which("virsh") is None:
-        pytest.skip("libvirt is not installed")
-    ok = subprocess.run(["virsh", "-c", LIBVIRT_URI, "version"], capture_output=True, timeout=30).returncode == 0
-    if not ok and LIBVIRT_URI == "qemu:///system":
-        # The host's way: systemd's units where systemd is PID 1, `libvirtd -d` only where it is not.
-        subprocess.run(["bash", str(REPO / "scripts" / "libvirt-up.sh")], capture_output=True, timeout=60, check=True)
+RUNNER_NAME = f"provtest{secrets.token_hex(3)}"
 
 
 @pytest.fixture(scope="session")
 def state_root() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="gh-provider-test-", dir="/var/tmp"))
-    d.chmod(0o755)
-    try:
+    with scratch_dir("gh-provider-test-") as d:
         yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-REPO = Path(__file__).resolve().parents[2]
-RUNNER_NAME = f"provtest{secrets.token_hex(3)}"
 
 
 def our_domains() -> list[str]:
-    out = subprocess.run(["virsh", "-c", LIBVIRT_URI, "list", "--all", "--name"],
-                         capture_output=True, text=True, timeout=30, check=False)
-    return [n for n in out.stdout.split() if n.startswith(f"gh-{RUNNER_NAME}-")]
+    return domains(f"gh-{RUNNER_NAME}-")
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _no_domains_left_behind() -> Iterator[None]:
-    """Overrides the suite-wide check for this folder: the same leak check, limited to the domains
-    these tests make (runner name "provtest..."), so that running this folder while other engineers'
-    tests run on the same host neither fails on, nor destroys, their machines."""
-    yield
-    if shutil.which("virsh") is None:
-        return
-    left = our_domains()
-    for name in left:
-        subprocess.run(["virsh", "-c", LIBVIRT_URI, "destroy", name], capture_output=True, timeout=30)
-        subprocess.run(["virsh", "-c", LIBVIRT_URI, "undefine", name, "--nvram"], capture_output=True, timeout=30)
-    if left:
-        pytest.fail(f"the provider tests left libvirt domains behind: {left}")
+_no_domains_left_behind = leak_check(f"gh-{RUNNER_NAME}-", "the provider tests")
 
 
 @pytest.fixture(scope="session")
@@ -84,13 +50,8 @@ def make_provider(images_dir: Path, state_root: Path, runner_name: str, sub: str
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def provider(images_dir: Path, state_root: Path, runner_name: str) -> AsyncIterator[QemuProvider]:
     ensure_libvirtd()
-    p = make_provider(images_dir, state_root, runner_name, secrets.token_hex(3))
-    await p.start()
-    try:
+    async with started(make_provider(images_dir, state_root, runner_name, secrets.token_hex(3))) as p:
         yield p
-    finally:
-        await p.reap(set())  # anything a failed test left behind
-        await p.close()
 
 
 class Machines:

@@ -1,4 +1,4 @@
-"""The clock of a restored guest is the host's for the FIRST script that reads it (issue 26): after
+"""The clock of a restored guest is the host's for the FIRST script that reads it (providers/qemu/README.md): after
 a pooled lease (paused since it was filled, so it lags by that wait too), after a lazy restore, by
 either way of setting it (in the first exec, or qemu-ga's guest-set-time), and when the guest
 refuses the exec's way (then guest-set-time sets it, and the script still runs once)."""
@@ -9,10 +9,11 @@ import asyncio
 import json
 import secrets
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from kit.libvirt import LIBVIRT_URI, ensure_libvirtd
+from kit.poll import until
 
 from providers.base import MachineOrigin, MachineSource
 from providers.qemu import QemuMachine, QemuProvider
@@ -21,7 +22,7 @@ from providers.qemu import machine as machine_module
 from providers.qemu.guest_agent import ClockMode
 from providers.qemu.pool import PoolConfig
 
-from .conftest import BOOT_TIMEOUT, LIBVIRT_URI, ensure_libvirtd, our_domains
+from .conftest import BOOT_TIMEOUT, our_domains
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -29,14 +30,6 @@ TINY = MachineSource(image="linux-tiny")
 # `date -s` takes whole seconds (rounded), `date +%s` prints them (truncated), a TCG guest is slow.
 TOLERANCE_S = 2.0
 STALE_S = 4 * TOLERANCE_S  # how old the snapshot must be for a stale clock to show
-
-
-async def until(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 async def first_script_clock_error(m: QemuMachine) -> float:

@@ -1,8 +1,8 @@
-"""Issue 27, defect 3: a destroy that fails (libvirtd restarting) leaks nothing and unlinks nothing
+"""A destroy that fails (libvirtd restarting) leaks nothing and unlinks nothing
 under a live QEMU.
 
 A real linux-tiny machine; the host's real libvirtd is stopped for a few seconds (and started again
-the way scripts/libvirt-up.sh starts it, always). Before issue 27, `QemuMachine.destroy` removed the
+the way scripts/libvirt-up.sh starts it, always). `QemuMachine.destroy` once removed the
 machine's directory in a `finally`, under the QEMU process that libvirtd's absence leaves running,
 and nothing retried the destroy until the next reap (5 minutes later). Now the files stay while the
 domain lives, the provider retries the destroy in the background, counts it as a leftover, and
@@ -22,13 +22,14 @@ import time
 from pathlib import Path
 
 import pytest
+from kit.libvirt import REPO, ensure_libvirtd
 
 from gh_common.timeouts import within
 from providers.base import MachineSource
 from providers.errors import ProviderError
 from providers.qemu import QemuMachine
 
-from .conftest import BOOT_TIMEOUT, REPO, ensure_libvirtd, make_provider, our_domains
+from .conftest import BOOT_TIMEOUT, make_provider, our_domains
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(600)]
 

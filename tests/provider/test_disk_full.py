@@ -2,7 +2,7 @@
 
 A real linux-tiny machine whose state dir (and so its overlay) is on a small tmpfs, mounted before QEMU
 starts (QEMU runs in libvirt's mount namespace: a tmpfs mounted later, on a host without systemd's shared
-propagation, is not the directory QEMU sees). Issue 27, defect 4: the tmpfs is filled to the last MiB and
+propagation, is not the directory QEMU sees). The tmpfs is filled to the last MiB and
 the guest writes to its disk. QEMU pauses a guest whose disk write hits ENOSPC; the guest agent call then
 fails with libvirt's "domain is not running". The error must say what happened: the host disk is full.
 """
@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from kit.libvirt import LIBVIRT_URI, ensure_libvirtd
 from PIL import Image
 
 from providers.base import MachineSource
@@ -24,7 +25,7 @@ from providers.errors import ProviderError
 from providers.qemu import QemuMachine, QemuProvider
 from providers.qemu.screen import SCREENDUMP_DIR
 
-from .conftest import BOOT_TIMEOUT, LIBVIRT_URI, ensure_libvirtd
+from .conftest import BOOT_TIMEOUT
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(600)]
 

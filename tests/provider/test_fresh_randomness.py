@@ -19,13 +19,14 @@ from pathlib import Path
 import libvirt
 import libvirt_qemu
 import pytest
+from kit.libvirt import LIBVIRT_URI, ensure_libvirtd
 
 from providers.base import MachineOrigin, MachineSource
 from providers.qemu import QemuMachine, QemuProvider
 from providers.qemu.pool import PoolConfig
 from providers.qemu.saveimage import read_save_image
 
-from .conftest import BOOT_TIMEOUT, LIBVIRT_URI, ensure_libvirtd, our_domains
+from .conftest import BOOT_TIMEOUT, our_domains
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 

@@ -23,7 +23,6 @@ import socket
 import stat
 import subprocess
 import tarfile
-import tempfile
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -31,6 +30,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 import yaml
+from kit.libvirt import started
+from kit.scratch import traversable_tmpdir
 
 from providers.base import MachineSource
 from providers.errors import MachineLimit, MachineLimitExceeded
@@ -117,8 +118,7 @@ def net_modules() -> dict[str, bytes]:
 
 
 def _isolated_image(images_dir: Path) -> Path:
-    imgs = Path(tempfile.mkdtemp(prefix="gh-iso-images-", dir="/var/tmp"))
-    imgs.chmod(0o755)
+    imgs = traversable_tmpdir("gh-iso-images-")
     d = imgs / "linux-tiny"
     d.mkdir(mode=0o755)
     for f in (images_dir / "linux-tiny").iterdir():
@@ -134,13 +134,10 @@ def _isolated_image(images_dir: Path) -> Path:
 async def iso_provider(images_dir: Path, state_root: Path, runner_name: str) -> AsyncIterator[QemuProvider]:
     """linux-tiny with `network: isolated` (its files linked, its manifest changed)."""
     imgs = _isolated_image(images_dir)
-    p = make_provider(imgs, state_root, runner_name, "iso")
-    await p.start()
     try:
-        yield p
+        async with started(make_provider(imgs, state_root, runner_name, "iso")) as p:
+            yield p
     finally:
-        await p.reap(set())
-        await p.close()
         shutil.rmtree(imgs, ignore_errors=True)
 
 

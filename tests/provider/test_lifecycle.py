@@ -9,20 +9,19 @@ import time
 from pathlib import Path
 
 import pytest
+from kit.libvirt import LIBVIRT_URI, domains
 
 from providers.base import CheckStatus, MachineSource
 from providers.errors import MachineNotReady, ProviderError
 from providers.qemu import QemuProvider
 
-from .conftest import BOOT_TIMEOUT, LIBVIRT_URI, Machines, make_provider
+from .conftest import BOOT_TIMEOUT, Machines, make_provider
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 
 def domain_exists(name: str) -> bool:
-    out = subprocess.run(["virsh", "-c", LIBVIRT_URI, "list", "--all", "--name"], capture_output=True, text=True,
-                         timeout=30)
-    return name in out.stdout.split()
+    return name in domains(name)
 
 
 async def test_two_machines_from_one_base_do_not_see_each_others_writes(machines: Machines) -> None:

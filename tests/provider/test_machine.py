@@ -11,6 +11,7 @@ from pathlib import Path
 
 import libvirt
 import pytest
+from kit.libvirt import LIBVIRT_URI, ensure_libvirtd
 from PIL import Image
 
 from gh_wire.input import ClickEvent, KeyEvent, MoveEvent, ScrollEvent, TypeEvent
@@ -18,8 +19,6 @@ from providers.errors import InputNotSupported, ProviderError
 from providers.qemu import QemuMachine, QemuProvider
 from providers.qemu.connection import Connection
 from providers.qemu.screen import SCREENDUMP_DIR
-
-from .conftest import LIBVIRT_URI, ensure_libvirtd
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import libvirt
 import pytest
+from kit.libvirt import LIBVIRT_URI, domains, ensure_libvirtd
+from kit.poll import until
 
 from providers.base import MachineOrigin, MachineSource
 from providers.errors import MachineNotReady
@@ -21,20 +21,12 @@ from providers.qemu import QemuMachine, QemuProvider
 from providers.qemu.guest_agent import GuestAgent
 from providers.qemu.pool import PoolConfig
 
-from .conftest import BOOT_TIMEOUT, LIBVIRT_URI, ensure_libvirtd, our_domains
+from .conftest import BOOT_TIMEOUT, our_domains
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 TINY = MachineSource(image="linux-tiny")
 POOL = PoolConfig(per_source=1, total_mib=512, keep=frozenset({TINY}))  # hot from the start
-
-
-async def until(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 def pooled(p: QemuProvider) -> int:
@@ -179,9 +171,7 @@ async def test_closing_while_a_machine_is_primed_leaves_nothing(
 
 
 def all_domains() -> list[str]:
-    out = subprocess.run(["virsh", "-c", LIBVIRT_URI, "list", "--all", "--name"],
-                         capture_output=True, text=True, timeout=30, check=True)
-    return out.stdout.split()
+    return domains("", check=True)
 
 
 async def test_deleting_a_version_destroys_its_pooled_machines_first(

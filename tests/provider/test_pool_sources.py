@@ -6,11 +6,10 @@ waits out one being made of it, and makes none while the caller removes its file
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
+from kit.poll import until
 
 from gh_common.timeouts import within
 from providers.base import MachineSource
@@ -70,14 +69,6 @@ class Listing:
         return [(s, f"{s.start_state_id}/v{s.version}", 256) for s in self.sources]
 
 
-async def until(cond: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
 def alive(host: FakeHost, source: MachineSource) -> list[FakeMachine]:
     return [m for m in host.made if m.source == source and not m.destroyed]
 
@@ -87,10 +78,10 @@ async def test_a_source_no_longer_listed_loses_its_machines_on_the_next_pass() -
     pool: HotPool[FakeMachine] = HotPool(host, PoolConfig(per_source=1, total_mib=1024, keep=KEPT), listing)
     pool.start()
     try:
-        await until(lambda: pool.counts() == {V1: 1, V2: 1}, "the pool to fill")
+        await until(lambda: pool.counts() == {V1: 1, V2: 1}, WAIT, "the pool to fill", every=0.01)
         listing.sources = [V2]  # v1's files were removed behind the pool's back
         pool.wake()
-        await until(lambda: not alive(host, V1), "v1's machine to be destroyed")
+        await until(lambda: not alive(host, V1), WAIT, "v1's machine to be destroyed", every=0.01)
         assert pool.counts() == {V2: 1} and len(alive(host, V2)) == 1
     finally:
         await pool.close()
@@ -103,7 +94,8 @@ async def test_dropping_destroys_the_sources_machines_and_one_being_made_of_it()
     pool: HotPool[FakeMachine] = HotPool(host, PoolConfig(per_source=1, total_mib=1024, keep=KEPT), listing)
     pool.start()
     try:
-        await until(lambda: pool.counts().get(V1) == 1 and host.making.is_set(), "v1 pooled, v2 being made")
+        await until(lambda: pool.counts().get(V1) == 1 and host.making.is_set(), WAIT, "v1 pooled, v2 being made",
+                    every=0.01)
 
         def is_version(s: MachineSource) -> bool:
             return s.start_state_id == "ss_p"

@@ -13,11 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
+from kit.libvirt import LIBVIRT_URI, ensure_libvirtd
 
 from providers.base import MachineOrigin, MachineSource
 from providers.qemu import QemuMachine, QemuProvider
 
-from .conftest import BOOT_TIMEOUT, LIBVIRT_URI, ensure_libvirtd, our_domains
+from .conftest import BOOT_TIMEOUT, our_domains
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 

@@ -10,25 +10,17 @@ goes down mid-run" does).
 from __future__ import annotations
 
 import shutil
-import socket
 import ssl
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import yaml
+from kit.net import free_port, wait_answering
 
 USER = "labrunner"
 PASSWORD = "s3cret-registry-pw"
 START_TIMEOUT = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _run(argv: list[str], **kw: object) -> None:
@@ -105,18 +97,12 @@ class RegistryProcess:
         self.proc = subprocess.Popen(["docker-registry", "serve", str(self._config)], stdout=log, stderr=log,
                                      stdin=subprocess.DEVNULL)
         verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=str(self.ca_file)) if self.ca_file else True
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            try:
-                r = httpx.get(self.url + "/v2/", verify=verify, timeout=2.0)
-                if r.status_code in (200, 401):
-                    return
-            except httpx.HTTPError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"docker-registry did not start; see {self.root / 'registry.log'}")
-            time.sleep(0.1)  # a poll with a deadline: the process gives no readiness signal
+        try:
+            wait_answering(self.url + "/v2/", what="docker-registry", proc=self.proc, log=self.root / "registry.log",
+                           timeout=START_TIMEOUT, ok=(200, 401), verify=verify)
+        except RuntimeError:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -18,7 +18,8 @@ from typing import Any
 import httpx
 import pytest
 from guidinghand import Eager
-from startstates.conftest import LIBVIRT_URI, Stack
+from kit.libvirt import LIBVIRT_URI
+from startstates.conftest import Stack
 
 from registry.server import RegistryProcess
 

@@ -1,4 +1,4 @@
-"""Matching a lease on a start-state version to a runner, when the version is in a registry (issue 25)."""
+"""Matching a lease on a start-state version to a runner, when the version is in a registry (docs/start-states.md)."""
 
 from __future__ import annotations
 

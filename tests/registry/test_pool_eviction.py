@@ -8,16 +8,14 @@ v1: v1's paused machine is destroyed before its files are removed, not left unti
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import shutil
-import subprocess
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from kit.libvirt import LIBVIRT_URI, domains
+from kit.poll import until
 
 from gh_runner.config import Registry as RegistrySettings
 from gh_runner.library import Library, open_registry
@@ -28,22 +26,7 @@ from registry.server import RegistryProcess
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow]
 
-LIBVIRT_URI = "qemu:///system"
 WAIT = 300.0  # a loaded 2-core host under TCG
-
-
-def domains(prefix: str) -> list[str]:
-    out = subprocess.run(["virsh", "-c", LIBVIRT_URI, "list", "--all", "--name"],
-                         capture_output=True, text=True, timeout=30, check=True)
-    return [n for n in out.stdout.split() if n.startswith(prefix)]
-
-
-async def until(cond: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.2)
 
 
 def library(reg: RegistryProcess, provider: QemuProvider, state: Path, cache_mib: int) -> Library:
@@ -76,7 +59,7 @@ async def test_an_evicted_version_loses_its_pooled_machines(plain_registry: Regi
             await a.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    assert domains(f"gh-{name_a}-") == [] and domains(f"gh-{name_b}-") == []
+    assert domains(f"gh-{name_a}-", check=True) == [] and domains(f"gh-{name_b}-", check=True) == []
 
 
 async def evict_a_pooled_version(ssid: str, name_b: str, root: Path, a: QemuProvider, b: QemuProvider,
@@ -99,13 +82,13 @@ async def evict_a_pooled_version(ssid: str, name_b: str, root: Path, a: QemuProv
     v1 = MachineSource(image="linux-tiny", start_state_id=ssid, version=1)
     assert await lib_b.acquire(ssid, 1, "linux-tiny", checksum) > 0
     lib_b.release(ssid, 1)
-    await until(lambda: pool.counts() == {v1: 1}, "the pulled version to be pooled")
+    await until(lambda: pool.counts() == {v1: 1}, WAIT, "the pulled version to be pooled", every=0.2)
     pooled = pool._ready[v1][0].machine.domain_name
-    assert pooled in domains(f"gh-{name_b}-")
+    assert pooled in domains(f"gh-{name_b}-", check=True)
 
     assert await lib_b.acquire(ssid, 2, "linux-tiny", checksum) > 0  # evicts v1
     lib_b.release(ssid, 2)
     assert (ssid, 1) not in set(await b.held_versions())
     assert not (root / "b" / "states" / ssid / "v1").exists()
-    assert pooled not in domains("gh-")
+    assert pooled not in domains("gh-", check=True)
     assert v1 not in pool.counts()

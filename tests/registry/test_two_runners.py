@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import secrets
 import shutil
-import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kit.scratch import traversable_tmpdir
 
 from gh_wire.protocol import Job, Lease, LeaseRefusal
 from registry.hosts import WAIT, Host, build_state, run_to_result, start_host, state_lease
@@ -32,8 +32,7 @@ MARK = "saved-on-A-" + secrets.token_hex(4)
 async def runners(images_dir: Path) -> AsyncIterator[Callable[..., Any]]:
     made: list[Host] = []
     # Under /var/tmp with traversable parents: libvirt-qemu must reach the disks.
-    root = Path(tempfile.mkdtemp(prefix="gh-registry-test-", dir="/var/tmp"))
-    root.chmod(0o755)  # noqa: ASYNC240 - fixture set-up
+    root = traversable_tmpdir("gh-registry-test-")
 
     async def start(letter: str, registry: RegistryProcess, slots: int = 2) -> Host:
         host = await start_host(letter, root, images_dir, registry, slots)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,11 +78,3 @@ async def start_daemon(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
             r.daemon.force_stop()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(r.task, 60)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _no_domains_left_behind() -> Iterator[None]:
-    """Overrides the suite-wide libvirt leak check for this folder: these tests use the provider
-    double and never touch libvirt, and the check (which destroys any new gh-* domain) would
-    otherwise kill the domains of other suites running at the same time on this shared host."""
-    yield

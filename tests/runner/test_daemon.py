@@ -319,7 +319,7 @@ async def test_observers_see_disconnects_reconnects_and_reaping(peer: Peer, star
 
 
 async def test_a_status_lost_with_the_link_reaches_the_server_in_the_next_hello(peer: Peer, start_daemon: Any) -> None:
-    """Issue 27: statuses are delivered at least once. The runner notes each one in the attempt's
+    """Statuses are delivered at least once (docs/protocol.md). The runner notes each one in the attempt's
     in-flight record before sending it; whatever the link lost, the next hello carries (`in_flight_phases`),
     and the server's `status_ack` for `running` tells the attempt its agent came."""
     peer.status_acks = True
@@ -343,7 +343,7 @@ async def test_a_status_lost_with_the_link_reaches_the_server_in_the_next_hello(
 
 
 async def test_an_unreachable_hypervisor_pauses_the_runner_until_it_answers(peer: Peer, start_daemon: Any) -> None:
-    """Issue 27: while the hypervisor does not answer, leases are refused with a typed reason and the
+    """While the hypervisor does not answer, leases are refused with a typed reason and the
     heartbeats say the runner is paused (the server then offers it nothing); it resumes by itself."""
     rec = Recorder()
     r = await start_daemon(peer.url, probe_interval=0.2, observers=[rec])

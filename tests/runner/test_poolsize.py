@@ -1,4 +1,4 @@
-"""The hot pool on by default where it pays (issue 26): with no `pool:` in the config it is sized
+"""The hot pool on by default where it pays (gh_runner/poolsize.py): with no `pool:` in the config it is sized
 from the slots and the host's free memory, `pool: off` turns it off, explicit sizes are kept, the
 provider gets what the rule says, and the daemon's start line says which."""
 

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from kit.net import free_port
 from structlog.testing import capture_logs
 
 from gh_common.backoff import Backoff
@@ -112,12 +113,7 @@ def test_backoff_grows_is_capped_and_jittered() -> None:
 
 async def test_reconnect_delays_grow_and_cap_against_a_dead_address(start_daemon: Any) -> None:
     # Nothing listens on this port: every dial fails at once; record the waits instead of sleeping.
-    import socket
-
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    port = free_port()
     delays: list[float] = []
     enough = asyncio.Event()
 

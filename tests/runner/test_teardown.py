@@ -1,4 +1,4 @@
-"""Teardown off the critical path (issue 15): a slot frees once the result is journaled, the
+"""Teardown off the critical path: a slot frees once the result is journaled, the
 machine's destroy finishes in the background, and a crash in between is reaped at the next start.
 Also what the hello says about the hot pool.
 

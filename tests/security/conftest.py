@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from gateway.conftest import _no_domains_left_behind, server, server_factory
+from gateway.conftest import server, server_factory
 
-__all__ = ["_no_domains_left_behind", "server", "server_factory"]
+__all__ = ["server", "server_factory"]

@@ -4,7 +4,6 @@ PostgreSQL (a throwaway cluster), driven through the official guidinghand SDK.""
 from __future__ import annotations
 
 import shutil
-import socket
 import tempfile
 import threading
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 import uvicorn
 from guidinghand import Eager
+from kit.net import free_port
 
 from gh_server.app import HTTP_KEEP_ALIVE_S, create_app
 from gh_server.auth import create_key
@@ -22,12 +22,6 @@ from gh_server.settings import Settings
 from gh_server.state import ServerState
 
 from .pg import PgCluster, start_cluster
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -80,7 +74,7 @@ def pg_cluster() -> Iterator[PgCluster]:
     try:
         cluster = start_cluster()
     except Exception as e:  # a missing PostgreSQL is a failure, never a silent skip
-        pytest.fail(f"PostgreSQL could not be started for the server tests: {e}")
+        pytest.fail(f"PostgreSQL could not be started: {e}")
     yield cluster
     cluster.stop()
 

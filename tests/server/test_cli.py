@@ -4,16 +4,14 @@ said before anything starts."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
+from kit.net import free_port, wait_healthy
 
 BIN = Path(sys.executable).parent
 
@@ -86,22 +84,12 @@ def test_a_port_in_use_exits_2_before_starting(tmp_path: Path) -> None:
 
 
 def test_serves_on_the_socket_it_bound_and_stops_on_sigterm(tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GH_SERVER_")}
     proc = subprocess.Popen([str(BIN / "gh-server"), "--data-dir", str(tmp_path), "--port", str(port),
                              "--log-level", "warning"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, proc.communicate()
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200:
-                    break
-            time.sleep(0.2)
-        else:
-            raise AssertionError("gh-server did not answer /healthz")
+        wait_healthy(f"http://127.0.0.1:{port}", proc=proc, timeout=90)
         proc.send_signal(signal.SIGTERM)
         # uvicorn re-raises the signal it caught once it has shut down (as it did under uvicorn.run).
         assert proc.wait(timeout=60) in (0, -signal.SIGTERM)

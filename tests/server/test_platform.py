@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -31,13 +30,14 @@ from guidinghand import (
     WebhookVerificationError,
     verify_webhook,
 )
+from kit.net import free_port, wait_healthy
 from sqlalchemy import create_engine, text
 
 from gh_server import db
 from gh_server.auth import ensure_admin_key
 from gh_server.settings import Settings
 
-from .conftest import RunningServer, Server, free_port, make_settings
+from .conftest import RunningServer, Server, make_settings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -269,16 +269,7 @@ def test_gh_server_command_serves_with_env_admin_key() -> None:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "gh-server did not answer /healthz within 60 s"
-            time.sleep(0.1)
+        wait_healthy(f"http://127.0.0.1:{port}", proc=proc, timeout=60)
         from guidinghand import Eager
 
         c = Eager(api_key="gh_live_from_env_for_test", base_url=f"http://127.0.0.1:{port}", max_retries=0)
@@ -359,7 +350,7 @@ def test_settings_precedence_and_config_file(tmp_path: Path, monkeypatch: pytest
     ({"kind": "http"}, "kind http needs a `url`"),
     ({"kind": "command", "comand": ["./agent.sh"]}, "Extra inputs are not permitted"),
     ({"kind": "builtin", "builtin": "oracle"}, "Input should be 'noop' or 'reference'"),
-    # Issue 23: a model agent's settings, each named where it is wrong.
+    # A model agent's settings (docs/agents.md), each named where it is wrong.
     ({"kind": "model", "api": "gemini", "model": "m"}, "agents.mine.api\n  Input should be 'anthropic'"),
     ({"kind": "model", "api": "anthropic", "model": "m"}, "api anthropic needs api_key_env"),
     ({"kind": "model", "api": "openai-chat", "model": "m", "output": "json"}, "agents.mine.output\n"),

@@ -1,5 +1,5 @@
 # mypy: disable-error-code="arg-type,list-item,typeddict-item,misc,index"
-"""Results you can trust (issue 16), through the SDK: Wilson intervals, pass@k and pass^k, flaky
+"""Results you can trust (docs/server-api.md), through the SDK: Wilson intervals, pass@k and pass^k, flaky
 (case, agent) pairs, infrastructure errors counted apart by phase, and paired comparisons (two agents of
 a run, and one agent across two runs) with an exact McNemar test and a paired bootstrap interval.
 

@@ -11,12 +11,9 @@ import asyncio
 import contextlib
 import http.server
 import json
-import os
 import secrets
 import shutil
 import socket
-import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
@@ -27,13 +24,14 @@ import httpx
 import pytest
 from agentfiles import agent_command
 from guidinghand import Eager
+from kit.libvirt import LIBVIRT_URI, leak_check
+from kit.scratch import traversable_tmpdir
 
 T = TypeVar("T")
 
 HERE = Path(__file__).resolve().parent
 START_TIMEOUT = 180.0
 RUNNER_NAME = "sstest-" + secrets.token_hex(3)
-LIBVIRT_URI = os.environ.get("GH_TEST_LIBVIRT_URI", "qemu:///system")
 
 
 def await_for(fn: Callable[[], T], *, what: str, timeout: float = 240.0, every: float = 0.5) -> T:
@@ -46,13 +44,6 @@ def await_for(fn: Callable[[], T], *, what: str, timeout: float = 240.0, every: 
             return last
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last: {last!r}")
-
-
-def traversable_tmpdir(prefix: str) -> Path:
-    # QEMU runs as libvirt-qemu: overlays and versions must sit under directories it can traverse.
-    d = Path(tempfile.mkdtemp(prefix=prefix, dir="/var/tmp"))
-    d.chmod(0o755)
-    return d
 
 
 class HookReceiver:
@@ -263,25 +254,7 @@ class Stack:
                 self.state.engine.dispose()
 
 
-def our_domains() -> list[str]:
-    out = subprocess.run(["virsh", "-c", LIBVIRT_URI, "list", "--all", "--name"],
-                         capture_output=True, text=True, timeout=30, check=False)
-    return [n for n in out.stdout.split() if n.startswith(f"gh-{RUNNER_NAME}-")]
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _no_domains_left_behind() -> Iterator[None]:
-    """Overrides the suite-wide check for this folder: the same leak check, limited to this folder's
-    runner, so running it beside other engineers' tests neither fails on nor destroys their machines."""
-    yield
-    if shutil.which("virsh") is None:
-        return
-    left = our_domains()
-    for name in left:
-        subprocess.run(["virsh", "-c", LIBVIRT_URI, "destroy", name], capture_output=True, timeout=30)
-        subprocess.run(["virsh", "-c", LIBVIRT_URI, "undefine", name, "--nvram"], capture_output=True, timeout=30)
-    if left:
-        pytest.fail(f"the start-state tests left libvirt domains behind: {left}")
+_no_domains_left_behind = leak_check(f"gh-{RUNNER_NAME}-", "the start-state tests")
 
 
 @pytest.fixture(scope="module")

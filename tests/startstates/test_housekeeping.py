@@ -171,7 +171,7 @@ def test_a_build_from_an_old_version_pins_it(st: ServerState) -> None:
 
 
 def test_idle_seconds_default_setting_and_override(st: ServerState) -> None:
-    assert idle_seconds(st) == 7200.0  # the seed's 2 hours
+    assert idle_seconds(st) == 7200.0  # 2 hours (docs/start-states.md)
     st.settings = Settings(data_dir=st.settings.data_dir, start_state_idle_seconds=30)
     assert idle_seconds(st) == 30.0
     st.extras["start_state_idle_seconds"] = 5  # a per-process override (tests, embedding)

@@ -1,4 +1,4 @@
-"""Results you can trust (issue 16): test_cases.validation and attempt_labels.
+"""Results you can trust (gh_server/trust.py): test_cases.validation and attempt_labels.
 
 Revision ID: 0003_trust
 Revises: 0002_start_state_description

@@ -1,6 +1,6 @@
 """machine_grants.step_limit_hit and machine_failure: how an agent's task ended, seen by every process
 
-A step past the case's limit ends the task (issue 16) even when that request reached another gh-server
+A step past the case's limit ends the task even when that request reached another gh-server
 process than the one running the agent; a machine failure under the agent makes its giving up ours.
 
 Revision ID: 0005_grant_ends

@@ -1,6 +1,6 @@
 """test_runs.queue_timeout_seconds: a run may bound how long its attempts wait in the queue
 
-An attempt queued longer ends as `error` with its queued_reason (issue 28).
+An attempt queued longer ends as `error` with its queued_reason (gh_server/queue_wait.py).
 
 Revision ID: 0006_queue_timeout
 Revises: 0005_grant_ends

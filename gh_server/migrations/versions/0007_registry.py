@@ -1,6 +1,6 @@
 """start_state_versions.registry_ref and runners.registry: start states shared through an OCI registry
 
-A version a runner pushed to its registry (issue 25) can be leased to any runner with that registry
+A version a runner pushed to its registry (docs/start-states.md) can be leased to any runner with that registry
 and the base image; `registry_ref` is where it is (host/prefix/states@sha256:...), `runners.registry`
 the registry a runner pulls from (host/prefix, from its hello).
 

@@ -1,6 +1,6 @@
 """runners.paused: why a connected runner takes no leases (hypervisor_down), for the runners list
 
-A runner whose hypervisor stopped answering pauses itself (issue 27) and says so in its heartbeats;
+A runner whose hypervisor stopped answering pauses itself (gh_runner/hypervisor.py) and says so in its heartbeats;
 the API shows it as the runner's `paused`.
 
 Revision ID: 0008_runner_paused
