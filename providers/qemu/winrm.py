@@ -176,14 +176,6 @@ def load_credentials(path: Path) -> tuple[str, str]:
     return str(data["username"]), data["password"]
 
 
-def _operation_timeout() -> type[Exception]:
-    try:
-        from winrm.exceptions import WinRMOperationTimeoutError
-    except ImportError:  # pragma: no cover - pywinrm is a dependency
-        return TimeoutError
-    return WinRMOperationTimeoutError
-
-
 class WinRMRunner:
     """Runs scripts through a pywinrm Protocol; blocking, so callers use `run_script` (async)."""
 
@@ -193,9 +185,11 @@ class WinRMRunner:
 
     def _receive(self, p: WinRMProtocol, shell: str, cmd: str) -> tuple[bytes, bytes, int, bool]:
         """One Receive; pywinrm raises when the command printed nothing for the operation timeout."""
+        from winrm.exceptions import WinRMOperationTimeoutError  # pywinrm loads only where WinRM is used
+
         try:
             return p.get_command_output_raw(shell, cmd)
-        except _operation_timeout():
+        except WinRMOperationTimeoutError:
             return b"", b"", -1, False
 
     def _upload(self, p: WinRMProtocol, shell: str, path: str, data: bytes, deadline: float) -> None:
