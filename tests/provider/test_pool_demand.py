@@ -5,10 +5,12 @@ leased for `keep_leased_s` loses its machines."""
 
 from __future__ import annotations
 
+from kit.poll import until
+
 from providers.base import MachineSource
 from providers.qemu.pool import Demand, HotPool, PoolConfig
 
-from .test_pool_sources import FakeHost, FakeMachine, until
+from .test_pool_sources import WAIT, FakeHost, FakeMachine
 
 TINY = MachineSource(image="linux-tiny")
 DESKTOP = MachineSource(image="linux-desktop")
@@ -62,11 +64,11 @@ async def test_nothing_is_hot_until_leased_and_the_next_lease_is_pooled() -> Non
     try:
 
         assert await pool.take("at_1", DESKTOP, "d1") is None  # a first lease: the caller makes its machine
-        await until(lambda: pool.counts() == {DESKTOP: 1}, "the pool to fill for the desktop")
+        await until(lambda: pool.counts() == {DESKTOP: 1}, WAIT, "the pool to fill for the desktop")
         assert await pool.hot_sources() == [DESKTOP]
         taken = await pool.take("at_2", DESKTOP, "d1")
         assert taken is not None and taken.source == DESKTOP
-        await until(lambda: pool.counts() == {DESKTOP: 1}, "the refill")
+        await until(lambda: pool.counts() == {DESKTOP: 1}, WAIT, "the refill")
         assert {m.source for m in host.made} == {DESKTOP}  # nothing of what nobody leased
     finally:
         await pool.close()
@@ -95,7 +97,7 @@ async def test_a_source_not_leased_for_the_idle_time_is_dropped() -> None:
         assert await pool.take("at_1", DESKTOP, "d1") is None
         await until(lambda: pool.counts() == {TINY: 1, DESKTOP: 1}, "the desktop pooled beside the kept image")
         desktop = next(m for m in host.made if m.source == DESKTOP)
-        await until(lambda: desktop.destroyed, "the idle desktop's machine to be destroyed")
+        await until(lambda: desktop.destroyed, WAIT, "the idle desktop's machine to be destroyed")
         assert pool.counts() == {TINY: 1} and await pool.hot_sources() == [TINY]
         assert [m for m in host.made if m.source == DESKTOP and not m.destroyed] == []
     finally:

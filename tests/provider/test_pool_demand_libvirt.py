@@ -6,16 +6,15 @@ The pure policy is tested in tests/provider/test_pool_demand.py."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 import shutil
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kit.poll import until
 
 from providers.base import MachineOrigin, MachineSource
 from providers.qemu import QemuProvider
@@ -46,14 +45,6 @@ def two_images(images_dir: Path) -> Iterator[Path]:
         yield d
     finally:
         shutil.rmtree(d, ignore_errors=True)
-
-
-async def until(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.2)
 
 
 async def test_only_the_kept_and_the_leased_are_hot_and_an_idle_source_is_dropped(
