@@ -80,7 +80,7 @@ async def test_the_kept_sources_are_hot_from_the_start() -> None:
     pool: HotPool[FakeMachine] = HotPool(host, config, Images())
     pool.start()
     try:
-        await until(lambda: pool.counts() == {TINY: 2, STATE: 2}, "the kept sources to fill")
+        await until(lambda: pool.counts() == {TINY: 2, STATE: 2}, WAIT, "the kept sources to fill")
         assert sorted(await pool.hot_sources(), key=str) == sorted([TINY, STATE], key=str)
         assert all(m.source != DESKTOP for m in host.made)
     finally:
@@ -95,7 +95,8 @@ async def test_a_source_not_leased_for_the_idle_time_is_dropped() -> None:
     pool.start()
     try:
         assert await pool.take("at_1", DESKTOP, "d1") is None
-        await until(lambda: pool.counts() == {TINY: 1, DESKTOP: 1}, "the desktop pooled beside the kept image")
+        await until(lambda: pool.counts() == {TINY: 1, DESKTOP: 1}, WAIT,
+                    "the desktop pooled beside the kept image")
         desktop = next(m for m in host.made if m.source == DESKTOP)
         await until(lambda: desktop.destroyed, WAIT, "the idle desktop's machine to be destroyed")
         assert pool.counts() == {TINY: 1} and await pool.hot_sources() == [TINY]
