@@ -197,10 +197,20 @@ class Journal:
         return is_safe_id(attempt_id) and self._path(self.results_dir, attempt_id).exists()
 
     def pending_results(self) -> list[AttemptResult]:
+        """The results not yet acknowledged, oldest first. A result acknowledged (its file removed)
+        while this looks is simply not among them."""
+        found = []
+        for path in self.results_dir.glob("*.json"):
+            try:
+                found.append((path.stat().st_mtime, path))
+            except FileNotFoundError:
+                continue
         out = []
-        for path in sorted(self.results_dir.glob("*.json"), key=lambda p: p.stat().st_mtime):
+        for _, path in sorted(found):
             try:
                 out.append(AttemptResult.model_validate_json(path.read_bytes()))
+            except FileNotFoundError:
+                continue
             except (ValidationError, ValueError):
                 self._quarantine(path)
         return out

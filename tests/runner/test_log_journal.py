@@ -88,6 +88,25 @@ def _result(aid: str, outcome: str = "passed") -> AttemptResult:
     return AttemptResult(attempt_id=aid, outcome=outcome, finished_at=datetime.now(UTC))  # type: ignore[arg-type]
 
 
+def test_a_result_acknowledged_while_the_journal_lists_them_is_left_out(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner acknowledges (removes) results on its journal thread while another reader lists them:
+    a file gone between the listing and its read is not pending, and no error."""
+    j = Journal(tmp_path / "state")
+    j.open()
+    for aid in ("at_1", "at_2", "at_3"):
+        j.finish(_result(aid))
+    real_glob = Path.glob
+
+    def glob_then_ack(self: Path, pattern: str) -> Any:
+        listed = list(real_glob(self, pattern))
+        j.ack("at_1")  # between the listing and the looks at each file
+        return iter(listed)
+
+    monkeypatch.setattr(Path, "glob", glob_then_ack)
+    assert sorted(r.attempt_id for r in j.pending_results()) == ["at_2", "at_3"]
+
+
 def test_journal_lifecycle(tmp_path: Path) -> None:
     j = Journal(tmp_path / "state")
     j.open()
