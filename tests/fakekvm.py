@@ -8,9 +8,12 @@ the real QEMU. Each run appends `kvm` or `tcg` and whether a kernel was asked fo
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 _WRAPPER = r"""#!/bin/bash
 real={real}
@@ -58,3 +61,14 @@ def firmware_only_kvm(where: Path) -> FakeKvmHost:
     qemu.write_text(_WRAPPER.format(real=real, calls=calls))
     qemu.chmod(0o755)
     return FakeKvmHost(bin_dir, qemu, calls)
+
+
+def on_path(where: Path, monkeypatch: pytest.MonkeyPatch) -> FakeKvmHost:
+    """Such a host, its wrapper first on PATH for the test. The decision checks that this process
+    may open /dev/kvm before it boots anything: without that there is no KVM to fake, and the
+    test is skipped with the reason."""
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        pytest.skip("needs a /dev/kvm this process may open (the decision checks it before it boots)")
+    fake = firmware_only_kvm(where)
+    monkeypatch.setenv("PATH", f"{fake.bin_dir}:{os.environ['PATH']}")
+    return fake

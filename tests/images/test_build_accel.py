@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakekvm import FakeKvmHost, firmware_only_kvm
+from fakekvm import FakeKvmHost, on_path
 from imagebuilder.accel import build_accelerator
 
 from providers.manifest import load_manifest
@@ -23,12 +23,8 @@ NEVER_PRINTED = "accelerator tcg: a Linux kernel booted under KVM never printed"
 
 @pytest.fixture
 def fake_host(scratch: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKvmHost]:
-    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
-        pytest.skip("needs a /dev/kvm this process may open (the decision checks it before it boots)")
-    fake = firmware_only_kvm(scratch / "fake")
-    monkeypatch.setenv("PATH", f"{fake.bin_dir}:{os.environ['PATH']}")
     monkeypatch.delenv("GH_BUILD_ACCEL", raising=False)
-    yield fake
+    yield on_path(scratch / "fake", monkeypatch)
 
 
 def test_the_builders_choice_is_the_decision(fake_host: FakeKvmHost, images_dir: Path, scratch: Path,

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from fakekvm import firmware_only_kvm
+from fakekvm import on_path
 from kit.net import free_port, wait_healthy
 from kit.scratch import traversable_tmpdir
 from pydantic import SecretStr
@@ -174,10 +174,7 @@ def test_doctor_shows_the_accelerator_decision_and_what_it_stands_on(images_dir:
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """On a host whose KVM runs firmware but never a Linux kernel: the runner's decision (TCG), why,
     and that TCG runs a guest through libvirt; then the runner's kept decision, and how to redo it."""
-    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
-        pytest.skip("needs a /dev/kvm this process may open (the decision checks it before it boots)")
-    fake = firmware_only_kvm(workdir / "fake")
-    monkeypatch.setenv("PATH", f"{fake.bin_dir}:{os.environ['PATH']}")
+    fake = on_path(workdir / "fake", monkeypatch)
     state = workdir / "state"
     state.mkdir()
     cfg = Cfg(images_dir=images_dir, state_dir=state)

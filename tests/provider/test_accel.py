@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakekvm import FakeKvmHost, firmware_only_kvm
+from fakekvm import FakeKvmHost, on_path
 
 from providers.qemu import accel
 from providers.qemu.accel import Accelerator, Basis, decide
@@ -24,11 +24,7 @@ _EXITING_BOOT_SECTOR = bytes([0xB0, 0x31, 0xE6, 0xF4, 0xF4, 0xEB, 0xFD]).ljust(5
 
 @pytest.fixture
 def fake_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKvmHost]:
-    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
-        pytest.skip("needs a /dev/kvm this process may open (the decision checks it before it boots)")
-    fake = firmware_only_kvm(tmp_path / "fake")
-    monkeypatch.setenv("PATH", f"{fake.bin_dir}:{os.environ['PATH']}")
-    yield fake
+    yield on_path(tmp_path / "fake", monkeypatch)
 
 
 def test_the_fake_host_runs_firmware_under_kvm(fake_host: FakeKvmHost, tmp_path: Path) -> None:
