@@ -44,6 +44,7 @@ class SimRunner:
         self.close_code: int | None = None
         self.closed = asyncio.Event()
         self._reader: asyncio.Task[None] | None = None
+        self._heartbeats: asyncio.Task[None] | None = None
         self.on_message: Callable[[Any], Any] | None = None  # return True to swallow the message
 
     async def connect(self, send_hello: bool = True) -> SimRunner:
@@ -110,7 +111,22 @@ class SimRunner:
         await asyncio.wait_for(self.closed.wait(), timeout)
         return self.close_code
 
+    def keep_alive(self, every: float = 0.5) -> SimRunner:
+        """Send heartbeats every `every` seconds until closed, as gh-runner does: for a test that waits
+        longer than the server's dead-peer bound for something to arrive (the test servers declare a
+        runner silent for 3 s dead)."""
+        async def beat() -> None:
+            while True:
+                await self.send(protocol.Heartbeat(at=now(), busy=0, slots=self.hello.slots))
+                await asyncio.sleep(every)
+        self._heartbeats = asyncio.create_task(beat())
+        return self
+
     async def close(self) -> None:
+        if self._heartbeats is not None:
+            self._heartbeats.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._heartbeats
         if self.ws is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.ws.close(), 10)

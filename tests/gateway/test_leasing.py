@@ -400,11 +400,13 @@ async def test_a_retry_after_our_error_waits_and_prefers_another_runner(server_f
     server: GwServer = server_factory(retry_backoff_seconds=[2.0, 4.0])
     _, token_a = server.add_runner("a")
     _, token_b = server.add_runner("b")
-    a = await SimRunner(server.ws_url, token_a, slots=1, images=["linux-tiny"], name="a").connect()
+    # Both stay alive past the server's 3 s dead-peer bound: the retry waits 2 s, and on a loaded host
+    # the scheduler's next pass may come later than b's silence would be allowed (CI saw b dropped).
+    a = (await SimRunner(server.ws_url, token_a, slots=1, images=["linux-tiny"], name="a").connect()).keep_alive()
     try:
         server.add_run([{}])
         first = await a.expect("lease")
-        b = await SimRunner(server.ws_url, token_b, slots=1, images=["linux-tiny"], name="b").connect()
+        b = (await SimRunner(server.ws_url, token_b, slots=1, images=["linux-tiny"], name="b").connect()).keep_alive()
         try:
             await a.finish(first.attempt_id, "error", error="cannot reach libvirt")
             await no_lease(b, within=1.0)  # held back on every runner at first
