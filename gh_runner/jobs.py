@@ -120,6 +120,10 @@ class StartStateJobs:
     def is_open(self, start_state_id: str) -> bool:
         return start_state_id in self._open
 
+    def open_machine(self, start_state_id: str) -> Machine | None:
+        """The open machine of a start state (also while it boots, as `_machine_for` serves it)."""
+        return self._open.get(start_state_id) or self._starting.get(start_state_id)
+
     def start(self, job: protocol.Job, done: JobDone) -> None:
         """Run `job` in its own task; `done(job, result)` is awaited with its result (never raises
         but CancelledError: a crash is a failed result)."""
