@@ -132,7 +132,7 @@ class JobsLike(Protocol):
     def slots_freed_by(self, job: Job) -> list[str]: ...
     def start(self, job: Job, done: Callable[[Job, JobResult], Any]) -> None: ...
     async def handle_request(self, req: MachineRequest) -> MachineResponse: ...
-    def open_machine(self, start_state_id: str) -> Machine | None: ...
+    async def open_machine(self, start_state_id: str, timeout: float) -> Machine | None: ...
     async def close_all(self) -> None: ...
 
 
@@ -602,10 +602,10 @@ class Daemon:
                                    error=f"{req.op} failed in the runner: {type(e).__name__}")
         await self.session.send_message(resp)
 
-    def _view_machine(self, msg: ViewOpen) -> Machine | None:
+    async def _view_machine(self, msg: ViewOpen, timeout: float) -> Machine | None:
         if msg.attempt_id:
             return self.leases.machine_of(msg.attempt_id)
-        return self.jobs.open_machine(msg.start_state_id) if msg.start_state_id else None
+        return await self.jobs.open_machine(msg.start_state_id, timeout) if msg.start_state_id else None
 
     # -- start-state jobs ----------------------------------------------------------------------
 

@@ -42,7 +42,8 @@ log = get_logger("gh_runner.live_views")
 MAX_VIEWS = 16
 MAX_VIEWS_PER_MACHINE = 4
 CHUNK = 64 * 1024  # bytes read from the display per send
-OPEN_TIMEOUT_S = 15.0  # opening the screen stream; dialling the server
+MACHINE_WAIT_S = 90.0  # a start state's machine still being made (the first on a runner builds a warm snapshot)
+OPEN_TIMEOUT_S = 8.0  # opening the screen stream; dialling the server
 SEND_TIMEOUT_S = 10.0  # one chunk to the server, or one message to the display
 CLOSE_TIMEOUT_S = 2.0
 
@@ -62,13 +63,15 @@ def view_url(control_url: str, view_id: str) -> str:
 
 
 class LiveViews:
-    """The runner's live views. `machine_for` finds a view's machine (None: not running here);
+    """The runner's live views. `machine_for(msg, timeout)` finds a view's machine, waiting up to
+    `timeout` for one being made (None: not running here);
     `control_url` is the URL the session is connected to now; `send` puts a message on the
     control connection (a refusal: small, and never awaited past the session's own bound)."""
 
-    def __init__(self, machine_for: Callable[[ViewOpen], Machine | None], control_url: Callable[[], str], token: str,
-                 send: Callable[[BaseModel], Awaitable[bool]], *, max_views: int = MAX_VIEWS,
-                 max_per_machine: int = MAX_VIEWS_PER_MACHINE, send_timeout: float = SEND_TIMEOUT_S) -> None:
+    def __init__(self, machine_for: Callable[[ViewOpen, float], Awaitable[Machine | None]],
+                 control_url: Callable[[], str], token: str, send: Callable[[BaseModel], Awaitable[bool]], *,
+                 max_views: int = MAX_VIEWS, max_per_machine: int = MAX_VIEWS_PER_MACHINE,
+                 send_timeout: float = SEND_TIMEOUT_S) -> None:
         self._machine_for = machine_for
         self._control_url = control_url
         self._token = token
@@ -79,25 +82,18 @@ class LiveViews:
         self.views: dict[str, _View] = {}
 
     def open(self, msg: ViewOpen) -> None:
-        """Start serving `msg` (returns at once; a refusal is sent from its own task)."""
-        machine = self._machine_for(msg)
-        refusal: tuple[ViewEndReason, str] | None = None
-        if machine is None:
-            what = f"attempt {msg.attempt_id}" if msg.attempt_id else f"start state {msg.start_state_id}"
-            refusal = (ViewEndReason.NO_MACHINE, f"{what} has no machine running on this runner")
-        elif msg.view_id in self.views:
-            refusal = (ViewEndReason.CLOSED, "a view with this id is open already")
-        elif len(self.views) >= self.max_views:
-            refusal = (ViewEndReason.TOO_MANY_VIEWS, f"this runner serves at most {self.max_views} views")
-        elif sum(v.machine_id == machine.machine_id for v in self.views.values()) >= self.max_per_machine:
-            refusal = (ViewEndReason.TOO_MANY_VIEWS, f"a machine has at most {self.max_per_machine} views")
-        if refusal is not None or machine is None:
-            reason, text = refusal or (ViewEndReason.NO_MACHINE, "")
-            self._spawn_refusal(msg.view_id, reason, text)
+        """Start serving `msg` (returns at once: the machine is looked for, and a refusal sent, in the
+        view's own task)."""
+        if msg.view_id in self.views:
+            self._spawn_refusal(msg.view_id, ViewEndReason.CLOSED, "a view with this id is open already")
             return
-        view = _View(msg.view_id, machine.machine_id)
+        if len(self.views) >= self.max_views:
+            self._spawn_refusal(msg.view_id, ViewEndReason.TOO_MANY_VIEWS,
+                                f"this runner serves at most {self.max_views} views")
+            return
+        view = _View(msg.view_id, "")
         self.views[msg.view_id] = view
-        view.task = asyncio.create_task(self._serve(view, machine), name=f"view-{msg.view_id}")
+        view.task = asyncio.create_task(self._serve(view, msg), name=f"view-{msg.view_id}")
 
     def close(self, msg: ViewClose) -> bool:
         """End a view now with the server's reason; False when it is not open here."""
@@ -128,11 +124,21 @@ class LiveViews:
                                    name=f"view-refused-{view_id}")
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
-    async def _serve(self, view: _View, machine: Machine) -> None:
+    async def _serve(self, view: _View, msg: ViewOpen) -> None:
         writer: asyncio.StreamWriter | None = None
         ws: ClientConnection | None = None
         reason = ViewEndReason.CLOSED
         try:
+            machine = await self._machine_for(msg, MACHINE_WAIT_S)
+            if machine is None:
+                what = f"attempt {msg.attempt_id}" if msg.attempt_id else f"start state {msg.start_state_id}"
+                await self._refuse(view, ViewEndReason.NO_MACHINE, f"{what} has no machine running on this runner")
+                return
+            if sum(v.machine_id == machine.machine_id for v in self.views.values()) >= self.max_per_machine:
+                await self._refuse(view, ViewEndReason.TOO_MANY_VIEWS,
+                                   f"a machine has at most {self.max_per_machine} views")
+                return
+            view.machine_id = machine.machine_id
             try:
                 reader, writer = await within(OPEN_TIMEOUT_S, machine.open_screen_stream(OPEN_TIMEOUT_S))
             except NoScreenStream as e:
@@ -205,7 +211,7 @@ class LiveViews:
                 return ViewEndReason.MACHINE_GONE
             except ConnectionClosed:
                 pass
-            return ViewEndReason.VIEWER_CLOSED
+            return _said(ws) or ViewEndReason.VIEWER_CLOSED
 
         up = asyncio.create_task(screen_to_server())
         down = asyncio.create_task(server_to_screen())
@@ -222,6 +228,15 @@ class LiveViews:
             for t in (up, down):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
+
+
+def _said(ws: ClientConnection) -> ViewEndReason | None:
+    """The reason the server gave in its close frame (the viewer's end: `viewer_too_slow`, ...)."""
+    frame = ws.protocol.close_rcvd
+    try:
+        return ViewEndReason(frame.reason) if frame is not None else None
+    except ValueError:
+        return None
 
 
 __all__ = ["MAX_VIEWS", "MAX_VIEWS_PER_MACHINE", "LiveViews", "view_url"]

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import secrets
@@ -43,7 +44,7 @@ from gh_wire.vocab import AttemptStatus, ViewEndReason
 log = logging.getLogger(__name__)
 
 VIEWER_PATH = "/v1/live/{ticket}"
-OPEN_TIMEOUT_S = 20.0  # view_open to the runner's socket (the runner's own bounds are 15 s each)
+OPEN_TIMEOUT_S = 120.0  # view_open to the runner's socket (the runner's own bounds add up to 106 s)
 QUEUE_CHUNKS = 64  # runner -> viewer; a runner chunk is at most 64 KiB (gh_runner/live_views.py)
 VIEWER_SLOW_S = 5.0  # a viewer that takes nothing for this long is dropped
 SEND_TIMEOUT_S = 10.0  # one viewer message to the runner
@@ -66,6 +67,7 @@ class LiveRelay:
         self.st = st
         self.tickets = tickets or Tickets()
         self._pending: dict[str, _Pending] = {}
+        self.ended: collections.Counter[ViewEndReason] = collections.Counter()  # views by how they ended
 
     @property
     def open_views(self) -> int:
@@ -135,6 +137,7 @@ class LiveRelay:
         finally:
             p.done.set()
             self._pending.pop(view_id, None)
+            self.ended[p.reason] += 1
             await _close(ws, protocol.CLOSE_VIEW_ENDED, p.reason)
             if count.any and t.start_state_id is not None:
                 await self._record(t.start_state_id, count)
