@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import subprocess
 import threading
 from typing import Any
 
@@ -86,6 +87,11 @@ def test_a_view_shows_the_screen_and_takes_an_admins_keys(stack: Stack, gh: Eage
         v.update(incremental=False)
         assert v.updates == 1 and any(v.fb)  # a first full frame, and not all black
         type_through(stack, v, ssid, "touch /tmp/x", "test -f /tmp/x")
+        # The display is libvirt's to hand out: no QEMU listens on a TCP port (nor on a socket of its own).
+        tcp = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True, timeout=30).stdout
+        assert "qemu-system" not in tcp, tcp
+        unix = subprocess.run(["ss", "-lxpH"], capture_output=True, text=True, check=True, timeout=30).stdout
+        assert "vnc" not in unix, unix
     # What was sent is on the start state: who, how many keys; never the text.
     row = await_for(lambda: gh.start_states.retrieve(ssid).get("inputs"), what="the view's input recorded")[0]
     assert row["key_name"] == "admin (GH_SERVER_API_KEY)" and row["key_events"] >= len("touch /tmp/x") + 1
