@@ -49,17 +49,11 @@ def open_hand_state(gh: Eager, name: str) -> str:
     return str(ss["start_state_id"])
 
 
-def discard(gh: Eager, ssid: str) -> None:
-    """Close the machine (a state never saved goes with it) and wait until its slot is free again."""
+def discard(stack: Stack, gh: Eager, ssid: str) -> None:
+    """Close the machine (a state never saved goes with it) and wait until the runner's slots are free
+    again (the server forgets an unsaved state before the runner's close is done)."""
     gh.start_states.close(ssid)
-
-    def gone() -> bool:
-        try:
-            return bool(gh.start_states.retrieve(ssid)["status"] not in ("open", "closing"))
-        except NotFoundError:
-            return True
-
-    await_for(gone, what=f"{ssid} closed")
+    await_for(lambda: stack.daemon.busy == 0, what=f"{ssid}'s machine closed on the runner")
     with contextlib.suppress(NotFoundError):
         gh.start_states.delete(ssid)
 
@@ -92,11 +86,21 @@ def test_a_view_shows_the_screen_and_takes_an_admins_keys(stack: Stack, gh: Eage
         assert "qemu-system" not in tcp, tcp
         unix = subprocess.run(["ss", "-lxpH"], capture_output=True, text=True, check=True, timeout=30).stdout
         assert "vnc" not in unix, unix
+        # Saving stops the machine (its memory is written): the view ends with the reason.
+        gh.start_states.save(ssid)
+        assert v.close_reason().reason == "machine_gone"
+    assert gh.start_states.wait(ssid, timeout=600, poll_interval=1)["version"] == 1
+    # The version restored from its memory image shows its screen too.
+    gh.start_states.open(ssid)
+    with Viewer(ws_url(stack, ticket(stack, ssid)["url"])) as again:
+        again.handshake()
+        again.update(incremental=False)
+        assert any(again.fb)
     # What was sent is on the start state: who, how many keys; never the text.
     row = await_for(lambda: gh.start_states.retrieve(ssid).get("inputs"), what="the view's input recorded")[0]
     assert row["key_name"] == "admin (GH_SERVER_API_KEY)" and row["key_events"] >= len("touch /tmp/x") + 1
     assert "touch" not in str(gh.start_states.retrieve(ssid))
-    discard(gh, ssid)
+    discard(stack, gh, ssid)
 
 
 def test_a_members_view_is_read_only_and_its_keys_never_reach_the_guest(stack: Stack, gh: Eager) -> None:
@@ -116,7 +120,7 @@ def test_a_members_view_is_read_only_and_its_keys_never_reach_the_guest(stack: S
     assert stack.guest_exec(ssid, "test -f /tmp/from-member").exit_code == 1
     inputs = await_for(lambda: gh.start_states.retrieve(ssid).get("inputs"), what="the admin's input recorded")
     assert [i["key_name"] for i in inputs] == ["admin (GH_SERVER_API_KEY)"]  # the member sent nothing
-    discard(gh, ssid)
+    discard(stack, gh, ssid)
 
 
 def test_a_ticket_is_single_use_and_of_this_origin(stack: Stack, gh: Eager) -> None:
@@ -134,7 +138,7 @@ def test_a_ticket_is_single_use_and_of_this_origin(stack: Stack, gh: Eager) -> N
     with Viewer(ws_url(stack, other["url"]), origin="http://evil.example") as v, pytest.raises(Closed) as cross:
         v.handshake()
     assert cross.value.reason == "ticket_invalid"
-    discard(gh, ssid)
+    discard(stack, gh, ssid)
     # No open machine: no ticket.
     r = httpx.post(f"{stack.base_url}/v1/start_states/{ssid}/view", timeout=30,
                    headers={"Authorization": f"Bearer {stack.admin_key}"})
@@ -175,4 +179,4 @@ def test_a_viewer_that_stops_reading_is_dropped_and_an_attempt_beside_it_finishe
         asker.join(10)
         v.close()
     gh.test_cases.delete(case["test_case_id"])
-    discard(gh, ssid)
+    discard(stack, gh, ssid)
