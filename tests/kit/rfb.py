@@ -34,11 +34,15 @@ def keysym(ch: str) -> int:
 
 
 class Viewer:
-    def __init__(self, url: str, *, origin: str | None = None, max_queue: int | None = 16) -> None:
+    def __init__(self, url: str, *, origin: str | None = None, max_queue: int | None = 16,
+                 deflate: bool = False) -> None:
+        """`deflate`: offer permessage-deflate as browsers do (off by default: a test that fills buffers
+        wants the bytes it asks for on the wire)."""
         headers = {"Origin": origin} if origin else None
         self.ws: ClientConnection = connect(url, subprotocols=["binary"], additional_headers=headers,  # type: ignore[list-item]
                                             max_size=None, max_queue=max_queue, open_timeout=30, close_timeout=2,
-                                            ping_interval=None, compression=None)
+                                            ping_interval=None,
+                                            compression="deflate" if deflate else None)
         self._buf = bytearray()
         self.width = self.height = 0
         self.fb = bytearray()
