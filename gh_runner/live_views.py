@@ -80,6 +80,7 @@ class LiveViews:
         self.max_per_machine = max_per_machine
         self.send_timeout = send_timeout
         self.views: dict[str, _View] = {}
+        self._refusals: set[asyncio.Task[None]] = set()
 
     def open(self, msg: ViewOpen) -> None:
         """Start serving `msg` (returns at once: the machine is looked for, and a refusal sent, in the
@@ -120,9 +121,15 @@ class LiveViews:
 
     def _spawn_refusal(self, view_id: str, reason: ViewEndReason, text: str) -> None:
         log.info("live view refused", view_id=view_id, reason=reason.value, detail=text)
-        task = asyncio.create_task(self._send(ViewRefused(view_id=view_id, reason=reason, message=text[:300])),
-                                   name=f"view-refused-{view_id}")
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+        async def send() -> None:
+            with contextlib.suppress(Exception):
+                await within(self.send_timeout, self._send(ViewRefused(view_id=view_id, reason=reason,
+                                                                       message=text[:300])))
+
+        task = asyncio.create_task(send(), name=f"view-refused-{view_id}")
+        self._refusals.add(task)  # held until done: the loop keeps only weak references to tasks
+        task.add_done_callback(self._refusals.discard)
 
     async def _serve(self, view: _View, msg: ViewOpen) -> None:
         writer: asyncio.StreamWriter | None = None
@@ -140,7 +147,8 @@ class LiveViews:
                 return
             view.machine_id = machine.machine_id
             try:
-                reader, writer = await within(OPEN_TIMEOUT_S, machine.open_screen_stream(OPEN_TIMEOUT_S))
+                reader, writer_ = await within(OPEN_TIMEOUT_S, machine.open_screen_stream(OPEN_TIMEOUT_S))
+                writer = writer_
             except NoScreenStream as e:
                 await self._refuse(view, ViewEndReason.NO_SCREEN, str(e))
                 return
@@ -160,7 +168,7 @@ class LiveViews:
                 await self._refuse(view, ViewEndReason.DIAL_FAILED, f"{type(e).__name__}: {e}")
                 return
             log.info("live view open", view_id=view.view_id, machine_id=view.machine_id)
-            reason = await self._pipe(reader, writer, ws)
+            reason = await self._pipe(reader, writer_, ws)
         except asyncio.CancelledError:
             reason = view.ended or ViewEndReason.CLOSED
         finally:
