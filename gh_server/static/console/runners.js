@@ -22,7 +22,7 @@ export async function list(page) {
       try {
         const r = await api("POST", "/v1/runners", { name: name.value.trim() });
         name.value = "";
-        note.replaceChildren(h("section", { "aria-label": "New runner token" },
+        note.replaceChildren(h("section", { "aria-label": "Registered runner" },
           h("p", {}, `Registered ${r.name} (${r.runner_id}). Its token, shown only this once: put it in the runner's `,
             h("code", {}, "GH_RUNNER_TOKEN"), "."),
           h("p", { class: "secret", "aria-label": "Runner token" }, r.token)));

@@ -1,0 +1,157 @@
+"""The console driven as a person would, by accessible names, in Debian's Chromium against a real
+gh-server: sign-in and sign-out, roles (a member sees no Save, and a forged save is refused), a test case
+written as YAML, runners registered and revoked, a run's live status."""
+
+from __future__ import annotations
+
+import re
+import secrets
+
+import httpx
+from playwright.sync_api import Page, expect
+from server.conftest import Server, case_body
+
+from gh_server.models import StartState, new_id, utcnow
+
+from .conftest import screenshot, sign_in
+
+
+def api(server: Server, method: str, path: str, body: object = None) -> dict[str, object]:
+    r = httpx.request(method, server.base_url + path, json=body, timeout=30,
+                      headers={"Authorization": f"Bearer {server.admin_key}"})
+    assert r.status_code == 200, r.text
+    out: dict[str, object] = r.json()
+    return out
+
+
+def open_start_state(server: Server) -> str:
+    """A hand-made start state shown as open (its machine is the live channel's business, not this page's)."""
+    sid = new_id("ss_")
+    with server.state.db.begin() as s:
+        s.add(StartState(id=sid, name="hand-made desk", from_="linux-tiny", image="linux-tiny", method="hand",
+                         status="open", version=1, opened_at=utcnow()))
+    return sid
+
+
+def test_admin_signs_in_once_and_the_key_is_kept_nowhere(page: Page, server: Server) -> None:
+    sign_in(page, server.admin_key)
+    expect(page.get_by_role("heading", name="Runs")).to_be_visible()
+    for tab in ("Evals", "Runners", "Start states"):
+        expect(page.get_by_role("link", name=tab)).to_be_visible()
+    stored = page.evaluate("() => JSON.stringify([Object.entries(localStorage), Object.entries(sessionStorage), "
+                           "document.cookie])")
+    assert server.admin_key not in stored and "gh_console" not in stored  # HttpOnly: no script reads it
+    page.reload()  # the cookie survives a reload; the page asks the server for its session again
+    expect(page.get_by_role("heading", name="Runs")).to_be_visible()
+    screenshot(page, "evals")
+
+
+def test_a_wrong_key_shows_an_error(page: Page, server: Server) -> None:
+    page.goto("/")
+    page.get_by_label("API key").fill("gh_live_" + secrets.token_urlsafe(32))
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("alert")).to_contain_text("not valid")
+    expect(page.get_by_role("button", name="Sign out")).to_be_hidden()
+
+
+def test_sign_out_ends_the_session(page: Page, server: Server) -> None:
+    sign_in(page, server.admin_key, "/runners")
+    expect(page.get_by_role("heading", name="Runners")).to_be_visible()
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.get_by_label("API key")).to_be_visible()
+    page.reload()
+    expect(page.get_by_label("API key")).to_be_visible()
+    assert page.context.cookies() == [] or all(c["value"] == "" for c in page.context.cookies())
+
+
+def test_a_member_sees_no_save_and_a_forged_save_is_refused(page: Page, browser: object, server: Server) -> None:
+    sid = open_start_state(server)
+    # The admin's page of this open machine has the three controls and the live screen's element...
+    sign_in(page, server.admin_key, f"/start_states/{sid}")
+    expect(page.get_by_role("heading", name="hand-made desk")).to_be_visible()
+    for name in ("Open", "Save", "Close"):
+        expect(page.get_by_role("button", name=name, exact=True)).to_be_visible()
+    expect(page.get_by_role("button", name="Save", exact=True)).to_be_enabled()
+    expect(page.get_by_role("application", name="Live screen")).to_be_visible()
+    page.get_by_role("button", name="Sign out").click()
+    # ...a member's has none, and a save forged from the page (its cookie and CSRF token) gets 403.
+    sign_in(page, server.member_key, f"/start_states/{sid}")
+    expect(page.get_by_role("heading", name="hand-made desk")).to_be_visible()
+    expect(page.get_by_text("read-only")).to_be_visible()
+    for name in ("Open", "Save", "Close"):
+        expect(page.get_by_role("button", name=name, exact=True)).to_have_count(0)
+    status = page.evaluate("""async (sid) => {
+        const s = await (await fetch("/v1/console/session")).json();
+        const r = await fetch(`/v1/start_states/${sid}/save`, {method: "POST", headers: {"X-CSRF-Token": s.csrf_token}});
+        return [s.role, r.status, (await r.json()).error.type];
+    }""", sid)
+    assert status == ["member", 403, "permission"]
+    with server.state.db() as s:
+        row = s.get(StartState, sid)
+        assert row is not None and row.status == "open" and row.version == 1
+
+
+def test_a_test_case_written_as_yaml_shows_its_error_at_the_field(page: Page, server: Server) -> None:
+    sign_in(page, server.admin_key, "/test_cases")
+    page.get_by_role("link", name="New test case").click()
+    editor = page.get_by_label("Test case (YAML)")
+    key = "yaml-" + secrets.token_hex(3)
+    text = (f"key: {key}\nname: Hello file\nprompt: Write hello into /tmp/hello.\nstart_state: linux-tiny\n"
+            "success:\n  check_script: echo False\nlimits:\n  minutes: -5\ntags: [console]\n")
+    editor.fill(text)
+    page.get_by_role("button", name="Save").click()
+    error = page.get_by_role("alert")
+    expect(error).to_contain_text("Line 8 (limits.minutes)")
+    expect(editor).to_have_attribute("aria-invalid", "true")
+    editor.fill(text.replace("minutes: -5", "minutes: 5"))
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_role("heading", name="Hello file")).to_be_visible()
+    expect(page).to_have_url(re.compile(r"/test_cases/tc_\w+$"))
+    saved = api(server, "GET", f"/v1/test_cases/{key}")
+    assert saved["limits"] == {"minutes": 5, "steps": None} and saved["tags"] == ["console"]
+    page.get_by_role("link", name="Test cases").click()
+    page.get_by_label("Tag").fill("console")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.get_by_role("link", name=key)).to_be_visible()
+
+
+def test_the_runners_tab_registers_a_runner_shows_its_token_once_and_revokes_it(page: Page, server: Server) -> None:
+    name = "lab-" + secrets.token_hex(3)
+    sign_in(page, server.admin_key, "/runners")
+    page.get_by_label("Runner name").fill(name)
+    page.get_by_role("button", name="Register").click()
+    expect(page.get_by_label("Runner token")).to_have_text(re.compile(r"^gh_rn_"))
+    row = page.get_by_role("row").filter(has_text=name)
+    expect(row).to_contain_text("offline")
+    screenshot(page, "runners")
+    page.reload()
+    expect(row).to_be_visible()
+    expect(page.get_by_label("Runner token")).to_have_count(0)  # shown once
+    page.once("dialog", lambda d: d.accept())
+    page.get_by_role("button", name=f"Revoke {name}").click()
+    expect(row).to_have_count(0)
+    runners = api(server, "GET", "/v1/runners?limit=100")
+    assert name not in [r["name"] for r in runners["data"]]  # type: ignore[attr-defined]
+
+
+def test_a_runs_page_shows_its_status_and_follows_a_cancel(page: Page, server: Server) -> None:
+    case = api(server, "POST", "/v1/test_cases", {**case_body(7), "key": "run-" + secrets.token_hex(3)})
+    run = api(server, "POST", "/v1/test_runs", {"test_case_ids": [case["test_case_id"]], "agents": ["noop"],
+                                                "name": "console run"})
+    sign_in(page, server.member_key, f"/test_runs/{run['test_run_id']}")
+    expect(page.get_by_role("heading", name="Run console run")).to_be_visible()
+    expect(page.locator("dd .status").first).to_have_text("queued")
+    expect(page.get_by_role("cell", name=re.compile("runner"))).to_be_visible()  # why it waits
+    expect(page.get_by_title("Results page")).to_be_visible()
+    page.get_by_role("button", name="Cancel run").click()  # members may cancel (docs/server-api.md)
+    expect(page.locator("dd .status").first).to_have_text("cancelled")
+    expect(page.get_by_role("button", name="Rerun")).to_be_visible()
+
+
+def test_the_start_states_tab_lists_and_makes_start_states(page: Page, server: Server) -> None:
+    open_start_state(server)
+    sign_in(page, server.admin_key, "/start_states")
+    expect(page.get_by_role("heading", name="Start states")).to_be_visible()
+    expect(page.get_by_role("link", name="hand-made desk").first).to_be_visible()
+    expect(page.get_by_role("form", name="New start state")).to_be_visible()
+    screenshot(page, "start-states")
