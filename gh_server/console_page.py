@@ -11,6 +11,7 @@ served beside it at /console/novnc/ for the live screen.
 from __future__ import annotations
 
 from pathlib import Path
+
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles

@@ -58,10 +58,13 @@ def browser() -> Iterator[Browser]:
 def page(browser: Browser, server: Server) -> Iterator[Page]:
     context = browser.new_context(viewport=VIEWPORT, base_url=server.base_url)  # type: ignore[arg-type]
     p = context.new_page()
+    errors: list[str] = []
+    p.on("pageerror", lambda e: errors.append(str(e)))  # an uncaught exception in the console's code
     try:
         yield p
     finally:
         context.close()
+    assert errors == [], f"the console's code threw: {errors}"
 
 
 def sign_in(page: Page, key: str, path: str = "/") -> None:

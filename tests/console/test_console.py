@@ -11,7 +11,7 @@ import httpx
 from playwright.sync_api import Page, expect
 from server.conftest import Server, case_body
 
-from gh_server.models import StartState, new_id, utcnow
+from gh_server.models import StartState, StartStateVersion, new_id, utcnow
 
 from .conftest import screenshot, sign_in
 
@@ -25,11 +25,14 @@ def api(server: Server, method: str, path: str, body: object = None) -> dict[str
 
 
 def open_start_state(server: Server) -> str:
-    """A hand-made start state shown as open (its machine is the live channel's business, not this page's)."""
+    """A hand-made start state with a saved version, shown as open (its machine is the live channel's
+    business, not this page's)."""
     sid = new_id("ss_")
     with server.state.db.begin() as s:
         s.add(StartState(id=sid, name="hand-made desk", from_="linux-tiny", image="linux-tiny", method="hand",
                          status="open", version=1, opened_at=utcnow()))
+        s.flush()
+        s.add(StartStateVersion(start_state_id=sid, version=1, runner_id="rn_console0000"))
     return sid
 
 
@@ -43,7 +46,6 @@ def test_admin_signs_in_once_and_the_key_is_kept_nowhere(page: Page, server: Ser
     assert server.admin_key not in stored and "gh_console" not in stored  # HttpOnly: no script reads it
     page.reload()  # the cookie survives a reload; the page asks the server for its session again
     expect(page.get_by_role("heading", name="Runs")).to_be_visible()
-    screenshot(page, "evals")
 
 
 def test_a_wrong_key_shows_an_error(page: Page, server: Server) -> None:
@@ -73,6 +75,7 @@ def test_a_member_sees_no_save_and_a_forged_save_is_refused(page: Page, browser:
         expect(page.get_by_role("button", name=name, exact=True)).to_be_visible()
     expect(page.get_by_role("button", name="Save", exact=True)).to_be_enabled()
     expect(page.get_by_role("application", name="Live screen")).to_be_visible()
+    expect(page.get_by_role("region", name="Versions")).to_contain_text("1 (current)")
     page.get_by_role("button", name="Sign out").click()
     # ...a member's has none, and a save forged from the page (its cookie and CSRF token) gets 403.
     sign_in(page, server.member_key, f"/start_states/{sid}")
@@ -82,7 +85,8 @@ def test_a_member_sees_no_save_and_a_forged_save_is_refused(page: Page, browser:
         expect(page.get_by_role("button", name=name, exact=True)).to_have_count(0)
     status = page.evaluate("""async (sid) => {
         const s = await (await fetch("/v1/console/session")).json();
-        const r = await fetch(`/v1/start_states/${sid}/save`, {method: "POST", headers: {"X-CSRF-Token": s.csrf_token}});
+        const headers = {"X-CSRF-Token": s.csrf_token};
+        const r = await fetch(`/v1/start_states/${sid}/save`, {method: "POST", headers});
         return [s.role, r.status, (await r.json()).error.type];
     }""", sid)
     assert status == ["member", 403, "permission"]
@@ -146,6 +150,9 @@ def test_a_runs_page_shows_its_status_and_follows_a_cancel(page: Page, server: S
     page.get_by_role("button", name="Cancel run").click()  # members may cancel (docs/server-api.md)
     expect(page.locator("dd .status").first).to_have_text("cancelled")
     expect(page.get_by_role("button", name="Rerun")).to_be_visible()
+    page.get_by_role("link", name="Evals").click()
+    expect(page.get_by_role("row").filter(has_text="console run")).to_contain_text("cancelled")
+    screenshot(page, "evals")
 
 
 def test_the_start_states_tab_lists_and_makes_start_states(page: Page, server: Server) -> None:

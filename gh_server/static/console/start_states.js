@@ -76,7 +76,8 @@ async function liveScreen(holder, id) {
 export async function show(page, [id]) {
   const head = h("div");
   const live = h("section", { "aria-label": "Machine" });
-  page.append(head, live);
+  const versions = h("section", { "aria-label": "Versions" });
+  page.append(head, live, versions);
   let shownStatus = null;
   let rfb = null;
   const act = async (what) => {
@@ -101,6 +102,10 @@ export async function show(page, [id]) {
     if (open && s.view) countdown(idle, s.view.expires_at);
     if (s.status !== shownStatus) {
       shownStatus = s.status;
+      const vs = await api("GET", `/v1/start_states/${encodeURIComponent(id)}/versions`);
+      versions.replaceChildren(h("h2", {}, "Versions"), table(["Version", "Runner", "Size", "Registry", "Saved"],
+        vs.data.map((v) => [v.current ? `${v.version} (current)` : v.version, v.runner_id || "—",
+          v.size_bytes ? `${(v.size_bytes / 1048576).toFixed(0)} MB` : "—", v.registry_ref || "—", when(v.created_at)])));
       if (rfb) { rfb.disconnect(); rfb = null; }
       if (open) rfb = await liveScreen(live, s.start_state_id);
       else live.replaceChildren();

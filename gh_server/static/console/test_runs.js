@@ -9,12 +9,22 @@ const POLL_MS = 2000;
 
 function progressText(p) {
   if (!p) return "—";
-  const done = (p.passed || 0) + (p.failed || 0) + (p.error || 0);
-  return `${done}/${p.total ?? "?"} done · ${p.passed || 0} passed · ${p.failed || 0} failed · ${p.error || 0} error`;
+  return `${p.total} attempts · ${p.queued} queued · ${p.running} running · ${p.passed} passed · ` +
+    `${p.failed} failed · ${p.error} error`;
 }
 
-function rate(r) {
-  return r === null || r === undefined ? "—" : `${Math.round(r * 100)}%`;
+// pass_rate is per agent ({agent: rate or null}).
+function rate(byAgent) {
+  const parts = Object.entries(byAgent || {}).filter(([, r]) => r !== null && r !== undefined)
+    .map(([agent, r]) => `${agent} ${Math.round(r * 100)}%`);
+  return parts.join(", ") || "—";
+}
+
+// The server writes links with its public URL (GH_SERVER_PUBLIC_URL); the page frames them from its own
+// origin, whatever name the browser reached the server by.
+function sameOrigin(url) {
+  const u = new URL(url, location.href);
+  return u.pathname + u.search;
 }
 
 export async function list(page) {
@@ -70,9 +80,9 @@ export async function show(page, [id]) {
     } catch (e) { head.append(errorBox(e)); }
   };
   await draw();
-  const report = await api("GET", `/v1/test_runs/${encodeURIComponent(id)}/report_url`);
-  results.append(h("h2", {}, "Results"), h("p", {}, h("a", { href: report.url, target: "_blank", rel: "noopener" },
-    "Open the results page")), h("iframe", { src: report.url, title: "Results page" }));
+  const report = sameOrigin((await api("GET", `/v1/test_runs/${encodeURIComponent(id)}/report_url`)).url);
+  results.append(h("h2", {}, "Results"), h("p", {}, h("a", { href: report, target: "_blank", rel: "noopener" },
+    "Open the results page")), h("iframe", { src: report, title: "Results page" }));
   poll(page, POLL_MS, draw);
 }
 
@@ -109,7 +119,8 @@ export async function attempt(page, [id]) {
     ["Error", a.error ? h("span", { class: "error" }, a.error) : "—"], ["Runner", a.runner_id],
     ["Started", when(a.started_at)], ["Finished", when(a.finished_at)]]));
   if (a.replay_url) {
-    page.append(h("h2", {}, "Replay"), h("p", {}, h("a", { href: a.replay_url, target: "_blank", rel: "noopener" },
-      "Open the replay")), h("iframe", { src: a.replay_url, title: "Replay" }));
+    const replay = sameOrigin(a.replay_url);
+    page.append(h("h2", {}, "Replay"), h("p", {}, h("a", { href: replay, target: "_blank", rel: "noopener" },
+      "Open the replay")), h("iframe", { src: replay, title: "Replay" }));
   }
 }
