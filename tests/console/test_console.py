@@ -113,6 +113,15 @@ def test_a_test_case_written_as_yaml_shows_its_error_at_the_field(page: Page, se
     expect(page).to_have_url(re.compile(r"/test_cases/tc_\w+$"))
     saved = api(server, "GET", f"/v1/test_cases/{key}")
     assert saved["limits"] == {"minutes": 5, "steps": None} and saved["tags"] == ["console"]
+    # The saved case comes back as YAML (every field, nulls too); edited and saved again, it round-trips.
+    shown = editor.input_value()
+    assert "name: Hello file" in shown and "check_script: echo False" in shown
+    editor.fill(shown.replace("name: Hello file", "name: Hello file, edited"))
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_role("heading", name="Hello file, edited")).to_be_visible()
+    edited = api(server, "GET", f"/v1/test_cases/{key}")
+    assert {k: v for k, v in edited.items() if k not in ("name", "updated_at")} == \
+        {k: v for k, v in saved.items() if k not in ("name", "updated_at")}
     page.get_by_role("link", name="Test cases").click()
     page.get_by_label("Tag").fill("console")
     page.get_by_role("button", name="Filter").click()
