@@ -52,12 +52,13 @@ def current(request: Request, response: Response, s: Session = DB) -> dict[str, 
 @router.delete("/v1/console/session", summary="Sign out of the console: ends the session, clears the cookie")
 def sign_out(request: Request, response: Response, s: Session = DB) -> dict[str, Any]:
     secret = request.cookies.get(console_sessions.COOKIE)
-    signed_in = console_sessions.lookup(s, secret) if secret else None
+    if not secret:
+        raise ApiError(401, SIGNED_OUT)
+    signed_in = console_sessions.lookup(s, secret)
     # A live session is ended only with its CSRF token (as any change is); a dead one only loses its cookie.
     if signed_in is not None and not console_sessions.csrf_ok(request, signed_in):
         raise ApiError(403, f"Missing or wrong {console_sessions.CSRF_HEADER} header.")
-    if secret:
-        console_sessions.end(s, secret)
-        s.commit()
+    console_sessions.end(s, secret)
+    s.commit()
     console_sessions.clear_cookie(response, request)
     return {"object": "console_session", "deleted": True}

@@ -125,6 +125,10 @@ def test_sign_out_needs_the_token_and_ends_the_session(server: Server) -> None:
     assert 'gh_console=""' in out.headers["set-cookie"] or "Max-Age=0" in out.headers["set-cookie"]
     replayed = httpx.get(f"{server.base_url}/v1/test_cases", cookies={COOKIE: secret}, timeout=30)
     assert replayed.status_code == 401
+    # Signing out again with the dead cookie only clears it; with no cookie there is no one to sign out.
+    url = f"{server.base_url}/v1/console/session"
+    assert httpx.delete(url, cookies={COOKIE: secret}, timeout=30).status_code == 200
+    assert httpx.delete(url, timeout=30).status_code == 401
 
 
 def test_the_bearer_key_still_wins_over_a_cookie(server: Server) -> None:
