@@ -171,3 +171,26 @@ def test_the_start_states_tab_lists_and_makes_start_states(page: Page, server: S
     expect(page.get_by_role("link", name="hand-made desk").first).to_be_visible()
     expect(page.get_by_role("form", name="New start state")).to_be_visible()
     screenshot(page, "start-states")
+
+
+def test_two_runs_compared_from_the_runs_list(page: Page, server: Server) -> None:
+    case = api(server, "POST", "/v1/test_cases", {**case_body(8), "key": "cmp-" + secrets.token_hex(3)})
+    names = [f"cmp {secrets.token_hex(2)}" for _ in range(2)]
+    for name in names:
+        api(server, "POST", "/v1/test_runs",
+            {"test_case_ids": [case["test_case_id"]], "agents": ["noop"], "name": name})
+    sign_in(page, server.member_key, "/test_runs")
+    for name in names:
+        page.get_by_role("checkbox", name=f"Compare {name}").check()
+    page.get_by_role("button", name="Compare selected").click()
+    expect(page.get_by_role("heading", name="Runs compared")).to_be_visible()
+    expect(page).to_have_url(re.compile(r"/test_runs/compare\?ids=tr_\w+,tr_\w+$"))
+    expect(page.get_by_role("cell", name=case["key"])).to_be_visible()  # type: ignore[arg-type]
+
+
+def test_the_live_screen_loads_debians_novnc_under_the_pages_policy(page: Page, server: Server) -> None:
+    # The module the start state's page imports for the live screen (docs/console.md): served from
+    # /usr/share/novnc, loaded as an ES module under the console's Content-Security-Policy.
+    sign_in(page, server.admin_key, "/start_states")
+    kind = page.evaluate('async () => typeof (await import("/console/novnc/core/rfb.js")).default')
+    assert kind == "function"
