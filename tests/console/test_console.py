@@ -169,8 +169,14 @@ def test_the_start_states_tab_lists_and_makes_start_states(page: Page, server: S
     sign_in(page, server.admin_key, "/start_states")
     expect(page.get_by_role("heading", name="Start states")).to_be_visible()
     expect(page.get_by_role("link", name="hand-made desk").first).to_be_visible()
-    expect(page.get_by_role("form", name="New start state")).to_be_visible()
+    form = page.get_by_role("form", name="New start state")
     screenshot(page, "start-states")
+    # Made by hand from an image no runner has: the server's refusal is shown at the field it names.
+    form.get_by_label("Name", exact=True).fill("desk from nothing")
+    form.get_by_label("From (image or start state)").fill("no-such-image")
+    form.get_by_role("button", name="Create").click()
+    expect(form.get_by_role("alert")).to_contain_text("no runner advertises the image 'no-such-image'")
+    expect(form.get_by_label("From (image or start state)")).to_have_attribute("aria-invalid", "true")
 
 
 def test_two_runs_compared_from_the_runs_list(page: Page, server: Server) -> None:

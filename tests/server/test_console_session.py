@@ -169,6 +169,13 @@ def test_test_cases_as_yaml(server: Server) -> None:
     assert fixed.status_code == 200 and fixed.json()["name"] == "Renamed"
 
 
+def test_a_yaml_body_is_bounded_before_it_is_parsed(server: Server) -> None:
+    c, csrf, _r = sign_in(server, server.admin_key)
+    huge = "name: " + "x" * (server.state.settings.max_body_bytes + 1) + "\n"
+    r = c.post("/v1/test_cases", content=huge, headers={**csrf, "Content-Type": "application/yaml"})
+    assert r.status_code == 413 and r.json()["error"]["limit_bytes"] == server.state.settings.max_body_bytes
+
+
 @pytest.mark.parametrize("path", ["/", "/test_cases", "/test_cases/tc_x", "/test_runs/tr_1", "/test_runs/compare",
                                   "/attempts/at_1", "/runners", "/start_states", "/start_states/ss_1"])
 def test_every_console_page_serves_the_page(server: Server, path: str) -> None:

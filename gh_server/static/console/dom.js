@@ -66,3 +66,17 @@ export function go(href) {
   history.pushState(null, "", href);
   window.dispatchEvent(new Event("gh:navigate"));
 }
+
+// Shows an API error in `box` and, when it names a field of `form` (`param`), marks that field invalid,
+// points it at the message and moves the focus there.
+export function fieldError(form, box, e) {
+  for (const el of form.querySelectorAll("[aria-invalid]")) el.removeAttribute("aria-invalid");
+  box.textContent = e ? e.message : "";
+  const field = e && e.param ? form.elements.namedItem(e.param.split(/[.[]/)[0]) : null;
+  if (field && field.setAttribute) {
+    if (!box.id) box.id = `err-${Math.random().toString(36).slice(2)}`;
+    field.setAttribute("aria-invalid", "true");
+    field.setAttribute("aria-describedby", box.id);
+    field.focus();
+  }
+}

@@ -1,7 +1,7 @@
 // Runners: who is online, how busy, what they hold; an admin registers one (its token is shown once,
 // here, and never again) and revokes one.
 import { api, isAdmin } from "./api.js";
-import { ago, errorBox, h, poll, status, table } from "./dom.js";
+import { ago, errorBox, fieldError, h, poll, status, table } from "./dom.js";
 
 const POLL_MS = 5000;
 
@@ -16,9 +16,12 @@ export async function list(page) {
     const name = h("input", { name: "name", required: true, maxlength: 200, placeholder: "lab-1" });
     const form = h("form", { class: "row", "aria-label": "Register a runner" },
       h("label", {}, "Runner name", name), h("button", { type: "submit", class: "primary" }, "Register"));
+    const err = h("div", { role: "alert", class: "field-error" });
+    form.append(err);
     form.addEventListener("submit", async (ev) => {
       ev.preventDefault();
       note.replaceChildren();
+      fieldError(form, err, null);
       try {
         const r = await api("POST", "/v1/runners", { name: name.value.trim() });
         name.value = "";
@@ -27,7 +30,7 @@ export async function list(page) {
             h("code", {}, "GH_RUNNER_TOKEN"), "."),
           h("p", { class: "secret", "aria-label": "Runner token" }, r.token)));
         await draw();
-      } catch (e) { note.replaceChildren(errorBox(e)); }
+      } catch (e) { fieldError(form, err, e); }
     });
     page.append(form);
   }

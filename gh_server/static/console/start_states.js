@@ -2,7 +2,7 @@
 // Open, Save and Close for an admin, the idle close as a countdown, and when open, the live screen
 // through noVNC (POST /v1/start_states/{id}/view, docs/console.md).
 import { api, isAdmin } from "./api.js";
-import { definitions, errorBox, go, h, link, poll, status, table, when } from "./dom.js";
+import { definitions, errorBox, fieldError, go, h, link, poll, status, table, when } from "./dom.js";
 
 const POLL_MS = 3000;
 
@@ -19,8 +19,11 @@ function createForm() {
   const method = h("select", { name: "method" },
     h("option", { value: "hand" }, "by hand"), h("option", { value: "script" }, "script"),
     h("option", { value: "instruction" }, "instruction"));
-  const text = h("textarea", { name: "text", rows: 4, "aria-label": "Script or instruction", disabled: true });
-  method.addEventListener("change", () => { text.disabled = method.value === "hand"; });
+  const text = h("textarea", { name: "script", rows: 4, "aria-label": "Script or instruction", disabled: true });
+  method.addEventListener("change", () => {
+    text.disabled = method.value === "hand";
+    text.name = method.value === "instruction" ? "instruction" : "script";
+  });
   const err = h("div", { role: "alert", class: "field-error" });
   const form = h("form", { "aria-label": "New start state" }, h("h2", {}, "New start state"),
     h("div", { class: "row" },
@@ -33,10 +36,11 @@ function createForm() {
     const f = new FormData(form);
     const body = { name: f.get("name"), from: f.get("from") };
     if (method.value !== "hand") body[method.value] = text.value;
+    fieldError(form, err, null);
     try {
       const s = await api("POST", "/v1/start_states", body);
       go(`/start_states/${s.start_state_id}`);
-    } catch (e) { err.textContent = (e.param ? `${e.param}: ` : "") + e.message; }
+    } catch (e) { fieldError(form, err, e); }
   });
   return form;
 }
