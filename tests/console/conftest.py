@@ -13,9 +13,12 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 from server.conftest import RunningServer, Server, make_settings
+from starlette.websockets import WebSocket
 
 from gh_server.auth import create_key
 from gh_server.state import ServerState
+
+from .rfb_peer import RfbPeer
 
 CHROMIUM = "/usr/bin/chromium"
 VIEWPORT = {"width": 1280, "height": 800}
@@ -24,10 +27,24 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 expect.set_options(timeout=20_000)
 
 
+# Stand-ins for the live channel, by ticket, at LIVE_TEST_PATH/{ticket} of the test's server (rfb_peer.py).
+LIVE_TEST_PATH = "/v1/live-test"
+LIVE_PEERS: dict[str, RfbPeer] = {}
+
+
+async def _live_peer(ws: WebSocket, ticket: str) -> None:
+    peer = LIVE_PEERS.get(ticket)
+    if peer is None:
+        await ws.close(code=4404)
+        return
+    await peer.serve(ws)
+
+
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
     settings, data_dir = make_settings(None)
     running = RunningServer(settings)
+    running.app.add_api_websocket_route(LIVE_TEST_PATH + "/{ticket}", _live_peer)
     running.start()
     try:
         st: ServerState = running.app.state.gh

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 import secrets
+import time
+from collections.abc import Callable
 
 import httpx
 from playwright.sync_api import Page, expect
@@ -13,7 +15,8 @@ from server.conftest import Server, case_body
 
 from gh_server.models import StartState, StartStateVersion, new_id, utcnow
 
-from .conftest import screenshot, sign_in
+from .conftest import LIVE_PEERS, LIVE_TEST_PATH, screenshot, sign_in
+from .rfb_peer import COLOUR, KEY_EVENT, POINTER_EVENT, UPDATE_REQUEST, RfbPeer
 
 
 def api(server: Server, method: str, path: str, body: object = None) -> dict[str, object]:
@@ -200,3 +203,54 @@ def test_the_live_screen_loads_debians_novnc_under_the_pages_policy(page: Page, 
     sign_in(page, server.admin_key, "/start_states")
     kind = page.evaluate('async () => typeof (await import("/console/novnc/core/rfb.js")).default')
     assert kind == "function"
+
+
+def _live_page(page: Page, server: Server, *, read_only: bool) -> RfbPeer:
+    """The start state's page with the live channel stood in for (the view endpoint answered in the
+    browser, its WebSocket by an RFB peer on the test's server), so the page's own part of the contract
+    is what is tested."""
+    sid = open_start_state(server)
+    ticket = "lv_" + secrets.token_hex(8)
+    peer = LIVE_PEERS[ticket] = RfbPeer()
+    view = {"object": "live_view", "ticket": ticket, "url": f"{LIVE_TEST_PATH}/{ticket}", "read_only": read_only,
+            "expires_at": "2030-01-01T00:00:00.000Z"}
+    page.route(f"**/v1/start_states/{sid}/view", lambda route: route.fulfill(json=view))
+    sign_in(page, server.admin_key, f"/start_states/{sid}")
+    expect(page.get_by_text("Watching (read-only)." if read_only else "Connected: click the screen to type.")
+           ).to_be_visible()
+    # The peer's one frame is drawn: the canvas's middle pixel is its colour.
+    page.wait_for_function("""([r, g, b]) => {
+        const c = document.querySelector('[aria-label="Live screen"] canvas');
+        if (!c || !c.width) return false;
+        const [pr, pg, pb] = c.getContext("2d").getImageData(c.width >> 1, c.height >> 1, 1, 1).data;
+        return pr === r && pg === g && pb === b;
+    }""", arg=list(COLOUR))
+    page.get_by_role("application", name="Live screen").click()
+    page.keyboard.press("a")
+    return peer
+
+
+def _until(page: Page, cond: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
+    """Polls `cond` with a deadline while letting Playwright deliver the WebSocket's messages (its sync API
+    runs the peer's handlers only while it is waiting)."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f} s waiting for {what}"
+        page.wait_for_timeout(50)
+
+
+def test_the_live_screen_sends_an_admins_keys(page: Page, server: Server) -> None:
+    peer = _live_page(page, server, read_only=False)
+    _until(page, lambda: any(m[1] == 1 and m[4:8] == b"\x00\x00\x00a" for m in peer.sent(KEY_EVENT)),
+           "the key press of 'a' at the peer")
+    assert peer.sent(POINTER_EVENT)  # the click
+    page.get_by_role("link", name="Runners").click()  # leaving the page closes its connection
+    _until(page, peer.closed.is_set, "the viewer's WebSocket closed")
+
+
+def test_a_read_only_live_screen_sends_no_input(page: Page, server: Server) -> None:
+    peer = _live_page(page, server, read_only=True)
+    asked = len(peer.sent(UPDATE_REQUEST))
+    peer.push_frame()  # its answer comes after any input sent before it
+    _until(page, lambda: len(peer.sent(UPDATE_REQUEST)) > asked, "the viewer's next update request")
+    assert peer.sent(KEY_EVENT) == [] and peer.sent(POINTER_EVENT) == []

@@ -1,6 +1,7 @@
 // The console's shell: sign-in, the tabs, and the router that maps a URL to a page module. Every page
 // has a stable URL (gh_server/console_page.py serves this HTML for all of them), so a reload or a pasted
-// link opens the same page. Each page module exports functions (main, params) -> Promise<void>.
+// link opens the same page. A page is a function (page element, path parts, query) -> Promise<void> that
+// fills the element; it may listen for "gh:leave" on it to close what it opened.
 import { ApiError, isAdmin, loadSession, session, signIn, signOut } from "./api.js";
 import { errorBox, go, h } from "./dom.js";
 
@@ -27,6 +28,8 @@ const who = document.getElementById("who");
 const signOutButton = document.getElementById("sign-out");
 
 async function render() {
+  // The page being left may hold a connection (the live screen): it hears "gh:leave" and closes it.
+  for (const old of main.querySelectorAll(":scope > .page")) old.dispatchEvent(new Event("gh:leave"));
   const page = h("div", { class: "page" });
   main.replaceChildren(page);
   if (!session()) return showSignIn(page);

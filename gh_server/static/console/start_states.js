@@ -84,6 +84,7 @@ export async function show(page, [id]) {
   page.append(head, live, versions);
   let shownStatus = null;
   let rfb = null;
+  page.addEventListener("gh:leave", () => { if (rfb) rfb.disconnect(); rfb = null; });
   const act = async (what) => {
     try {
       await api("POST", `/v1/start_states/${encodeURIComponent(id)}/${what}`);
