@@ -69,6 +69,15 @@ def test_sign_out_ends_the_session(page: Page, server: Server) -> None:
     assert page.context.cookies() == [] or all(c["value"] == "" for c in page.context.cookies())
 
 
+def test_revoking_the_key_signs_the_open_page_out(page: Page, server: Server) -> None:
+    made = api(server, "POST", "/v1/api_keys", {"name": "revoked while signed in", "role": "member"})
+    sign_in(page, str(made["key"]), "/runners")
+    expect(page.get_by_role("heading", name="Runners")).to_be_visible()
+    api(server, "DELETE", f"/v1/api_keys/{made['id']}")
+    page.get_by_role("link", name="Start states").click()  # the next request is refused: back to sign-in
+    expect(page.get_by_label("API key")).to_be_visible()
+
+
 def test_a_member_sees_no_save_and_a_forged_save_is_refused(page: Page, browser: object, server: Server) -> None:
     sid = open_start_state(server)
     # The admin's page of this open machine has the three controls and the live screen's element...

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import select, update
 
 from gh_server.auth import create_key
-from gh_server.models import ConsoleSession, utcnow
+from gh_server.models import ConsoleSession, StartState, StartStateVersion, new_id, utcnow
 
 from .conftest import RunningServer, Server, case_body, make_settings
 
@@ -174,6 +174,22 @@ def test_a_yaml_body_is_bounded_before_it_is_parsed(server: Server) -> None:
     huge = "name: " + "x" * (server.state.settings.max_body_bytes + 1) + "\n"
     r = c.post("/v1/test_cases", content=huge, headers={**csrf, "Content-Type": "application/yaml"})
     assert r.status_code == 413 and r.json()["error"]["limit_bytes"] == server.state.settings.max_body_bytes
+
+
+def test_a_start_states_versions_newest_first(server: Server) -> None:
+    sid = new_id("ss_")
+    with server.state.db.begin() as s:
+        s.add(StartState(id=sid, name="versions", from_="linux-tiny", image="linux-tiny", method="hand",
+                         status="ready", version=2))
+        s.flush()
+        s.add_all([StartStateVersion(start_state_id=sid, version=v, runner_id="rn_x", size_bytes=v * 1024)
+                   for v in (1, 2)])
+        s.add(StartStateVersion(start_state_id=sid, version=3, runner_id="rn_x", deleted_at=utcnow()))
+    r = httpx.get(f"{server.base_url}/v1/start_states/{sid}/versions", timeout=30,
+                  headers={"Authorization": f"Bearer {server.member_key}"})
+    assert r.status_code == 200
+    assert [(v["version"], v["current"], v["size_bytes"]) for v in r.json()["data"]] == [(2, True, 2048),
+                                                                                      (1, False, 1024)]
 
 
 @pytest.mark.parametrize("path", ["/", "/test_cases", "/test_cases/tc_x", "/test_runs/tr_1", "/test_runs/compare",
