@@ -106,8 +106,16 @@ export async function compare(page, _args, query) {
   };
   page.append(h("h2", {}, "Cases"), table(["Case", ...runs], cmp.cases.map((c) => [c.key || c.name,
     ...runs.map((rid) => cell(c, rid))])));
-  const paired = Object.entries(cmp.paired || {});
-  if (paired.length) page.append(h("h2", {}, "Paired comparison"), h("pre", {}, JSON.stringify(cmp.paired, null, 2)));
+  // Each run against the baseline on the cases both scored (docs/server-api.md, "Results you can trust").
+  const pct = (x) => (x === null || x === undefined ? "—" : `${(x * 100).toFixed(1)} pts`);
+  const paired = Object.entries(cmp.paired || {}).flatMap(([rid, perAgent]) =>
+    Object.entries(perAgent).map(([agent, p]) => [link(`/test_runs/${rid}`, rid), agent, p.compared,
+      pct(p.mean_difference), p.ci95 ? `${pct(p.ci95[0])} to ${pct(p.ci95[1])}` : "—",
+      `${p.mcnemar.baseline_only} / ${p.mcnemar.other_only}`, p.mcnemar.p_value]));
+  if (paired.length) {
+    page.append(h("h2", {}, "Paired comparison"), table(["Run", "Agent", "Cases", "Mean difference", "95% interval",
+      "Baseline only / this run only", "McNemar p"], paired));
+  }
 }
 
 export async function attempt(page, [id]) {
