@@ -171,9 +171,25 @@ def test_a_runs_page_shows_its_status_and_follows_a_cancel(page: Page, server: S
     page.get_by_role("button", name="Cancel run").click()  # members may cancel (docs/server-api.md)
     expect(page.locator("dd .status").first).to_have_text("cancelled")
     expect(page.get_by_role("button", name="Rerun")).to_be_visible()
+    page.get_by_role("link", name=re.compile(r"^at_")).click()  # the attempt, with its replay
+    expect(page.get_by_role("heading", name=re.compile(r"^Attempt at_"))).to_be_visible()
+    expect(page.get_by_title("Replay")).to_be_visible()
     page.get_by_role("link", name="Evals").click()
     expect(page.get_by_role("row").filter(has_text="console run")).to_contain_text("cancelled")
     screenshot(page, "evals")
+
+
+def test_a_run_started_from_a_test_sets_page(page: Page, server: Server) -> None:
+    case = api(server, "POST", "/v1/test_cases", {**case_body(9), "key": "set-" + secrets.token_hex(3)})
+    test_set = api(server, "POST", "/v1/test_sets", {"name": "console set " + secrets.token_hex(2)})
+    api(server, "POST", f"/v1/test_sets/{test_set['test_set_id']}/cases", {"test_case_ids": [case["test_case_id"]]})
+    sign_in(page, server.member_key, "/test_sets")
+    page.get_by_role("link", name=str(test_set["name"])).click()
+    expect(page.get_by_role("link", name=str(case["key"]))).to_be_visible()
+    page.get_by_label("Agents").fill("noop")
+    page.get_by_role("button", name="Start run").click()
+    expect(page).to_have_url(re.compile(r"/test_runs/tr_\w+$"))
+    expect(page.get_by_role("cell", name=str(case["key"]))).to_be_visible()
 
 
 def test_the_start_states_tab_lists_and_makes_start_states(page: Page, server: Server) -> None:
