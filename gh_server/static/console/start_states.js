@@ -1,7 +1,7 @@
 // Start states: the list, making one (by script, by instruction, or by hand), and a start state's page:
 // Open, Save and Close for an admin, the idle close as a countdown, and when open, the live screen
 // through noVNC (POST /v1/start_states/{id}/view, docs/console.md).
-import { api, isAdmin } from "./api.js";
+import { ApiError, api, isAdmin } from "./api.js";
 import { definitions, errorBox, fieldError, go, h, link, poll, status, table, when } from "./dom.js";
 
 const POLL_MS = 3000;
@@ -89,7 +89,11 @@ export async function show(page, [id]) {
     try {
       await api("POST", `/v1/start_states/${encodeURIComponent(id)}/${what}`);
       await draw();
-    } catch (e) { head.append(errorBox(e)); }
+    } catch (e) {
+      // Closing a hand-made state that was never saved deletes it (docs/start-states.md).
+      if (e instanceof ApiError && e.status === 404) go("/start_states");
+      else head.append(errorBox(e));
+    }
   };
   const draw = async () => {
     const s = await api("GET", `/v1/start_states/${encodeURIComponent(id)}`);
@@ -117,5 +121,16 @@ export async function show(page, [id]) {
     }
   };
   await draw();
-  poll(page, POLL_MS, draw);
+  poll(page, POLL_MS, async () => {
+    try {
+      await draw();
+    } catch (e) {
+      if (!(e instanceof ApiError && e.status === 404)) throw e;
+      if (rfb) rfb.disconnect();
+      head.replaceChildren(h("h1", {}, "Deleted"), h("p", {}, "This start state no longer exists (closed before it was ever saved, or deleted). ", link("/start_states", "All start states")));
+      live.replaceChildren();
+      versions.replaceChildren();
+      return false;
+    }
+  });
 }
