@@ -1,6 +1,7 @@
 """The console driven as a person would, by accessible names, in Debian's Chromium against a real
 gh-server: sign-in and sign-out, roles (a member sees no Save, and a forged save is refused), a test case
-written as YAML, runners registered and revoked, a run's live status."""
+written as YAML, runners registered and revoked, a run's live status, the live screen against a stand-in
+peer (rfb_peer.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Callable
 import httpx
 from playwright.sync_api import Page, expect
 from server.conftest import Server, case_body
+from sqlalchemy import delete
 
 from gh_server.models import StartState, StartStateVersion, new_id, utcnow
 
@@ -279,3 +281,14 @@ def test_a_read_only_live_screen_sends_no_input(page: Page, server: Server) -> N
     peer.push_frame()  # its answer comes after any input sent before it
     _until(page, lambda: len(peer.sent(UPDATE_REQUEST)) > asked, "the viewer's next update request")
     assert peer.sent(KEY_EVENT) == [] and peer.sent(POINTER_EVENT) == []
+
+
+def test_a_start_state_that_goes_away_says_so_on_its_page(page: Page, server: Server) -> None:
+    sid = open_start_state(server)
+    sign_in(page, server.admin_key, f"/start_states/{sid}")
+    expect(page.get_by_role("heading", name="hand-made desk")).to_be_visible()
+    with server.state.db.begin() as s:  # as a close of a never-saved, hand-made state ends
+        s.execute(delete(StartStateVersion).where(StartStateVersion.start_state_id == sid))
+        s.execute(delete(StartState).where(StartState.id == sid))
+    expect(page.get_by_role("heading", name="Deleted")).to_be_visible()
+    expect(page.get_by_role("button", name="Save", exact=True)).to_have_count(0)
