@@ -104,6 +104,19 @@ def test_a_member_sees_no_save_and_a_forged_save_is_refused(page: Page, browser:
         return [s.role, r.status, (await r.json()).error.type];
     }""", sid)
     assert status == ["member", 403, "permission"]
+    # Nor elsewhere: no editor on a case, no New test case, no Register or Revoke.
+    case = api(server, "POST", "/v1/test_cases", {**case_body(10), "key": "ro-" + secrets.token_hex(3)})
+    page.get_by_role("link", name="Evals").click()
+    page.get_by_role("link", name="Test cases").click()
+    expect(page.get_by_role("link", name=str(case["key"]))).to_be_visible()
+    expect(page.get_by_role("link", name="New test case")).to_have_count(0)
+    page.get_by_role("link", name=str(case["key"])).click()
+    expect(page.get_by_label("Test case (YAML)")).to_contain_text(f"key: {case['key']}")
+    expect(page.get_by_role("button", name="Save")).to_have_count(0)
+    api(server, "POST", "/v1/runners", {"name": "ro-runner"})
+    page.get_by_role("link", name="Runners").click()
+    expect(page.get_by_role("row").filter(has_text="ro-runner")).to_be_visible()
+    expect(page.get_by_role("button", name=re.compile("^(Register|Revoke)"))).to_have_count(0)
     with server.state.db() as s:
         row = s.get(StartState, sid)
         assert row is not None and row.status == "open" and row.version == 1
