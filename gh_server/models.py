@@ -80,6 +80,18 @@ class ApiKey(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
+class ConsoleSession(Base):
+    """A browser's sign-in to the console (gh_server/console_sessions.py): the cookie's secret is kept only
+    as its sha256, so a copy of the database signs nobody in."""
+
+    __tablename__ = "console_sessions"
+    secret_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"), index=True)
+    csrf_token: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(index=True)
+
+
 # ---------------------------------------------------------------------------------------------
 # Runners
 # ---------------------------------------------------------------------------------------------

@@ -197,6 +197,18 @@ def retrieve_start_state(start_state_id: str, s: Session = DB, _p: Principal = M
     return body
 
 
+@router.get("/v1/start_states/{start_state_id}/versions", summary="A start state's saved versions, newest first")
+def list_start_state_versions(start_state_id: str, s: Session = DB, _p: Principal = Member) -> dict[str, Any]:
+    row = get_state(s, start_state_id)
+    rows = s.scalars(select(StartStateVersion).where(StartStateVersion.start_state_id == row.id,
+                                                     StartStateVersion.deleted_at.is_(None))
+                     .order_by(StartStateVersion.version.desc())).all()
+    data = [{"object": "start_state_version", "start_state_id": v.start_state_id, "version": v.version,
+             "current": v.version == row.version, "runner_id": v.runner_id, "size_bytes": v.size_bytes,
+             "registry_ref": v.registry_ref, "created_at": serialize.ts(v.created_at)} for v in rows]
+    return page_body(data, False, None, None)
+
+
 @router.patch("/v1/start_states/{start_state_id}", summary="Change name, description or metadata")
 def update_start_state(
     start_state_id: str, body: StartStateUpdate, s: Session = DB, _p: Principal = Admin

@@ -3,8 +3,8 @@
 Written once per view that delivered input (gh_server/live/inputs.py); shown as `inputs` on
 GET /v1/start_states/{id}. The text typed is never stored.
 
-Revision ID: 0009_live_inputs
-Revises: 0008_runner_paused
+Revision ID: 0010_live_inputs
+Revises: 0009_console_sessions
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from alembic import op
 
 import gh_server.models
 
-revision: str = "0009_live_inputs"
-down_revision: str | None = "0008_runner_paused"
+revision: str = "0010_live_inputs"
+down_revision: str | None = "0009_console_sessions"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
