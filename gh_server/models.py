@@ -316,6 +316,22 @@ class StartStateVersion(Base):
     deleted_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
+class LiveInput(Base):
+    """What a person sent an open machine through one live view (gh_server/live/relay.py): who, when,
+    how many events. Never what they typed."""
+
+    __tablename__ = "live_inputs"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # li_...
+    start_state_id: Mapped[str] = mapped_column(ForeignKey("start_states.id", ondelete="CASCADE"), index=True)
+    key_id: Mapped[str] = mapped_column(String(32))
+    key_name: Mapped[str] = mapped_column(String(200))
+    started_at: Mapped[datetime] = mapped_column()  # the view's first input
+    ended_at: Mapped[datetime] = mapped_column()  # its last
+    key_events: Mapped[int] = mapped_column(Integer, default=0)  # key presses (a press and its release: one)
+    pointer_events: Mapped[int] = mapped_column(Integer, default=0)  # moves, presses and releases
+    clipboard_events: Mapped[int] = mapped_column(Integer, default=0)  # clipboard texts pasted in
+
+
 class RunnerJob(Base):
     """A start-state job for a runner (build, open, save, close, delete), delivered over the gateway."""
 
