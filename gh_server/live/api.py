@@ -1,18 +1,20 @@
 """The live-view routes: the ticket (`POST /v1/start_states/{id}/view`), the viewer's WebSocket
 (`/v1/live/{ticket}`) and the runner's view socket (`/v1/runners/views/{view_id}`).
 
-Any signed-in key may ask for a ticket to an open start state's machine; an admin key's viewer may send
-input, a member key's is read-only (its input is dropped by the relay, gh_server/live/relay.py).
+Who may view follows who may read the screen: an open start state's machine is the one an admin is
+setting up by hand, so its view needs an admin key (`require_screen_reader`,
+gh_server/api/start_states.py) and takes that admin's input.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, Request, WebSocket
+from fastapi import APIRouter, Depends, FastAPI, Request, WebSocket
 from fastapi.concurrency import run_in_threadpool
 
-from gh_server.api.common import Member, state_of
+from gh_server.api.common import state_of
+from gh_server.api.start_states import require_screen_reader
 from gh_server.auth import Principal
 from gh_server.errors import ApiError, conflict, not_found
 from gh_server.live.relay import VIEWER_PATH, LiveRelay
@@ -27,8 +29,9 @@ def install(app: FastAPI, st: ServerState, relay: LiveRelay) -> None:
     router = APIRouter(tags=["Start states"])
 
     @router.post("/v1/start_states/{start_state_id}/view",
-                 summary="A ticket to watch (admin: and drive) the open machine live, through a WebSocket")
-    async def open_view(start_state_id: str, request: Request, p: Principal = Member) -> dict[str, Any]:
+                 summary="A ticket to watch and drive the open machine live, through a WebSocket (admin)")
+    async def open_view(start_state_id: str, request: Request,
+                        p: Principal = Depends(require_screen_reader)) -> dict[str, Any]:
         state = state_of(request)
 
         def load() -> tuple[str | None, str]:
@@ -47,7 +50,7 @@ def install(app: FastAPI, st: ServerState, relay: LiveRelay) -> None:
             raise conflict(f"The runner that holds start state {start_state_id} is not connected to this server, "
                            "or is too old for live views.", code="not_connected")
         try:
-            t = relay.tickets.issue(key_id=p.key_id, key_name=key_name, read_only=not p.is_admin,
+            t = relay.tickets.issue(key_id=p.key_id, key_name=key_name, read_only=False,
                                     start_state_id=start_state_id)
         except TooManyTickets as e:
             raise ApiError(429, str(e)) from None
