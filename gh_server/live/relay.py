@@ -9,8 +9,8 @@
 3. Bytes flow. Runner to viewer through a queue of QUEUE_CHUNKS chunks: a viewer that leaves it full
    for VIEWER_SLOW_S (or does not take one chunk in that time) is dropped with `viewer_too_slow`, and
    the runner's socket is never left unread longer than that. Viewer to runner through the RFB
-   parser (gh_server/live/rfb.py): a read-only viewer's input is dropped here; an admin's is
-   counted (gh_server/live/inputs.py) and moves the start state's idle clock.
+   parser (gh_server/live/rfb.py): a read-only viewer's (every attempt's) input is dropped here; a
+   start state's admin's is counted (gh_server/live/inputs.py) and moves its idle clock.
 4. Either end closes both, with one `ViewEndReason` as the close reason (code 4010).
 """
 
@@ -51,7 +51,8 @@ SEND_TIMEOUT_S = 10.0  # one viewer message to the runner
 MAX_VIEWER_MESSAGE = 2 * 1024 * 1024  # one WebSocket message from the viewer
 TOUCH_EVERY_S = 10.0  # input moves the start state's last_input_at at most this often
 CLOSE_TIMEOUT_S = 2.0
-_LIVE_ATTEMPT = (AttemptStatus.PREPARING, AttemptStatus.RUNNING, AttemptStatus.CHECKING)
+# An attempt whose machine is up (or being made): its view may open.
+LIVE_ATTEMPT = frozenset({AttemptStatus.PREPARING, AttemptStatus.RUNNING, AttemptStatus.CHECKING})
 
 
 @dataclass
@@ -154,7 +155,7 @@ class LiveRelay:
                 ss = s.get(StartState, t.start_state_id)
                 return ss.runner_id if ss is not None and ss.status == "open" else None
             a = s.get(Attempt, t.attempt_id) if t.attempt_id is not None else None
-            return a.runner_id if a is not None and a.status in _LIVE_ATTEMPT else None
+            return a.runner_id if a is not None and a.status in LIVE_ATTEMPT else None
 
     async def _view(self, ws: WebSocket, t: Ticket, view_id: str, p: _Pending, count: InputCount) -> ViewEndReason:
         gw = self.st.gateway
@@ -289,4 +290,4 @@ async def _close(ws: WebSocket, code: int, reason: str) -> None:
         await within(CLOSE_TIMEOUT_S, ws.close(code=code, reason=str(reason)[:120]))
 
 
-__all__ = ["VIEWER_PATH", "LiveRelay"]
+__all__ = ["LIVE_ATTEMPT", "VIEWER_PATH", "LiveRelay"]

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from gh_server.auth import create_key
-from gh_server.models import StartState, new_id
+from gh_server.models import Attempt, StartState, new_id
 
 from .conftest import RunningServer, Server, make_settings
 
@@ -55,3 +55,27 @@ def test_a_start_states_view_follows_its_screens_rule(server: Server) -> None:
     # An admin gets past the rule to the machine's own state (no runner here holds it).
     assert post(server, f"/v1/start_states/{ssid}/view", server.admin_key).status_code == 409
     assert post(server, "/v1/start_states/ss_nope/view", server.admin_key).status_code == 404
+
+
+def test_an_attempts_view_needs_an_admin_and_a_running_attempt(server: Server) -> None:
+    c = server.admin
+    case = c.test_cases.create("watched", "Nothing to do.", "linux-tiny", {"check_script": "true"})  # type: ignore[arg-type]
+    run = c.test_runs.create(test_case_ids=[case["test_case_id"]], agents=["noop"])
+    [attempt] = c.test_runs.list_all_attempts(run["test_run_id"])
+    aid = attempt["attempt_id"]
+    # A member is refused before anything else, and told why (the replay's masking comes first).
+    refused = post(server, f"/v1/attempts/{aid}/view", server.member_key)
+    assert refused.status_code == 403 and "masked" in refused.json()["error"]["message"], refused.text
+    # Queued (no runner here): nothing to watch yet.
+    queued = post(server, f"/v1/attempts/{aid}/view", server.admin_key)
+    assert queued.status_code == 409, queued.text
+    assert (queued.json()["error"]["status"], queued.json()["error"]["outcome"]) == ("queued", None)
+    # Over: the 409 says how it ended.
+    with server.state.db.begin() as s:
+        row = s.get(Attempt, aid)
+        assert row is not None
+        row.status, row.outcome = "done", "passed"
+    over = post(server, f"/v1/attempts/{aid}/view", server.admin_key)
+    assert over.status_code == 409 and "passed" in over.json()["error"]["message"], over.text
+    assert (over.json()["error"]["status"], over.json()["error"]["outcome"]) == ("done", "passed")
+    assert post(server, "/v1/attempts/at_nope/view", server.admin_key).status_code == 404
