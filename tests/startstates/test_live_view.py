@@ -36,12 +36,12 @@ def ticket(stack: Stack, ssid: str, key: str | None = None) -> dict[str, Any]:
     return dict(body)
 
 
-def member_key(stack: Stack) -> tuple[str, str]:
-    name = "watcher-" + secrets.token_hex(3)
-    r = httpx.post(f"{stack.base_url}/v1/api_keys", json={"name": name, "role": "member"}, timeout=30,
-                   headers={"Authorization": f"Bearer {stack.admin_key}"})
+def new_key(stack: Stack, role: str) -> tuple[str, str]:
+    """A new API key and its id."""
+    r = httpx.post(f"{stack.base_url}/v1/api_keys", json={"name": f"{role}-{secrets.token_hex(3)}", "role": role},
+                   timeout=30, headers={"Authorization": f"Bearer {stack.admin_key}"})
     assert r.status_code in (200, 201), r.text
-    return str(r.json()["key"]), name
+    return str(r.json()["key"]), str(r.json()["id"])
 
 
 def open_hand_state(gh: Eager, name: str) -> str:
@@ -177,6 +177,15 @@ def test_a_ticket_is_single_use_and_of_this_origin(stack: Stack, gh: Eager) -> N
     with Viewer(ws_url(stack, other["url"]), origin="http://evil.example") as v, pytest.raises(Closed) as cross:
         v.handshake()
     assert cross.value.reason == "ticket_invalid"
+    # A key revoked ends its open views at once, with the reason (the view is not the key's to outlive).
+    key, key_id = new_key(stack, "admin")
+    with Viewer(ws_url(stack, ticket(stack, ssid, key)["url"])) as v:
+        v.handshake()
+        v.update(incremental=False)
+        r = httpx.delete(f"{stack.base_url}/v1/api_keys/{key_id}", timeout=30,
+                         headers={"Authorization": f"Bearer {stack.admin_key}"})
+        assert r.status_code == 200, r.text
+        assert v.close_reason(timeout=60).reason == "key_revoked"
     discard(stack, gh, ssid)
     # No open machine: no ticket.
     r = httpx.post(f"{stack.base_url}/v1/start_states/{ssid}/view", timeout=30,
