@@ -187,8 +187,9 @@ class LiveRelay:
         if not await gw.send(p.runner_id, opened):
             return ViewEndReason.RUNNER_UNAVAILABLE
         stopped = asyncio.create_task(p.stop.wait())
+        either: list[asyncio.Future[Any]] = [p.arrived, stopped]  # the runner's socket, or the server's end
         try:
-            await within(OPEN_TIMEOUT_S, asyncio.wait([p.arrived, stopped], return_when=asyncio.FIRST_COMPLETED))
+            await within(OPEN_TIMEOUT_S, asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED))
         except TimeoutError:
             pass
         finally:
