@@ -29,6 +29,7 @@ from typing import Any, Protocol, TypeVar
 
 import structlog
 
+from gh_runner import answer_file
 from gh_runner import outcome as rules
 from gh_runner.config import Timeouts
 from gh_runner.inventory import source_of
@@ -192,8 +193,8 @@ class Attempt:
         if case.check_script:
             await self._status("checking", CHECK_BEFORE)
             env = {"GH_CHECK_PHASE": "before", "GH_AGENT_ANSWER": ""}
-            res = await self._phase(CHECK_BEFORE, check_t,
-                                    lambda: self._script(case.check_script or "", env, check_t))
+            before_script = answer_file.with_answer_file(case.check_script or "", "", self._machine().shell)
+            res = await self._phase(CHECK_BEFORE, check_t, lambda: self._script(before_script, env, check_t))
             self._check_before = rules.check_output(res)
             before = rules.judge_before(res, check_t)
             if before.outcome == "error":
@@ -212,13 +213,13 @@ class Attempt:
         self._ending = rules.task_ending(end, self._limit_reached)
         if self._ending.error:
             raise AttemptError(TASK, self._ending.error)
-        answer = end.answer if end is not None else ""
+        answer = self._ending.answer
 
         if case.check_script:
             await self._status("checking", CHECK_AFTER)
             env = {"GH_CHECK_PHASE": "after", "GH_AGENT_ANSWER": answer}
-            res = await self._phase(CHECK_AFTER, check_t,
-                                    lambda: self._script(case.check_script or "", env, check_t))
+            script = answer_file.with_answer_file(case.check_script or "", answer, self._machine().shell)
+            res = await self._phase(CHECK_AFTER, check_t, lambda: self._script(script, env, check_t))
             self._check_after = rules.check_output(res)
             after = rules.judge_after(res, check_t)
             if after.outcome == "error":
@@ -574,7 +575,10 @@ class Attempt:
             task_limit_reached=self._limit_reached,
             task_end=self._ending.reason if self._ending is not None else None,
             task_note=self._ending.note if self._ending is not None else None,
-            answer=end.answer if end is not None else None,
+            task_fault=self._ending.fault if self._ending is not None else None,
+            # The answer the check got (never one that broke its contract: that is withheld, and the
+            # fault says why).
+            answer=(self._ending.answer if self._ending is not None else "") if end is not None else None,
             metrics=self._metrics,
             started_at=started,
             finished_at=_now(),

@@ -77,3 +77,13 @@ class QueueWait(StrEnum):
     NO_VERSION = "no_version"  # none of those holds the start-state version
     NO_FREE_SLOT = "no_free_slot"  # a runner can take it, but every slot of every such runner is busy
     NEXT_PASS = "next_pass"  # a runner with a free slot can take it: the next lease pass offers it
+
+
+class AgentFault(StrEnum):
+    """What the agent sent that broke its contract (docs/agents.md, "The answer"): the task ends as
+    `agent_failed` with this as `task_end.fault`, before any check reads it. Never retried, never ours."""
+
+    ANSWER_TOO_LONG = "answer_too_long"  # over gh_wire.answer.ANSWER_MAX_CHARS characters
+    ANSWER_HAS_NUL = "answer_has_nul"  # a NUL character: no guest can carry it in an environment variable
+    ANSWER_NOT_UTF8 = "answer_not_utf8"  # bytes (an HTTP body, a command's stdout) or a lone surrogate
+    MODEL_STALLED = "model_stalled"  # the model's reply did not end within the agent's own call timeout

@@ -135,6 +135,7 @@ class Machine(abc.ABC):
 
     machine_id: str
     origin: MachineOrigin = MachineOrigin.COLD
+    shell: str = "sh"  # the language run_script runs: "sh" | "powershell" (as ImageInfo.shell)
 
     @abc.abstractmethod
     async def wait_ready(self, timeout: float) -> None:

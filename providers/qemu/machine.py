@@ -147,6 +147,10 @@ class QemuMachine(Machine):
     def _uses_winrm(self) -> bool:
         return self.image.routes.script is Channel.WINRM
 
+    @property  # type: ignore[override]
+    def shell(self) -> str:
+        return "powershell" if self._uses_winrm else "sh"
+
     async def _require_running(self) -> None:
         st = await self.domain.state()
         if st in (libvirt.VIR_DOMAIN_RUNNING, libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_BLOCKED):
