@@ -52,7 +52,7 @@ def split(script: str) -> tuple[str | None, str]:
     if lines[1].startswith("${env:"):
         b64 = lines[2].split("FromBase64String('", 1)[1].split("'", 1)[0]
         return base64.b64decode(b64).decode("utf-8"), "\n".join(lines[3:])
-    head, _, rest = script[len(MARK) + 1:].partition("\n")
+    _, _, rest = script[len(MARK) + 1:].partition("\n")
     quoted_and_tail = rest[len("(umask 077 && printf '%s' "):]
     end = f" > \"${VARIABLE}\") && export {VARIABLE}\n"
     quoted, _, after = quoted_and_tail.partition(end)

@@ -21,6 +21,10 @@ rule holds for every text an agent gives that reaches a guest or a model: `ask_u
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from pydantic import AfterValidator
+
 from gh_wire.vocab import AgentFault
 
 ANSWER_MAX_CHARS = 16_000
@@ -57,3 +61,18 @@ def describe(fault: AgentFault, text_len: int | None = None) -> str:
     if fault is AgentFault.ANSWER_NOT_UTF8:
         return "the answer is not valid UTF-8"
     return "the model's reply did not end within the agent's call timeout"
+
+
+def _guest_text(text: str) -> str:
+    """A pydantic check for text an agent sends towards a guest or a model (typed text, a script, an env
+    value, a question): a 400 (machine API) or an invalid action (model agent), never a channel's error."""
+    if "\x00" in text:
+        raise ValueError("must not contain a NUL character")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid UTF-8 (no lone surrogate)") from None
+    return text
+
+
+GuestText = Annotated[str, AfterValidator(_guest_text)]

@@ -20,9 +20,10 @@ import httpx
 from gh_common.timeouts import within
 from gh_server.agents.base import AgentContext, AgentError, AgentFailed, AgentOutcome
 from gh_server.agents.sandbox import Sandbox
+from gh_wire import answer as answer_contract
 from gh_wire.protocol import TaskEndReason
+from gh_wire.vocab import AgentFault
 
-MAX_ANSWER = 100_000
 MAX_STDERR_IN_ERROR = 500
 
 
@@ -39,8 +40,10 @@ def request_document(ctx: AgentContext) -> dict[str, Any]:
 
 
 def _outcome_from(answer: Any, extra: Any = None) -> AgentOutcome:
+    """The answer as the agent gave it (never cut: one over its limit is the agent's failure, decided
+    by the supervisor with every other answer's contract)."""
     meta = extra if isinstance(extra, dict) else {}
-    out = AgentOutcome(answer=str(answer if answer is not None else "")[:MAX_ANSWER])
+    out = AgentOutcome(answer=str(answer if answer is not None else ""))
     for k in ("steps", "questions", "approvals"):
         v = meta.get(k)
         if isinstance(v, int) and v >= 0:
@@ -103,7 +106,15 @@ class CommandAgent:
             tail = err.decode(errors="replace").strip()[-MAX_STDERR_IN_ERROR:]
             why = f"agent {self.agent_id} exited with code {proc.returncode}"
             raise AgentFailed(why + (f": {tail}" if tail else ""))
-        return _outcome_from(out.decode(errors="replace").strip())
+        return _outcome_from(_decoded(out).strip())
+
+
+def _decoded(raw: bytes) -> str:
+    """An agent's bytes as its answer: not UTF-8 is its failure (never replaced characters)."""
+    text = answer_contract.decode_answer(raw)
+    if isinstance(text, AgentFault):
+        raise AgentFailed(answer_contract.describe(text), text)
+    return text
 
 
 def _kill(proc: asyncio.subprocess.Process) -> None:
@@ -140,12 +151,13 @@ class HttpAgent:
             raise AgentFailed(f"agent {self.agent_id}: {self.url} broke off its answer: {type(e).__name__}") from None
         if resp.status_code >= 400:
             raise AgentFailed(f"agent {self.agent_id}: {self.url} answered HTTP {resp.status_code}: {resp.text[:300]}")
+        text = _decoded(resp.content)  # UTF-8 whatever the charset says: other bytes are the agent's error
         if resp.headers.get("content-type", "").startswith("application/json"):
             try:
-                body = resp.json()
+                body = json.loads(text)
             except ValueError:
                 raise AgentFailed(f"agent {self.agent_id}: {self.url} sent invalid JSON") from None
             if isinstance(body, dict):
                 return _outcome_from(body.get("answer"), body)
             return _outcome_from(body)
-        return _outcome_from(resp.text.strip())
+        return _outcome_from(text.strip())

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from gh_server.agents import machine_limits
 from gh_server.agents.base import MachineError, TaskStopped
 from gh_server.agents.supervisor import MACHINE_API_PATH, Grant
+from gh_wire.answer import GuestText
 from gh_wire.input import InputEvent
 from gh_wire.protocol import MachineRefusal
 
@@ -29,7 +30,7 @@ class InputBody(BaseModel):
 
 
 class ExecBody(BaseModel):
-    script: str = Field(min_length=1, max_length=100_000)
+    script: GuestText = Field(min_length=1, max_length=100_000)
     env: dict[str, str] = Field(default_factory=dict)
     timeout: float = Field(default=120.0, gt=0, le=3600)
 
@@ -37,11 +38,11 @@ class ExecBody(BaseModel):
 
 
 class AskBody(BaseModel):
-    question: str = Field(min_length=1, max_length=8_000)
+    question: GuestText = Field(min_length=1, max_length=8_000)
 
 
 class ApprovalBody(BaseModel):
-    request: str = Field(min_length=1, max_length=8_000, description="what the agent asks leave to do")
+    request: GuestText = Field(min_length=1, max_length=8_000, description="what the agent asks leave to do")
 
 
 def _error(status: int, etype: str, message: str) -> JSONResponse:

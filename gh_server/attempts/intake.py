@@ -159,8 +159,10 @@ def apply_result(
             "cost_cents": (m.agent_usage or {}).get("cost_cents"),
             "phase_seconds": dict(m.phase_seconds),
             # Why the task ended (agent's side, never an error) and, for an error, the phase it came from.
-            "task_end": None if result.task_end is None else {"reason": str(result.task_end),
-                                                                "note": (result.task_note or None)},
+            "task_end": None if result.task_end is None else {
+                "reason": str(result.task_end), "note": (result.task_note or None),
+                # agent_failed for what the agent sent (gh_wire.answer): typed, for results to count apart
+                "fault": None if result.task_fault is None else str(result.task_fault)},
             "error_phase": error_phase_of(result, error, judged_error=judge is not None and bool(judge.get("error"))),
             # Whose the error is, as the runner judged it; a judge's error or an unsaid one is ours.
             "error_cause": str(result.error_cause) if outcome == "error" and result.outcome == "error"

@@ -11,7 +11,7 @@ import pytest
 from gh_runner import answer_file
 
 ANSWERS = ["", "it's done", "line 1\nline 2\n\n", "$(touch /tmp/gh-pwned) `x` $HOME \\ \"q\"",
-           "Grüße 東京 😀 ‘typographic’", "'" * 50]
+           "Grüße 東京 😀 \u2018typographic\u2019", "'" * 50]
 
 
 @pytest.mark.parametrize("answer", ANSWERS)
