@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from gh_wire.input import InputEvent
-from gh_wire.vocab import AgentFault, CancelReason, ErrorCause, ErrorCode
+from gh_wire.vocab import AgentFault, CancelReason, ErrorCause, ErrorCode, FailReason
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 16 * 1024 * 1024  # a replay frame (PNG, base64) fits well under this
@@ -196,6 +196,7 @@ class AttemptResult(_Msg):
     task_end: TaskEndReason | None = None  # why the task ended (None: it never started)
     task_note: str | None = None  # what the agent's side said as it ended (an exit code, a refusal)
     task_fault: AgentFault | None = None  # agent_failed because of what it sent (gh_wire.answer)
+    failed_reason: FailReason | None = None  # `failed` by a rule, not by the check's verdict
 
 
 # ---------------------------------------------------------------------------------------------

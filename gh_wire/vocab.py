@@ -87,3 +87,13 @@ class AgentFault(StrEnum):
     ANSWER_HAS_NUL = "answer_has_nul"  # a NUL character: no guest can carry it in an environment variable
     ANSWER_NOT_UTF8 = "answer_not_utf8"  # bytes (an HTTP body, a command's stdout) or a lone surrogate
     MODEL_STALLED = "model_stalled"  # the model's reply did not end within the agent's own call timeout
+
+
+class FailReason(StrEnum):
+    """Why an attempt is `failed` other than by its check's verdict (`metrics.failed_reason`), counted apart
+    in results (docs/server-api.md, "How a task ended")."""
+
+    # The agent, with exec or input during its task, left the guest's script channel dead (its guest agent
+    # and executor killed for good, stopped, or removed) while the guest's kernel still runs: the check
+    # cannot look, and the agent broke the one thing it was told to leave alone (gh_runner.attempt).
+    CHECK_CHANNEL_LOST_IN_TASK = "check_channel_lost_in_task"

@@ -146,6 +146,16 @@ class Machine(abc.ABC):
             ProviderError: the hypervisor failed.
         """
 
+    async def guest_running(self) -> bool:
+        """Whether the hypervisor runs this machine's guest (its kernel has the CPU: not stopped, paused
+        by an I/O error such as a full host disk, or crashed). A machine that cannot tell says False,
+        so a dead channel on it stays the runner's error.
+
+        Raises:
+            ProviderError: the hypervisor did not answer.
+        """
+        return False
+
     @abc.abstractmethod
     async def run_script(
         self,
