@@ -55,12 +55,16 @@ def in_threads(n: int, each: int, fn: object) -> Statuses:
     return seen
 
 
-# The check's channel, broken from inside the guest (linux-tiny: qemu-ga and gh-execd, run as root).
+# The check's channel, broken from inside the guest: qemu-ga and gh-execd (linux-tiny, where exec is root),
+# qemu-ga (linux-desktop, where exec is the signed-in user with passwordless sudo). In the background and
+# after a moment, so that the exec that does it can answer first.
+_AS_ROOT = 'S=; [ "$(id -u)" = 0 ] || S="sudo -n"; '
+_PIDS = "$(pidof qemu-ga gh-execd)"
 CHANNEL = {
-    "kill-guest-agent": "kill -9 $(pidof qemu-ga) $(pidof gh-execd) 2>/dev/null; echo killed",
-    "stop-guest-agent": "kill -STOP $(pidof qemu-ga) $(pidof gh-execd) 2>/dev/null; echo stopped",
-    "remove-guest-agent": ("for p in qemu-ga gh-execd; do f=$(command -v $p); rm -f \"$f\"; done; "
-                           "kill -9 $(pidof qemu-ga) $(pidof gh-execd) 2>/dev/null; echo removed"),
+    "kill-guest-agent": _AS_ROOT + f"(sleep 1; $S kill -9 {_PIDS}) >/dev/null 2>&1 & echo killing",
+    "stop-guest-agent": _AS_ROOT + f"(sleep 1; $S kill -STOP {_PIDS}) >/dev/null 2>&1 & echo stopping",
+    "remove-guest-agent": _AS_ROOT + ("(sleep 1; for p in /usr/sbin/qemu-ga /usr/bin/qemu-ga /usr/sbin/gh-execd; "
+                                      f"do $S rm -f $p; done; $S kill -9 {_PIDS}) >/dev/null 2>&1 & echo removing"),
 }
 
 
@@ -84,6 +88,7 @@ def act(mode: str, url: str, token: str) -> Statuses:
         one[call(url, token, "/exec", {"script": "true", "env": {"A=B": "c"}})] += 1
     elif mode == "ask-nul":
         one[call(url, token, "/ask", {"question": "why\u0000"})] += 1
+        one[call(url, token, "/approval", {"request": "reboot\u0000"})] += 1
         one[call(url, token, "/input", {"events": [{"type": "type", "text": "a\u0000b"}]})] += 1
     elif mode == "ask-flood":
         one = in_threads(8, 25, lambda: call(url, token, "/ask", {"question": "Is it fixed?"}))
@@ -103,7 +108,7 @@ def main() -> None:
     doc = json.load(sys.stdin)
     out = sys.stdout.buffer
     if mode == "answer-nul":
-        out.write("fixed it\x00really".encode())
+        out.write(b"fixed it\x00really")
         return
     if mode == "answer-long":
         out.write(("日" * 99_000).encode())
