@@ -221,14 +221,14 @@ class Attempt:
             await self._status("checking", CHECK_AFTER)
             env = {"GH_CHECK_PHASE": "after", "GH_AGENT_ANSWER": answer}
             script = answer_file.with_answer_file(case.check_script or "", answer, self._machine().shell)
-            res = await self._check_after_run(script, env, check_t)
-            if res is None:  # the agent left the check no channel to run on: its failure (see below)
+            after_res = await self._check_after_run(script, env, check_t)
+            if after_res is None:  # the agent left the check no channel to run on: its failure (see below)
                 self._outcome = "failed"
                 self._failed_reason = FailReason.CHECK_CHANNEL_LOST_IN_TASK
                 await self._phase(LAST_SCREEN, None, lambda: self._capture("last"))
                 return
-            self._check_after = rules.check_output(res)
-            after = rules.judge_after(res, check_t)
+            self._check_after = rules.check_output(after_res)
+            after = rules.judge_after(after_res, check_t)
             if after.outcome == "error":
                 raise AttemptError(CHECK_AFTER, after.reason or "the check did not print True or False",
                                    after.cause or ErrorCause.INFRASTRUCTURE)

@@ -135,7 +135,11 @@ class Machine(abc.ABC):
 
     machine_id: str
     origin: MachineOrigin = MachineOrigin.COLD
-    shell: str = "sh"  # the language run_script runs: "sh" | "powershell" (as ImageInfo.shell)
+
+    @property
+    def shell(self) -> str:
+        """The language `run_script` runs: "sh" | "powershell" (as ImageInfo.shell)."""
+        return "sh"
 
     @abc.abstractmethod
     async def wait_ready(self, timeout: float) -> None:

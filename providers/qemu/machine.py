@@ -147,7 +147,7 @@ class QemuMachine(Machine):
     def _uses_winrm(self) -> bool:
         return self.image.routes.script is Channel.WINRM
 
-    @property  # type: ignore[override]
+    @property
     def shell(self) -> str:
         return "powershell" if self._uses_winrm else "sh"
 
