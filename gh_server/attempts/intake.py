@@ -161,8 +161,8 @@ def apply_result(
             # Why the task ended (agent's side, never an error) and, for an error, the phase it came from.
             "task_end": None if result.task_end is None else {
                 "reason": str(result.task_end), "note": (result.task_note or None),
-                # agent_failed for what the agent sent (gh_wire.answer): typed, for results to count apart
-                "fault": None if result.task_fault is None else str(result.task_fault)},
+                # agent_failed for what the agent sent (gh_wire.answer), typed; only when there is one
+                **({} if result.task_fault is None else {"fault": str(result.task_fault)})},
             # `failed` by a rule rather than the check's verdict (gh_wire.vocab.FailReason), counted apart.
             "failed_reason": str(result.failed_reason) if outcome == Outcome.FAILED and result.failed_reason else None,
             "error_phase": error_phase_of(result, error, judged_error=judge is not None and bool(judge.get("error"))),
