@@ -38,17 +38,24 @@ def main() -> int:
     unknown = set(chosen) - set(modes) - set(model_modes)
     if unknown:
         ap.error(f"unknown inputs: {', '.join(sorted(unknown))}")
-    with scratch_dir("gh-bench-escape-") as work:
-        c = escape.run(work, args.images_dir, modes, model_modes)
-    rows = c.rows()
+    # A run names at most 20 agents: the command agents in one, the model agents in another.
+    campaigns = []
+    for cmd, model in ((modes, []), ([], model_modes)):
+        if cmd or model:
+            with scratch_dir("gh-bench-escape-") as work:
+                campaigns.append(escape.run(work, args.images_dir, cmd, model))
+    rows = [r for c in campaigns for r in c.rows()]
     width = max(len(r.input) for r in rows)
     print(f"{'input':<{width}}  {'outcome':<8} retries  why")
     for r in rows:
         print(f"{r.input:<{width}}  {r.outcome:<8} {r.retries:>7}  {r.why}")
-    ours = c.errors_of_ours()
-    print(f"\nour errors: {ours} (must be 0); attempts: {len(c.report['attempts'])} counted, "
-          f"{len(c.report['retried_attempts'])} retried; left behind: {c.leftover or 'nothing'}")
-    return 0 if ours == 0 and not c.leftover else 1
+    ours = sum(c.errors_of_ours() for c in campaigns)
+    counted = sum(len(c.report["attempts"]) for c in campaigns)
+    retried = sum(len(c.report["retried_attempts"]) for c in campaigns)
+    leftover = [d for c in campaigns for d in c.leftover]
+    print(f"\nour errors: {ours} (must be 0); attempts: {counted} counted, {retried} retried; "
+          f"left behind: {leftover or 'nothing'}")
+    return 0 if ours == 0 and not leftover else 1
 
 
 if __name__ == "__main__":

@@ -108,7 +108,8 @@ def run(work: Path, images_dir: Path, modes: list[str], model_modes: list[str] |
              "--report", str(out), "--images-dir", str(images_dir)],
             capture_output=True, text=True, timeout=timeout, env={**os.environ, KEY_ENV: "sk-escape"})
     if not out.exists():
-        raise RuntimeError(f"gh-runner local wrote no report (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"gh-runner local wrote no report (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n"
+                           f"{proc.stderr[-3000:]}")
     report: dict[str, Any] = json.loads(out.read_text())
     m = re.search(r"runner (local-\d+) with", proc.stdout)
     name = m.group(1) if m else None
