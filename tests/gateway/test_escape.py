@@ -44,6 +44,7 @@ async def _task(server_factory: Any, mode: str, **kw: Any) -> tuple[protocol.Tas
     ("answer-nul", AgentFault.ANSWER_HAS_NUL),
     ("answer-long", AgentFault.ANSWER_TOO_LONG),  # 99,000 x U+65E5: 297 KB, over Linux's 128 KiB
     ("answer-bytes", AgentFault.ANSWER_NOT_UTF8),
+    ("answer-endless", AgentFault.ANSWER_TOO_LONG),  # stopped at 1 MiB, its process group killed
 ])
 async def test_an_answer_that_breaks_its_contract_is_agent_failed(server_factory: Any, mode: str,
                                                                   fault: AgentFault) -> None:

@@ -5,7 +5,7 @@ chosen by argv[1], then answers. What the machine API answered it is in its answ
 tests/gateway/test_escape.py, tests/e2e/test_escape.py and bench/escape.py.
 
 Modes (docs/agents.md, "What counts against whom"):
-  answer-nul, answer-long, answer-bytes     an answer that breaks its contract (stdout)
+  answer-nul, answer-long, answer-bytes, answer-endless    an answer that breaks its contract (stdout)
   input-10mb, input-unknown-key, input-offscreen, input-100k-events
   exec-nul-script, exec-nul-env, ask-nul, ask-flood, approval-flood, screen-8-threads
   kill-guest-agent, stop-guest-agent, remove-guest-agent    (as root, through /exec: the check's channel)
@@ -114,6 +114,9 @@ def main() -> None:
     if mode == "answer-long":
         out.write(("日" * 99_000).encode())
         return
+    if mode == "answer-endless":  # prints without end: gh-server must not hold it all
+        while True:
+            out.write(b"y" * 65536)
     if mode == "answer-bytes":
         out.write(b"fixed \xff\xfe it")
         return
