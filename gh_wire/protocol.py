@@ -44,6 +44,9 @@ class MachineRefusal(StrEnum):
     # An input event the machine cannot deliver (an unknown key name, a character outside the keymap):
     # the agent's request was wrong, the machine is fine.
     INPUT_NOT_SUPPORTED = "input_not_supported"
+    # The guest channel failed while the requester's own script ran (an agent's exec runs elevated: it can
+    # kill or stop the guest agent), on a guest the hypervisor still runs: its script's doing, not ours.
+    CHANNEL_LOST_IN_EXEC = "channel_lost_in_exec"
 
 
 class LeaseRefusal(StrEnum):

@@ -52,12 +52,15 @@ def _error(status: int, etype: str, message: str) -> JSONResponse:
 async def _machine_failed(sup: AgentSupervisor, grant: Grant, e: MachineError) -> JSONResponse:
     """A refused request: 409 when the task was stopped (the agent's end); 413 when it is too large to
     relay over the runner's websocket (the caller's request, or what it asked for, is what to change);
-    400 for an input event the machine cannot deliver (an unknown key name); 502 when the machine failed
+    400 for an input event the machine cannot deliver (an unknown key name); 422 when the caller's own
+    exec broke the guest channel (the guest still runs); 502 when the machine failed
     under the agent, remembered so that an agent which then gives up is our error, not its failure."""
     if isinstance(e, TaskStopped):
         return _error(409, "conflict", str(e))
     if e.refusal == MachineRefusal.INPUT_NOT_SUPPORTED:
         return _error(400, "invalid_request", str(e))
+    if e.refusal == MachineRefusal.CHANNEL_LOST_IN_EXEC:  # its own script broke the channel: not ours
+        return _error(422, "invalid_request", str(e))
     if e.refusal is not None:
         return _error(413, "invalid_request", str(e))
     await sup.machine_failed(grant, str(e))  # on the grant's row: the agent may run in another process

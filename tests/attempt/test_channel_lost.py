@@ -11,9 +11,10 @@ from collections.abc import Mapping
 import pytest
 
 from gh_runner.attempt import Attempt
-from gh_wire.protocol import MachineRequest, TaskEnd
+from gh_wire.protocol import MachineRefusal, MachineRequest, TaskEnd
 from gh_wire.vocab import FailReason
 from providers.base import ScriptResult
+from providers.errors import ProviderError
 
 from .fakes import FakeLink, FakeMachine, FakeProvider, make_lease, ok
 from .test_lifecycle import FAST, finish, start
@@ -67,3 +68,25 @@ async def test_a_dead_channel_without_the_agents_exec_or_input_is_ours(provider:
 async def test_a_dead_channel_on_a_guest_that_does_not_run_is_ours(provider: FakeProvider, link: FakeLink) -> None:
     result = await _attempt(provider, link, True, how="dead", guest_runs=False)  # QEMU dead, disk full: paused
     assert result.outcome == "error" and result.error_phase == "check_after" and result.failed_reason is None
+
+
+@pytest.mark.parametrize(("guest_runs", "typed"), [(True, True), (False, False)])
+async def test_an_exec_that_kills_its_own_channel_is_refused_as_the_agents(provider: FakeProvider, link: FakeLink,
+                                                                         guest_runs: bool, typed: bool) -> None:
+    """The agent's own script (elevated) killed the guest agent under itself: while the guest runs, the refusal
+    says so (CHANNEL_LOST_IN_EXEC: the server answers 422 and does not count it as the machine failing)."""
+    def kills_itself(m: FakeMachine, env: Mapping[str, str], t: float) -> ScriptResult:
+        m.channel, m.respawns, m.guest_runs = "dead", True, guest_runs
+        raise ProviderError("guest agent guest-exec: the guest agent is not answering")
+
+    provider.scripts["kill-qemu-ga"] = kills_itself
+    a = Attempt(make_lease(), provider, link, QUICK)
+    run = await start(a)
+    await link.reached("task")
+    resp = await a.handle_request(MachineRequest(request_id="r1", attempt_id="at_test1", op="exec",
+                                                 script="kill-qemu-ga", timeout=30))
+    assert not resp.ok
+    assert (resp.refusal == MachineRefusal.CHANNEL_LOST_IN_EXEC) is typed, resp
+    a.task_end(TaskEnd(attempt_id="at_test1", answer="done"))
+    result = await finish(run)
+    assert result.outcome == "failed", result.error  # the guest's init brought the channel back: checked

@@ -19,7 +19,7 @@ from gh_wire.vocab import AgentFault
 
 from .conftest import GwServer
 from .fakehttp import chat_reply, serve
-from .test_agents import Machine, connect, start_task
+from .test_agents import Machine, agent_dir, cmd_agent, connect, start_task
 
 HOSTILE = Path(__file__).parents[1] / "e2e" / "agents" / "hostile.py"
 
@@ -90,3 +90,32 @@ async def test_an_ask_flood_is_answered_or_held_back_never_an_error(server_facto
     assert end.error is None and end.reason == protocol.TaskEndReason.FINISHED, end
     statuses = json.loads(end.answer)["statuses"]
     assert set(statuses) <= {"200", "429"} and "200" in statuses, statuses
+
+
+class KilledUnderItsExec(Machine):
+    """A runner whose guest channel died under the agent's own exec while the guest runs on."""
+
+    async def handle(self, msg: Any) -> bool:
+        if isinstance(msg, protocol.MachineRequest) and msg.op == "exec":
+            self.requests.append(msg)
+            await self.r.send(protocol.MachineResponse(
+                request_id=msg.request_id, ok=False, refusal=protocol.MachineRefusal.CHANNEL_LOST_IN_EXEC,
+                error="the guest channel failed while this script ran; the guest still runs"))
+            return True
+        return await super().handle(msg)
+
+
+async def test_an_agent_that_kills_the_channel_under_its_exec_then_gives_up_is_agent_failed(
+        server_factory: Any) -> None:
+    """Not the `502, then gave up` of a machine failing under the agent (ours): its own script did it."""
+    with agent_dir() as d:
+        server: GwServer = server_factory(agents=cmd_agent("exec-fail", Path(d) / "doc.json"))
+        r = await connect(server)
+        KilledUnderItsExec(r)
+        try:
+            await start_task(server, r, {}, "cmd")
+            end = await r.expect("task_end", timeout=60)
+        finally:
+            await r.close()
+    assert end.error is None, end.error
+    assert end.reason == protocol.TaskEndReason.AGENT_FAILED and "exec answered 422" in (end.note or "")
