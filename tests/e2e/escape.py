@@ -26,8 +26,8 @@ GH_RUNNER = str(Path(sys.executable).parent / "gh-runner")
 HOSTILE = Path(__file__).parent / "agents" / "hostile.py"
 KEY_ENV = "GH_ESCAPE_MODEL_KEY"
 
-COMMAND_MODES = ["answer-nul", "answer-long", "answer-bytes", "input-10mb", "input-unknown-key", "input-offscreen",
-                 "input-100k-events", "exec-nul-script", "exec-nul-env", "ask-nul", "approval-flood",
+COMMAND_MODES = ["answer-nul", "answer-long", "answer-bytes", "answer-endless", "input-10mb", "input-unknown-key",
+                 "input-offscreen", "input-100k-events", "exec-nul-script", "exec-nul-env", "ask-nul", "approval-flood",
                  "screen-8-threads", "kill-guest-agent", "stop-guest-agent", "remove-guest-agent"]
 CLICK = ("computer", {"action": "click", "x": 10, "y": 10})
 # Model agents (openai-chat, tool_calls): name -> (settings over agents_config's, replies in order).
