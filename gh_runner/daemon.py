@@ -50,6 +50,7 @@ from gh_runner.jobs import StartStateJobs
 from gh_runner.journal import Journal
 from gh_runner.leases import AttemptFactory, Leases, default_attempt_factory
 from gh_runner.library import Library, open_registry
+from gh_runner.live_views import LiveViews
 from gh_runner.log import get_logger
 from gh_runner.names import remember_name
 from gh_runner.outbox import ResultOutbox
@@ -73,9 +74,11 @@ from gh_wire.protocol import (
     ResultAck,
     StatusAck,
     TaskEnd,
+    ViewClose,
+    ViewOpen,
     Welcome,
 )
-from providers.base import Provider
+from providers.base import Machine, Provider
 
 T = TypeVar("T")
 FORCED_TEARDOWN = 10.0  # after a second stop signal, how long cancelled attempts get to destroy machines
@@ -129,6 +132,7 @@ class JobsLike(Protocol):
     def slots_freed_by(self, job: Job) -> list[str]: ...
     def start(self, job: Job, done: Callable[[Job, JobResult], Any]) -> None: ...
     async def handle_request(self, req: MachineRequest) -> MachineResponse: ...
+    async def open_machine(self, start_state_id: str, timeout: float) -> Machine | None: ...
     async def close_all(self) -> None: ...
 
 
@@ -194,6 +198,9 @@ class Daemon:
             on_refused=self._token_refused if config.exits_on_refused_token(sys.stderr.isatty(), os.environ)
             else None,
         )
+        # Screen bytes on sockets of their own, never on the session's (gh_runner/live_views.py).
+        self.live_views = LiveViews(self._view_machine, lambda: self.session.url, config.token_value(),
+                                    self.send_message)
 
     def _default_library(self, config: RunnerConfig, provider: Provider) -> Library | None:
         if config.registry is None:
@@ -317,8 +324,9 @@ class Daemon:
 
     async def shutdown(self) -> None:
         """Close everything startup opened, in order; runs after the drain, or when `run` is cancelled."""
-        # 1. No more reconnects: the session closes its socket and its task ends.
+        # 1. No more reconnects: the session closes its socket and its task ends; live views end too.
         self.session.stop()
+        await self.live_views.close_all()
         # 2. The timers (reaper, result re-send, watchdog tick) have nothing left to do.
         for t in self._timers:
             t.cancel()
@@ -464,6 +472,7 @@ class Daemon:
                       if self.library is not None and not self.library.auth_failed else None),
             in_flight_phases=self.leases.in_flight_phases(),
             status_acks=True,
+            live_views=True,
         )
 
     async def on_welcome(self, welcome: Welcome) -> None:
@@ -536,6 +545,10 @@ class Daemon:
             self.leases.status_ack(msg)
         elif isinstance(msg, Job):
             await self._on_job(msg)
+        elif isinstance(msg, ViewOpen):
+            self.live_views.open(msg)
+        elif isinstance(msg, ViewClose):
+            self.live_views.close(msg)
         else:
             await self.session.send_message(ErrorMsg(code="unsupported", message=f"runner does not handle {msg.type}",
                                              ref_type=msg.type))
@@ -588,6 +601,11 @@ class Daemon:
             resp = MachineResponse(request_id=req.request_id, ok=False,
                                    error=f"{req.op} failed in the runner: {type(e).__name__}")
         await self.session.send_message(resp)
+
+    async def _view_machine(self, msg: ViewOpen, timeout: float) -> Machine | None:
+        if msg.attempt_id:
+            return self.leases.machine_of(msg.attempt_id)
+        return await self.jobs.open_machine(msg.start_state_id, timeout) if msg.start_state_id else None
 
     # -- start-state jobs ----------------------------------------------------------------------
 

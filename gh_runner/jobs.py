@@ -22,6 +22,7 @@ server as an attempt's (`gh_runner.machine_requests`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 
@@ -119,6 +120,16 @@ class StartStateJobs:
 
     def is_open(self, start_state_id: str) -> bool:
         return start_state_id in self._open
+
+    async def open_machine(self, start_state_id: str, timeout: float) -> Machine | None:
+        """The open machine of a start state, also while it boots (its screen is the boot screen, as
+        `_machine_for` serves it); one still being made is waited for, up to `timeout` seconds."""
+        made = self._made.get(start_state_id)
+        if start_state_id not in self._open and made is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await made.wait()
+        return self._open.get(start_state_id) or self._starting.get(start_state_id)
 
     def start(self, job: protocol.Job, done: JobDone) -> None:
         """Run `job` in its own task; `done(job, result)` is awaited with its result (never raises

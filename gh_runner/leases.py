@@ -50,7 +50,7 @@ from gh_wire.protocol import (
     StatusAck,
     TaskEnd,
 )
-from providers.base import Provider, ProviderError
+from providers.base import Machine, Provider, ProviderError
 
 T = TypeVar("T")
 
@@ -59,6 +59,7 @@ class AttemptLike(Protocol):
     """What the runner needs of `gh_runner.attempt.Attempt` (tests give it doubles)."""
 
     machine_id: str
+    machine: Machine | None  # once made (a live view of it: gh_runner/live_views.py)
 
     async def run(self) -> AttemptResult: ...
     async def handle_request(self, req: MachineRequest) -> MachineResponse: ...
@@ -227,6 +228,11 @@ class Leases:
             await self.outbox.send(msg.attempt_id)  # already over: the result says how
             return True
         return False
+
+    def machine_of(self, attempt_id: str) -> Machine | None:
+        """The machine of a running attempt, once made; None when it is not running here."""
+        running = self.running.get(attempt_id)
+        return running.attempt.machine if running is not None else None
 
     async def request(self, req: MachineRequest) -> MachineResponse | None:
         """The agent's request on its attempt's machine; None when that attempt is not running here."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from gh_server import accesslog, api, db, errors, queue_wait, replays, start_state_jobs, webhooks
+from gh_server import accesslog, api, console_page, db, errors, queue_wait, replays, start_state_jobs, webhooks
 from gh_server.agents.machine_api import router as machine_router
 from gh_server.agents.machine_limits import InFlightLimit
 from gh_server.agents.supervisor import MACHINE_API_PATH, AgentSupervisor
@@ -19,10 +19,13 @@ from gh_server.auth import ensure_admin_key
 from gh_server.bodylimit import BodyLimit
 from gh_server.gateway import PATH as GATEWAY_PATH
 from gh_server.gateway import Gateway
+from gh_server.live import api as live_api
+from gh_server.live.relay import LiveRelay
 from gh_server.relay import PgRelay
 from gh_server.settings import Settings
 from gh_server.start_states import apply_job_result
 from gh_server.state import ServerState
+from gh_server.yamlbody import YamlBody
 
 
 def create_state(settings: Settings) -> ServerState:
@@ -67,7 +70,9 @@ def create_app(settings: Settings, state: ServerState | None = None) -> FastAPI:
     accesslog.install()
     _wire(app, st)
     errors.document(app)
-    # Outside the routes (and so before auth and parsing): see gh_server.bodylimit, agents.machine_limits.
+    # Outside the routes (and so before auth and parsing): see gh_server.bodylimit, agents.machine_limits,
+    # gh_server.yamlbody (inside the body limit: the last added runs first).
+    app.add_middleware(YamlBody)
     app.add_middleware(InFlightLimit, prefix=MACHINE_API_PATH, limit=settings.machine_api_max_in_flight)
     app.add_middleware(BodyLimit, max_body=settings.max_body_bytes, max_batch_body=settings.max_batch_body_bytes)
     return app
@@ -82,6 +87,7 @@ def _wire(app: FastAPI, st: ServerState) -> None:
     webhooks.install(app, st)
     replays.install(app, st)
     start_state_jobs.install(app, st)
+    console_page.install(app, st.settings.novnc_dir)
     if st.settings.gateway:
         _serve_runners(app, st)
 
@@ -94,6 +100,10 @@ def _serve_runners(app: FastAPI, st: ServerState) -> None:
     st.gateway = gw
     app.add_api_websocket_route(GATEWAY_PATH, gw.endpoint)
     app.include_router(machine_router(gw.agents))
+    live = LiveRelay(st)  # live views ride beside the runners' sockets (gh_server/live/relay.py)
+    gw.on_view_refused = live.refused
+    st.extras["live_relay"] = live  # how views ended (`ended`), for whoever watches this process
+    live_api.install(app, st, live)
 
     async def run(state: ServerState) -> None:
         s = state.settings

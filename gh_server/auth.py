@@ -1,4 +1,5 @@
-"""API keys: Bearer auth, roles (admin / member), hashing, the admin key at first start.
+"""API keys: Bearer auth (or the console's session cookie, gh_server/console_sessions.py), roles (admin /
+member), hashing, the admin key at first start.
 
 Keys and runner tokens are stored as sha256 hex of the whole secret; lookups go by that hash (an
 index), and the stored hash is compared again with hmac.compare_digest so no byte-by-byte early exit
@@ -20,6 +21,7 @@ from fastapi import Depends, Request
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gh_server import console_sessions
 from gh_server.errors import ApiError
 from gh_server.models import ApiKey, new_id, utcnow
 from gh_server.state import ServerState
@@ -115,8 +117,13 @@ def _bearer(request: Request) -> str:
 
 
 def authenticate(request: Request) -> Principal:
-    token = _bearer(request)
+    """The Bearer key, or (with no Authorization header) the console's session cookie, whose requests that
+    may change state must carry its CSRF token. The cookie stands for an API key, never a runner token."""
     st: ServerState = request.app.state.gh
+    cookie = request.cookies.get(console_sessions.COOKIE)
+    if cookie and not request.headers.get("authorization"):
+        return _from_cookie(st, request, cookie)
+    token = _bearer(request)
     h = hash_secret(token)
     with st.db() as s:
         row = s.execute(
@@ -125,11 +132,25 @@ def authenticate(request: Request) -> Principal:
     if row is None or not hmac.compare_digest(row.key_hash, h) or row.revoked_at is not None:
         raise ApiError(401, "Invalid or revoked API key.")
     principal = Principal(key_id=row.id, role=row.role)
-    _rate_limit(st, principal)
+    rate_limit(st, principal)
     return principal
 
 
-def _rate_limit(st: ServerState, p: Principal) -> None:
+def _from_cookie(st: ServerState, request: Request, cookie: str) -> Principal:
+    with st.db() as s:
+        signed_in = console_sessions.lookup(s, cookie)
+    if signed_in is None:
+        raise ApiError(401, "The console session has ended (signed out, expired, or its key was revoked): "
+                            "sign in again.")
+    if not console_sessions.csrf_ok(request, signed_in):
+        raise ApiError(403, f"Missing or wrong {console_sessions.CSRF_HEADER} header: a console request that "
+                            "changes something sends the csrf_token its sign-in returned.")
+    principal = Principal(key_id=signed_in.key_id, role=signed_in.role)
+    rate_limit(st, principal)
+    return principal
+
+
+def rate_limit(st: ServerState, p: Principal) -> None:
     rate = st.settings.rate_limit_per_second
     if rate <= 0:
         return

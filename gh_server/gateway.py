@@ -68,6 +68,7 @@ class _Conn:
     refused_in_row: int = 0  # refusals since its last accept: a runner that keeps refusing is paused
     status_acks: bool = False  # its hello asked for `status_ack`
     paused: protocol.LeaseRefusal | None = None  # its heartbeat says it takes no leases (hypervisor_down)
+    live_views: bool = False  # its hello said it takes `view_open`
 
     @property
     def leasable(self) -> bool:
@@ -141,6 +142,8 @@ class Gateway:
         self.agents = agents(self)
         # Results are applied even before the scheduler runs (it is told through `run_changed` and `poke`).
         self.intake = intake(self, self)
+        # A runner's `view_refused`, to the live views of this process (gh_server/live/relay.py sets it).
+        self.on_view_refused: Callable[[str, protocol.ViewRefused], None] | None = None
         self._started = False
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -207,6 +210,11 @@ class Gateway:
     def connected(self, runner_id: str) -> bool:
         c = self.conns.get(runner_id)
         return c is not None and not c.closed.is_set()
+
+    def takes_views(self, runner_id: str) -> bool:
+        """Connected to this process, and its hello said it takes `view_open`."""
+        c = self.conns.get(runner_id)
+        return c is not None and not c.closed.is_set() and c.live_views
 
     def local_runner_ids_all(self) -> list[str]:
         """The runners whose sockets this process holds (leasable or not)."""
@@ -350,6 +358,7 @@ class Gateway:
         self.conns[runner_id] = conn
         conn.reconciled = rec
         conn.status_acks = hello.status_acks
+        conn.live_views = hello.live_views
         log.info("runner %s (%s) connected: %d slots, %d resumed, %d lost", name, runner_id, hello.slots,
                  len(rec.resume), len(rec.lost))
         return conn
@@ -526,6 +535,9 @@ class Gateway:
                 await self.dbq.run(lambda s: release_lease(s, msg.attempt_id, rid))
         elif isinstance(msg, protocol.JobResult):
             await self._job_result(conn, msg)
+        elif isinstance(msg, protocol.ViewRefused):
+            if self.on_view_refused is not None:
+                self.on_view_refused(rid, msg)
         elif isinstance(msg, protocol.ErrorMsg):
             log.warning("runner %s reports %r: %r", conn.name, msg.code[:80], msg.message[:300])
         elif isinstance(msg, protocol.Hello):

@@ -80,6 +80,18 @@ class ApiKey(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
+class ConsoleSession(Base):
+    """A browser's sign-in to the console (gh_server/console_sessions.py): the cookie's secret is kept only
+    as its sha256, so a copy of the database signs nobody in."""
+
+    __tablename__ = "console_sessions"
+    secret_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"), index=True)
+    csrf_token: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(index=True)
+
+
 # ---------------------------------------------------------------------------------------------
 # Runners
 # ---------------------------------------------------------------------------------------------
@@ -302,6 +314,22 @@ class StartStateVersion(Base):
     registry_ref: Mapped[str | None] = mapped_column(String(600), default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     deleted_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class LiveInput(Base):
+    """What a person sent an open machine through one live view (gh_server/live/relay.py): who, when,
+    how many events. Never what they typed."""
+
+    __tablename__ = "live_inputs"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # li_...
+    start_state_id: Mapped[str] = mapped_column(ForeignKey("start_states.id", ondelete="CASCADE"), index=True)
+    key_id: Mapped[str] = mapped_column(String(32))
+    key_name: Mapped[str] = mapped_column(String(200))
+    started_at: Mapped[datetime] = mapped_column()  # the view's first input
+    ended_at: Mapped[datetime] = mapped_column()  # its last
+    key_events: Mapped[int] = mapped_column(Integer, default=0)  # key presses (a press and its release: one)
+    pointer_events: Mapped[int] = mapped_column(Integer, default=0)  # moves, presses and releases
+    clipboard_events: Mapped[int] = mapped_column(Integer, default=0)  # clipboard texts pasted in
 
 
 class RunnerJob(Base):

@@ -175,6 +175,8 @@ def runner(row: Runner, online: bool) -> dict[str, Any]:
         "slots": row.slots,
         "busy": row.busy,
         "images": [i.get("name") if isinstance(i, dict) else str(i) for i in row.images or []],
+        # The start-state versions on its disk ({start_state_id, version}), from its last hello.
+        "held_versions": [dict(v) for v in row.held_versions or [] if isinstance(v, dict)],
         "version": row.version,
         "last_seen_at": ts(row.last_seen_at),
         "created_at": ts(row.created_at),

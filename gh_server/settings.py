@@ -261,6 +261,8 @@ class Settings(BaseModel):
     webhook_allow: list[str] = Field(default_factory=list)
     # How long a request waits for a locked SQLite database before it answers 503 (Retry-After).
     db_busy_timeout: float = Field(default=5.0, gt=0)
+    # Debian's noVNC (the `novnc` package), served to the console's live screen at /console/novnc/.
+    novnc_dir: Path = Path("/usr/share/novnc")
 
     @field_validator("agents", mode="before")
     @classmethod
@@ -301,7 +303,7 @@ class Settings(BaseModel):
         """Defaults < config file (--config / GH_SERVER_CONFIG) < GH_SERVER_* env < `overrides` (flags).
 
         Env: GH_SERVER_DATA_DIR, GH_SERVER_DATABASE_URL, GH_SERVER_HOST, GH_SERVER_PORT, GH_SERVER_API_KEY,
-        GH_SERVER_PUBLIC_URL, GH_SERVER_RUNNER_GRACE_SECONDS."""
+        GH_SERVER_PUBLIC_URL, GH_SERVER_RUNNER_GRACE_SECONDS, GH_SERVER_NOVNC_DIR."""
         env: dict[str, Any] = {}
         path = config_file or os.environ.get("GH_SERVER_CONFIG")
         if path:
@@ -314,6 +316,7 @@ class Settings(BaseModel):
             "admin_api_key": "GH_SERVER_API_KEY",
             "public_url": "GH_SERVER_PUBLIC_URL",
             "runner_grace_seconds": "GH_SERVER_RUNNER_GRACE_SECONDS",
+            "novnc_dir": "GH_SERVER_NOVNC_DIR",
         }
         for field, var in mapping.items():
             if os.environ.get(var):

@@ -33,6 +33,9 @@ class GatewayPort(Protocol):
 
     def connected(self, runner_id: str) -> bool: ...
 
+    def takes_views(self, runner_id: str) -> bool:
+        """Connected to this process and takes `view_open` (gh_server/live/relay.py)."""
+
     @property
     def agents(self) -> AgentHost:
         """The agents of this process and their machine API (instruction start states use it too)."""

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from gh_wire.input import InputEvent
-from gh_wire.vocab import AgentFault, CancelReason, ErrorCause, ErrorCode, FailReason
+from gh_wire.vocab import AgentFault, CancelReason, ErrorCause, ErrorCode, FailReason, ViewEndReason
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 16 * 1024 * 1024  # a replay frame (PNG, base64) fits well under this
@@ -31,6 +31,11 @@ CLOSE_PROTOCOL_UNSUPPORTED = 4002  # no common protocol version
 CLOSE_REPLACED = 4003  # another connection with the same token took over
 CLOSE_SERVER_SHUTDOWN = 4004  # server going away: reconnect with backoff
 CLOSE_HEARTBEAT_TIMEOUT = 4008  # the peer was silent past the dead-peer bound
+CLOSE_VIEW_ENDED = 4010  # a live view's socket (runner's or viewer's) ended; the close reason is a ViewEndReason
+
+# A live view's bytes go on a websocket of their own, never on the control connection: the runner
+# dials this (Bearer runner token) when the server sends `view_open` (docs/protocol.md, "Live views").
+VIEW_PATH = "/v1/runners/views/{view_id}"
 
 ATTEMPT_STATUSES = ("preparing", "running", "checking", "done")
 Outcome = Literal["passed", "failed", "error"]
@@ -234,6 +239,8 @@ class Hello(_Msg):
     # and that this runner understands `status_ack`.
     in_flight_phases: list[InFlightPhase] = Field(default_factory=list)
     status_acks: bool = False
+    # Added without a protocol bump: this runner takes `view_open` (an older one is sent none).
+    live_views: bool = False
 
 
 class LeaseAccept(_Msg):
@@ -304,6 +311,16 @@ class JobResult(_Msg):
     # pushed; `registry_error` says why when a push was tried and failed; the save itself stands).
     registry_ref: str | None = None
     registry_error: str | None = None
+
+
+class ViewRefused(_Msg):
+    """A `view_open` the runner could not serve (it dials no view socket), or a view it ended
+    before its socket was up."""
+
+    type: Literal["view_refused"] = "view_refused"
+    view_id: str
+    reason: ViewEndReason
+    message: str = ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -413,6 +430,25 @@ class Job(_Msg):
     script_timeout: float = Field(default=1800.0, gt=0)
 
 
+class ViewOpen(_Msg):
+    """Open a live view of a machine: the runner opens the machine's screen stream and dials
+    `VIEW_PATH` with this `view_id`, then pipes RFB bytes both ways on that socket. Exactly one of
+    `start_state_id` (its open machine) and `attempt_id` (the attempt's machine) is set."""
+
+    type: Literal["view_open"] = "view_open"
+    view_id: str = Field(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    start_state_id: str | None = None
+    attempt_id: str | None = None
+
+
+class ViewClose(_Msg):
+    """End a live view (the viewer left, or its ticket's key was revoked)."""
+
+    type: Literal["view_close"] = "view_close"
+    view_id: str
+    reason: ViewEndReason = ViewEndReason.CLOSED
+
+
 # ---------------------------------------------------------------------------------------------
 # Both ways
 # ---------------------------------------------------------------------------------------------
@@ -446,20 +482,22 @@ RunnerMessage = Annotated[
     | ReplayFrame
     | MachineResponse
     | JobResult
+    | ViewRefused
     | ErrorMsg,
     Field(discriminator="type"),
 ]
 ServerMessage = Annotated[
-    Welcome | Heartbeat | Lease | Cancel | ResultAck | StatusAck | MachineRequest | TaskEnd | Job | ErrorMsg,
+    Welcome | Heartbeat | Lease | Cancel | ResultAck | StatusAck | MachineRequest | TaskEnd | Job | ViewOpen
+    | ViewClose | ErrorMsg,
     Field(discriminator="type"),
 ]
 
 _runner_adapter: TypeAdapter[Any] = TypeAdapter(RunnerMessage)
 _server_adapter: TypeAdapter[Any] = TypeAdapter(ServerMessage)
 _RUNNER_TYPES = {"hello", "heartbeat", "lease_accept", "lease_refuse", "attempt_status", "attempt_result",
-                 "replay_frame", "machine_response", "job_result", "error"}
+                 "replay_frame", "machine_response", "job_result", "view_refused", "error"}
 _SERVER_TYPES = {"welcome", "heartbeat", "lease", "cancel", "result_ack", "status_ack", "machine_request",
-                 "task_end", "job", "error"}
+                 "task_end", "job", "view_open", "view_close", "error"}
 
 
 def _parse(raw: str | bytes, adapter: TypeAdapter[Any], known: set[str]) -> Any:

@@ -79,6 +79,28 @@ class QueueWait(StrEnum):
     NEXT_PASS = "next_pass"  # a runner with a free slot can take it: the next lease pass offers it
 
 
+class ViewEndReason(StrEnum):
+    """Why a live view of a machine was refused or ended (docs/protocol.md, "Live views"). The
+    runner sends it in `view_refused` or as its view socket's close reason; the server as the
+    viewer's close reason."""
+
+    # refused before any screen byte
+    NO_MACHINE = "no_machine"  # the start state (attempt) has no machine running on that runner
+    NO_SCREEN = "no_screen"  # the machine has no screen stream (a provider or domain without a display)
+    TOO_MANY_VIEWS = "too_many_views"  # the runner's or the machine's limit of views is reached
+    SCREEN_FAILED = "screen_failed"  # the hypervisor would not open the screen stream
+    DIAL_FAILED = "dial_failed"  # the runner could not open its view socket to the server
+    RUNNER_UNAVAILABLE = "runner_unavailable"  # the runner holding the machine is not connected, or too old
+    TICKET_INVALID = "ticket_invalid"  # unknown, used or expired ticket, or a page of another origin
+    # ended
+    MACHINE_GONE = "machine_gone"  # the machine stopped (closed, saved, destroyed, its attempt ended)
+    VIEWER_CLOSED = "viewer_closed"  # the viewer went away
+    VIEWER_TOO_SLOW = "viewer_too_slow"  # the viewer stopped reading: its queue stayed full past the bound
+    SEND_TIMEOUT = "send_timeout"  # the runner could not hand screen bytes to the server within the bound
+    RFB_PROTOCOL = "rfb_protocol"  # the viewer sent something that is not RFB 3.8 as we accept it
+    CLOSED = "closed"  # the server ended it (view_close), or the runner is shutting down
+
+
 class AgentFault(StrEnum):
     """What the agent sent that broke its contract (docs/agents.md, "The answer"): the task ends as
     `agent_failed` with this as `task_end.fault`, before any check reads it. Never retried, never ours."""

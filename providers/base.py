@@ -12,13 +12,14 @@ the wire contract (`gh_wire.input`), which the provider, the protocol and the AP
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
 from gh_wire.input import InputEvent
-from providers.errors import InputNotSupported, MachineLimitExceeded, MachineNotReady, ProviderError
+from providers.errors import InputNotSupported, MachineLimitExceeded, MachineNotReady, NoScreenStream, ProviderError
 
 # ---------------------------------------------------------------------------------------------
 # Results and descriptions
@@ -197,6 +198,18 @@ class Machine(abc.ABC):
             ProviderError: the hypervisor failed or the machine is gone.
         """
 
+    async def open_screen_stream(self, timeout: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A new connection to the machine's own display server, speaking RFB 3.8 (security type
+        None) from its first byte: a live view of the screen that takes input too (docs/protocol.md,
+        "Live views"). Each call is one more client; closing the writer ends it. The stream ends
+        when the machine stops (destroyed, or saved with its memory).
+
+        Raises:
+            NoScreenStream: this machine has no display to stream (the default).
+            ProviderError: the hypervisor failed or did not answer within `timeout`.
+        """
+        raise NoScreenStream("this provider's machines have no screen stream")
+
     @abc.abstractmethod
     async def save(self, start_state_id: str, version: int, *, with_memory: bool = True) -> SavedVersion:
         """Keep this machine's disk (and optionally memory) as an immutable start-state version;
@@ -327,6 +340,7 @@ class Provider(abc.ABC):
 
 __all__ = [
     "DEFAULT_OUTPUT_CAP", "CheckLimits", "CheckStatus", "HostCheck", "ImageInfo", "InputNotSupported", "Machine",
-    "MachineLimitExceeded", "MachineNotReady", "MachineOrigin", "MachineSource", "Provider", "ProviderError",
+    "MachineLimitExceeded", "MachineNotReady", "MachineOrigin", "MachineSource", "NoScreenStream", "Provider",
+    "ProviderError",
     "SavedVersion", "ScriptResult",
 ]

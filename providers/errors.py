@@ -26,6 +26,11 @@ class InputNotSupported(ProviderError):
     """An input event the provider cannot deliver (for example a character outside the keymap)."""
 
 
+class NoScreenStream(ProviderError):
+    """The machine has no screen stream to open (a provider without one, or a domain made without
+    its display): a live view of it cannot be had, the machine itself is fine."""
+
+
 class MachineLimit(StrEnum):
     """Which of the runner's limits a machine went over."""
 
@@ -42,4 +47,4 @@ class MachineLimitExceeded(ProviderError):
 
 
 __all__ = ["HypervisorUnavailable", "InputNotSupported", "MachineLimit", "MachineLimitExceeded", "MachineNotReady",
-           "ProviderError"]
+           "NoScreenStream", "ProviderError"]

@@ -13,7 +13,7 @@ log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 APT_PACKAGES=(
   qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients libvirt-dev pkg-config
   gcc  # linux-tiny's one program of its own (image-builder/imagebuilder/assets/linux-tiny/src)
-  e2fsprogs cpio zstd xz-utils genisoimage chromium postgresql systemd
+  e2fsprogs cpio zstd xz-utils genisoimage chromium novnc postgresql systemd
   mmdebstrap  # the linux-desktop image's root, from Debian's packages (scripts/desktop-image.sh)
   nftables dnsmasq-base  # the isolated network: its host firewall (nft), its DHCP (libvirt runs dnsmasq)
   haproxy  # the load balancer in front of several gh-server processes (docs/operations.md, tests/gateway/topology.py)

@@ -288,3 +288,7 @@ class WebhookUpdate(_Body):
 class KeyCreate(_Body):
     name: str = Field(min_length=1, max_length=200)
     role: Literal["admin", "member"] = "member"
+
+
+class ConsoleSignInBody(_Body):
+    api_key: str = Field(min_length=1, max_length=200, repr=False)

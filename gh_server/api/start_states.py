@@ -24,6 +24,7 @@ from gh_server.api.common import DB, Admin, Member, PageParams, like, page_body,
 from gh_server.api.schemas import InputBody, StartStateCreate, StartStateUpdate
 from gh_server.auth import Principal, require_member
 from gh_server.errors import ApiError, conflict, invalid, not_found
+from gh_server.live import inputs as live_inputs
 from gh_server.models import Runner, RunnerJob, StartState, StartStateVersion, TestCase, new_id, utcnow
 from gh_server.start_state_jobs import dispatch_jobs as _dispatch
 from gh_server.start_state_jobs import holders
@@ -191,7 +192,21 @@ def retrieve_start_state(start_state_id: str, s: Session = DB, _p: Principal = M
         if img is None:
             raise not_found("start state", start_state_id)
         return serialize.image(start_state_id, img["os"], img["labels"], img["version"])
-    return serialize.start_state(row, os_name=images(s).get(row.image, {}).get("os", ""))
+    body = serialize.start_state(row, os_name=images(s).get(row.image, {}).get("os", ""))
+    body["inputs"] = live_inputs.listed(s, row.id)  # what people sent it through live views (never the keys)
+    return body
+
+
+@router.get("/v1/start_states/{start_state_id}/versions", summary="A start state's saved versions, newest first")
+def list_start_state_versions(start_state_id: str, s: Session = DB, _p: Principal = Member) -> dict[str, Any]:
+    row = get_state(s, start_state_id)
+    rows = s.scalars(select(StartStateVersion).where(StartStateVersion.start_state_id == row.id,
+                                                     StartStateVersion.deleted_at.is_(None))
+                     .order_by(StartStateVersion.version.desc())).all()
+    data = [{"object": "start_state_version", "start_state_id": v.start_state_id, "version": v.version,
+             "current": v.version == row.version, "runner_id": v.runner_id, "size_bytes": v.size_bytes,
+             "registry_ref": v.registry_ref, "created_at": serialize.ts(v.created_at)} for v in rows]
+    return page_body(data, False, None, None)
 
 
 @router.patch("/v1/start_states/{start_state_id}", summary="Change name, description or metadata")

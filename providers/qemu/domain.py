@@ -166,7 +166,7 @@ def build_domain_xml(spec: DomainSpec) -> str:
     _sub(serial, "target", port="0")
     video = _sub(dev, "video")
     _sub(video, "model", type=m.video, heads="1", primary="yes")
-    # No <graphics>: screenshots and input go through the monitor, so nothing listens on a port.
+    add_display(dev)
     _sub(dev, "memballoon", model="none")
     rng = _sub(dev, "rng", model="virtio")
     _sub(rng, "backend", "/dev/urandom", model="random")
@@ -180,7 +180,8 @@ def rewrite_saved_xml(xml: str, *, name: str, overlay: Path, console_log: Path, 
     which may live elsewhere than on the runner that saved it (a version pulled from a registry).
 
     Everything else (devices, machine type, memory) must stay exactly as saved, or QEMU refuses
-    the incoming memory stream.
+    the incoming memory stream; the one device added is the display (`add_display`), which is not
+    part of that stream.
     """
     ET.register_namespace(METADATA_PREFIX, METADATA_NS)
     root = ET.fromstring(xml)
@@ -210,6 +211,9 @@ def rewrite_saved_xml(xml: str, *, name: str, overlay: Path, console_log: Path, 
         s = serial.find("source")
         if serial.get("type") == "file" and s is not None:
             s.set("path", str(console_log))
+    devices = root.find("devices")
+    if devices is not None:
+        add_display(devices)  # a version saved before machines had one gets it too (docs/protocol.md)
     meta = root.find("metadata")
     if meta is None:
         meta = ET.SubElement(root, "metadata")
@@ -218,6 +222,21 @@ def rewrite_saved_xml(xml: str, *, name: str, overlay: Path, console_log: Path, 
             meta.remove(child)
     meta.append(_owner_element(ownership))
     return ET.tostring(root, encoding="unicode")
+
+
+def add_display(devices: ET.Element) -> None:
+    """QEMU's VNC server with no listener at all (`<listen type='none'/>`): nothing on a TCP port
+    and nothing on the file system. The only way in is a socket libvirt hands its caller
+    (virDomainOpenGraphicsFD, `QemuMachine.open_screen_stream`), which on qemu:///system takes
+    libvirt's read-write connection. Screenshots and the agent's input still go through the monitor.
+
+    Not part of the machine's ABI: QEMU takes a memory image saved without it (checked on libvirt
+    9.0 / QEMU 7.2), so a version saved before this is restored with it added. Idempotent."""
+    if any(g.get("type") == "vnc" for g in devices.findall("graphics")):
+        return
+    graphics = ET.Element("graphics", type="vnc")
+    _sub(graphics, "listen", type="none")
+    devices.append(graphics)
 
 
 def _owner_element(own: Ownership) -> ET.Element:

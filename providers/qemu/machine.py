@@ -16,6 +16,7 @@ import asyncio
 import os
 import secrets
 import shutil
+import socket
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ import structlog
 from gh_common.backoff import Backoff
 from gh_wire.input import InputEvent, MoveEvent
 from providers.base import DEFAULT_OUTPUT_CAP, Machine, MachineNotReady, MachineOrigin, SavedVersion, ScriptResult
-from providers.errors import MachineLimitExceeded, ProviderError
+from providers.errors import MachineLimitExceeded, NoScreenStream, ProviderError
 from providers.qemu import fileperms, lazy
 from providers.qemu.channels import Channel, Duty
 from providers.qemu.connection import Connection
@@ -405,6 +406,22 @@ class QemuMachine(Machine):
         self._over_limit()
         await self.input.deliver(events)
 
+    async def open_screen_stream(self, timeout: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connected socket to QEMU's VNC server, from libvirt (domain.add_display says why no
+        listener): the runner's own client, one per call."""
+        self._over_limit()
+        if self._destroyed:
+            raise ProviderError("the machine was destroyed")
+        fd = await self.domain.call("opening the machine's screen stream", _open_graphics_fd, timeout=timeout,
+                                    retry=False)
+        sock = socket.socket(fileno=fd)
+        try:
+            sock.setblocking(False)
+            return await asyncio.open_connection(sock=sock)
+        except BaseException:
+            sock.close()
+            raise
+
     # -- save -----------------------------------------------------------------------------------------
 
     async def save(self, start_state_id: str, version: int, *, with_memory: bool = True) -> SavedVersion:
@@ -498,6 +515,16 @@ class QemuMachine(Machine):
         await asyncio.to_thread(shutil.rmtree, self.dir, True)
         self._destroyed = True
         self._reaper.forget(self.machine_id)
+
+
+def _open_graphics_fd(_c: libvirt.virConnect, dom: libvirt.virDomain) -> int:
+    try:
+        return int(dom.openGraphicsFD(0, 0))
+    except libvirt.libvirtError as e:
+        if "type='vnc'" not in dom.XMLDesc(0):  # a domain started before machines had a display
+            raise NoScreenStream("this machine was started without a display to stream; a machine made "
+                                 "from now on has one") from None
+        raise ProviderError(f"libvirt would not open the machine's screen stream: {e.get_error_message()}") from None
 
 
 __all__ = ["MachineOptions", "QemuMachine"]

@@ -63,7 +63,7 @@ def test_domain_names_are_libvirt_safe_and_distinct() -> None:
     assert len(safe_part("x" * 300)) <= 40
 
 
-def test_domain_xml_has_owner_tablet_agent_and_no_network_or_vnc() -> None:
+def test_domain_xml_has_owner_tablet_agent_no_network_and_a_display_without_listener() -> None:
     xml = build_domain_xml(spec())
     root = ET.fromstring(xml)
     assert root.get("type") == "qemu"
@@ -81,7 +81,9 @@ def test_domain_xml_has_owner_tablet_agent_and_no_network_or_vnc() -> None:
     assert chans == ["org.qemu.guest_agent.0", "org.ghrunner.exec.0"]  # paths left to libvirt
     assert all(c.find("source") is None for c in both.iter("channel"))
     assert root.find("devices/interface") is None
-    assert root.find("devices/graphics") is None
+    [graphics] = root.findall("devices/graphics")  # VNC, only through libvirt's fd: no port, no socket file
+    assert graphics.get("type") == "vnc" and [(el.get("type")) for el in graphics.findall("listen")] == ["none"]
+    assert graphics.get("port") is None and graphics.get("autoport") is None
     assert root.find("devices/disk/source").get("file") == "/st/o.qcow2"  # type: ignore[union-attr]
     assert root.findtext("os/cmdline") == "console=ttyS0 root=/dev/vda"
 
@@ -115,6 +117,23 @@ def test_rewrite_saved_xml_changes_only_identity_disk_and_owner() -> None:
     assert len(b.find("metadata")) == 1  # type: ignore[arg-type]
     assert b.findtext("memory") == a.findtext("memory") and b.findtext("os/kernel") == a.findtext("os/kernel")
     assert METADATA_NS in new
+
+
+def test_rewrite_saved_xml_gives_a_version_saved_without_a_display_one() -> None:
+    original = ET.fromstring(build_domain_xml(spec()))
+    devices = original.find("devices")
+    assert devices is not None
+    for g in devices.findall("graphics"):
+        devices.remove(g)
+    new = ET.fromstring(rewrite_saved_xml(ET.tostring(original, encoding="unicode"), name="gh-r1-at_4",
+                                          overlay=Path("/st4/o.qcow2"), console_log=Path("/st4/c.log"),
+                                          ownership=Ownership("r1", "at_4", "/st4")))
+    assert [(g.get("type"), g.find("listen").get("type")) for g in new.iter("graphics")] == [("vnc", "none")]  # type: ignore[union-attr]
+    # One with a display keeps it as it is.
+    again = ET.fromstring(rewrite_saved_xml(ET.tostring(new, encoding="unicode"), name="gh-r1-at_5",
+                                            overlay=Path("/st5/o.qcow2"), console_log=Path("/st5/c.log"),
+                                            ownership=Ownership("r1", "at_5", "/st5")))
+    assert len(again.findall("devices/graphics")) == 1
 
 
 def test_rewrite_saved_xml_reads_the_kernel_from_this_runners_image_dir() -> None:

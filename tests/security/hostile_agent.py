@@ -7,12 +7,15 @@ Its answer is JSON: {try: "denied: <errno>" | "LEAKED: <what>"}.
 
 from __future__ import annotations
 
+import base64
 import glob
 import json
 import os
+import socket
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 ALLOWED_ENV = {"PATH", "LANG", "HOME", "TMPDIR", "GH_MACHINE_API_URL", "GH_MACHINE_API_TOKEN", "GH_ATTEMPT_ID"}
@@ -38,6 +41,48 @@ def opened(path: str) -> str:
 def read(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read(4096)
+
+
+def websocket(base: str, path: str, token: str | None) -> str:
+    """Open a WebSocket by hand (stdlib only) and say what the server did: refused the upgrade, or
+    closed at once (its code and reason); anything else it sends is a leak."""
+    u = urllib.parse.urlsplit(base)
+    with socket.create_connection((u.hostname or "127.0.0.1", u.port or 80), timeout=30) as s:
+        key = base64.b64encode(os.urandom(16)).decode()
+        auth = f"Authorization: Bearer {token}\r\n" if token else ""
+        s.sendall((f"GET {path} HTTP/1.1\r\nHost: {u.netloc}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                   f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{auth}\r\n").encode())
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(4096)
+            if not chunk:
+                return "denied: the server hung up"
+            data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        status = head.split(b" ")[1].decode()
+        if status != "101":
+            return f"denied: HTTP {status}"
+        while len(rest) < 2 or len(rest) < 2 + (rest[1] & 0x7F):
+            chunk = s.recv(4096)
+            if not chunk:
+                return "denied: closed without a frame"
+            rest += chunk
+        if rest[0] & 0x0F == 8:
+            return f"denied: closed {int.from_bytes(rest[2:4], 'big')} {rest[4:2 + (rest[1] & 0x7F)].decode()}"
+        return f"LEAKED: {path} sent a frame"
+
+
+def vnc_ports() -> str:
+    """QEMU's VNC server would listen on 5900 + display by default: nothing may answer there."""
+    for port in range(5900, 5911):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+                return f"LEAKED: port {port}: {s.recv(12)!r}"
+        except ConnectionRefusedError:
+            continue
+        except OSError as e:
+            return f"UNCLEAR: port {port}: {e}"
+    return "denied: nothing listens on 5900-5910"
 
 
 def peers() -> list[int]:
@@ -72,6 +117,20 @@ def main() -> int:
             out["evals_api"] = f"LEAKED: HTTP {r.status}"
     except urllib.error.HTTPError as e:
         out["evals_api"] = f"denied: HTTP {e.code}"
+    # Live views of a machine: no ticket with the machine token, no runner's view socket, no guessed ticket,
+    # no display of libvirt's to open (no TCP port; its per-domain directories closed to us).
+    base = doc["machine"]["url"].split("/v1/")[0]
+    req = urllib.request.Request(base + "/v1/start_states/ss_anything/view", method="POST", data=b"",
+                                 headers={"Authorization": f"Bearer {doc['machine']['token']}"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            out["view_ticket"] = f"LEAKED: HTTP {r.status}"
+    except urllib.error.HTTPError as e:
+        out["view_ticket"] = f"denied: HTTP {e.code}"
+    out["runner_view_socket"] = websocket(base, "/v1/runners/views/abcdefgh12345678", doc["machine"]["token"])
+    out["live_view_socket"] = websocket(base, "/v1/live/lv_" + "A" * 43, None)
+    out["libvirt_domain_dirs"] = attempt("libvirt's per-domain dirs", lambda: os.listdir("/var/lib/libvirt/qemu"))
+    out["vnc_tcp"] = vnc_ports()
     deadline = time.monotonic() + 60
     while not peers() and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -59,4 +59,7 @@ async def test_hostile_agent_reaches_nothing(server_factory: Any, monkeypatch: p
         leaked = {k: v for k, v in seen.items() if not v.startswith("denied")}
         assert not leaked, leaked
         assert set(seen) >= {"environment", "data_dir", "admin_key", "database", "server_environ", "server_fds",
-                             "evals_api", "peer_environ", "peer_stdin", "peer_home"}
+                             "evals_api", "peer_environ", "peer_stdin", "peer_home", "view_ticket",
+                             "runner_view_socket", "live_view_socket", "libvirt_domain_dirs", "vnc_tcp"}
+        assert seen["runner_view_socket"] == "denied: closed 4001 unknown or revoked runner token", seen
+        assert seen["live_view_socket"] == "denied: closed 4010 ticket_invalid", seen

@@ -1,0 +1,184 @@
+"""Live views: key press to changed pixels at the viewer, beside the screenshot API; an idle screen's bytes per second.
+
+    .venv/bin/python bench/live_view.py [--images-dir DIR] [--presses 50] [--idle-s 20] [--desktop]
+
+A real gh-server and gh-runner in this process (tests/startstates/conftest.py's Stack), one open start state
+on linux-tiny (with --desktop, or when GH_DESKTOP_IMAGES_DIR holds linux-desktop, on that too), and the
+viewer of tests/kit/rfb.py on the WebSocket a page opens (`POST /v1/start_states/{id}/view`, `/v1/live/...`):
+
+  view:   a key pressed at the viewer (down and up) to the first framebuffer update that changes a pixel,
+          read as noVNC does (an incremental request after each update). p50/p90 over --presses presses,
+          alternating a letter and BackSpace. The text cursor is hidden first, so only the key changes pixels.
+  api:    the same key through `POST .../input`, then `GET .../screen` polled as fast as it goes until the
+          PNG differs; and the poll's own rate (screens per second).
+  idle:   bytes per second at the viewer over --idle-s seconds of an idle console (cursor shown, blinking),
+          incremental requests after each update; raw encoding at 32 bits per pixel and no WebSocket
+          compression: an upper bound (noVNC asks for tight/zrle and browsers deflate).
+
+Targets (docs/protocol.md, "Live views"): key to pixels <= 100 ms p50 on loopback; idle <= 5 KB/s per viewer.
+Everything is removed at the end (the stack's temp dir, its machines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "tests"), str(REPO)]
+
+from kit.rfb import Viewer  # noqa: E402
+from startstates.conftest import Stack  # noqa: E402
+
+BACKSPACE = 0xFF08
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def ms(values: list[float]) -> str:
+    return f"p50 {pct(values, 0.5) * 1000:.0f} ms  p90 {pct(values, 0.9) * 1000:.0f} ms  (n={len(values)})"
+
+
+class Bench:
+    def __init__(self, stack: Stack, image: str) -> None:
+        self.stack = stack
+        self.image = image
+        self.http = httpx.Client(base_url=stack.base_url, timeout=120,
+                                 headers={"Authorization": f"Bearer {stack.admin_key}"})
+        ss = self.http.post("/v1/start_states", json={"from": image, "name": f"bench live view {image}"}).json()
+        self.ssid = str(ss["start_state_id"])
+
+    def viewer(self) -> Viewer:
+        t = self.http.post(f"/v1/start_states/{self.ssid}/view").json()
+        v = Viewer(self.stack.base_url.replace("http://", "ws://") + t["url"])
+        v.handshake()
+        v.update(incremental=False)
+        return v
+
+    def cursor(self, shown: bool) -> None:
+        if self.image == "linux-tiny":  # its console is tty1; a desktop's cursor is its own
+            self.stack.guest_exec(self.ssid, f"printf '\\033[?25{'h' if shown else 'l'}' > /dev/tty1")
+
+    def view_presses(self, presses: int) -> list[float]:
+        self.cursor(False)
+        out = []
+        with self.viewer() as v:
+            for i in range(presses):
+                self._settle(v)
+                before = bytes(v.fb)
+                sym = ord("x") if i % 2 == 0 else BACKSPACE
+                t0 = time.monotonic()
+                v.press(sym)
+                while bytes(v.fb) == before:
+                    v.update(incremental=True, timeout=30)
+                out.append(time.monotonic() - t0)
+        self.cursor(True)
+        return out
+
+    @staticmethod
+    def _settle(v: Viewer) -> None:
+        """Read updates until none comes for 0.3 s (the last key's echo has all arrived)."""
+        while True:
+            v.request(incremental=True)
+            try:
+                while v.read_message(0.3) != "update":
+                    pass
+            except TimeoutError:
+                return
+
+    def api_presses(self, presses: int) -> tuple[list[float], float]:
+        self.cursor(False)
+        out = []
+        polls, polled_s = 0, 0.0
+        screen = f"/v1/start_states/{self.ssid}/screen"
+        for i in range(presses):
+            time.sleep(0.3)
+            before = self.http.get(screen).content
+            key = "x" if i % 2 == 0 else "BACKSPACE"
+            t0 = time.monotonic()
+            self.http.post(f"/v1/start_states/{self.ssid}/input", json={"events": [{"type": "key", "keys": [key]}]})
+            while True:
+                p0 = time.monotonic()
+                png = self.http.get(screen).content
+                polls, polled_s = polls + 1, polled_s + time.monotonic() - p0
+                if png != before:
+                    break
+            out.append(time.monotonic() - t0)
+        self.cursor(True)
+        return out, polls / polled_s if polled_s else 0.0
+
+    def idle(self, seconds: float) -> float:
+        with self.viewer() as v:
+            self._settle(v)
+            start, t0 = v.received, time.monotonic()
+            while time.monotonic() - t0 < seconds:
+                v.request(incremental=True)
+                try:
+                    while v.read_message(max(0.05, seconds - (time.monotonic() - t0))) != "update":
+                        pass
+                except TimeoutError:
+                    break
+            return (v.received - start) / (time.monotonic() - t0)
+
+    def close(self) -> None:
+        self.http.post(f"/v1/start_states/{self.ssid}/close")
+        self.http.close()
+
+
+def run(images_dir: Path, image: str, presses: int, idle_s: float) -> dict[str, Any]:
+    stack = Stack(images_dir)
+    if image != "linux-tiny":
+        shutil.copytree(images_dir / image, stack.images_dir / image, copy_function=shutil.copyfile)
+        (stack.images_dir / image).chmod(0o755)
+    stack.start()
+    try:
+        b = Bench(stack, image)
+        try:
+            with b.viewer():  # the machine is up and its screen answers
+                pass
+            view = b.view_presses(presses)
+            api, rate = b.api_presses(max(10, presses // 2))
+            idle = b.idle(idle_s)
+        finally:
+            b.close()
+    finally:
+        stack.stop()
+    return {"view": view, "api": api, "api_rate": rate, "idle": idle}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--images-dir", type=Path,
+                    default=Path(os.environ.get("GH_IMAGES_DIR", "/var/tmp/gh-runner/images")))
+    ap.add_argument("--presses", type=int, default=50)
+    ap.add_argument("--idle-s", type=float, default=20.0)
+    ap.add_argument("--desktop", action="store_true", help="linux-desktop too (from GH_DESKTOP_IMAGES_DIR)")
+    args = ap.parse_args()
+    runs = [(args.images_dir, "linux-tiny")]
+    desktop_dir = Path(os.environ.get("GH_DESKTOP_IMAGES_DIR", "/var/tmp/gh-runner/desktop-images"))
+    if args.desktop or os.environ.get("GH_DESKTOP_IMAGES_DIR"):
+        if (desktop_dir / "linux-desktop").is_dir():
+            runs.append((desktop_dir, "linux-desktop"))
+        else:
+            print(f"no linux-desktop under {desktop_dir}: linux-tiny only")
+    for images_dir, image in runs:
+        r = run(images_dir, image, args.presses, args.idle_s)
+        print(f"{image}:")
+        print(f"  key to pixels, live view:        {ms(r['view'])}")
+        print(f"  key to pixels, input + screen:   {ms(r['api'])}  (screen polled at {r['api_rate']:.1f}/s)")
+        print(f"  idle screen at the viewer:       {r['idle'] / 1024:.2f} KiB/s (raw encoding, no deflate)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

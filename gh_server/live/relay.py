@@ -1,0 +1,292 @@
+"""The relay of live views: a viewer's WebSocket (`/v1/live/{ticket}`) joined to the runner's view socket
+(`/v1/runners/views/{view_id}`), with bounded queues between them (docs/protocol.md, "Live views").
+
+1. The viewer opens `/v1/live/{ticket}` (same origin: an Origin header must name the Host). The ticket
+   is taken (once), the machine must still be open on a runner connected here that takes views, and
+   the ticket's key must not be revoked since.
+2. The runner is sent `view_open` on its control connection; it dials `/v1/runners/views/{view_id}`
+   with its runner token within OPEN_TIMEOUT_S, or says `view_refused` with a reason.
+3. Bytes flow. Runner to viewer through a queue of QUEUE_CHUNKS chunks: a viewer that leaves it full
+   for VIEWER_SLOW_S (or does not take one chunk in that time) is dropped with `viewer_too_slow`, and
+   the runner's socket is never left unread longer than that. Viewer to runner through the RFB
+   parser (gh_server/live/rfb.py): a read-only viewer's input is dropped here; an admin's is
+   counted (gh_server/live/inputs.py) and moves the start state's idle clock.
+4. Either end closes both, with one `ViewEndReason` as the close reason (code 4010).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from fastapi import WebSocket
+from fastapi.concurrency import run_in_threadpool
+
+from gh_common.timeouts import within
+from gh_server import runner_rows
+from gh_server.live import inputs
+from gh_server.live.inputs import InputCount
+from gh_server.live.rfb import INPUT_KINDS, ClientStream, Kind, RfbError
+from gh_server.live.tickets import Ticket, Tickets
+from gh_server.models import ApiKey, Attempt, StartState
+from gh_server.state import ServerState
+from gh_wire import protocol
+from gh_wire.vocab import AttemptStatus, ViewEndReason
+
+log = logging.getLogger(__name__)
+
+VIEWER_PATH = "/v1/live/{ticket}"
+OPEN_TIMEOUT_S = 120.0  # view_open to the runner's socket (the runner's own bounds add up to 106 s)
+QUEUE_CHUNKS = 64  # runner -> viewer; a runner chunk is at most 64 KiB (gh_runner/live_views.py)
+VIEWER_SLOW_S = 5.0  # a viewer that takes nothing for this long is dropped
+SEND_TIMEOUT_S = 10.0  # one viewer message to the runner
+MAX_VIEWER_MESSAGE = 2 * 1024 * 1024  # one WebSocket message from the viewer
+TOUCH_EVERY_S = 10.0  # input moves the start state's last_input_at at most this often
+CLOSE_TIMEOUT_S = 2.0
+_LIVE_ATTEMPT = (AttemptStatus.PREPARING, AttemptStatus.RUNNING, AttemptStatus.CHECKING)
+
+
+@dataclass
+class _Pending:
+    runner_id: str
+    arrived: asyncio.Future[WebSocket | protocol.ViewRefused]
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    reason: ViewEndReason = ViewEndReason.CLOSED
+
+
+class LiveRelay:
+    def __init__(self, st: ServerState, tickets: Tickets | None = None) -> None:
+        self.st = st
+        self.tickets = tickets or Tickets()
+        self._pending: dict[str, _Pending] = {}
+        self.ended: collections.Counter[ViewEndReason] = collections.Counter()  # views by how they ended
+
+    @property
+    def open_views(self) -> int:
+        return len(self._pending)
+
+    # -- the runner's side --------------------------------------------------------------------
+
+    def refused(self, runner_id: str, msg: protocol.ViewRefused) -> None:
+        """A runner's `view_refused` (the gateway's reader hands it here)."""
+        p = self._pending.get(msg.view_id)
+        if p is not None and p.runner_id == runner_id and not p.arrived.done():
+            p.arrived.set_result(msg)
+
+    async def runner_endpoint(self, ws: WebSocket, view_id: str) -> None:
+        """`/v1/runners/views/{view_id}`: a runner's view socket, held until its viewer is done."""
+        await ws.accept()
+        scheme, _, token = ws.headers.get("authorization", "").partition(" ")
+        found = None
+        if scheme.lower() == "bearer" and token.strip():
+            found = await run_in_threadpool(self._runner_by_token, token.strip())
+        if found is None:
+            await _close(ws, protocol.CLOSE_TOKEN_REVOKED, "unknown or revoked runner token")
+            return
+        p = self._pending.get(view_id)
+        if p is None or p.runner_id != found or p.arrived.done():
+            await _close(ws, protocol.CLOSE_VIEW_ENDED, ViewEndReason.CLOSED)
+            return
+        p.arrived.set_result(ws)
+        try:
+            await p.done.wait()  # the viewer's side reads and writes this socket; it sets `done` at its end
+        finally:
+            await _close(ws, protocol.CLOSE_VIEW_ENDED, p.reason)
+
+    def _runner_by_token(self, token: str) -> str | None:
+        with self.st.db() as s:
+            found = runner_rows.runner_by_token(s, token)
+        return found[0] if found is not None else None
+
+    # -- the viewer's side --------------------------------------------------------------------
+
+    async def viewer_endpoint(self, ws: WebSocket, ticket: str) -> None:
+        """`/v1/live/{ticket}`: one viewer, from its ticket to its close."""
+        offered = ws.scope.get("subprotocols") or []
+        await ws.accept(subprotocol="binary" if "binary" in offered else None)
+        origin, host = ws.headers.get("origin"), ws.headers.get("host")
+        if origin is not None and (host is None or urlsplit(origin).netloc.lower() != host.lower()):
+            await _close(ws, protocol.CLOSE_VIEW_ENDED, ViewEndReason.TICKET_INVALID)
+            return
+        t = self.tickets.take(ticket)
+        if t is None:
+            await _close(ws, protocol.CLOSE_VIEW_ENDED, ViewEndReason.TICKET_INVALID)
+            return
+        runner_id = await run_in_threadpool(self._runner_of, t)
+        gw = self.st.gateway
+        if runner_id is None:
+            await _close(ws, protocol.CLOSE_VIEW_ENDED, ViewEndReason.NO_MACHINE)
+            return
+        if gw is None or not gw.takes_views(runner_id):
+            await _close(ws, protocol.CLOSE_VIEW_ENDED, ViewEndReason.RUNNER_UNAVAILABLE)
+            return
+        view_id = secrets.token_urlsafe(16)
+        p = _Pending(runner_id, asyncio.get_running_loop().create_future())
+        self._pending[view_id] = p
+        count = InputCount(key_id=t.key_id, key_name=t.key_name)
+        try:
+            p.reason = await self._view(ws, t, view_id, p, count)
+        finally:
+            p.done.set()
+            self._pending.pop(view_id, None)
+            self.ended[p.reason] += 1
+            await _close(ws, protocol.CLOSE_VIEW_ENDED, p.reason)
+            if count.any and t.start_state_id is not None:
+                await self._record(t.start_state_id, count)
+            log.info("live view %s ended: %s (%d keys, %d pointer events)", view_id, p.reason.value, count.keys,
+                     count.pointer)
+
+    def _runner_of(self, t: Ticket) -> str | None:
+        """The runner holding the ticket's machine now; None when it is not running or the key was revoked."""
+        with self.st.db() as s:
+            key = s.get(ApiKey, t.key_id)
+            if key is None or key.revoked_at is not None:
+                return None
+            if t.start_state_id is not None:
+                ss = s.get(StartState, t.start_state_id)
+                return ss.runner_id if ss is not None and ss.status == "open" else None
+            a = s.get(Attempt, t.attempt_id) if t.attempt_id is not None else None
+            return a.runner_id if a is not None and a.status in _LIVE_ATTEMPT else None
+
+    async def _view(self, ws: WebSocket, t: Ticket, view_id: str, p: _Pending, count: InputCount) -> ViewEndReason:
+        gw = self.st.gateway
+        assert gw is not None
+        opened = protocol.ViewOpen(view_id=view_id, start_state_id=t.start_state_id, attempt_id=t.attempt_id)
+        if not await gw.send(p.runner_id, opened):
+            return ViewEndReason.RUNNER_UNAVAILABLE
+        try:
+            got = await within(OPEN_TIMEOUT_S, asyncio.shield(p.arrived))
+        except TimeoutError:
+            await gw.send(p.runner_id, protocol.ViewClose(view_id=view_id, reason=ViewEndReason.CLOSED))
+            return ViewEndReason.RUNNER_UNAVAILABLE
+        if isinstance(got, protocol.ViewRefused):
+            return got.reason
+        return await self._pipe(ws, got, t, count)
+
+    async def _pipe(self, viewer: WebSocket, runner: WebSocket, t: Ticket, count: InputCount) -> ViewEndReason:
+        queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=QUEUE_CHUNKS)
+
+        async def from_runner() -> ViewEndReason:
+            while True:
+                m = await runner.receive()
+                if m["type"] == "websocket.disconnect":
+                    return _reason(m.get("reason"), ViewEndReason.MACHINE_GONE)
+                data = m.get("bytes")
+                if data is None:
+                    return ViewEndReason.CLOSED  # not the view protocol: end it
+                try:
+                    await within(VIEWER_SLOW_S, queue.put(data))
+                except TimeoutError:
+                    return ViewEndReason.VIEWER_TOO_SLOW
+
+        async def to_viewer() -> ViewEndReason:
+            while True:
+                data = await queue.get()
+                try:
+                    await within(VIEWER_SLOW_S, viewer.send_bytes(data))
+                except TimeoutError:
+                    return ViewEndReason.VIEWER_TOO_SLOW
+
+        async def from_viewer() -> ViewEndReason:
+            parser = ClientStream()
+            last_touch = 0.0
+            while True:
+                m = await viewer.receive()
+                if m["type"] == "websocket.disconnect":
+                    return ViewEndReason.VIEWER_CLOSED
+                data = m.get("bytes")
+                if data is None or len(data) > MAX_VIEWER_MESSAGE:
+                    return ViewEndReason.RFB_PROTOCOL
+                try:
+                    messages = parser.feed(data)
+                except RfbError as e:
+                    log.info("live view: the viewer's RFB ends it: %s", e)
+                    return ViewEndReason.RFB_PROTOCOL
+                out = bytearray()
+                sent_input = False
+                for msg in messages:
+                    if msg.kind in INPUT_KINDS:
+                        if t.read_only:
+                            continue  # a read-only viewer's input stops here, whatever its page does
+                        sent_input = True
+                        _count(count, msg.kind, msg.key_down)
+                    out += msg.data
+                if out:
+                    try:
+                        await within(SEND_TIMEOUT_S, runner.send_bytes(bytes(out)))
+                    except TimeoutError:
+                        return ViewEndReason.SEND_TIMEOUT
+                if sent_input and t.start_state_id is not None and time.monotonic() - last_touch > TOUCH_EVERY_S:
+                    last_touch = time.monotonic()
+                    await self._touch(t.start_state_id)
+
+        tasks = [asyncio.create_task(f()) for f in (from_runner, to_viewer, from_viewer)]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            first = next(t for t in tasks if t in done)
+            try:
+                return first.result()
+            except Exception:  # a socket that broke under a send or receive
+                return ViewEndReason.VIEWER_CLOSED if first is not tasks[0] else ViewEndReason.MACHINE_GONE
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    async def _touch(self, start_state_id: str) -> None:
+        def work() -> None:
+            with self.st.db.begin() as s:
+                inputs.touch(s, start_state_id)
+
+        try:
+            await run_in_threadpool(work)
+        except Exception:
+            log.exception("live view: could not move the start state's idle clock")
+
+    async def _record(self, start_state_id: str, count: InputCount) -> None:
+        def work() -> None:
+            with self.st.db.begin() as s:
+                inputs.record(s, start_state_id, count)
+                inputs.touch(s, start_state_id)
+
+        try:
+            await run_in_threadpool(work)
+        except Exception:
+            log.exception("live view: could not record what was sent")
+
+
+def _count(count: InputCount, kind: Kind, key_down: bool) -> None:
+    now = datetime.now(UTC)
+    count.first_at = count.first_at or now
+    count.last_at = now
+    if kind in (Kind.KEY, Kind.QEMU_KEY):
+        count.keys += int(key_down)
+    elif kind is Kind.POINTER:
+        count.pointer += 1
+    elif kind is Kind.CUT_TEXT:
+        count.clipboard += 1
+
+
+def _reason(text: Any, default: ViewEndReason) -> ViewEndReason:
+    try:
+        return ViewEndReason(text)
+    except ValueError:
+        return default
+
+
+async def _close(ws: WebSocket, code: int, reason: str) -> None:
+    with contextlib.suppress(Exception):
+        await within(CLOSE_TIMEOUT_S, ws.close(code=code, reason=str(reason)[:120]))
+
+
+__all__ = ["VIEWER_PATH", "LiveRelay"]

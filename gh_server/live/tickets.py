@@ -1,0 +1,79 @@
+"""Live-view tickets: what `POST /v1/start_states/{id}/view` hands the page, and the one thing that opens
+`/v1/live/{ticket}` (a browser cannot put an API key on a WebSocket).
+
+A ticket is random (`lv_` + 32 bytes), lives TICKET_TTL_S, is taken once, and is bound to the machine
+(a start state's, or an attempt's), the key that asked and whether that key may send input. They live
+in this process's memory: the viewer's WebSocket must reach the process that issued it, and a restart
+ends them (a page asks again).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+TICKET_PREFIX = "lv_"
+TICKET_TTL_S = 30.0
+MAX_TICKETS = 4096  # unexpired at once, across every key: past this, new ones are refused
+
+
+@dataclass(frozen=True)
+class Ticket:
+    value: str
+    key_id: str
+    key_name: str
+    read_only: bool
+    expires_at: datetime
+    deadline: float  # monotonic
+    start_state_id: str | None = None
+    attempt_id: str | None = None
+
+
+class TooManyTickets(Exception):
+    """MAX_TICKETS unexpired tickets are out already."""
+
+
+class Tickets:
+    def __init__(self, ttl: float = TICKET_TTL_S, clock: Callable[[], float] = time.monotonic,
+                 limit: int = MAX_TICKETS) -> None:
+        self.ttl = ttl
+        self._clock = clock
+        self._limit = limit
+        self._live: dict[str, Ticket] = {}
+
+    def issue(self, *, key_id: str, key_name: str, read_only: bool, start_state_id: str | None = None,
+              attempt_id: str | None = None) -> Ticket:
+        """A new ticket for exactly one of `start_state_id` and `attempt_id`.
+
+        Raises:
+            TooManyTickets: the limit of unexpired tickets is reached.
+        """
+        if (start_state_id is None) == (attempt_id is None):
+            raise ValueError("a ticket is for one start state or one attempt")
+        self._prune()
+        if len(self._live) >= self._limit:
+            raise TooManyTickets(f"{self._limit} live-view tickets are out; try again in {self.ttl:g} s")
+        now = self._clock()
+        ticket = Ticket(value=TICKET_PREFIX + secrets.token_urlsafe(32), key_id=key_id, key_name=key_name,
+                        read_only=read_only, expires_at=datetime.now(UTC) + timedelta(seconds=self.ttl),
+                        deadline=now + self.ttl, start_state_id=start_state_id, attempt_id=attempt_id)
+        self._live[ticket.value] = ticket
+        return ticket
+
+    def take(self, value: str) -> Ticket | None:
+        """The ticket, now used; None when it is unknown, used already or expired."""
+        ticket = self._live.pop(value, None)
+        if ticket is None or self._clock() >= ticket.deadline:
+            return None
+        return ticket
+
+    def _prune(self) -> None:
+        now = self._clock()
+        for value in [v for v, t in self._live.items() if now >= t.deadline]:
+            del self._live[value]
+
+
+__all__ = ["MAX_TICKETS", "TICKET_TTL_S", "Ticket", "Tickets", "TooManyTickets"]
