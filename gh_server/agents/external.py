@@ -151,6 +151,10 @@ async def _talk(proc: asyncio.subprocess.Process, doc: bytes) -> tuple[bytes | N
     try:
         out = await head(proc.stdout)
         await proc.wait()
+        if out is None:
+            # Its process group is killed; a sandboxed agent (a systemd unit) may still hold stderr open
+            # until the sandbox stops it, so stderr is not waited for.
+            return None, b""
         return out, await err
     finally:
         for t in (fed, err):
