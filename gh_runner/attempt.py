@@ -29,6 +29,7 @@ from typing import Any, Protocol, TypeVar
 
 import structlog
 
+from gh_runner import answer_file
 from gh_runner import outcome as rules
 from gh_runner.config import Timeouts
 from gh_runner.inventory import source_of
@@ -45,9 +46,9 @@ from gh_wire.protocol import (
     TaskEnd,
     TaskEndReason,
 )
-from gh_wire.vocab import ErrorCause
+from gh_wire.vocab import ErrorCause, FailReason
 from providers.base import Machine, Provider, ScriptResult
-from providers.errors import ProviderError
+from providers.errors import MachineNotReady, ProviderError
 
 log = structlog.get_logger(__name__)
 
@@ -150,6 +151,8 @@ class Attempt:
         self._task_end: TaskEnd | None = None
         self._task_end_seen = asyncio.Event()
         self._agent_seen = False  # the server acknowledged the task's start, or the agent acted
+        self._agent_acted = False  # the agent sent an exec or input during the task
+        self._failed_reason: FailReason | None = None
         self._task_over = False
         self._accepting = False  # machine requests are served only while this is set (task phase)
         self._closed_reason: str | None = None
@@ -192,8 +195,8 @@ class Attempt:
         if case.check_script:
             await self._status("checking", CHECK_BEFORE)
             env = {"GH_CHECK_PHASE": "before", "GH_AGENT_ANSWER": ""}
-            res = await self._phase(CHECK_BEFORE, check_t,
-                                    lambda: self._script(case.check_script or "", env, check_t))
+            before_script = answer_file.with_answer_file(case.check_script or "", "", self._machine().shell)
+            res = await self._phase(CHECK_BEFORE, check_t, lambda: self._script(before_script, env, check_t))
             self._check_before = rules.check_output(res)
             before = rules.judge_before(res, check_t)
             if before.outcome == "error":
@@ -212,15 +215,20 @@ class Attempt:
         self._ending = rules.task_ending(end, self._limit_reached)
         if self._ending.error:
             raise AttemptError(TASK, self._ending.error)
-        answer = end.answer if end is not None else ""
+        answer = self._ending.answer
 
         if case.check_script:
             await self._status("checking", CHECK_AFTER)
             env = {"GH_CHECK_PHASE": "after", "GH_AGENT_ANSWER": answer}
-            res = await self._phase(CHECK_AFTER, check_t,
-                                    lambda: self._script(case.check_script or "", env, check_t))
-            self._check_after = rules.check_output(res)
-            after = rules.judge_after(res, check_t)
+            script = answer_file.with_answer_file(case.check_script or "", answer, self._machine().shell)
+            after_res = await self._check_after_run(script, env, check_t)
+            if after_res is None:  # the agent left the check no channel to run on: its failure (see below)
+                self._outcome = "failed"
+                self._failed_reason = FailReason.CHECK_CHANNEL_LOST_IN_TASK
+                await self._phase(LAST_SCREEN, None, lambda: self._capture("last"))
+                return
+            self._check_after = rules.check_output(after_res)
+            after = rules.judge_after(after_res, check_t)
             if after.outcome == "error":
                 raise AttemptError(CHECK_AFTER, after.reason or "the check did not print True or False",
                                    after.cause or ErrorCause.INFRASTRUCTURE)
@@ -264,6 +272,8 @@ class Attempt:
         """Answer the agent's screen/input/exec request, or refuse it with a reason."""
         if self.phase == TASK:
             self._agent_seen = True  # a request for this attempt: an agent is at work
+            if req.op in ("exec", "input"):
+                self._agent_acted = True  # it could have broken the guest's channel
         if not self._accepting or self._requests is None:
             return self._stopped(refuse(req, self._why_not_now()))
         op = asyncio.create_task(self._requests.serve(req), name=f"request-{req.request_id}")
@@ -369,6 +379,62 @@ class Attempt:
 
     async def _script(self, script: str, env: dict[str, str], timeout: float) -> ScriptResult:
         return await self._machine().run_script(script, env=env, timeout=timeout, output_cap=CHECK_OUTPUT_CAP)
+
+    async def _check_after_run(self, script: str, env: dict[str, str], check_t: float) -> ScriptResult | None:
+        """The check after, or None when the agent broke its channel for good.
+
+        An agent with exec or input can stop, kill or remove the guest's agent and executor (it has root).
+        The guest's init restarts a killed one, so when the check cannot run (the channel failed, or the
+        script never finished) and the agent acted, the channel gets `timeouts.channel_back` to answer again:
+        back, the check runs once more (a check only looks, so a second run is safe). Still dead while
+        the hypervisor says the guest runs (not stopped, not paused by a full host disk, QEMU alive),
+        it is the agent's doing: None, and the attempt is `failed` (check_channel_lost_in_task). A fault
+        the runner sees (the hypervisor not answering, the domain not running) stays our error, as does
+        everything when the agent never acted (the channel then failed by itself)."""
+        try:
+            res = await self._phase(CHECK_AFTER, check_t, lambda: self._script(script, env, check_t))
+        except AttemptError as e:
+            if not self._agent_acted:
+                raise
+            failed: AttemptError | None = e
+        else:
+            if self._agent_acted and (res.timed_out or res.exit_code is None):
+                failed = None  # it may be the check's own fault: look at the channel before saying whose
+            else:
+                return res
+        back = await self._channel_back()
+        if back is None:
+            self._log.warning("the check's channel is lost after the agent acted on the machine",
+                              grace=self.timeouts.channel_back)
+            return None
+        if not back:  # ours: what the runner saw
+            if failed is not None:
+                raise failed
+            return res
+        if failed is None:
+            return res  # the channel answers: the check itself did not finish, judged as before
+        self._log.info("the check's channel is back; the check runs again")
+        return await self._phase(CHECK_AFTER, check_t, lambda: self._script(script, env, check_t))
+
+    async def _channel_back(self) -> bool | None:
+        """True when the guest channel answers within `timeouts.channel_back`; None when it does not while the
+        guest runs (the agent's doing); False when the runner sees a fault of ours."""
+        m = self._machine()
+        try:
+            await m.wait_ready(self.timeouts.channel_back)
+            return True
+        except asyncio.CancelledError:
+            raise
+        except MachineNotReady:
+            pass
+        except Exception:
+            return False
+        try:
+            return None if await m.guest_running() else False
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            return False
 
     async def _capture(self, label: str) -> None:
         """A replay frame of the whole screen, best effort."""
@@ -574,7 +640,11 @@ class Attempt:
             task_limit_reached=self._limit_reached,
             task_end=self._ending.reason if self._ending is not None else None,
             task_note=self._ending.note if self._ending is not None else None,
-            answer=end.answer if end is not None else None,
+            task_fault=self._ending.fault if self._ending is not None else None,
+            failed_reason=self._failed_reason if outcome == "failed" else None,
+            # The answer the check got (never one that broke its contract: that is withheld, and the
+            # fault says why).
+            answer=(self._ending.answer if self._ending is not None else "") if end is not None else None,
             metrics=self._metrics,
             started_at=started,
             finished_at=_now(),

@@ -58,6 +58,10 @@ class Timeouts(BaseModel):
     task_grace: float = Field(default=30.0, gt=0, le=3600)
     screen: float = Field(default=30.0, gt=0, le=600)
     teardown: float = Field(default=60.0, gt=0, le=3600)
+    # How long the check after waits for a guest channel that failed after the agent acted on the machine
+    # (gh_runner.attempt): linux-tiny's init respawns qemu-ga and gh-execd at once, linux-desktop's systemd
+    # within seconds; a minute covers their start under TCG on a busy host.
+    channel_back: float = Field(default=60.0, gt=0, le=600)
 
 
 class Pool(BaseModel):

@@ -117,9 +117,20 @@ class MachineRequests:
     async def _exec(self, req: MachineRequest) -> MachineResponse:
         if not req.script:
             return refuse(req, "an exec request needs a script")
-        async with asyncio.timeout(req.timeout + SCRIPT_SLACK):
-            res = await self.machine.run_script(req.script, env=req.env, timeout=req.timeout,
-                                                output_cap=EXEC_OUTPUT_CAP)
+        try:
+            async with asyncio.timeout(req.timeout + SCRIPT_SLACK):
+                res = await self.machine.run_script(req.script, env=req.env, timeout=req.timeout,
+                                                    output_cap=EXEC_OUTPUT_CAP)
+        except (ProviderError, TimeoutError) as e:
+            if await self._guest_runs():
+                # The script ran elevated and the channel under it died while the guest runs on: what it
+                # did (killing or stopping the guest agent) is the sender's, not the machine's failure.
+                what = "got no answer" if isinstance(e, TimeoutError) else redact_text(str(e), req.redact)
+                refusal = refuse(req, f"the guest channel failed while this script ran ({what}); the guest "
+                                      "still runs, so the script is what stopped it")
+                refusal.refusal = MachineRefusal.CHANNEL_LOST_IN_EXEC
+                return refusal
+            raise
         if self._replay is not None:
             # An exec is a step of the trajectory too: its script, exit code and output's tail, on the screen
             # as it is after it.
@@ -135,6 +146,16 @@ class MachineRequests:
             stderr_truncated=res.stderr_truncated,
             timed_out=res.timed_out,
         )
+
+    async def _guest_runs(self) -> bool:
+        """The hypervisor says the guest runs (bounded; any doubt is False: then the failure is ours)."""
+        try:
+            async with asyncio.timeout(self._timeouts.screen):
+                return await self.machine.guest_running()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            return False
 
     async def _frame_after(self, label: str, shown: dict[str, object]) -> None:
         """The screen after an action, as a replay frame; best effort (a screenshot that fails leaves

@@ -27,8 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from gh_wire import answer as answer_contract
 from gh_wire.protocol import CheckOutput, Outcome, TaskEnd, TaskEndReason
-from gh_wire.vocab import ErrorCause
+from gh_wire.vocab import AgentFault, ErrorCause
 from providers.base import ScriptResult
 
 TAIL_LINES = 20
@@ -181,16 +182,31 @@ class TaskEnding:
     reason: TaskEndReason
     note: str | None = None
     error: str | None = None
+    fault: AgentFault | None = None  # agent_failed for what it sent (gh_wire.answer)
+    answer: str = ""  # what the check after gets: "" when the agent's answer broke its contract
 
 
 def task_ending(end: TaskEnd | None, limit_reached: bool) -> TaskEnding:
     """The limit wins: once limits.minutes stopped the task, whatever the agent reported after it
-    (a request refused mid-flight, a failure) is the consequence of being stopped, not our fault."""
+    (a request refused mid-flight, a failure) is the consequence of being stopped, not our fault.
+
+    An answer that breaks its contract (gh_wire.answer: too long, a NUL, not UTF-8) is the agent's
+    failure, decided here before any check reads it: the check after gets "" instead, so no guest is
+    asked to carry what it cannot (the server checks the same; this holds whatever sent the task_end)."""
     if limit_reached:
         said = (end.error or end.note) if end is not None else None
-        return TaskEnding(TaskEndReason.TIME_LIMIT, said)
+        return TaskEnding(TaskEndReason.TIME_LIMIT, said, answer=_checked(end))
     if end is None:  # the task waits for a task_end or the limit, so this is the limit by another name
         return TaskEnding(TaskEndReason.TIME_LIMIT)
     if end.error:
         return TaskEnding(end.reason, end.note, f"the agent could not carry on: {end.error}")
-    return TaskEnding(end.reason, end.note)
+    fault = answer_contract.text_fault(end.answer)
+    if fault is not None:
+        return TaskEnding(TaskEndReason.AGENT_FAILED, answer_contract.describe(fault, len(end.answer)), fault=fault)
+    return TaskEnding(end.reason, end.note, fault=end.fault, answer=end.answer)
+
+
+def _checked(end: TaskEnd | None) -> str:
+    if end is None or answer_contract.text_fault(end.answer) is not None:
+        return ""
+    return end.answer

@@ -9,6 +9,8 @@ gets its 413 at once. WebSocket and lifespan scopes pass through (the gateway bo
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -24,6 +26,14 @@ DEFAULT_MAX_BODY = 4 * 1024 * 1024
 # (two 100,000-character scripts JSON-escape to at most ~1.2 MB); bigger batches are split by the client.
 DEFAULT_MAX_BATCH_BODY = 32 * 1024 * 1024
 BATCH_PATHS = ("/v1/test_cases/batch",)
+
+
+# Before a 413 the rest of the body is read and thrown away (never kept), for at most this long and this
+# many bytes, as nginx's lingering close does after: uvicorn closes the connection once the answer is
+# sent, so a client that sends its whole body before it reads (urllib, requests, httpx) would otherwise
+# get a connection reset, not the 413 that says why (an agent must see why it was refused).
+LINGER_S = 5.0
+LINGER_MAX = 64 * 1024 * 1024
 
 
 class BodyTooLarge(Exception):
@@ -52,11 +62,13 @@ class BodyLimit:
         limit = self.limit_for(str(scope.get("path", "")))
         declared = _content_length(scope)
         if declared is not None and declared > limit:
+            await _linger(receive)
             await _refuse(send, limit)
             return
         try:
             messages = await _read_all(receive, limit)
         except BodyTooLarge:
+            await _linger(receive)
             await _refuse(send, limit)
             return
         replay = iter(messages)
@@ -91,6 +103,19 @@ async def _read_all(receive: Receive, limit: int) -> list[Message]:
             raise BodyTooLarge
         if not msg.get("more_body", False):
             return messages
+
+
+async def _linger(receive: Receive) -> None:
+    """Discard what is left of a refused body, bounded in time and bytes (LINGER_S, LINGER_MAX): past
+    either bound the 413 goes out anyway and the client may see the connection close first."""
+    drained = 0
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(LINGER_S):
+            while drained <= LINGER_MAX:
+                msg = await receive()
+                if msg.get("type") != "http.request" or not msg.get("more_body", False):
+                    return
+                drained += len(msg.get("body", b""))
 
 
 async def _refuse(send: Send, limit: int) -> None:

@@ -40,7 +40,8 @@ def columns(t: Any) -> list[Any]:
             t.c.metrics["error_phase"].as_string(), t.c.metrics["task_end"]["reason"].as_string(),
             t.c.check["passed"].as_boolean(), t.c.judge["judge_id"].as_string(), t.c.judge["passed"].as_boolean(),
             t.c.judge["usage"]["seconds"].as_float(), t.c.judge["usage"]["tokens"].as_integer(),
-            t.c.metrics["questions"].as_integer(), t.c.id, t.c.metrics["error_cause"].as_string()]
+            t.c.metrics["questions"].as_integer(), t.c.id, t.c.metrics["error_cause"].as_string(),
+            t.c.metrics["failed_reason"].as_string()]
 
 
 class TrustRow(NamedTuple):
@@ -60,6 +61,7 @@ class TrustRow(NamedTuple):
     questions: int | None
     attempt_id: str
     error_cause: str | None  # for an error: "case" or "infrastructure" (absent: an error of ours)
+    failed_reason: str | None  # `failed` by a rule, not the check's verdict (gh_wire.vocab.FailReason)
 
 
 def scored_tries(session: Session, run_ids: list[str]) -> dict[str, Scored]:
@@ -80,6 +82,9 @@ def enrich(session: Session, run: TestRun, res: dict[str, Any], rows: list[Trust
     in try order."""
     scored: Scored = defaultdict(list)
     task_ends: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    # Failures by a rule (the agent broke the check's channel), apart from the check's verdicts.
+    failed_reasons: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    agent_failed_reasons: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     by_phase: dict[str, int] = defaultdict(int)
     agent_errors: dict[str, int] = defaultdict(int)
     errors = 0
@@ -93,7 +98,7 @@ def enrich(session: Session, run: TestRun, res: dict[str, Any], rows: list[Trust
     ax = _Axes()
     asked: list[tuple[str, str, str]] = []
     for (agent, case_id, _try, status, outcome, is_last, phase, end, checked, judge_id, judged,
-         judge_s, judge_tok, questions, attempt_id, cause) in rows:
+         judge_s, judge_tok, questions, attempt_id, cause, failed_reason) in rows:
         # The evaluator's own overhead counts every attempt it was spent on, retried ones too.
         ax.judge_seconds[agent] += float(judge_s or 0)
         ax.judge_tokens[agent] += int(judge_tok or 0)
@@ -112,6 +117,9 @@ def enrich(session: Session, run: TestRun, res: dict[str, Any], rows: list[Trust
             by_phase[phase or "runner"] += 1  # an attempt errored by the server (runner lost) has no phase
         if is_last and end:
             task_ends[(case_id, agent)][end] += 1
+        if is_last and status == "done" and outcome == "failed" and failed_reason:
+            failed_reasons[(case_id, agent)][failed_reason] += 1
+            agent_failed_reasons[agent][failed_reason] += 1
     valid = validation.case_statuses(session, sorted({r["test_case_id"] for r in res["data"]}))
     per_agent_cases: dict[str, list[tuple[int, int]]] = defaultdict(list)
     flaky_cases: dict[str, int] = defaultdict(int)
@@ -122,6 +130,7 @@ def enrich(session: Session, run: TestRun, res: dict[str, Any], rows: list[Trust
         row["flaky"] = 0 < c < n
         row["ci95"] = _interval(c, n)
         row["task_ends"] = dict(task_ends.get(key, {}))
+        row["failed_reasons"] = dict(failed_reasons.get(key, {}))
         # A row whose case is not known to be valid is marked: its score may say more about the case.
         row["case_validation"] = valid.get(row["test_case_id"], "unvalidated")
         row["case_valid"] = row["case_validation"] == "valid"
@@ -134,6 +143,7 @@ def enrich(session: Session, run: TestRun, res: dict[str, Any], rows: list[Trust
         a["flaky_cases"] = flaky_cases.get(agent, 0)
         a["infrastructure_errors"] = agent_errors.get(agent, 0)
         a["case_errors"] = agent_case_errors.get(agent, 0)
+        a["failed_reasons"] = dict(agent_failed_reasons.get(agent, {}))
     ax.customer_usage(session, asked)
     for row in res["data"]:
         row["rubric"] = ax.rubric_of(row["test_case_id"], row["agent_id"])

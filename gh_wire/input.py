@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from gh_wire.answer import GuestText
+
 # ---------------------------------------------------------------------------------------------
 
 MAX_TYPE_TEXT = 10_000
@@ -64,7 +66,7 @@ class ScrollEvent(_Event):
 
 class TypeEvent(_Event):
     type: Literal["type"] = "type"
-    text: str = Field(max_length=MAX_TYPE_TEXT)
+    text: GuestText = Field(max_length=MAX_TYPE_TEXT)
 
 
 class KeyEvent(_Event):

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from gh_wire.input import InputEvent
-from gh_wire.vocab import CancelReason, ErrorCause, ErrorCode, ViewEndReason
+from gh_wire.vocab import AgentFault, CancelReason, ErrorCause, ErrorCode, FailReason, ViewEndReason
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 16 * 1024 * 1024  # a replay frame (PNG, base64) fits well under this
@@ -49,6 +49,9 @@ class MachineRefusal(StrEnum):
     # An input event the machine cannot deliver (an unknown key name, a character outside the keymap):
     # the agent's request was wrong, the machine is fine.
     INPUT_NOT_SUPPORTED = "input_not_supported"
+    # The guest channel failed while the requester's own script ran (an agent's exec runs elevated: it can
+    # kill or stop the guest agent), on a guest the hypervisor still runs: its script's doing, not ours.
+    CHANNEL_LOST_IN_EXEC = "channel_lost_in_exec"
 
 
 class LeaseRefusal(StrEnum):
@@ -200,6 +203,8 @@ class AttemptResult(_Msg):
     task_limit_reached: bool = False  # the task was stopped at limits.minutes (and then checked)
     task_end: TaskEndReason | None = None  # why the task ended (None: it never started)
     task_note: str | None = None  # what the agent's side said as it ended (an exit code, a refusal)
+    task_fault: AgentFault | None = None  # agent_failed because of what it sent (gh_wire.answer)
+    failed_reason: FailReason | None = None  # `failed` by a rule, not by the check's verdict
 
 
 # ---------------------------------------------------------------------------------------------
@@ -406,6 +411,7 @@ class TaskEnd(_Msg):
     error: str | None = None  # a failure on our side (customer model, machine): the attempt becomes `error`
     reason: TaskEndReason = TaskEndReason.FINISHED  # why the agent stopped, when there is no error
     note: str | None = None  # e.g. "agent cmd exited with code 3: ..." (for the attempt, never an error)
+    fault: AgentFault | None = None  # with agent_failed: what the agent sent broke its contract (gh_wire.answer)
     # A model agent's usage (steps, tokens in/out/cached, cost_cents, model seconds per step); the runner
     # puts it in the attempt's metrics.
     usage: dict[str, Any] | None = None

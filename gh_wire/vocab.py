@@ -100,3 +100,23 @@ class ViewEndReason(StrEnum):
     RFB_PROTOCOL = "rfb_protocol"  # the viewer sent something that is not RFB 3.8 as we accept it
     CLOSED = "closed"  # the server ended it (view_close), or the runner is shutting down
     KEY_REVOKED = "key_revoked"  # the viewer's API key was revoked (DELETE /v1/api_keys/{id})
+
+
+class AgentFault(StrEnum):
+    """What the agent sent that broke its contract (docs/agents.md, "The answer"): the task ends as
+    `agent_failed` with this as `task_end.fault`, before any check reads it. Never retried, never ours."""
+
+    ANSWER_TOO_LONG = "answer_too_long"  # over gh_wire.answer.ANSWER_MAX_CHARS characters
+    ANSWER_HAS_NUL = "answer_has_nul"  # a NUL character: no guest can carry it in an environment variable
+    ANSWER_NOT_UTF8 = "answer_not_utf8"  # bytes (an HTTP body, a command's stdout) or a lone surrogate
+    MODEL_STALLED = "model_stalled"  # the model's reply did not end within the agent's own call timeout
+
+
+class FailReason(StrEnum):
+    """Why an attempt is `failed` other than by its check's verdict (`metrics.failed_reason`), counted apart
+    in results (docs/server-api.md, "How a task ended")."""
+
+    # The agent, with exec or input during its task, left the guest's script channel dead (its guest agent
+    # and executor killed for good, stopped, or removed) while the guest's kernel still runs: the check
+    # cannot look, and the agent broke the one thing it was told to leave alone (gh_runner.attempt).
+    CHECK_CHANNEL_LOST_IN_TASK = "check_channel_lost_in_task"

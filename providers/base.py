@@ -137,6 +137,11 @@ class Machine(abc.ABC):
     machine_id: str
     origin: MachineOrigin = MachineOrigin.COLD
 
+    @property
+    def shell(self) -> str:
+        """The language `run_script` runs: "sh" | "powershell" (as ImageInfo.shell)."""
+        return "sh"
+
     @abc.abstractmethod
     async def wait_ready(self, timeout: float) -> None:
         """Return once the guest channel answers.
@@ -145,6 +150,16 @@ class Machine(abc.ABC):
             MachineNotReady: no answer within `timeout` seconds, or the machine stopped first.
             ProviderError: the hypervisor failed.
         """
+
+    async def guest_running(self) -> bool:
+        """Whether the hypervisor runs this machine's guest (its kernel has the CPU: not stopped, paused
+        by an I/O error such as a full host disk, or crashed). A machine that cannot tell says False,
+        so a dead channel on it stays the runner's error.
+
+        Raises:
+            ProviderError: the hypervisor did not answer.
+        """
+        return False
 
     @abc.abstractmethod
     async def run_script(

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from gh_wire import protocol
 from gh_wire.input import InputEvent
+from gh_wire.vocab import AgentFault
 
 
 class AgentError(Exception):
@@ -34,7 +35,12 @@ class TaskStopped(MachineError):
 
 class AgentFailed(Exception):
     """The agent under test failed on its own (its process exited non-zero, its endpoint answered an
-    error or garbage): the task ends and the check after scores it. Not an AgentError on purpose."""
+    error or garbage): the task ends and the check after scores it. Not an AgentError on purpose.
+    `fault` types it when what the agent sent broke its contract (gh_wire.answer)."""
+
+    def __init__(self, message: str, fault: AgentFault | None = None) -> None:
+        super().__init__(message)
+        self.fault = fault
 
 
 @dataclass(frozen=True)

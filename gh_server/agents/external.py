@@ -20,10 +20,16 @@ import httpx
 from gh_common.timeouts import within
 from gh_server.agents.base import AgentContext, AgentError, AgentFailed, AgentOutcome
 from gh_server.agents.sandbox import Sandbox
+from gh_wire import answer as answer_contract
 from gh_wire.protocol import TaskEndReason
+from gh_wire.vocab import AgentFault
 
-MAX_ANSWER = 100_000
 MAX_STDERR_IN_ERROR = 500
+# What an agent may print: its answer is at most ANSWER_MAX_CHARS characters (4 bytes each at most), stripped
+# of surrounding whitespace; past this no answer can fit, and reading on would only hold memory.
+STDOUT_CAP = 1024 * 1024
+STDERR_KEPT = 64 * 1024
+MAX_REPLY = 1024 * 1024  # an HTTP agent's reply body, for the same reason
 
 
 def request_document(ctx: AgentContext) -> dict[str, Any]:
@@ -39,8 +45,10 @@ def request_document(ctx: AgentContext) -> dict[str, Any]:
 
 
 def _outcome_from(answer: Any, extra: Any = None) -> AgentOutcome:
+    """The answer as the agent gave it (never cut: one over its limit is the agent's failure, decided
+    by the supervisor with every other answer's contract)."""
     meta = extra if isinstance(extra, dict) else {}
-    out = AgentOutcome(answer=str(answer if answer is not None else "")[:MAX_ANSWER])
+    out = AgentOutcome(answer=str(answer if answer is not None else ""))
     for k in ("steps", "questions", "approvals"):
         v = meta.get(k)
         if isinstance(v, int) and v >= 0:
@@ -86,7 +94,7 @@ class CommandAgent:
         except OSError as e:
             raise AgentError(f"agent {self.agent_id}: could not start {self.command[0]!r}: {e.strerror or e}") from None
         try:
-            out, err = await within(min(self.timeout, ctx.minutes * 60.0 + 60.0), proc.communicate(doc))
+            out, err = await within(min(self.timeout, ctx.minutes * 60.0 + 60.0), _talk(proc, doc))
         except TimeoutError:
             _kill(proc)
             await proc.wait()
@@ -99,11 +107,66 @@ class CommandAgent:
             raise
         finally:
             _kill(proc)  # also after a clean exit: what the agent started must not outlive its attempt
+        if out is None:  # it printed past STDOUT_CAP: no answer can be that long (gh_wire.answer)
+            raise AgentFailed(f"agent {self.agent_id} printed over {STDOUT_CAP:,} bytes on stdout; "
+                              f"{answer_contract.describe(AgentFault.ANSWER_TOO_LONG, STDOUT_CAP)}",
+                              AgentFault.ANSWER_TOO_LONG)
         if proc.returncode != 0:
             tail = err.decode(errors="replace").strip()[-MAX_STDERR_IN_ERROR:]
             why = f"agent {self.agent_id} exited with code {proc.returncode}"
             raise AgentFailed(why + (f": {tail}" if tail else ""))
-        return _outcome_from(out.decode(errors="replace").strip())
+        return _outcome_from(_decoded(out).strip())
+
+
+async def _talk(proc: asyncio.subprocess.Process, doc: bytes) -> tuple[bytes | None, bytes]:
+    """`communicate`, bounded: the document on stdin; stdout up to STDOUT_CAP (None past it, and the
+    process group killed: what it prints cannot be an answer), the last STDERR_KEPT bytes of stderr. An
+    agent that prints without end must not hold gh-server's memory."""
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+
+    async def feed(stdin: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            stdin.write(doc)
+            await stdin.drain()
+        stdin.close()
+
+    async def tail(stream: asyncio.StreamReader) -> bytes:
+        kept = bytearray()
+        while chunk := await stream.read(65536):
+            kept += chunk
+            del kept[:-STDERR_KEPT]
+        return bytes(kept)
+
+    async def head(stream: asyncio.StreamReader) -> bytes | None:
+        got = bytearray()
+        while chunk := await stream.read(65536):
+            got += chunk
+            if len(got) > STDOUT_CAP:
+                _kill(proc)
+                return None
+        return bytes(got)
+
+    fed = asyncio.ensure_future(feed(proc.stdin))
+    err = asyncio.ensure_future(tail(proc.stderr))
+    try:
+        out = await head(proc.stdout)
+        await proc.wait()
+        if out is None:
+            # Its process group is killed; a sandboxed agent (a systemd unit) may still hold stderr open
+            # until the sandbox stops it, so stderr is not waited for.
+            return None, b""
+        return out, await err
+    finally:
+        for t in (fed, err):
+            t.cancel()
+
+
+def _decoded(raw: bytes) -> str:
+    """An agent's bytes as its answer: not UTF-8 is its failure (never replaced characters)."""
+    text = answer_contract.decode_answer(raw)
+    if isinstance(text, AgentFault):
+        raise AgentFailed(answer_contract.describe(text), text)
+    return text
 
 
 def _kill(proc: asyncio.subprocess.Process) -> None:
@@ -129,8 +192,15 @@ class HttpAgent:
     async def run(self, ctx: AgentContext) -> AgentOutcome:
         timeout = min(self.timeout, ctx.minutes * 60.0 + 60.0)
         try:
-            async with httpx.AsyncClient(timeout=timeout, transport=self._transport, follow_redirects=False) as client:
-                resp = await client.post(self.url, json=request_document(ctx), headers=self.headers)
+            async with (httpx.AsyncClient(timeout=timeout, transport=self._transport, follow_redirects=False) as client,
+                        client.stream("POST", self.url, json=request_document(ctx), headers=self.headers) as resp):
+                body = bytearray()
+                async for chunk in resp.aiter_bytes():  # bounded: a reply past MAX_REPLY cannot be an answer
+                    body += chunk
+                    if len(body) > MAX_REPLY:
+                        raise AgentFailed(f"agent {self.agent_id}: {self.url} sent over {MAX_REPLY:,} bytes; "
+                                          f"{answer_contract.describe(AgentFault.ANSWER_TOO_LONG, MAX_REPLY)}",
+                                          AgentFault.ANSWER_TOO_LONG)
         except httpx.TimeoutException:
             return AgentOutcome(answer="", reason=TaskEndReason.TIME_LIMIT)
         except (httpx.ConnectError, httpx.UnsupportedProtocol) as e:
@@ -139,13 +209,15 @@ class HttpAgent:
         except httpx.HTTPError as e:
             raise AgentFailed(f"agent {self.agent_id}: {self.url} broke off its answer: {type(e).__name__}") from None
         if resp.status_code >= 400:
-            raise AgentFailed(f"agent {self.agent_id}: {self.url} answered HTTP {resp.status_code}: {resp.text[:300]}")
+            shown = bytes(body[:300]).decode(errors="replace")
+            raise AgentFailed(f"agent {self.agent_id}: {self.url} answered HTTP {resp.status_code}: {shown}")
+        text = _decoded(bytes(body))  # UTF-8 whatever the charset says: other bytes are the agent's error
         if resp.headers.get("content-type", "").startswith("application/json"):
             try:
-                body = resp.json()
+                body = json.loads(text)
             except ValueError:
                 raise AgentFailed(f"agent {self.agent_id}: {self.url} sent invalid JSON") from None
             if isinstance(body, dict):
                 return _outcome_from(body.get("answer"), body)
             return _outcome_from(body)
-        return _outcome_from(resp.text.strip())
+        return _outcome_from(text.strip())

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from gh_server.agents import machine_limits
 from gh_server.agents.base import MachineError, TaskStopped
 from gh_server.agents.supervisor import MACHINE_API_PATH, Grant
+from gh_wire.answer import GuestText
 from gh_wire.input import InputEvent
 from gh_wire.protocol import MachineRefusal
 
@@ -29,7 +30,7 @@ class InputBody(BaseModel):
 
 
 class ExecBody(BaseModel):
-    script: str = Field(min_length=1, max_length=100_000)
+    script: GuestText = Field(min_length=1, max_length=100_000)
     env: dict[str, str] = Field(default_factory=dict)
     timeout: float = Field(default=120.0, gt=0, le=3600)
 
@@ -37,11 +38,11 @@ class ExecBody(BaseModel):
 
 
 class AskBody(BaseModel):
-    question: str = Field(min_length=1, max_length=8_000)
+    question: GuestText = Field(min_length=1, max_length=8_000)
 
 
 class ApprovalBody(BaseModel):
-    request: str = Field(min_length=1, max_length=8_000, description="what the agent asks leave to do")
+    request: GuestText = Field(min_length=1, max_length=8_000, description="what the agent asks leave to do")
 
 
 def _error(status: int, etype: str, message: str) -> JSONResponse:
@@ -51,12 +52,15 @@ def _error(status: int, etype: str, message: str) -> JSONResponse:
 async def _machine_failed(sup: AgentSupervisor, grant: Grant, e: MachineError) -> JSONResponse:
     """A refused request: 409 when the task was stopped (the agent's end); 413 when it is too large to
     relay over the runner's websocket (the caller's request, or what it asked for, is what to change);
-    400 for an input event the machine cannot deliver (an unknown key name); 502 when the machine failed
+    400 for an input event the machine cannot deliver (an unknown key name); 422 when the caller's own
+    exec broke the guest channel (the guest still runs); 502 when the machine failed
     under the agent, remembered so that an agent which then gives up is our error, not its failure."""
     if isinstance(e, TaskStopped):
         return _error(409, "conflict", str(e))
     if e.refusal == MachineRefusal.INPUT_NOT_SUPPORTED:
         return _error(400, "invalid_request", str(e))
+    if e.refusal == MachineRefusal.CHANNEL_LOST_IN_EXEC:  # its own script broke the channel: not ours
+        return _error(422, "invalid_request", str(e))
     if e.refusal is not None:
         return _error(413, "invalid_request", str(e))
     await sup.machine_failed(grant, str(e))  # on the grant's row: the agent may run in another process

@@ -24,7 +24,19 @@ EVENTS_MAX = 100
 
 
 def check_env(env: Mapping[str, str]) -> Mapping[str, str]:
-    """ValueError (a 400 naming `env`) past the limits."""
+    """ValueError (a 400 naming `env`) past the limits, or for a name or value no guest's environment can
+    hold (a NUL anywhere, `=` in a name, an empty name): refused here, as the agent's request, rather
+    than failing in the guest channel as if the machine were at fault."""
+    for k, v in env.items():
+        if not k or "=" in k or "\x00" in k:
+            raise ValueError(f"has a name no environment can hold ({k[:40]!r}): names are non-empty, "
+                             "without '=' or NUL")
+        if "\x00" in v:
+            raise ValueError(f"{k[:40]} holds a NUL character, which no environment can hold")
+        try:
+            k.encode(), v.encode()
+        except UnicodeEncodeError:
+            raise ValueError(f"{k[:40]!r} is not valid UTF-8 (a lone surrogate)") from None
     if len(env) > ENV_MAX_ENTRIES:
         raise ValueError(f"has {len(env)} entries; the limit is {ENV_MAX_ENTRIES}")
     size = sum(len(k.encode()) + len(v.encode()) for k, v in env.items())

@@ -42,9 +42,11 @@ from gh_server.agents.registry import AgentRegistry
 from gh_server.models import Attempt, RunCase, utcnow
 from gh_server.ports import GrantSpec, RunnerLink
 from gh_server.workpool import PoolTimeout, WorkPool
+from gh_wire import answer as answer_contract
 from gh_wire import protocol
 from gh_wire.input import InputEvent, KeyEvent, TypeEvent
 from gh_wire.masking import mask_png
+from gh_wire.vocab import AgentFault
 
 log = logging.getLogger(__name__)
 
@@ -118,10 +120,10 @@ def _secret_values(case: dict[str, Any]) -> list[str]:
 
 
 def _ended(attempt_id: str, tally: grants.Tally, reason: protocol.TaskEndReason,
-           note: str | None = None) -> protocol.TaskEnd:
+           note: str | None = None, fault: AgentFault | None = None) -> protocol.TaskEnd:
     """The task ended on the agent's side without an answer: the check after still decides."""
     return protocol.TaskEnd(attempt_id=attempt_id, answer="", steps=tally.steps, questions=tally.questions,
-                            approvals=tally.approvals, reason=reason, note=note)
+                            approvals=tally.approvals, reason=reason, note=note, fault=fault)
 
 
 class AgentSupervisor:
@@ -255,6 +257,9 @@ class AgentSupervisor:
                 out: AgentOutcome = await self._until_stopped(agent, ctx, grant)
             if tally.customer_error:
                 raise AgentError(tally.customer_error)
+            if (fault := answer_contract.text_fault(out.answer)) is not None:
+                # Decided here, before the runner or any check sees it: no guest can carry it.
+                raise AgentFailed(f"agent {agent_id}: {answer_contract.describe(fault, len(out.answer))}", fault)
             end = protocol.TaskEnd(
                 attempt_id=attempt_id,
                 answer=out.answer,
@@ -275,7 +280,7 @@ class AgentSupervisor:
                 end = protocol.TaskEnd(attempt_id=attempt_id, steps=tally.steps,
                                        error=f"{ours} (then {str(e)[:500]})"[:2000])
             else:
-                end = _ended(attempt_id, tally, protocol.TaskEndReason.AGENT_FAILED, str(e)[:2000])
+                end = _ended(attempt_id, tally, protocol.TaskEndReason.AGENT_FAILED, str(e)[:2000], e.fault)
         except AgentError as e:
             end = protocol.TaskEnd(attempt_id=attempt_id, error=str(e)[:2000], steps=tally.steps)
         except Exception as e:

@@ -159,8 +159,12 @@ def apply_result(
             "cost_cents": (m.agent_usage or {}).get("cost_cents"),
             "phase_seconds": dict(m.phase_seconds),
             # Why the task ended (agent's side, never an error) and, for an error, the phase it came from.
-            "task_end": None if result.task_end is None else {"reason": str(result.task_end),
-                                                                "note": (result.task_note or None)},
+            "task_end": None if result.task_end is None else {
+                "reason": str(result.task_end), "note": (result.task_note or None),
+                # agent_failed for what the agent sent (gh_wire.answer), typed; only when there is one
+                **({} if result.task_fault is None else {"fault": str(result.task_fault)})},
+            # `failed` by a rule rather than the check's verdict (gh_wire.vocab.FailReason), counted apart.
+            "failed_reason": str(result.failed_reason) if outcome == Outcome.FAILED and result.failed_reason else None,
             "error_phase": error_phase_of(result, error, judged_error=judge is not None and bool(judge.get("error"))),
             # Whose the error is, as the runner judged it; a judge's error or an unsaid one is ours.
             "error_cause": str(result.error_cause) if outcome == "error" and result.outcome == "error"

@@ -148,6 +148,15 @@ class QemuMachine(Machine):
     def _uses_winrm(self) -> bool:
         return self.image.routes.script is Channel.WINRM
 
+    @property
+    def shell(self) -> str:
+        return "powershell" if self._uses_winrm else "sh"
+
+    async def guest_running(self) -> bool:
+        if self._destroyed:
+            return False
+        return await self.domain.state() == libvirt.VIR_DOMAIN_RUNNING
+
     async def _require_running(self) -> None:
         st = await self.domain.state()
         if st in (libvirt.VIR_DOMAIN_RUNNING, libvirt.VIR_DOMAIN_PAUSED, libvirt.VIR_DOMAIN_BLOCKED):

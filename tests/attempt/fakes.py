@@ -13,6 +13,7 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
+from gh_runner import answer_file
 from gh_wire.input import InputEvent
 from gh_wire.protocol import FrozenCase, Lease, Limits, StartStateRef
 from providers.base import (
@@ -71,8 +72,19 @@ class FakeMachine(Machine):
         self.inputs: list[InputEvent] = []
         self.scripts_run: list[tuple[str, dict[str, str]]] = []
         self.destroyed = 0
+        # The guest's script channel: "up"; "dead" (its agent and executor killed or removed: a request
+        # fails at once); "stopped" (SIGSTOP: a request gets no answer). `respawns`: the guest's init
+        # brings a dead one back when asked again. `guest_runs`: what the hypervisor says of the guest.
+        self.channel = "up"
+        self.respawns = False
+        self.guest_runs = True
 
     async def wait_ready(self, timeout: float) -> None:
+        if self.channel == "dead" and self.respawns:
+            self.channel = "up"
+        if self.channel != "up":
+            await asyncio.sleep(timeout)
+            raise MachineNotReady(f"guest agent of {self.machine_id} did not answer within {timeout:g} s")
         if self.provider.never_ready:
             # The real provider polls its guest channel up to the deadline, then gives up.
             await asyncio.sleep(timeout)
@@ -80,7 +92,16 @@ class FakeMachine(Machine):
 
     async def run_script(self, script: str, *, env: Mapping[str, str] | None = None, timeout: float,
                          output_cap: int = 1 << 20) -> ScriptResult:
-        self.scripts_run.append((script, dict(env or {})))
+        if self.channel == "dead":
+            raise ProviderError("guest agent guest-exec: the guest agent is not answering")
+        if self.channel == "stopped":
+            return ScriptResult(exit_code=None, stdout="", stderr="", timed_out=True)
+        answer, script = answer_file.split(script)
+        env = dict(env or {})
+        if answer is not None:  # the guest runs the runner's preamble: the answer is in a file
+            env[answer_file.VARIABLE] = "/tmp/gh-answer-1"
+            self.files[env[answer_file.VARIABLE]] = answer
+        self.scripts_run.append((script, dict(env)))
         handler = self.provider.scripts.get(script)
         if handler is None:
             return ok(stderr=f"sh: unknown script {script!r}", code=127)
@@ -89,6 +110,9 @@ class FakeMachine(Machine):
             return await res
         assert isinstance(res, ScriptResult)
         return res
+
+    async def guest_running(self) -> bool:
+        return self.guest_runs
 
     async def screenshot(self) -> bytes:
         if self.provider.screen_error:

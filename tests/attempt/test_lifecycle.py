@@ -63,8 +63,10 @@ async def test_passing_attempt_full_sequence(provider: FakeProvider, link: FakeL
     assert machine.machine_id == a.machine_id == "at_test1"
     assert machine.destroyed == 1
     envs = [env for script, env in machine.scripts_run if script == "check"]
-    assert envs == [{"GH_CHECK_PHASE": "before", "GH_AGENT_ANSWER": ""},
-                    {"GH_CHECK_PHASE": "after", "GH_AGENT_ANSWER": "done"}]
+    answer_file = "/tmp/gh-answer-1"
+    assert envs == [{"GH_CHECK_PHASE": "before", "GH_AGENT_ANSWER": "", "GH_AGENT_ANSWER_FILE": answer_file},
+                    {"GH_CHECK_PHASE": "after", "GH_AGENT_ANSWER": "done", "GH_AGENT_ANSWER_FILE": answer_file}]
+    assert machine.files[answer_file] == "done"  # the check's copy of the answer, written by the preamble
     assert result.started_at is not None and result.finished_at is not None
     assert result.started_at <= result.finished_at
 

@@ -40,6 +40,7 @@ class Reply:
     body: dict[str, Any] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0  # seconds before answering (a slow model)
+    trickle: float = 0.0  # seconds between the body's bytes: a reply that keeps coming and never ends in time
 
 
 Script = Callable[[str, dict[str, Any]], Reply]
@@ -113,7 +114,13 @@ def model_server(script: Script) -> Iterator[tuple[str, Seen]]:
                 self.send_header(k, v)
             self.end_headers()
             try:
-                self.wfile.write(out)
+                if reply.trickle:
+                    for i in range(len(out)):
+                        self.wfile.write(out[i:i + 1])
+                        self.wfile.flush()
+                        time.sleep(reply.trickle)
+                else:
+                    self.wfile.write(out)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (its time limit): nothing to answer
 
@@ -212,3 +219,15 @@ def api_error(status: int, message: str, headers: dict[str, str] | None = None) 
     """An error body in the shape both APIs use ({"error": {"type", "message"}})."""
     return Reply(status=status, body={"type": "error", "error": {"type": "api_error", "message": message}},
                  headers=headers or {})
+
+
+def chat_raw(name: str, arguments: str) -> Reply:
+    """A Chat Completions tool call whose `arguments` are sent as given (e.g. text that is not JSON)."""
+    call = ChatCompletionMessageFunctionToolCall(id=f"call_{next(_ids)}", type="function",
+                                                 function=Function(name=name, arguments=arguments))
+    c = ChatCompletion(id="chatcmpl-" + str(next(_ids)), object="chat.completion", created=0, model="open-model",
+                       choices=[Choice(index=0, finish_reason="tool_calls",
+                                       message=ChatCompletionMessage(role="assistant", content=None,
+                                                                     tool_calls=[call]))],
+                       usage=CompletionUsage(prompt_tokens=100, completion_tokens=20, total_tokens=120))
+    return Reply(body=c.model_dump(mode="json", exclude_none=True))

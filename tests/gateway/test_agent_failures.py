@@ -5,6 +5,7 @@ on) for the HTTP agent."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from gh_server.agents.external import CommandAgent, HttpAgent
 from gh_server.agents.sandbox import Sandbox
 from gh_server.settings import Settings
 from gh_wire.protocol import TaskEndReason
+from gh_wire.vocab import AgentFault
 
 from .fakehttp import serve
 
@@ -107,3 +109,37 @@ async def test_reference_without_a_fix_is_a_broken_case_ours() -> None:
         await ReferenceAgent().run(_ctx())
     with pytest.raises(AgentError, match="must be a script"):
         await ReferenceAgent().run(_ctx(case={"metadata": {"reference_fix": 3}}))
+
+
+@pytest.mark.parametrize(("body", "charset", "fault"), [
+    (b"fixed \xff\xfe it", "latin-1", AgentFault.ANSWER_NOT_UTF8),  # whatever its charset says: UTF-8 or its error
+    (b"y" * (2 * 1024 * 1024), "utf-8", AgentFault.ANSWER_TOO_LONG),  # read no further than 1 MiB
+])
+async def test_http_agent_reply_breaking_the_answers_contract_is_its_failure(body: bytes, charset: str,
+                                                                            fault: AgentFault) -> None:
+    import http.server
+    import threading
+
+    class Raw(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length", "0")))
+            self.send_response(200)
+            self.send_header("content-type", f"text/plain; charset={charset}")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.wfile.write(body)
+
+        def log_message(self, *a: Any) -> None:
+            pass
+
+    srv = http.server.HTTPServer(("127.0.0.1", 0), Raw)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(AgentFailed) as got:
+            await HttpAgent("raw", f"http://127.0.0.1:{srv.server_address[1]}/", timeout=30).run(_ctx())
+        assert got.value.fault == fault
+    finally:
+        srv.shutdown()
+        srv.server_close()

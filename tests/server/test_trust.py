@@ -100,3 +100,23 @@ def test_compare_gains_paired_differences(server: Server) -> None:
     assert p["mcnemar"] == {"baseline_only": 0, "other_only": 4, "p_value": 0.125, "mid_p": 0.0625}
     with server.state.db() as s:
         assert s.scalar(select(Attempt.id).where(Attempt.test_run_id == new).limit(1)) is not None
+
+
+def test_a_check_channel_lost_in_task_is_counted_apart(server: Server) -> None:
+    """`failed` by the channel rule (gh_wire.vocab.FailReason) is a failure against the agent, shown apart."""
+    c = server.admin
+    t1 = _case(server, "TR-CH")["test_case_id"]
+    rid = c.test_runs.create(test_case_ids=["TR-CH"], agents=["noop"], repeat=2)["test_run_id"]
+    first, second = _by_pair(server, rid)[(t1, "noop")]
+    _finish(server, first.id, "failed")
+    _finish(server, second.id, "failed")
+    with server.state.db.begin() as s:
+        a = s.get(Attempt, first.id)
+        assert a is not None and a.metrics is not None
+        a.metrics = {**a.metrics, "failed_reason": "check_channel_lost_in_task"}
+    _complete(server, rid)
+    res = c.test_runs.results(rid)
+    (row,) = res["data"]
+    assert row["failed"] == 2 and row["error"] == 0
+    assert row["failed_reasons"] == {"check_channel_lost_in_task": 1}
+    assert res["by_agent"]["noop"]["failed_reasons"] == {"check_channel_lost_in_task": 1}

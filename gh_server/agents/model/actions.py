@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
+from gh_wire.answer import GuestText
 from gh_wire.input import MAX_HOLD_MS, MAX_KEYS, MAX_TYPE_TEXT
 
 Button = Literal["left", "right", "middle"]
@@ -86,7 +87,7 @@ class HoldKey(_Action):
 
 class Type(_Action):
     type: Literal["type"] = "type"
-    text: str = Field(min_length=1, max_length=MAX_TYPE_TEXT)
+    text: GuestText = Field(min_length=1, max_length=MAX_TYPE_TEXT)
 
 
 class Wait(_Action):
@@ -121,21 +122,21 @@ class AskUser(_Action):
     """A question to the simulated customer (the machine API's /ask)."""
 
     type: Literal["ask_user"] = "ask_user"
-    question: str = Field(min_length=1, max_length=8_000)
+    question: GuestText = Field(min_length=1, max_length=8_000)
 
 
 class RequestApproval(_Action):
     """Leave to do something, decided by the case's operator.approvals (the machine API's /approval)."""
 
     type: Literal["request_approval"] = "request_approval"
-    what: str = Field(min_length=1, max_length=8_000)
+    what: GuestText = Field(min_length=1, max_length=8_000)
 
 
 class Shell(_Action):
     """A script on the machine (exec), only when the agent's tools include shell."""
 
     type: Literal["shell"] = "shell"
-    script: str = Field(min_length=1, max_length=100_000)
+    script: GuestText = Field(min_length=1, max_length=100_000)
     timeout: float = Field(default=120.0, gt=0, le=3600)
 
 

@@ -141,7 +141,12 @@ class Actor:
         if isinstance(action, A.Shell):
             if ModelTool.SHELL not in self.tools:
                 return ActResult("shell is not one of this agent's tools", error=True, invalid=True)
-            res = await self.ctx.machine.exec(action.script, timeout=action.timeout, note=note)
+            try:
+                res = await self.ctx.machine.exec(action.script, timeout=action.timeout, note=note)
+            except MachineError as e:
+                if e.refusal == MachineRefusal.CHANNEL_LOST_IN_EXEC:  # its own script's doing: told, not ours
+                    return ActResult(str(e), error=True)
+                raise
             text = (f"exit code {res.exit_code}{' (timed out)' if res.timed_out else ''}\n"
                     f"stdout:\n{res.stdout[-EXEC_SHOWN:]}\nstderr:\n{res.stderr[-EXEC_SHOWN:]}")
             return ActResult(text, error=res.exit_code != 0, exec=res.as_dict())

@@ -27,10 +27,11 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 
 from gh_common.timeouts import within
-from gh_server.agents.base import AgentContext, AgentError, AgentOutcome
+from gh_server.agents.base import AgentContext, AgentError, AgentFailed, AgentOutcome
 from gh_server.agents.model import actions as A
 from gh_server.agents.model.actor import Actor, ActResult
 from gh_server.agents.model.conversation import Conversation, Turn
@@ -38,11 +39,17 @@ from gh_server.agents.model.screen import Shot, prepare
 from gh_server.agents.model.usage import Account
 from gh_server.settings import ModelAgentConfig, ModelApi
 from gh_wire.protocol import TaskEndReason
+from gh_wire.vocab import AgentFault
 
 SCREEN_S = 30.0
 ENCODE_S = 20.0
 RETRY_AFTER_CAP_S = 60.0  # the SDKs wait at most this long on a Retry-After
 TEXT_SHOWN = 4000  # of the model's words per step, on the replay frame
+# Actions carried out in one turn. A computer-use model acts a handful per turn (the SDKs' batches are
+# a few clicks and keys); a reply with a thousand would hold the machine for minutes on one step. Past
+# this, each further action is answered to the model as an error, not done (every call gets its result,
+# as the APIs require), and the turn is invalid: a step the agent spent.
+MAX_ACTIONS_PER_TURN = 50
 DEFAULT_BASE = {ModelApi.ANTHROPIC: "https://api.anthropic.com", ModelApi.OPENAI_RESPONSES: "https://api.openai.com/v1",
                 ModelApi.OPENAI_CHAT: "https://api.openai.com/v1"}
 # Sent as the key to a server that needs none (a local vLLM): an explicit value, so that the SDK never
@@ -139,7 +146,8 @@ class ModelAgent:
 
     @staticmethod
     def _finished(answer: str, account: Account) -> AgentOutcome:
-        return AgentOutcome(answer=answer[:100_000], steps=account.steps)
+        # Never cut: an answer over its contract (gh_wire.answer) is the agent's failure, decided by the supervisor.
+        return AgentOutcome(answer=answer, steps=account.steps)
 
     async def _look(self, ctx: AgentContext, step: int, actor: Actor | None = None,
                     said: list[str] | None = None) -> Shot:
@@ -165,8 +173,17 @@ class ModelAgent:
         try:
             turn = await within(self.call_bound(), conv.call())
         except TimeoutError:
-            raise AgentError(f"agent {self.agent_id}: the model did not answer within {self.call_bound():g} s "
-                             f"({self.cfg.retries} retries)") from None
+            # The endpoint answered and kept its reply coming past every bound the agent set itself (a
+            # reply that never ends): the agent under test stalled, not our side.
+            raise AgentFailed(f"agent {self.agent_id}: the model's reply did not end within {self.call_bound():g} s "
+                              f"({self.cfg.retries} retries)", AgentFault.MODEL_STALLED) from None
+        except (anthropic.APITimeoutError, openai.APITimeoutError) as e:
+            if not isinstance(e.__cause__, httpx.ConnectTimeout):
+                # Connected and asked, and no reply within the agent's own `timeout` after its retries.
+                raise AgentFailed(f"agent {self.agent_id}: the model did not answer within its timeout of "
+                                  f"{self.cfg.timeout:g} s ({self.cfg.retries} retries)",
+                                  AgentFault.MODEL_STALLED) from None
+            raise AgentError(self._why(e, key)) from None
         except (anthropic.APIError, openai.APIError) as e:
             raise AgentError(self._why(e, key)) from None
         account.add(turn.usage, time.monotonic() - started)
@@ -194,7 +211,14 @@ class ModelAgent:
         """The act phase's `do`: each action on the machine, its request noted for the replay (the first
         request takes the turn's words, `said`)."""
 
+        acted = 0
+
         async def do(action: A.Action) -> ActResult:
+            nonlocal acted
+            acted += 1
+            if acted > MAX_ACTIONS_PER_TURN:
+                return ActResult(f"not done: at most {MAX_ACTIONS_PER_TURN} actions in one turn", error=True,
+                                 invalid=True)
             note: dict[str, Any] = {"agent": "model", "step": step, "action": A.describe(action)}
             if said and action.type in A.REQUESTS:
                 note["text"] = said.pop()
