@@ -20,9 +20,16 @@ printed as p50 / p90 in milliseconds, after 10 uncounted steps (a just-restored 
 provider paces input reports POINTER_GAP_S apart (a click is two reports, press with the move and release,
 and the key after it waits one gap): the third row runs anthropic again with the gap at 0, side by side,
 to show what that pacing costs per step, and the last row takes libvirt's screenshot (a PNG QEMU
-encodes itself: the provider's path before the PPM dump) instead of the PPM dump. The scripted model server
-sets TCP_NODELAY, as real ones do (uvicorn through asyncio): without it each reply waits out the client's
-40 ms delayed ACK. The host may be shared: compare the rows of one run.
+encodes itself: the provider's path before the PPM dump) instead of the PPM dump. The second row runs
+anthropic again with VIEWERS live viewers on the same machine, side by side with the first: each an RFB
+3.8 client on its own `Machine.open_screen_stream` (what the runner hands a live view), in this process's
+event loop as gh-server's loop hosts its relay beside the model agents, asking for an incremental update
+after each one and reading it whole, as noVNC does (raw encoding: the most bytes QEMU sends). A click and
+a shift change little on the screen, so two more rows run with the screen kept moving by the guest
+(bench/movers.py: random hex printed on linux-tiny's console; a window moved on linux-desktop), without
+viewers and with VIEWERS: the moving itself costs the guest's CPU, the pair shows what the viewers add.
+The scripted model server sets TCP_NODELAY, as real ones do (uvicorn through asyncio): without it each
+reply waits out the client's 40 ms delayed ACK. The host may be shared: compare the rows of one run.
 Everything it makes is named gh-bench-agentstep-* and removed at the end, even on failure.
 """
 
@@ -35,6 +42,7 @@ import json
 import os
 import shutil
 import statistics
+import struct
 import sys
 import tempfile
 import threading
@@ -45,11 +53,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/movers.py
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import itertools
 
 from anthropic.types.beta import BetaMessage, BetaTextBlock, BetaToolUseBlock, BetaUsage
+from movers import MOVERS, start_script, stop_script
 from openai.types.chat import ChatCompletion, ChatCompletionMessage, ChatCompletionMessageFunctionToolCall
 from openai.types.chat.chat_completion import Choice
 from openai.types.chat.chat_completion_message_function_tool_call import Function
@@ -65,6 +75,86 @@ from providers.qemu import input as qinput
 
 RUNNER = "bench-agentstep"
 KEY_ENV = "GH_BENCH_MODEL_KEY"
+VIEWERS = 8
+RAW, DESKTOP_SIZE = 0, -223
+
+
+class Viewers:
+    """VIEWERS RFB clients reading the machine's screen in this loop (a bench's client, not a product's)."""
+
+    def __init__(self, machine: Any, n: int) -> None:
+        self.machine = machine
+        self.n = n
+        self.updates = 0
+        self.bytes = 0
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> Viewers:
+        streams = [await self.machine.open_screen_stream(60) for _ in range(self.n)]
+        ready = [asyncio.get_running_loop().create_future() for _ in streams]
+        self._tasks = [asyncio.create_task(self._view(r, w, f)) for (r, w), f in zip(streams, ready, strict=True)]
+        async with asyncio.timeout(60):
+            await asyncio.gather(*ready)  # each has its first full frame
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _read(self, reader: asyncio.StreamReader, n: int) -> bytes:
+        data = await reader.readexactly(n)
+        self.bytes += n
+        return data
+
+    async def _view(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    ready: asyncio.Future[None]) -> None:
+        try:
+            await self._read(reader, 12)
+            writer.write(b"RFB 003.008\n")
+            count = (await self._read(reader, 1))[0]
+            await self._read(reader, count)
+            writer.write(b"\x01")  # security None
+            await self._read(reader, 4)
+            writer.write(b"\x01")  # ClientInit: shared
+            init = await self._read(reader, 24)
+            w, h = struct.unpack(">HH", init[:4])
+            bpp = init[4] // 8
+            await self._read(reader, struct.unpack(">I", init[20:24])[0])
+            writer.write(struct.pack(">BxHii", 2, 2, RAW, DESKTOP_SIZE))
+            incremental = 0
+            while True:
+                writer.write(struct.pack(">BBHHHH", 3, incremental, 0, 0, w, h))
+                await writer.drain()
+                while True:  # until the update
+                    kind = (await self._read(reader, 1))[0]
+                    if kind == 0:
+                        break
+                    if kind == 1:  # colour map entries
+                        await self._read(reader, 6 * struct.unpack(">xxxH", await self._read(reader, 5))[0])
+                    elif kind == 3:  # server cut text
+                        await self._read(reader, struct.unpack(">xxxI", await self._read(reader, 7))[0])
+                    elif kind != 2:  # 2: bell
+                        raise RuntimeError(f"RFB message {kind} from QEMU")
+                rects = struct.unpack(">xH", await self._read(reader, 3))[0]
+                for _ in range(rects):
+                    _x, _y, rw, rh, enc = struct.unpack(">HHHHi", await self._read(reader, 12))
+                    if enc == RAW:
+                        await self._read(reader, rw * rh * bpp)
+                    elif enc == DESKTOP_SIZE:
+                        w, h = rw, rh
+                    else:
+                        raise RuntimeError(f"RFB encoding {enc} from QEMU")
+                self.updates += 1
+                incremental = 1
+                if not ready.done():
+                    ready.set_result(None)
+        except Exception as e:
+            if not ready.done():
+                ready.set_exception(e)
+            raise
+        finally:
+            writer.close()
 
 
 def _reply(api: str, n: int, at: tuple[int, int]) -> dict[str, Any]:
@@ -185,7 +275,7 @@ async def main() -> None:
         await machine.wait_ready(1800)
         print(f"machine ready in {time.monotonic() - t0:.1f} s ({provider.accelerator}); "
               f"guest screen {len(await machine.screenshot())} bytes PNG; model screen {w}x{h}")
-        print(f"{'api':<16} {'steps':>5}  {'step p50':>9} {'p90':>7}  {'screen p50':>10} {'act p50':>8} "
+        print(f"{'api':<24} {'steps':>5}  {'step p50':>9} {'p90':>7}  {'screen p50':>10} {'act p50':>8} "
               f"{'rest p50':>9} {'rest p90':>9}   (ms)")
         png = await machine.screenshot()
         enc = []
@@ -198,22 +288,46 @@ async def main() -> None:
         # redraw), which would land on whichever row ran first.
         await run_api(machine, "anthropic", 10, (w, h))
         gap = qinput.POINTER_GAP_S
-        for api, row_gap, ppm in (("anthropic", gap, True), ("openai-chat", gap, True), ("anthropic", 0.0, True),
-                                  ("anthropic", gap, False)):
+        mover = list(MOVERS[args.image].values())[-1] if args.image in MOVERS else None
+        rows = [("anthropic", gap, True, 0, False), ("anthropic", gap, True, VIEWERS, False),
+                ("openai-chat", gap, True, 0, False), ("anthropic", 0.0, True, 0, False),
+                ("anthropic", gap, False, 0, False)]
+        if mover is not None:
+            rows += [("anthropic", gap, True, 0, True), ("anthropic", gap, True, VIEWERS, True)]
+        for api, row_gap, ppm, viewers, moving in rows:
             qinput.POINTER_GAP_S = row_gap
             machine._ppm_dumps = ppm
+            watching = Viewers(machine, viewers)
+            if moving:
+                assert mover is not None
+                started = await machine.run_script(start_script(mover), timeout=60)
+                assert started.exit_code == 0, started
             try:
-                r = await run_api(machine, api, args.steps, (w, h))
+                if viewers:
+                    await watching.__aenter__()
+                t_row, seen = time.monotonic(), watching.bytes
+                try:
+                    r = await run_api(machine, api, args.steps, (w, h))
+                finally:
+                    row_s, seen = time.monotonic() - t_row, watching.bytes - seen
+                    if viewers:
+                        await watching.__aexit__(None, None, None)
             finally:
                 qinput.POINTER_GAP_S = gap
                 machine._ppm_dumps = True
+                if moving:
+                    await machine.run_script(stop_script(), timeout=60)
             ms = {k: [v * 1000 for v in vs] for k, vs in r.items()}
             name = api if row_gap == gap else f"{api}, gap 0"
             name = name if ppm else f"{api}, libvirt's"
-            print(f"{name:<16} {len(ms['step']):>5}  {pct(ms['step'], .5):>9.0f} {pct(ms['step'], .9):>7.0f}  "
+            name = f"{name}, moving" if moving else name
+            name = f"{name}, {viewers} viewers" if viewers else name
+            print(f"{name:<24} {len(ms['step']):>5}  {pct(ms['step'], .5):>9.0f} {pct(ms['step'], .9):>7.0f}  "
                   f"{pct(ms['screen'], .5):>10.0f} {pct(ms['act'], .5):>8.0f} {pct(ms['rest'], .5):>9.0f} "
                   f"{pct(ms['rest'], .9):>9.0f}")
-            print(f"{'':<16} mean step {statistics.mean(ms['step']):.0f} ms")
+            print(f"{'':<24} mean step {statistics.mean(ms['step']):.0f} ms"
+                  + (f"; the viewers read {watching.updates} updates, {seen / row_s / 1024:.1f} KiB/s in all"
+                     if viewers else ""))
     finally:
         if machine is not None:
             await machine.destroy()

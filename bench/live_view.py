@@ -1,6 +1,7 @@
-"""Live views: key press to changed pixels at the viewer, beside the screenshot API; an idle screen's bytes per second.
+"""Live views: key press to changed pixels at the viewer, beside the screenshot API; bytes per second at the
+viewer for an idle screen and a moving one.
 
-    .venv/bin/python bench/live_view.py [--images-dir DIR] [--presses 50] [--idle-s 20] [--desktop]
+    .venv/bin/python bench/live_view.py [--images-dir DIR] [--presses 50] [--idle-s 20] [--moving-s 20] [--desktop]
 
 A real gh-server and gh-runner in this process (tests/startstates/conftest.py's Stack), one open start state
 on linux-tiny (with --desktop, or when GH_DESKTOP_IMAGES_DIR holds linux-desktop, on that too), and the
@@ -14,6 +15,11 @@ viewer of tests/kit/rfb.py on the WebSocket a page opens (`POST /v1/start_states
   idle:   bytes per second at the viewer over --idle-s seconds of an idle console (cursor shown, blinking),
           incremental requests after each update; raw encoding at 32 bits per pixel and no WebSocket
           compression: an upper bound (noVNC asks for tight/zrle and browsers deflate).
+  moving: the same over --moving-s seconds for each of MOVERS, which keep the screen changing: on
+          linux-tiny (VGA text mode, where QEMU sends only the character cells that changed) a console
+          printing `date` in a loop (a scroll that moves lines mostly equal to their neighbours) and one
+          printing random hex (every cell changes at each scroll); on linux-desktop a window (python3-tk,
+          in the image for its tests) moved 8 px every 50 ms across the desktop.
 
 Targets (docs/protocol.md, "Live views"): key to pixels <= 100 ms p50 on loopback; idle <= 5 KB/s per viewer.
 Everything is removed at the end (the stack's temp dir, its machines).
@@ -32,9 +38,10 @@ from typing import Any
 import httpx
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests"), str(REPO)]
+sys.path[:0] = [str(REPO / "tests"), str(REPO), str(REPO / "bench")]
 
 from kit.rfb import Viewer  # noqa: E402
+from movers import MOVERS, start_script, stop_script  # noqa: E402
 from startstates.conftest import Stack  # noqa: E402
 
 BACKSPACE = 0xFF08
@@ -118,8 +125,24 @@ class Bench:
         return out, polls / polled_s if polled_s else 0.0
 
     def idle(self, seconds: float) -> float:
+        return self._rate(seconds, settle=True)
+
+    def moving(self, seconds: float) -> dict[str, float]:
+        return {what: self._moving(script, seconds) for what, script in MOVERS[self.image].items()}
+
+    def _moving(self, script: str, seconds: float) -> float:
+        started = self.stack.guest_exec(self.ssid, start_script(script))
+        assert started.exit_code == 0, started
+        try:
+            return self._rate(seconds, settle=False)  # a screen that keeps changing never settles
+        finally:
+            self.stack.guest_exec(self.ssid, stop_script())
+
+    def _rate(self, seconds: float, settle: bool) -> float:
+        """Bytes per second at a viewer that asks for an incremental update after each one, as noVNC does."""
         with self.viewer() as v:
-            self._settle(v)
+            if settle:
+                self._settle(v)
             start, t0 = v.received, time.monotonic()
             while time.monotonic() - t0 < seconds:
                 v.request(incremental=True)
@@ -135,7 +158,7 @@ class Bench:
         self.http.close()
 
 
-def run(images_dir: Path, image: str, presses: int, idle_s: float) -> dict[str, Any]:
+def run(images_dir: Path, image: str, presses: int, idle_s: float, moving_s: float) -> dict[str, Any]:
     stack = Stack(images_dir)
     if image != "linux-tiny":
         shutil.copytree(images_dir / image, stack.images_dir / image, copy_function=shutil.copyfile)
@@ -149,11 +172,12 @@ def run(images_dir: Path, image: str, presses: int, idle_s: float) -> dict[str, 
             view = b.view_presses(presses)
             api, rate = b.api_presses(max(10, presses // 2))
             idle = b.idle(idle_s)
+            moving = b.moving(moving_s)
         finally:
             b.close()
     finally:
         stack.stop()
-    return {"view": view, "api": api, "api_rate": rate, "idle": idle}
+    return {"view": view, "api": api, "api_rate": rate, "idle": idle, "moving": moving}
 
 
 def main() -> int:
@@ -162,6 +186,7 @@ def main() -> int:
                     default=Path(os.environ.get("GH_IMAGES_DIR", "/var/tmp/gh-runner/images")))
     ap.add_argument("--presses", type=int, default=50)
     ap.add_argument("--idle-s", type=float, default=20.0)
+    ap.add_argument("--moving-s", type=float, default=20.0)
     ap.add_argument("--desktop", action="store_true", help="linux-desktop too (from GH_DESKTOP_IMAGES_DIR)")
     args = ap.parse_args()
     runs = [(args.images_dir, "linux-tiny")]
@@ -172,11 +197,13 @@ def main() -> int:
         else:
             print(f"no linux-desktop under {desktop_dir}: linux-tiny only")
     for images_dir, image in runs:
-        r = run(images_dir, image, args.presses, args.idle_s)
+        r = run(images_dir, image, args.presses, args.idle_s, args.moving_s)
         print(f"{image}:")
         print(f"  key to pixels, live view:        {ms(r['view'])}")
         print(f"  key to pixels, input + screen:   {ms(r['api'])}  (screen polled at {r['api_rate']:.1f}/s)")
         print(f"  idle screen at the viewer:       {r['idle'] / 1024:.2f} KiB/s (raw encoding, no deflate)")
+        for what, rate in r["moving"].items():
+            print(f"  moving screen at the viewer:     {rate / 1024:.2f} KiB/s ({what}; raw, no deflate)")
     return 0
 
 

@@ -102,6 +102,7 @@ def _serve_runners(app: FastAPI, st: ServerState) -> None:
     app.include_router(machine_router(gw.agents))
     live = LiveRelay(st)  # live views ride beside the runners' sockets (gh_server/live/relay.py)
     gw.on_view_refused = live.refused
+    st.on_key_revoked.append(live.end_views_of)
     st.extras["live_relay"] = live  # how views ended (`ended`), for whoever watches this process
     live_api.install(app, st, live)
 

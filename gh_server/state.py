@@ -56,6 +56,18 @@ class ServerState:
     background: list[Callable[[ServerState], Coroutine[Any, Any, None]]] = field(default_factory=list)
     extras: dict[str, object] = field(default_factory=dict)
     metrics: ServerMetrics = field(default_factory=ServerMetrics)
+    # Called on the server's loop with the id of a key just revoked: what this process holds for that
+    # key ends (the live relay's views, gh_server/live/relay.py).
+    on_key_revoked: list[Callable[[str], object]] = field(default_factory=list)
+
+    def key_revoked(self, key_id: str) -> None:
+        """A key was revoked (safe from any thread): run the `on_key_revoked` hooks on the server's loop."""
+        loop = self.extras.get("loop")
+        for hook in self.on_key_revoked:
+            if isinstance(loop, asyncio.AbstractEventLoop) and loop.is_running():
+                loop.call_soon_threadsafe(hook, key_id)
+            else:
+                hook(key_id)
 
     def wake(self) -> None:
         """Nudge the scheduler (safe from any thread: the event belongs to the server's loop)."""

@@ -99,6 +99,7 @@ class ViewEndReason(StrEnum):
     SEND_TIMEOUT = "send_timeout"  # the runner could not hand screen bytes to the server within the bound
     RFB_PROTOCOL = "rfb_protocol"  # the viewer sent something that is not RFB 3.8 as we accept it
     CLOSED = "closed"  # the server ended it (view_close), or the runner is shutting down
+    KEY_REVOKED = "key_revoked"  # the viewer's API key was revoked (DELETE /v1/api_keys/{id})
 
 
 class AgentFault(StrEnum):

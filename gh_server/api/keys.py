@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gh_server import serialize
-from gh_server.api.common import DB, Admin
+from gh_server.api.common import DB, Admin, state_of
 from gh_server.api.schemas import KeyCreate
 from gh_server.auth import Principal, create_key
 from gh_server.errors import conflict, not_found
@@ -35,7 +35,7 @@ def list_api_keys(s: Session = DB, _p: Principal = Admin) -> dict[str, Any]:
 
 
 @router.delete("/v1/api_keys/{key_id}", summary="Revoke an API key (admin)")
-def revoke_api_key(key_id: str, s: Session = DB, p: Principal = Admin) -> dict[str, Any]:
+def revoke_api_key(key_id: str, request: Request, s: Session = DB, p: Principal = Admin) -> dict[str, Any]:
     row = s.get(ApiKey, key_id)
     if row is None:
         raise not_found("API key", key_id)
@@ -43,4 +43,5 @@ def revoke_api_key(key_id: str, s: Session = DB, p: Principal = Admin) -> dict[s
         raise conflict("A key cannot revoke itself: use another admin key.")
     row.revoked_at = row.revoked_at or utcnow()
     s.commit()
+    state_of(request).key_revoked(key_id)  # its open live views end now, not when their sockets do
     return {"object": "api_key", "id": key_id, "deleted": True}

@@ -1,34 +1,55 @@
-"""The live-view routes: the ticket (`POST /v1/start_states/{id}/view`), the viewer's WebSocket
-(`/v1/live/{ticket}`) and the runner's view socket (`/v1/runners/views/{view_id}`).
+"""The live-view routes: the tickets (`POST /v1/start_states/{id}/view`, `POST /v1/attempts/{id}/view`),
+the viewer's WebSocket (`/v1/live/{ticket}`) and the runner's view socket (`/v1/runners/views/{view_id}`).
 
-Any signed-in key may ask for a ticket to an open start state's machine; an admin key's viewer may send
-input, a member key's is read-only (its input is dropped by the relay, gh_server/live/relay.py).
+Who may view follows who may read the screen: an open start state's machine is the one an admin is
+setting up by hand, so its view needs an admin key (`require_screen_reader`,
+gh_server/api/start_states.py) and takes that admin's input. An attempt's machine is the agent's: its
+view is read-only for everyone, and needs an admin key too until live screens are masked as the
+replay's are (ATTEMPT_VIEW_NEEDS_ADMIN).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, Request, WebSocket
+from fastapi import APIRouter, Depends, FastAPI, Request, WebSocket
 from fastapi.concurrency import run_in_threadpool
 
-from gh_server.api.common import Member, state_of
-from gh_server.auth import Principal
+from gh_server.api.common import state_of
+from gh_server.api.start_states import require_screen_reader
+from gh_server.auth import Principal, require_member
 from gh_server.errors import ApiError, conflict, not_found
-from gh_server.live.relay import VIEWER_PATH, LiveRelay
-from gh_server.live.tickets import TooManyTickets
-from gh_server.models import ApiKey, StartState
+from gh_server.live.relay import LIVE_ATTEMPT, VIEWER_PATH, LiveRelay
+from gh_server.live.tickets import Ticket, TooManyTickets
+from gh_server.models import ApiKey, Attempt, StartState
 from gh_server.state import ServerState
 from gh_server.timestamps import ts
 from gh_wire import protocol
+
+# The replay masks the screen once a secret has been typed in the attempt (docs/protocol.md,
+# `replay_frame`); a live view carries the display as it is, so a member watches only once it is
+# masked the same way.
+ATTEMPT_VIEW_NEEDS_ADMIN = (
+    "Watching an attempt's machine live needs an admin API key: once a secret has been typed in an attempt, "
+    "its replay shows the screen masked, and a live view is not masked yet. Member keys can read the attempt "
+    "and its replay."
+)
+
+
+def require_attempt_watcher(principal: Principal = Depends(require_member)) -> Principal:
+    if not principal.is_admin:
+        raise ApiError(403, ATTEMPT_VIEW_NEEDS_ADMIN)
+    return principal
 
 
 def install(app: FastAPI, st: ServerState, relay: LiveRelay) -> None:
     router = APIRouter(tags=["Start states"])
 
     @router.post("/v1/start_states/{start_state_id}/view",
-                 summary="A ticket to watch (admin: and drive) the open machine live, through a WebSocket")
-    async def open_view(start_state_id: str, request: Request, p: Principal = Member) -> dict[str, Any]:
+                 summary="A ticket to watch and drive the open machine live, through a WebSocket (admin)")
+    async def open_view(start_state_id: str, request: Request,
+                        p: Principal = Depends(require_screen_reader)) -> dict[str, Any]:
         state = state_of(request)
 
         def load() -> tuple[str | None, str]:
@@ -42,13 +63,44 @@ def install(app: FastAPI, st: ServerState, relay: LiveRelay) -> None:
                 return ss.runner_id, key.name if key is not None else p.key_id
 
         runner_id, key_name = await run_in_threadpool(load)
-        gw = state.gateway
-        if runner_id is None or gw is None or not gw.takes_views(runner_id):
+        if not takes_views(runner_id):
             raise conflict(f"The runner that holds start state {start_state_id} is not connected to this server, "
                            "or is too old for live views.", code="not_connected")
+        return issued(lambda: relay.tickets.issue(key_id=p.key_id, key_name=key_name, read_only=False,
+                                                  start_state_id=start_state_id))
+
+    @router.post("/v1/attempts/{attempt_id}/view", tags=["Test runs"],
+                 summary="A ticket to watch a running attempt's machine live, read-only, through a WebSocket (admin)")
+    async def open_attempt_view(attempt_id: str, request: Request,
+                                p: Principal = Depends(require_attempt_watcher)) -> dict[str, Any]:
+        state = state_of(request)
+
+        def load() -> tuple[str | None, str, str, str | None]:
+            with state.db() as s:
+                a = s.get(Attempt, attempt_id)
+                if a is None:
+                    raise not_found("attempt", attempt_id)
+                key = s.get(ApiKey, p.key_id)
+                return a.runner_id, key.name if key is not None else p.key_id, a.status, a.outcome
+
+        runner_id, key_name, status, outcome = await run_in_threadpool(load)
+        if status not in LIVE_ATTEMPT or not takes_views(runner_id):
+            now = f"is {status}" + (f" ({outcome})" if outcome else "")
+            if status in LIVE_ATTEMPT:
+                now += " on a runner that is not connected to this server, or is too old for live views"
+            raise conflict(f"Attempt {attempt_id} {now}: only a running attempt's machine can be watched.",
+                           code="not_running", status=status, outcome=outcome)
+        # Read-only for admins too: the attempt's input is the agent's.
+        return issued(lambda: relay.tickets.issue(key_id=p.key_id, key_name=key_name, read_only=True,
+                                                  attempt_id=attempt_id))
+
+    def takes_views(runner_id: str | None) -> bool:
+        gw = st.gateway
+        return runner_id is not None and gw is not None and gw.takes_views(runner_id)
+
+    def issued(issue: Callable[[], Ticket]) -> dict[str, Any]:
         try:
-            t = relay.tickets.issue(key_id=p.key_id, key_name=key_name, read_only=not p.is_admin,
-                                    start_state_id=start_state_id)
+            t = issue()
         except TooManyTickets as e:
             raise ApiError(429, str(e)) from None
         return {"object": "live_view", "ticket": t.value, "url": VIEWER_PATH.format(ticket=t.value),
@@ -65,4 +117,4 @@ def install(app: FastAPI, st: ServerState, relay: LiveRelay) -> None:
     app.add_api_websocket_route(protocol.VIEW_PATH, runner)
 
 
-__all__ = ["install"]
+__all__ = ["ATTEMPT_VIEW_NEEDS_ADMIN", "install", "require_attempt_watcher"]

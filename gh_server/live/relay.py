@@ -9,9 +9,11 @@
 3. Bytes flow. Runner to viewer through a queue of QUEUE_CHUNKS chunks: a viewer that leaves it full
    for VIEWER_SLOW_S (or does not take one chunk in that time) is dropped with `viewer_too_slow`, and
    the runner's socket is never left unread longer than that. Viewer to runner through the RFB
-   parser (gh_server/live/rfb.py): a read-only viewer's input is dropped here; an admin's is
-   counted (gh_server/live/inputs.py) and moves the start state's idle clock.
-4. Either end closes both, with one `ViewEndReason` as the close reason (code 4010).
+   parser (gh_server/live/rfb.py): a read-only viewer's (every attempt's) input is dropped here; a
+   start state's admin's is counted (gh_server/live/inputs.py) and moves its idle clock.
+4. Either end closes both, with one `ViewEndReason` as the close reason (code 4010). The server ends
+   them too: the views of a key are kept by its id, and its revocation ends them with `key_revoked`
+   (ServerState.key_revoked, from DELETE /v1/api_keys/{id}).
 """
 
 from __future__ import annotations
@@ -51,15 +53,24 @@ SEND_TIMEOUT_S = 10.0  # one viewer message to the runner
 MAX_VIEWER_MESSAGE = 2 * 1024 * 1024  # one WebSocket message from the viewer
 TOUCH_EVERY_S = 10.0  # input moves the start state's last_input_at at most this often
 CLOSE_TIMEOUT_S = 2.0
-_LIVE_ATTEMPT = (AttemptStatus.PREPARING, AttemptStatus.RUNNING, AttemptStatus.CHECKING)
+# An attempt whose machine is up (or being made): its view may open.
+LIVE_ATTEMPT = frozenset({AttemptStatus.PREPARING, AttemptStatus.RUNNING, AttemptStatus.CHECKING})
 
 
 @dataclass
 class _Pending:
-    runner_id: str
+    key_id: str
     arrived: asyncio.Future[WebSocket | protocol.ViewRefused]
+    runner_id: str = ""  # known once the machine is found
     done: asyncio.Event = field(default_factory=asyncio.Event)
     reason: ViewEndReason = ViewEndReason.CLOSED
+    stop: asyncio.Event = field(default_factory=asyncio.Event)  # the server ends the view (`stop_reason`)
+    stop_reason: ViewEndReason = ViewEndReason.CLOSED
+
+    def end(self, reason: ViewEndReason) -> None:
+        if not self.stop.is_set():
+            self.stop_reason = reason
+            self.stop.set()
 
 
 class LiveRelay:
@@ -67,11 +78,19 @@ class LiveRelay:
         self.st = st
         self.tickets = tickets or Tickets()
         self._pending: dict[str, _Pending] = {}
+        self._by_key: dict[str, set[str]] = {}  # key id -> the ids of its views, so a revocation ends them
         self.ended: collections.Counter[ViewEndReason] = collections.Counter()  # views by how they ended
 
     @property
     def open_views(self) -> int:
         return len(self._pending)
+
+    def end_views_of(self, key_id: str, reason: ViewEndReason = ViewEndReason.KEY_REVOKED) -> int:
+        """End every view of this key now (on the server's loop); how many there were."""
+        ids = self._by_key.get(key_id, set())
+        for view_id in ids:
+            self._pending[view_id].end(reason)
+        return len(ids)
 
     # -- the runner's side --------------------------------------------------------------------
 
@@ -120,23 +139,21 @@ class LiveRelay:
         if t is None:
             await _close(ws, protocol.CLOSE_VIEW_ENDED, ViewEndReason.TICKET_INVALID)
             return
-        runner_id = await run_in_threadpool(self._runner_of, t)
-        gw = self.st.gateway
-        if runner_id is None:
-            await _close(ws, protocol.CLOSE_VIEW_ENDED, ViewEndReason.NO_MACHINE)
-            return
-        if gw is None or not gw.takes_views(runner_id):
-            await _close(ws, protocol.CLOSE_VIEW_ENDED, ViewEndReason.RUNNER_UNAVAILABLE)
-            return
         view_id = secrets.token_urlsafe(16)
-        p = _Pending(runner_id, asyncio.get_running_loop().create_future())
+        p = _Pending(t.key_id, asyncio.get_running_loop().create_future())
+        # Kept by its key before the key is checked, so a revocation from here on ends it.
         self._pending[view_id] = p
+        self._by_key.setdefault(t.key_id, set()).add(view_id)
         count = InputCount(key_id=t.key_id, key_name=t.key_name)
         try:
             p.reason = await self._view(ws, t, view_id, p, count)
         finally:
             p.done.set()
             self._pending.pop(view_id, None)
+            mine = self._by_key.get(t.key_id, set())
+            mine.discard(view_id)
+            if not mine:
+                self._by_key.pop(t.key_id, None)
             self.ended[p.reason] += 1
             await _close(ws, protocol.CLOSE_VIEW_ENDED, p.reason)
             if count.any and t.start_state_id is not None:
@@ -154,24 +171,39 @@ class LiveRelay:
                 ss = s.get(StartState, t.start_state_id)
                 return ss.runner_id if ss is not None and ss.status == "open" else None
             a = s.get(Attempt, t.attempt_id) if t.attempt_id is not None else None
-            return a.runner_id if a is not None and a.status in _LIVE_ATTEMPT else None
+            return a.runner_id if a is not None and a.status in LIVE_ATTEMPT else None
 
     async def _view(self, ws: WebSocket, t: Ticket, view_id: str, p: _Pending, count: InputCount) -> ViewEndReason:
+        runner_id = await run_in_threadpool(self._runner_of, t)
         gw = self.st.gateway
-        assert gw is not None
+        if runner_id is None:
+            return ViewEndReason.NO_MACHINE
+        if gw is None or not gw.takes_views(runner_id):
+            return ViewEndReason.RUNNER_UNAVAILABLE
+        if p.stop.is_set():
+            return p.stop_reason
+        p.runner_id = runner_id
         opened = protocol.ViewOpen(view_id=view_id, start_state_id=t.start_state_id, attempt_id=t.attempt_id)
         if not await gw.send(p.runner_id, opened):
             return ViewEndReason.RUNNER_UNAVAILABLE
+        stopped = asyncio.create_task(p.stop.wait())
+        either: list[asyncio.Future[Any]] = [p.arrived, stopped]  # the runner's socket, or the server's end
         try:
-            got = await within(OPEN_TIMEOUT_S, asyncio.shield(p.arrived))
+            await within(OPEN_TIMEOUT_S, asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED))
         except TimeoutError:
+            pass
+        finally:
+            stopped.cancel()
+        if not p.arrived.done() or p.stop.is_set():
             await gw.send(p.runner_id, protocol.ViewClose(view_id=view_id, reason=ViewEndReason.CLOSED))
-            return ViewEndReason.RUNNER_UNAVAILABLE
+            return p.stop_reason if p.stop.is_set() else ViewEndReason.RUNNER_UNAVAILABLE
+        got = p.arrived.result()
         if isinstance(got, protocol.ViewRefused):
             return got.reason
-        return await self._pipe(ws, got, t, count)
+        return await self._pipe(ws, got, t, p, count)
 
-    async def _pipe(self, viewer: WebSocket, runner: WebSocket, t: Ticket, count: InputCount) -> ViewEndReason:
+    async def _pipe(self, viewer: WebSocket, runner: WebSocket, t: Ticket, p: _Pending,
+                    count: InputCount) -> ViewEndReason:
         queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=QUEUE_CHUNKS)
 
         async def from_runner() -> ViewEndReason:
@@ -228,7 +260,11 @@ class LiveRelay:
                     last_touch = time.monotonic()
                     await self._touch(t.start_state_id)
 
-        tasks = [asyncio.create_task(f()) for f in (from_runner, to_viewer, from_viewer)]
+        async def stopped() -> ViewEndReason:
+            await p.stop.wait()
+            return p.stop_reason
+
+        tasks = [asyncio.create_task(f()) for f in (from_runner, to_viewer, from_viewer, stopped)]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             first = next(t for t in tasks if t in done)
@@ -289,4 +325,4 @@ async def _close(ws: WebSocket, code: int, reason: str) -> None:
         await within(CLOSE_TIMEOUT_S, ws.close(code=code, reason=str(reason)[:120]))
 
 
-__all__ = ["VIEWER_PATH", "LiveRelay"]
+__all__ = ["LIVE_ATTEMPT", "VIEWER_PATH", "LiveRelay"]

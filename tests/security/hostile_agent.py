@@ -127,6 +127,13 @@ def main() -> int:
             out["view_ticket"] = f"LEAKED: HTTP {r.status}"
     except urllib.error.HTTPError as e:
         out["view_ticket"] = f"denied: HTTP {e.code}"
+    req = urllib.request.Request(f"{base}/v1/attempts/{doc['attempt_id']}/view", method="POST", data=b"",
+                                 headers={"Authorization": f"Bearer {doc['machine']['token']}"})
+    try:  # its own attempt's machine: watching it is a person's, never the agent's
+        with urllib.request.urlopen(req, timeout=30) as r:
+            out["attempt_view_ticket"] = f"LEAKED: HTTP {r.status}"
+    except urllib.error.HTTPError as e:
+        out["attempt_view_ticket"] = f"denied: HTTP {e.code}"
     out["runner_view_socket"] = websocket(base, "/v1/runners/views/abcdefgh12345678", doc["machine"]["token"])
     out["live_view_socket"] = websocket(base, "/v1/live/lv_" + "A" * 43, None)
     out["libvirt_domain_dirs"] = attempt("libvirt's per-domain dirs", lambda: os.listdir("/var/lib/libvirt/qemu"))

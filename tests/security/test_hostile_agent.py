@@ -60,6 +60,8 @@ async def test_hostile_agent_reaches_nothing(server_factory: Any, monkeypatch: p
         assert not leaked, leaked
         assert set(seen) >= {"environment", "data_dir", "admin_key", "database", "server_environ", "server_fds",
                              "evals_api", "peer_environ", "peer_stdin", "peer_home", "view_ticket",
-                             "runner_view_socket", "live_view_socket", "libvirt_domain_dirs", "vnc_tcp"}
+                             "attempt_view_ticket", "runner_view_socket", "live_view_socket", "libvirt_domain_dirs",
+                             "vnc_tcp"}
         assert seen["runner_view_socket"] == "denied: closed 4001 unknown or revoked runner token", seen
         assert seen["live_view_socket"] == "denied: closed 4010 ticket_invalid", seen
+        assert seen["attempt_view_ticket"] == "denied: HTTP 401", seen  # the endpoint is there: the token is no key

@@ -8,7 +8,8 @@ import contextlib
 import secrets
 import subprocess
 import threading
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import httpx
 import pytest
@@ -35,12 +36,12 @@ def ticket(stack: Stack, ssid: str, key: str | None = None) -> dict[str, Any]:
     return dict(body)
 
 
-def member_key(stack: Stack) -> tuple[str, str]:
-    name = "watcher-" + secrets.token_hex(3)
-    r = httpx.post(f"{stack.base_url}/v1/api_keys", json={"name": name, "role": "member"}, timeout=30,
-                   headers={"Authorization": f"Bearer {stack.admin_key}"})
+def new_key(stack: Stack, role: str) -> tuple[str, str]:
+    """A new API key and its id."""
+    r = httpx.post(f"{stack.base_url}/v1/api_keys", json={"name": f"{role}-{secrets.token_hex(3)}", "role": role},
+                   timeout=30, headers={"Authorization": f"Bearer {stack.admin_key}"})
     assert r.status_code in (200, 201), r.text
-    return str(r.json()["key"]), name
+    return str(r.json()["key"]), str(r.json()["id"])
 
 
 def open_hand_state(gh: Eager, name: str) -> str:
@@ -103,24 +104,62 @@ def test_a_view_shows_the_screen_and_takes_an_admins_keys(stack: Stack, gh: Eage
     discard(stack, gh, ssid)
 
 
-def test_a_members_view_is_read_only_and_its_keys_never_reach_the_guest(stack: Stack, gh: Eager) -> None:
-    ssid = open_hand_state(gh, "read-only view")
-    key, _ = member_key(stack)
-    ro = ticket(stack, ssid, key)
-    assert ro["read_only"] is True
-    with Viewer(ws_url(stack, ro["url"])) as watcher:
-        watcher.handshake()
-        watcher.update(incremental=False)  # it sees the screen
-        watcher.type("touch /tmp/from-member")
-        watcher.update(incremental=False)  # everything it sent before this was parsed by the server
-        # An admin types after it: the console runs lines in order, so the member's would have run first.
-        with Viewer(ws_url(stack, ticket(stack, ssid)["url"])) as admin:
-            admin.handshake()
-            type_through(stack, admin, ssid, "touch /tmp/from-admin", "test -f /tmp/from-admin")
-    assert stack.guest_exec(ssid, "test -f /tmp/from-member").exit_code == 1
-    inputs = await_for(lambda: gh.start_states.retrieve(ssid).get("inputs"), what="the admin's input recorded")
-    assert [i["key_name"] for i in inputs] == ["admin (GH_SERVER_API_KEY)"]  # the member sent nothing
-    discard(stack, gh, ssid)
+def on_attempt(stack: Stack, attempt_id: str, op: Literal["exec", "input"], **kw: Any) -> Any:
+    """A machine request on a running attempt's machine, as its agent makes them (through the runner)."""
+    from gh_wire import protocol
+
+    req = protocol.MachineRequest(request_id=secrets.token_hex(8), attempt_id=attempt_id, op=op, timeout=60, **kw)
+    res = stack.call(stack.daemon.leases.request(req), timeout=90)
+    assert res is not None and res.ok, res
+    return res
+
+
+def test_an_attempts_view_is_read_only_and_ends_with_the_attempt(stack: Stack, gh: Eager) -> None:
+    """A running attempt's machine, watched by an admin: a first frame, keys that never reach the guest
+    (the attempt's input is the agent's: its view is read-only for everyone), and the end of the view
+    with the attempt's."""
+    gate: Path = stack.gate_dir
+    case = gh.test_cases.create("watched attempt", "Nothing to do.", "linux-tiny",  # type: ignore[arg-type]
+                                check_after("test ! -e /tmp/from-viewer"), limits={"minutes": 10})
+    run = gh.test_runs.create(test_case_ids=[case["test_case_id"]], agents=["gate"])
+    try:
+        entered = await_for(lambda: list(gate.glob("*.entered")), what="the attempt's task phase", timeout=900)
+        aid = entered[0].name.removesuffix(".entered")
+        r = httpx.post(f"{stack.base_url}/v1/attempts/{aid}/view", timeout=30,
+                       headers={"Authorization": f"Bearer {stack.admin_key}"})
+        assert r.status_code == 200, r.text
+        t = r.json()
+        assert (t["object"], t["read_only"], t["url"]) == ("live_view", True, f"/v1/live/{t['ticket']}")
+        with Viewer(ws_url(stack, t["url"])) as v:
+            assert v.handshake() == (720, 400)  # linux-tiny's console: a root shell on tty1
+            v.update(incremental=False)
+            assert v.updates == 1 and any(v.fb)
+            v.type("touch /tmp/from-viewer")
+            v.update(incremental=False)  # everything it sent before this was parsed by the server
+            # The agent's own input after it: the console runs lines in order, so the viewer's would
+            # have run first.
+            for _ in range(4):  # a console not ready yet drops keys: retype after a while
+                on_attempt(stack, aid, "input", events=[{"type": "type", "text": "touch /tmp/from-agent"},
+                                                        {"type": "key", "keys": ["ENTER"]}])
+                with contextlib.suppress(AssertionError):
+                    await_for(lambda: on_attempt(stack, aid, "exec", script="test -f /tmp/from-agent").exit_code == 0,
+                              what="the agent's line run", timeout=30)
+                    break
+            else:
+                raise AssertionError("the agent's input never ran on the console")
+            assert on_attempt(stack, aid, "exec", script="test -e /tmp/from-viewer").exit_code == 1
+            (gate / "release").write_text("go")
+            assert v.close_reason(timeout=600).reason == "machine_gone"  # the attempt's machine went with it
+    finally:
+        (gate / "release").write_text("go")
+    gh.test_runs.wait(run["test_run_id"], timeout=600, poll_interval=1)
+    assert [a["outcome"] for a in gh.test_runs.list_all_attempts(run["test_run_id"])] == ["passed"]
+    over = httpx.post(f"{stack.base_url}/v1/attempts/{aid}/view", timeout=30,
+                      headers={"Authorization": f"Bearer {stack.admin_key}"})
+    assert over.status_code == 409 and over.json()["error"]["outcome"] == "passed", over.text
+    for f in [gate / "release", *entered]:
+        f.unlink()
+    gh.test_cases.delete(case["test_case_id"])
 
 
 def test_a_ticket_is_single_use_and_of_this_origin(stack: Stack, gh: Eager) -> None:
@@ -138,6 +177,15 @@ def test_a_ticket_is_single_use_and_of_this_origin(stack: Stack, gh: Eager) -> N
     with Viewer(ws_url(stack, other["url"]), origin="http://evil.example") as v, pytest.raises(Closed) as cross:
         v.handshake()
     assert cross.value.reason == "ticket_invalid"
+    # A key revoked ends its open views at once, with the reason (the view is not the key's to outlive).
+    key, key_id = new_key(stack, "admin")
+    with Viewer(ws_url(stack, ticket(stack, ssid, key)["url"])) as v:
+        v.handshake()
+        v.update(incremental=False)
+        r = httpx.delete(f"{stack.base_url}/v1/api_keys/{key_id}", timeout=30,
+                         headers={"Authorization": f"Bearer {stack.admin_key}"})
+        assert r.status_code == 200, r.text
+        assert v.close_reason(timeout=60).reason == "key_revoked"
     discard(stack, gh, ssid)
     # No open machine: no ticket.
     r = httpx.post(f"{stack.base_url}/v1/start_states/{ssid}/view", timeout=30,

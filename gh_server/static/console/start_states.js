@@ -55,8 +55,8 @@ function countdown(el, iso) {
   tick();
 }
 
-// The live screen: a ticket from the server, then noVNC on the WebSocket it names. Members watch only
-// (the server drops a read-only viewer's input whatever this page sends).
+// The live screen: a ticket from the server, then noVNC on the WebSocket it names. A read-only view
+// sends nothing (and the server drops a read-only viewer's input whatever this page sends).
 async function liveScreen(holder, id) {
   const screen = h("div", { class: "screen", role: "application", "aria-label": "Live screen", tabindex: "0" });
   const note = h("p", { class: "muted", "aria-live": "polite" }, "Connecting…");

@@ -1,0 +1,81 @@
+"""Who may ask for a live view (gh_server/live/api.py), without a runner: the refusals come before any
+machine is needed. The views themselves are tested on linux-tiny in tests/startstates/test_live_view.py."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from gh_server.auth import create_key
+from gh_server.models import Attempt, StartState, new_id
+
+from .conftest import RunningServer, Server, make_settings
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    """gh-server with its runner gateway (the live routes come with it), and no runner."""
+    settings, data_dir = make_settings(None, gateway=True)
+    running = RunningServer(settings)
+    running.start()
+    try:
+        st = running.app.state.gh
+        with st.db.begin() as s:
+            _row, member_key = create_key(s, "watcher", "member")
+        yield Server(base_url=f"http://127.0.0.1:{settings.port}",
+                     admin_key=(data_dir / "admin-api-key").read_text().strip(), member_key=member_key, state=st,
+                     data_dir=data_dir)
+    finally:
+        running.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def post(server: Server, path: str, key: str) -> httpx.Response:
+    return httpx.post(server.base_url + path, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+
+
+def get(server: Server, path: str, key: str) -> httpx.Response:
+    return httpx.get(server.base_url + path, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+
+
+def test_a_start_states_view_follows_its_screens_rule(server: Server) -> None:
+    """A member may not read an open machine's screen, so it may not watch it either: the same 403."""
+    ssid = new_id("ss_")
+    with server.state.db.begin() as s:  # open on a runner that is not connected to this server
+        s.add(StartState(id=ssid, name="hand work", from_="linux-tiny", image="linux-tiny", method="hand",
+                         status="open", runner_id="rn_elsewhere"))
+    screen = get(server, f"/v1/start_states/{ssid}/screen", server.member_key)
+    view = post(server, f"/v1/start_states/{ssid}/view", server.member_key)
+    assert screen.status_code == view.status_code == 403, view.text
+    assert view.json()["error"]["message"] == screen.json()["error"]["message"]
+    assert "admin" in view.json()["error"]["message"]
+    # An admin gets past the rule to the machine's own state (no runner here holds it).
+    assert post(server, f"/v1/start_states/{ssid}/view", server.admin_key).status_code == 409
+    assert post(server, "/v1/start_states/ss_nope/view", server.admin_key).status_code == 404
+
+
+def test_an_attempts_view_needs_an_admin_and_a_running_attempt(server: Server) -> None:
+    c = server.admin
+    case = c.test_cases.create("watched", "Nothing to do.", "linux-tiny", {"check_script": "true"})  # type: ignore[arg-type]
+    run = c.test_runs.create(test_case_ids=[case["test_case_id"]], agents=["noop"])
+    [attempt] = c.test_runs.list_all_attempts(run["test_run_id"])
+    aid = attempt["attempt_id"]
+    # A member is refused before anything else, and told why (the replay's masking comes first).
+    refused = post(server, f"/v1/attempts/{aid}/view", server.member_key)
+    assert refused.status_code == 403 and "masked" in refused.json()["error"]["message"], refused.text
+    # Queued (no runner here): nothing to watch yet.
+    queued = post(server, f"/v1/attempts/{aid}/view", server.admin_key)
+    assert queued.status_code == 409, queued.text
+    assert (queued.json()["error"]["status"], queued.json()["error"]["outcome"]) == ("queued", None)
+    # Over: the 409 says how it ended.
+    with server.state.db.begin() as s:
+        row = s.get(Attempt, aid)
+        assert row is not None
+        row.status, row.outcome = "done", "passed"
+    over = post(server, f"/v1/attempts/{aid}/view", server.admin_key)
+    assert over.status_code == 409 and "passed" in over.json()["error"]["message"], over.text
+    assert (over.json()["error"]["status"], over.json()["error"]["outcome"]) == ("done", "passed")
+    assert post(server, "/v1/attempts/at_nope/view", server.admin_key).status_code == 404
