@@ -78,14 +78,14 @@ class HookReceiver:
 
 
 class Stack:
-    def __init__(self, images_dir: Path) -> None:
+    def __init__(self, images_dir: Path, image: str = "linux-tiny") -> None:
         self.tmp = traversable_tmpdir("gh-startstates-")
         # A private copy: the shared image may be rebuilt by someone else mid-test, and a saved
         # version is only valid on the exact image it was saved from.
         self.images_dir = self.tmp / "images"
         # Contents only: copied xattrs would carry libvirt's "in use" labels of the originals.
-        shutil.copytree(images_dir / "linux-tiny", self.images_dir / "linux-tiny", copy_function=shutil.copyfile)
-        for p in (self.images_dir, self.images_dir / "linux-tiny"):
+        shutil.copytree(images_dir / image, self.images_dir / image, copy_function=shutil.copyfile)
+        for p in (self.images_dir, self.images_dir / image):
             p.chmod(0o755)
         self.gate_dir = self.tmp / "gate"
         self.gate_dir.mkdir()
