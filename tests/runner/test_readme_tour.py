@@ -65,7 +65,7 @@ def test_the_runner_token_comes_from_a_step_the_tour_shows() -> None:
     assert re.search(rf"runners create .*> {re.escape(token_file)}", _tour()), "the token is not written to the file"
 
 
-def test_the_sdk_calls_exist_and_the_tour_opens_the_results_page() -> None:
+def test_the_sdk_calls_exist_and_the_tour_ends_in_the_console() -> None:
     from guidinghand import Eager
 
     (code,) = _blocks("python")
@@ -80,4 +80,7 @@ def test_the_sdk_calls_exist_and_the_tour_opens_the_results_page() -> None:
     for resource, method in calls:
         assert callable(getattr(getattr(client, resource), method)), (resource, method)
     tour = _tour()
-    assert "/report_url" in tour and re.search(r"(xdg-open|open) '?http", tour), "it never opens the results page"
+    last_step = tour[tour.rindex("\n7. "):]
+    assert "Open the console: `http://HOST:8700/`" in last_step and "sign in with the admin key" in last_step, \
+        "the tour does not end in the console"
+    assert all(tab in last_step for tab in ("Evals tab", "Runners tab", "Start states")), "a tab the tour skips"
