@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from kit.browser import chromium, sign_in
+from playwright.sync_api import Browser, Page, expect
 from server.conftest import RunningServer, Server, make_settings
 from starlette.websockets import WebSocket
 
@@ -20,7 +21,8 @@ from gh_server.state import ServerState
 
 from .rfb_peer import RfbPeer
 
-CHROMIUM = "/usr/bin/chromium"
+__all__ = ["sign_in"]  # the tests sign in through the kit's one way
+
 VIEWPORT = {"width": 1280, "height": 800}
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 # Every wait in these tests is Playwright's auto-wait with this deadline (a loaded 2-core host).
@@ -60,15 +62,8 @@ def server() -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"no {CHROMIUM}: scripts/setup.sh installs Debian's chromium")
-    with sync_playwright() as pw:
-        args = ["--no-sandbox"] if os.geteuid() == 0 else []  # Chromium's sandbox refuses to run as root
-        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=args)
-        try:
-            yield b
-        finally:
-            b.close()
+    with chromium() as b:
+        yield b
 
 
 @pytest.fixture
@@ -82,14 +77,6 @@ def page(browser: Browser, server: Server) -> Iterator[Page]:
     finally:
         context.close()
     assert errors == [], f"the console's code threw: {errors}"
-
-
-def sign_in(page: Page, key: str, path: str = "/") -> None:
-    """As a person does: open the console, type the key into the field named "API key", press "Sign in"."""
-    page.goto(path)
-    page.get_by_label("API key").fill(key)
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_role("button", name="Sign out")).to_be_visible()
 
 
 def screenshot(page: Page, name: str) -> None:

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 from guidinghand import Eager
-from playwright.sync_api import Page, expect, sync_playwright
+from kit.browser import chromium, sign_in
+from playwright.sync_api import Page, expect
 from startstates.conftest import Stack, await_for
 
 from .conftest import BOOT_TIMEOUT, DESKTOP_TEST_TIMEOUT_S, IMAGE
 
 pytestmark = [pytest.mark.desktop, pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(DESKTOP_TEST_TIMEOUT_S)]
 
-CHROMIUM = "/usr/bin/chromium"
 CONNECTED = "Connected: click the screen to type."
 # The canvas is scaled to the page: one page pixel is scale guest pixels, so a click lands within that
 # (rounded both ways) plus the pointer's own 2 px tolerance (tests/desktop/test_input.py).
@@ -37,21 +37,10 @@ def desktop_stack(desktop_images_dir: Path) -> Iterator[Stack]:
 
 @pytest.fixture(scope="module")
 def page(desktop_stack: Stack) -> Iterator[Page]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"no {CHROMIUM}: scripts/setup.sh installs Debian's chromium")
-    with sync_playwright() as pw:
-        args = ["--no-sandbox"] if os.geteuid() == 0 else []  # Chromium's sandbox refuses to run as root
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=args)
-        try:
-            p = browser.new_context(viewport={"width": 1280, "height": 800},
-                                    base_url=desktop_stack.base_url).new_page()
-            p.goto("/")
-            p.get_by_label("API key").fill(desktop_stack.admin_key)
-            p.get_by_role("button", name="Sign in").click()
-            expect(p.get_by_role("button", name="Sign out")).to_be_visible(timeout=30_000)
-            yield p
-        finally:
-            browser.close()
+    with chromium() as browser:
+        p = browser.new_context(viewport={"width": 1280, "height": 800}, base_url=desktop_stack.base_url).new_page()
+        sign_in(p, desktop_stack.admin_key)
+        yield p
 
 
 def guest(stack: Stack, ssid: str, script: str) -> str:

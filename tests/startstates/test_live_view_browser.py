@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 from guidinghand import Eager
-from playwright.sync_api import Page, expect, sync_playwright
+from kit.browser import chromium, sign_in
+from playwright.sync_api import Page, expect
 
 from .conftest import Stack, await_for
 from .test_start_states import make_case, outcomes, run
 
 pytestmark = pytest.mark.timeout(1500)
 
-CHROMIUM = "/usr/bin/chromium"
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 CONNECTED = "Connected: click the screen to type."
 # The first view on a fresh runner waits for the machine (and its warm snapshot) to be made.
@@ -27,23 +27,13 @@ FIRST_FRAME_MS = 240_000
 
 @pytest.fixture
 def page(stack: Stack) -> Iterator[Page]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"no {CHROMIUM}: scripts/setup.sh installs Debian's chromium")
-    with sync_playwright() as pw:
-        args = ["--no-sandbox"] if os.geteuid() == 0 else []  # Chromium's sandbox refuses to run as root
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=args)
-        try:
-            p = browser.new_context(viewport={"width": 1280, "height": 800}, base_url=stack.base_url).new_page()
-            errors: list[str] = []
-            p.on("pageerror", lambda e: errors.append(str(e)))
-            p.goto("/")
-            p.get_by_label("API key").fill(stack.admin_key)
-            p.get_by_role("button", name="Sign in").click()
-            expect(p.get_by_role("button", name="Sign out")).to_be_visible(timeout=30_000)
-            yield p
-            assert errors == [], f"the console's code threw: {errors}"
-        finally:
-            browser.close()
+    with chromium() as browser:
+        p = browser.new_context(viewport={"width": 1280, "height": 800}, base_url=stack.base_url).new_page()
+        errors: list[str] = []
+        p.on("pageerror", lambda e: errors.append(str(e)))
+        sign_in(p, stack.admin_key)
+        yield p
+        assert errors == [], f"the console's code threw: {errors}"
 
 
 def type_in_page(page: Page, stack: Stack, ssid: str, command: str, test: str) -> None:
