@@ -28,6 +28,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -244,6 +245,10 @@ class Attempt(Base):
     started_at: Mapped[datetime | None] = mapped_column(default=None)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
     seconds: Mapped[float | None] = mapped_column(Float, default=None)
+    # A person took the machine over during the task (gh_server/takeovers.py): never the agent's pass.
+    # Set when a takeover begins, never cleared; `takeovers` holds each hold's span and human steps.
+    assisted: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    takeovers: Mapped[list[Any] | None] = mapped_column(JSON, default=None)
     __table_args__ = (
         Index("ix_attempts_queue", "status", "created_at"),
         Index("ix_attempts_run", "test_run_id", "is_last"),

@@ -263,6 +263,10 @@ class Settings(BaseModel):
     db_busy_timeout: float = Field(default=5.0, gt=0)
     # Debian's noVNC (the `novnc` package), served to the console's live screen at /console/novnc/.
     novnc_dir: Path = Path("/usr/share/novnc")
+    # A person's takeover of an attempt's machine (gh_server/takeovers.py): at most this long, and it
+    # ends on its own after this long without input (the browser closed); the agent then goes on.
+    takeover_cap_minutes: float = Field(default=30.0, gt=0, le=24 * 60)
+    takeover_idle_seconds: float = Field(default=300.0, gt=0)
 
     @field_validator("agents", mode="before")
     @classmethod
@@ -317,6 +321,8 @@ class Settings(BaseModel):
             "public_url": "GH_SERVER_PUBLIC_URL",
             "runner_grace_seconds": "GH_SERVER_RUNNER_GRACE_SECONDS",
             "novnc_dir": "GH_SERVER_NOVNC_DIR",
+            "takeover_cap_minutes": "GH_SERVER_TAKEOVER_CAP_MINUTES",
+            "takeover_idle_seconds": "GH_SERVER_TAKEOVER_IDLE_SECONDS",
         }
         for field, var in mapping.items():
             if os.environ.get(var):

@@ -52,6 +52,9 @@ class MachineRefusal(StrEnum):
     # The guest channel failed while the requester's own script ran (an agent's exec runs elevated: it can
     # kill or stop the guest agent), on a guest the hypervisor still runs: its script's doing, not ours.
     CHANNEL_LOST_IN_EXEC = "channel_lost_in_exec"
+    # A person took the machine over while the request waited (docs/agents.md, "Takeover"): an input or
+    # exec planned on the screen before is not done; the agent looks again. Neither side's fault.
+    TAKEN_OVER = "taken_over"
 
 
 class LeaseRefusal(StrEnum):
@@ -241,6 +244,9 @@ class Hello(_Msg):
     status_acks: bool = False
     # Added without a protocol bump: this runner takes `view_open` (an older one is sent none).
     live_views: bool = False
+    # Added without a protocol bump: this runner takes `task_hold` (an attempt on an older one cannot
+    # be taken over: its task's clock would run while a person holds the machine).
+    task_holds: bool = False
 
 
 class LeaseAccept(_Msg):
@@ -439,6 +445,19 @@ class ViewOpen(_Msg):
     view_id: str = Field(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     start_state_id: str | None = None
     attempt_id: str | None = None
+    # A watcher of an attempt (never its input): the runner ends the view with `masked` once a secret
+    # is typed in that attempt, as its replay is masked from then. The person holding a takeover, and
+    # an admin at an open start state, are not watch-only.
+    watch_only: bool = False
+
+
+class TaskHold(_Msg):
+    """A person holds (`held`) or has handed back (not `held`) an attempt's machine during its task:
+    the task's clock (limits.minutes) stops while it is held, and resumes at hand-back."""
+
+    type: Literal["task_hold"] = "task_hold"
+    attempt_id: str
+    held: bool
 
 
 class ViewClose(_Msg):
@@ -488,7 +507,7 @@ RunnerMessage = Annotated[
 ]
 ServerMessage = Annotated[
     Welcome | Heartbeat | Lease | Cancel | ResultAck | StatusAck | MachineRequest | TaskEnd | Job | ViewOpen
-    | ViewClose | ErrorMsg,
+    | ViewClose | TaskHold | ErrorMsg,
     Field(discriminator="type"),
 ]
 
@@ -497,7 +516,7 @@ _server_adapter: TypeAdapter[Any] = TypeAdapter(ServerMessage)
 _RUNNER_TYPES = {"hello", "heartbeat", "lease_accept", "lease_refuse", "attempt_status", "attempt_result",
                  "replay_frame", "machine_response", "job_result", "view_refused", "error"}
 _SERVER_TYPES = {"welcome", "heartbeat", "lease", "cancel", "result_ack", "status_ack", "machine_request",
-                 "task_end", "job", "view_open", "view_close", "error"}
+                 "task_end", "job", "view_open", "view_close", "task_hold", "error"}
 
 
 def _parse(raw: str | bytes, adapter: TypeAdapter[Any], known: set[str]) -> Any:

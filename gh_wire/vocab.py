@@ -100,6 +100,18 @@ class ViewEndReason(StrEnum):
     RFB_PROTOCOL = "rfb_protocol"  # the viewer sent something that is not RFB 3.8 as we accept it
     CLOSED = "closed"  # the server ended it (view_close), or the runner is shutting down
     KEY_REVOKED = "key_revoked"  # the viewer's API key was revoked (DELETE /v1/api_keys/{id})
+    # A secret was typed in the attempt: from then on its watchers see what its replay shows (masked
+    # frames), never the display as it is. Ends a watch-only view, and refuses a new one.
+    MASKED = "masked"
+
+
+class TakeoverEnd(StrEnum):
+    """How a person's hold on an attempt's machine ended (`attempts.takeovers[].ended_by`)."""
+
+    HANDED_BACK = "handed_back"  # the person pressed Hand back (POST /v1/attempts/{id}/handback)
+    IDLE = "idle"  # no input for the server's takeover_idle_seconds (the browser closed, the person left)
+    CAP = "cap"  # the hold reached the server's takeover_cap_minutes
+    ATTEMPT_ENDED = "attempt_ended"  # the attempt left its task (cancelled, its runner's link lost, an error)
 
 
 class AgentFault(StrEnum):
