@@ -216,6 +216,9 @@ class Gateway:
         c = self.conns.get(runner_id)
         return c is not None and not c.closed.is_set() and c.live_views
 
+    def task_time_left(self, attempt_id: str) -> float | None:
+        return self.agents.time_left(attempt_id)
+
     def local_runner_ids_all(self) -> list[str]:
         """The runners whose sockets this process holds (leasable or not)."""
         return [rid for rid, c in self.conns.items() if not c.closed.is_set()]

@@ -36,6 +36,10 @@ class GatewayPort(Protocol):
     def takes_views(self, runner_id: str) -> bool:
         """Connected to this process and takes `view_open` (gh_server/live/relay.py)."""
 
+    def task_time_left(self, attempt_id: str) -> float | None:
+        """Seconds of limits.minutes the attempt's agent has left, held time not counted; None when its
+        agent does not run in this process."""
+
     @property
     def agents(self) -> AgentHost:
         """The agents of this process and their machine API (instruction start states use it too)."""

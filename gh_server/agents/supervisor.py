@@ -161,6 +161,11 @@ class AgentSupervisor:
             self._drive(runner_id, attempt_id, info), name=f"gh-agent-{attempt_id}"
         )
 
+    def time_left(self, attempt_id: str) -> float | None:
+        """Seconds of limits.minutes left to this attempt's agent (held time not counted); None when it
+        does not run here."""
+        return None
+
     def stop(self, attempt_id: str) -> None:
         """The task phase is over for this attempt (checking, result, cancel): stop its agent."""
         self._ended.pop(attempt_id, None)
