@@ -153,6 +153,20 @@ class Bench:
                     break
             return (v.received - start) / (time.monotonic() - t0)
 
+    def wait_for_session(self, timeout: float = 1800.0) -> None:
+        """A desktop's signed-in session (its first boot under TCG, and the runner's warm snapshot of it, take
+        minutes: longer than a view waits for a machine still being made), as a person opens the page."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if self.stack.guest_exec(self.ssid, "xdotool search --onlyvisible --class xfdesktop >/dev/null"
+                                         ).exit_code == 0:
+                    return
+            except Exception:  # the machine is still being made: ask again
+                pass
+            time.sleep(5)
+        raise TimeoutError(f"no signed-in session on {self.image} within {timeout:.0f} s")
+
     def close(self) -> None:
         self.http.post(f"/v1/start_states/{self.ssid}/close")
         self.http.close()
@@ -167,6 +181,8 @@ def run(images_dir: Path, image: str, presses: int, idle_s: float, moving_s: flo
     try:
         b = Bench(stack, image)
         try:
+            if image != "linux-tiny":
+                b.wait_for_session()
             with b.viewer():  # the machine is up and its screen answers
                 pass
             view = b.view_presses(presses)
