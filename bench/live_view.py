@@ -73,8 +73,20 @@ class Bench:
         return v
 
     def cursor(self, shown: bool) -> None:
-        if self.image == "linux-tiny":  # its console is tty1; a desktop's cursor is its own
+        """linux-tiny: hide tty1's blinking cursor, so only a key changes pixels. linux-desktop: a key
+        needs a window that takes it: a terminal (its cursor does not blink), opened and focused."""
+        if self.image == "linux-tiny":
             self.stack.guest_exec(self.ssid, f"printf '\\033[?25{'h' if shown else 'l'}' > /dev/tty1")
+        elif shown:
+            self.stack.guest_exec(self.ssid, "pkill -x xfce4-terminal; true")
+        else:
+            self.stack.guest_exec(self.ssid, "setsid xfce4-terminal </dev/null >/dev/null 2>&1 &")
+            deadline = time.monotonic() + 120
+            while self.stack.guest_exec(self.ssid, "xdotool getactivewindow getwindowname | grep -qi terminal"
+                                        ).exit_code != 0:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the terminal did not take the focus within 120 s")
+                time.sleep(1)
 
     def view_presses(self, presses: int) -> list[float]:
         self.cursor(False)
