@@ -24,6 +24,7 @@ from gh_wire import protocol
 
 if TYPE_CHECKING:
     from gh_server.metrics import ServerMetrics
+    from gh_server.takeovers import TakeoverDesk as TakeoverGate
 
 JobResultApplier = Callable[[Session, str, protocol.JobResult], bool]
 
@@ -43,6 +44,7 @@ class RunnerLink(Protocol):
     settings: Settings
     dbq: DbQueue
     metrics: ServerMetrics
+    takeovers: TakeoverGate  # where the agents' machine requests wait while a person holds the machine
 
     async def send(self, runner_id: str, msg: pydantic.BaseModel) -> bool:
         """False if the runner is not connected to this process."""
