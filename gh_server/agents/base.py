@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gh_server.ports import TaskGate
 from gh_wire import protocol
 from gh_wire.input import InputEvent
 from gh_wire.vocab import AgentFault
@@ -64,15 +65,6 @@ Relay = Callable[[str, protocol.MachineRequest, float], Awaitable[protocol.Machi
 SLACK_S = 15.0  # on top of a request's own timeout: the runner's round trip
 # What a request that waited out a takeover is told when it was an action (planned on a screen now gone).
 TAKEN_OVER = "not done: a person took over the machine; look again"
-
-
-class TaskGate(Protocol):
-    """Where an attempt's machine requests wait while a person holds the machine (gh_server/takeovers.py)."""
-
-    async def passage(self, attempt_id: str) -> bool:
-        """Return once nobody holds the attempt's machine; True when a hold was in progress on arrival
-        (what the request was planned on is gone)."""
-        ...
 
 
 class Machine:
