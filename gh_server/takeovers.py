@@ -28,6 +28,7 @@ Two admins at once: the hold is reserved in the desk before the first await, so 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -130,6 +131,7 @@ class TakeoverDesk:
         self.idle_s = idle_s
         self._now = clock
         self.holds: dict[str, Hold] = {}  # attempt id -> its hold (reserved at take, gone once ended)
+        self.waiting: collections.Counter[str] = collections.Counter()  # attempt id -> its requests held now
         self._watch: asyncio.Task[None] | None = None
         self._ending: set[asyncio.Task[Any]] = set()
         # Called on the server's loop with each hold that ended (the relay ends the holder's views).
@@ -207,11 +209,16 @@ class TakeoverDesk:
         while (hold := self.holds.get(attempt_id)) is not None:
             waited = True
             bound = max(0.0, hold.started + hold.cap_s - self._now()) + PASSAGE_SLACK_S
+            self.waiting[attempt_id] += 1
             try:
                 await within(bound, hold.ended.wait())
             except TimeoutError:
                 log.warning("a request on attempt %s waited out its hold's cap; it goes on", attempt_id)
                 return True
+            finally:
+                self.waiting[attempt_id] -= 1
+                if self.waiting[attempt_id] <= 0:
+                    del self.waiting[attempt_id]
         return waited
 
     # -- ended ------------------------------------------------------------------------------------
