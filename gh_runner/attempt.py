@@ -153,6 +153,7 @@ class Attempt:
         self._task_end_seen = asyncio.Event()
         self._clock: TaskClock | None = None  # the task's limit, held while a person holds the machine
         self._hold_frames: set[asyncio.Task[None]] = set()  # the takeover/handback replay frames in flight
+        self._last_hold_frame: asyncio.Task[None] | None = None
         self._agent_seen = False  # the server acknowledged the task's start, or the agent acted
         self._agent_acted = False  # the agent sent an exec or input during the task
         self._failed_reason: FailReason | None = None
@@ -319,10 +320,18 @@ class Attempt:
             self._log.info("task held by a person" if held else "task handed back",
                            held_seconds=round(clock.held_seconds(), 3))
             label = "takeover" if held else "handback"
-            frame = asyncio.create_task(self._capture_event(label, {"human": label}), name=f"{label}-{self.machine_id}")
+            frame = asyncio.create_task(self._mark_hold(label, self._last_hold_frame),
+                                        name=f"{label}-{self.machine_id}")
+            self._last_hold_frame = frame
             self._hold_frames.add(frame)
             frame.add_done_callback(self._hold_frames.discard)
         return True
+
+    async def _mark_hold(self, label: str, after: asyncio.Task[None] | None) -> None:
+        """The replay frame at one end of a hold, after the frame of its other end (so they are in order)."""
+        if after is not None:
+            await asyncio.wait({after}, timeout=self.timeouts.screen + WATCH_INTERVAL)
+        await self._capture_event(label, {"human": label})
 
     def cancel(self, reason: str) -> None:
         """End the attempt at once: the running phase is cancelled, the machine destroyed, and the
@@ -504,7 +513,7 @@ class Attempt:
                     self._log.info("no task_end after the limit", grace=self.timeouts.task_grace)
         finally:
             if clock.release():  # the task ended while held: the hand-back frame marks the span's end
-                await self._capture_event("handback", {"human": "handback"})
+                await self._mark_hold("handback", self._last_hold_frame)
             if not self._limit_reached:
                 self._metrics.active_seconds = round(clock.used(), 3)
             held = clock.held_seconds()
