@@ -56,7 +56,10 @@ class RunnerLink(Protocol):
     settings: Settings
     dbq: DbQueue
     metrics: ServerMetrics
-    takeovers: TaskGate  # where the agents' machine requests wait while a person holds the machine
+
+    @property
+    def takeovers(self) -> TaskGate:
+        """Where the agents' machine requests wait while a person holds the machine."""
 
     async def send(self, runner_id: str, msg: pydantic.BaseModel) -> bool:
         """False if the runner is not connected to this process."""
