@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pydantic
@@ -17,11 +17,12 @@ from sqlalchemy import create_engine
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
+from gh_server.agents import grants
 from gh_server.agents.base import TAKEN_OVER, Machine, MachineError
 from gh_server.dbqueue import DbQueue
 from gh_server.live.human_steps import MAX_EVENTS, HumanSteps
 from gh_server.live.rfb import Kind, Message
-from gh_server.models import Attempt, Base
+from gh_server.models import Attempt, Base, MachineGrant
 from gh_server.takeovers import Refused, TakeoverDesk
 from gh_wire import protocol
 from gh_wire.vocab import TakeoverEnd
@@ -123,6 +124,25 @@ async def test_a_hold_ends_at_its_cap_and_on_idle_whichever_comes_first(desk: An
         d.human_input(capped, Message(Kind.POINTER, struct.pack(">BBHH", 5, 0, 1, 1)))
         await d.expire_due()
     assert capped.ended_by is TakeoverEnd.CAP and [t["ended_by"] for t in row(link).takeovers] == ["idle", "cap"]
+
+
+async def test_the_agents_grant_outlives_its_time_by_the_time_held(desk: Any) -> None:
+    d, link, clock = desk
+    expires = datetime(2030, 1, 1, tzinfo=UTC)
+    with link.db.begin() as s:
+        grants.add(s, "tok", "at_run", "rn_1", None, expires)
+
+    def expiry() -> datetime:
+        with link.db() as s:
+            g = s.get(MachineGrant, "tok")
+            assert g is not None
+            return g.expires_at
+
+    await d.take("at_run", "k_a", "alice")
+    assert expiry() == expires + timedelta(seconds=CAP_S)  # a hold may last its whole cap
+    clock.now += 42
+    await d.hand_back("at_run")
+    assert expiry() == expires + timedelta(seconds=42)  # what was held, no more
 
 
 async def test_an_attempt_not_in_its_task_is_refused_with_its_outcome(desk: Any) -> None:
