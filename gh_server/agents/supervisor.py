@@ -176,8 +176,12 @@ class AgentSupervisor:
     def task_held(self, attempt_id: str, held: bool) -> None:
         """A person holds the attempt's machine (or handed it back): its agent's clock stops (or runs)."""
         clock = self._clocks.get(attempt_id)
-        if clock is not None:
-            clock.hold() if held else clock.release()
+        if clock is None:
+            return
+        if held:
+            clock.hold()
+        else:
+            clock.release()
 
     def stop(self, attempt_id: str) -> None:
         """The task phase is over for this attempt (checking, result, cancel): stop its agent."""
