@@ -72,8 +72,11 @@ async def test_a_model_agents_action_held_by_a_takeover_is_not_done_and_it_looks
             assert took.status_code == 200, took.text
             taken.set()
             desk = server.gateway.takeovers
+            left = server.gateway.task_time_left(aid)
+            assert left is not None and 0 < left <= 10 * 60  # the case's default limit, 10 minutes
             await await_for(lambda: desk.waiting[aid] == 1, what="the model's click held")
             assert [q.op for q in guest.requests] == ["screen"]  # the click did not reach the machine
+            assert server.gateway.task_time_left(aid) == pytest.approx(left, abs=0.01)  # its clock stopped
             back = await post(server, f"/v1/attempts/{aid}/handback")
             assert back.status_code == 200 and back.json()["ended_by"] == "handed_back", back.text
             end = await r.expect("task_end", timeout=120)
