@@ -29,6 +29,7 @@ from typing import Any, Protocol, TypeVar
 
 import structlog
 
+from gh_common.task_clock import TaskClock
 from gh_runner import answer_file
 from gh_runner import outcome as rules
 from gh_runner.config import Timeouts
@@ -150,6 +151,9 @@ class Attempt:
         self._ending: rules.TaskEnding | None = None
         self._task_end: TaskEnd | None = None
         self._task_end_seen = asyncio.Event()
+        self._clock: TaskClock | None = None  # the task's limit, held while a person holds the machine
+        self._hold_frames: set[asyncio.Task[None]] = set()  # the takeover/handback replay frames in flight
+        self._last_hold_frame: asyncio.Task[None] | None = None
         self._agent_seen = False  # the server acknowledged the task's start, or the agent acted
         self._agent_acted = False  # the agent sent an exec or input during the task
         self._failed_reason: FailReason | None = None
@@ -304,6 +308,31 @@ class Attempt:
         self._task_end = msg
         self._task_end_seen.set()
 
+    def task_hold(self, held: bool) -> bool:
+        """A person holds the machine (`held`) or handed it back: the task's clock stops or goes on
+        (gh_common/task_clock.py), and the replay gets a frame at the span's start and end. False
+        (nothing done) when the attempt is not in its task."""
+        clock = self._clock
+        if clock is None or self._task_over:
+            return False
+        changed = clock.hold() if held else clock.release()
+        if changed:
+            self._log.info("task held by a person" if held else "task handed back",
+                           held_seconds=round(clock.held_seconds(), 3))
+            label = "takeover" if held else "handback"
+            frame = asyncio.create_task(self._mark_hold(label, self._last_hold_frame),
+                                        name=f"{label}-{self.machine_id}")
+            self._last_hold_frame = frame
+            self._hold_frames.add(frame)
+            frame.add_done_callback(self._hold_frames.discard)
+        return True
+
+    async def _mark_hold(self, label: str, after: asyncio.Task[None] | None) -> None:
+        """The replay frame at one end of a hold, after the frame of its other end (so they are in order)."""
+        if after is not None:
+            await asyncio.wait({after}, timeout=self.timeouts.screen + WATCH_INTERVAL)
+        await self._capture_event(label, {"human": label})
+
     def cancel(self, reason: str) -> None:
         """End the attempt at once: the running phase is cancelled, the machine destroyed, and the
         result is `error` "cancelled: <reason>". No effect once the attempt's work is over (only the
@@ -438,6 +467,10 @@ class Attempt:
 
     async def _capture(self, label: str) -> None:
         """A replay frame of the whole screen, best effort."""
+        await self._capture_event(label, None)
+
+    async def _capture_event(self, label: str, event: dict[str, Any] | None) -> None:
+        """A replay frame of the whole screen with `event`, best effort."""
         try:
             png = await self._screenshot()
         except asyncio.CancelledError:
@@ -445,7 +478,7 @@ class Attempt:
         except Exception as e:
             self._log.warning("screenshot for replay failed", label=label, error=f"{type(e).__name__}: {str(e)[:200]}")
             return
-        await self._replay.send_frame(label, png)
+        await self._replay.send_frame(label, png, event)
 
     async def _screenshot(self) -> bytes:
         if self._requests is None:
@@ -453,19 +486,23 @@ class Attempt:
         return await self._requests.screenshot()
 
     async def _task(self) -> TaskEnd | None:
-        """The agent's turn: requests are served until task_end, or until limits.minutes. A task that
-        hits its limit still goes on to the check: the machine may be fixed anyway."""
-        limit = self.lease.case.limits.minutes * self._seconds_per_minute
-        started = time.monotonic()
+        """The agent's turn: requests are served until task_end, or until limits.minutes of the task's
+        own time (a TaskClock: the time a person holds the machine, `task_hold`, is not counted). A task
+        that hits its limit still goes on to the check: the machine may be fixed anyway."""
+        clock = self._clock = TaskClock(self.lease.case.limits.minutes * self._seconds_per_minute)
         self._accepting = True
         watcher = asyncio.create_task(self._replay.watch(self._screenshot, WATCH_INTERVAL))
+        ended = asyncio.create_task(self._task_end_seen.wait())
+        expired = asyncio.create_task(clock.expired())
         try:
             try:
-                async with asyncio.timeout(limit):
-                    await self._task_end_seen.wait()
-            except TimeoutError:
+                await asyncio.wait({ended, expired}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                ended.cancel()
+                expired.cancel()
+            if not self._task_end_seen.is_set():
                 self._limit_reached = True
-                self._metrics.active_seconds = round(time.monotonic() - started, 3)
+                self._metrics.active_seconds = round(clock.used(), 3)
                 minutes = self.lease.case.limits.minutes
                 self._close_requests(f"the task reached its limit of {minutes} minute{'s' if minutes != 1 else ''}")
                 self._log.info("task limit reached", minutes=minutes)
@@ -475,15 +512,19 @@ class Attempt:
                 except TimeoutError:
                     self._log.info("no task_end after the limit", grace=self.timeouts.task_grace)
         finally:
+            if clock.release():  # the task ended while held: the hand-back frame marks the span's end
+                await self._mark_hold("handback", self._last_hold_frame)
             if not self._limit_reached:
-                self._metrics.active_seconds = round(time.monotonic() - started, 3)
+                self._metrics.active_seconds = round(clock.used(), 3)
+            held = clock.held_seconds()
+            self._metrics.held_seconds = round(held, 3) if held > 0 else None
             self._task_over = True
             self._close_requests("the task is over")
             self._replay.stop_watching()
             watcher.cancel()
             # Bounded: the watcher also stops on the flag at its next look, so never wait on it for ever.
-            done, _ = await asyncio.wait({watcher}, timeout=self.timeouts.screen + WATCH_INTERVAL)
-            if not done:
+            done, _ = await asyncio.wait({watcher, *self._hold_frames}, timeout=self.timeouts.screen + WATCH_INTERVAL)
+            if watcher not in done:
                 self._log.warning("replay watcher did not stop in time; it ends at its next look")
             for t in done:
                 if not t.cancelled() and t.exception() is not None:

@@ -74,6 +74,7 @@ from gh_wire.protocol import (
     ResultAck,
     StatusAck,
     TaskEnd,
+    TaskHold,
     ViewClose,
     ViewOpen,
     Welcome,
@@ -473,6 +474,7 @@ class Daemon:
             in_flight_phases=self.leases.in_flight_phases(),
             status_acks=True,
             live_views=True,
+            task_holds=True,
         )
 
     async def on_welcome(self, welcome: Welcome) -> None:
@@ -521,6 +523,9 @@ class Daemon:
             self._spawn(self.session.send_message(self.heartbeat()), "heartbeat-now")
 
     def on_disconnected(self, reason: str) -> None:
+        # A takeover's holder reaches the machine only through the server: with the link gone, so is the
+        # hold (the server ends it too), and the tasks' clocks run on.
+        self.leases.release_holds()
         self._changed.set()
         self._emit("disconnected", reason)
 
@@ -536,6 +541,10 @@ class Daemon:
         elif isinstance(msg, TaskEnd):
             if not self.leases.task_end(msg):
                 await self._not_running("task_end", msg.attempt_id)
+        elif isinstance(msg, TaskHold):
+            if not self.leases.task_hold(msg):
+                self.log.info("task_hold ignored: the attempt is not in its task here", attempt_id=msg.attempt_id,
+                              held=msg.held)
         elif isinstance(msg, Cancel):
             if not await self.leases.cancel(msg):
                 await self._not_running("cancel", msg.attempt_id)

@@ -49,6 +49,7 @@ from gh_wire.protocol import (
     MachineResponse,
     StatusAck,
     TaskEnd,
+    TaskHold,
 )
 from providers.base import Machine, Provider, ProviderError
 
@@ -65,6 +66,7 @@ class AttemptLike(Protocol):
     async def handle_request(self, req: MachineRequest) -> MachineResponse: ...
     def task_end(self, msg: TaskEnd) -> None: ...
     def agent_started(self, late_seconds: float | None = None) -> None: ...
+    def task_hold(self, held: bool) -> bool: ...
     def cancel(self, reason: str) -> None: ...
     async def wait_torn_down(self) -> None: ...
 
@@ -211,6 +213,16 @@ class Leases:
         if running is not None:
             running.attempt.task_end(msg)
         return running is not None
+
+    def task_hold(self, msg: TaskHold) -> bool:
+        """False when the attempt is not in its task here (the hold is ignored)."""
+        running = self.running.get(msg.attempt_id)
+        return running is not None and running.attempt.task_hold(msg.held)
+
+    def release_holds(self) -> None:
+        """The link to the server is gone, and with it every takeover's holder: the tasks' clocks run on."""
+        for running in self.running.values():
+            running.attempt.task_hold(False)
 
     def status_ack(self, msg: StatusAck) -> None:
         running = self.running.get(msg.attempt_id)

@@ -20,6 +20,7 @@ from gh_server.bodylimit import BodyLimit
 from gh_server.gateway import PATH as GATEWAY_PATH
 from gh_server.gateway import Gateway
 from gh_server.live import api as live_api
+from gh_server.live import takeover_api
 from gh_server.live.relay import LiveRelay
 from gh_server.relay import PgRelay
 from gh_server.settings import Settings
@@ -100,11 +101,13 @@ def _serve_runners(app: FastAPI, st: ServerState) -> None:
     st.gateway = gw
     app.add_api_websocket_route(GATEWAY_PATH, gw.endpoint)
     app.include_router(machine_router(gw.agents))
-    live = LiveRelay(st)  # live views ride beside the runners' sockets (gh_server/live/relay.py)
+    # Live views ride beside the runners' sockets (gh_server/live/relay.py), and the takeovers with them.
+    live = LiveRelay(st, takeovers=gw.takeovers)
     gw.on_view_refused = live.refused
     st.on_key_revoked.append(live.end_views_of)
     st.extras["live_relay"] = live  # how views ended (`ended`), for whoever watches this process
     live_api.install(app, st, live)
+    takeover_api.install(app, st, live, gw.takeovers)
 
     async def run(state: ServerState) -> None:
         s = state.settings

@@ -37,6 +37,7 @@ from gh_server.dbqueue import DbQueue
 from gh_server.models import utcnow
 from gh_server.ports import AttemptEvents, JobResultApplier, RunnerLink
 from gh_server.relay import PgRelay
+from gh_server.takeovers import TakeoverDesk
 from gh_wire import protocol
 from gh_wire.vocab import AttemptStatus, CancelReason, ErrorCode
 
@@ -69,6 +70,7 @@ class _Conn:
     status_acks: bool = False  # its hello asked for `status_ack`
     paused: protocol.LeaseRefusal | None = None  # its heartbeat says it takes no leases (hypervisor_down)
     live_views: bool = False  # its hello said it takes `view_open`
+    task_holds: bool = False  # its hello said it takes `task_hold` (its attempts can be taken over)
 
     @property
     def leasable(self) -> bool:
@@ -139,6 +141,9 @@ class Gateway:
         self.metrics = state.metrics
         self.scheduler: Scheduler | None = None
         self.relay: PgRelay | None = None  # PostgreSQL: machine requests for runners held by other processes
+        # A person's hold on an attempt's machine: here, beside the runner's socket and the agent it gates.
+        self.takeovers = TakeoverDesk(self, self.settings.takeover_cap_minutes * 60.0,
+                                      self.settings.takeover_idle_seconds)
         self.agents = agents(self)
         # Results are applied even before the scheduler runs (it is told through `run_changed` and `poke`).
         self.intake = intake(self, self)
@@ -166,6 +171,7 @@ class Gateway:
             await self.shutdown()
 
     async def shutdown(self) -> None:
+        await self.takeovers.close()
         await self.agents.stop_all()
         if self.relay is not None:
             await self.relay.stop()
@@ -218,6 +224,21 @@ class Gateway:
 
     def task_time_left(self, attempt_id: str) -> float | None:
         return self.agents.time_left(attempt_id)
+
+    # -- DeskLink (gh_server/takeovers.py) --------------------------------------------------------
+
+    def takes_holds(self, runner_id: str) -> bool:
+        """Connected to this process, and its hello said it takes `task_hold`."""
+        c = self.conns.get(runner_id)
+        return c is not None and not c.closed.is_set() and c.task_holds
+
+    def task_held(self, attempt_id: str, held: bool) -> None:
+        self.agents.task_held(attempt_id, held)
+
+    def _task_over(self, attempt_id: str) -> None:
+        """The attempt left its task: its agent stops, and a person's hold on its machine ends."""
+        self.agents.stop(attempt_id)
+        self.takeovers.attempt_left(attempt_id)
 
     def local_runner_ids_all(self) -> list[str]:
         """The runners whose sockets this process holds (leasable or not)."""
@@ -362,6 +383,7 @@ class Gateway:
         conn.reconciled = rec
         conn.status_acks = hello.status_acks
         conn.live_views = hello.live_views
+        conn.task_holds = hello.task_holds
         log.info("runner %s (%s) connected: %d slots, %d resumed, %d lost", name, runner_id, hello.slots,
                  len(rec.resume), len(rec.lost))
         return conn
@@ -385,7 +407,7 @@ class Gateway:
         for aid in rec.unwanted:
             await conn.send(protocol.Cancel(attempt_id=aid, reason=CancelReason.NOT_WANTED))
         for aid in rec.lost:
-            self.agents.stop(aid)
+            self._task_over(aid)
         for run in rec.runs:
             self.run_changed(run)
         late = await self.agents.resend_task_ends(runner_id, rec.resume, rec.in_task, rec.task_unheard)
@@ -401,6 +423,8 @@ class Gateway:
     async def _closed(self, conn: _Conn) -> None:
         if self.conns.get(conn.runner_id) is conn:
             del self.conns[conn.runner_id]
+        # The holder reached the machine through this socket, and the runner lets its holds go with it.
+        self.takeovers.runner_gone(conn.runner_id)
         for rid, sid, fut in list(self._pending.values()):
             if rid == conn.runner_id and sid == conn.session_id and not fut.done():
                 fut.set_result(
@@ -494,14 +518,14 @@ class Gateway:
             if paused and conn.leasable:
                 self.poke()
         elif isinstance(msg, protocol.AttemptFinished):
-            self.agents.stop(msg.result.attempt_id)
+            self._task_over(msg.result.attempt_id)
             await self.intake.receive(rid, conn.name, msg.result)
         elif isinstance(msg, protocol.AttemptStatus):
             new = await self.dbq.run(lambda s: apply_status(s, rid, msg))
             if new == AttemptStatus.RUNNING or (new is None and msg.status == AttemptStatus.RUNNING):
                 await self.agents.on_running(rid, msg.attempt_id)
             elif msg.status in (AttemptStatus.CHECKING, AttemptStatus.DONE):
-                self.agents.stop(msg.attempt_id)
+                self._task_over(msg.attempt_id)
             if conn.status_acks:
                 await conn.send(protocol.StatusAck(attempt_id=msg.attempt_id, status=msg.status, phase=msg.phase))
         elif isinstance(msg, protocol.MachineResponse):

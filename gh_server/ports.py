@@ -1,7 +1,9 @@
 """Ports: the small surfaces one part of gh-server needs from another, as Protocols, so that no service
 imports the loop or router that provides them (app.py wires the real ones together).
 
-- `RunnerLink`: what the agent supervisor needs of the runner gateway (the sockets, the DB writer).
+- `RunnerLink`: what the agent supervisor needs of the runner gateway (the sockets, the DB writer, the
+  takeover desk's gate).
+- `TaskGate`: where an agent's machine requests wait while a person holds its machine.
 - `AgentHost`: what the API and the start-state jobs need of the agents (the machine API's grants).
 - `AttemptEvents`: what result intake needs of the scheduler loop (a run to check, a pass to run soon).
 - `JobResultApplier`: what a finished start-state job means (the start-state service's, called by the
@@ -39,10 +41,25 @@ class GrantSpec:
     start_state_id: str | None = None
 
 
+class TaskGate(Protocol):
+    """Where an attempt's machine requests wait while a person holds the machine (gh_server/takeovers.py)."""
+
+    def held(self, attempt_id: str) -> bool:
+        """A person holds the attempt's machine now."""
+
+    async def passage(self, attempt_id: str) -> bool:
+        """Return once nobody holds the attempt's machine; True when a hold was in progress on arrival
+        (what the request was planned on is gone)."""
+
+
 class RunnerLink(Protocol):
     settings: Settings
     dbq: DbQueue
     metrics: ServerMetrics
+
+    @property
+    def takeovers(self) -> TaskGate:
+        """Where the agents' machine requests wait while a person holds the machine."""
 
     async def send(self, runner_id: str, msg: pydantic.BaseModel) -> bool:
         """False if the runner is not connected to this process."""

@@ -111,6 +111,26 @@ def error_cause(row: Attempt) -> str | None:
     return "case" if (row.metrics or {}).get("error_cause") == "case" else "infrastructure"
 
 
+# While the attempt is in these statuses its machine can be watched live: `live_url`, the console's page.
+_LIVE_STATUSES = frozenset({AttemptStatus.PREPARING, AttemptStatus.RUNNING, AttemptStatus.CHECKING})
+
+
+def takeover_in_progress(row: Attempt, settings: Any = None) -> dict[str, Any] | None:
+    """The hold in progress (its `takeovers` entry not ended, during the task): `{by, started_at, cap_at}`."""
+    if row.status != AttemptStatus.RUNNING:
+        return None
+    open_ = [t for t in (row.takeovers or []) if isinstance(t, dict) and t.get("ended_at") is None]
+    if not open_:
+        return None
+    t = open_[-1]
+    cap_s = float(getattr(settings, "takeover_cap_minutes", 30.0)) * 60.0
+    try:
+        started = datetime.fromisoformat(str(t["started_at"]).replace("Z", "+00:00"))
+    except (KeyError, ValueError):
+        return None
+    return {"by": t.get("by"), "started_at": t.get("started_at"), "cap_at": ts(started + timedelta(seconds=cap_s))}
+
+
 def attempt(row: Attempt, key: str | None, base_url: str, settings: Any = None,
             queued_reason: dict[str, Any] | None = None) -> dict[str, Any]:
     """An attempt object; `queued_reason` (gh_server.queue_wait) for a queued one: why it waits."""
@@ -143,6 +163,12 @@ def attempt(row: Attempt, key: str | None, base_url: str, settings: Any = None,
         "task_id": None,
         "app_version": None,
         "replay_url": replay_url(settings, base_url, row.id),
+        # A person held the machine during the task: scored, never the agent's pass (docs/server-api.md).
+        "assisted": bool(row.assisted),
+        "takeovers": list(row.takeovers or []),
+        "takeover": takeover_in_progress(row, settings),
+        "live_url": (f"{base_url.rstrip('/')}/attempts/{row.id}"
+                     if _ATTEMPT_STATUS.get(row.status, row.status) in _LIVE_STATUSES else None),
         "check": check,
         "judge": row.judge,
         "explanation": None,

@@ -186,6 +186,9 @@ class AttemptMetrics(_Msg):
     # The agent started this many seconds into the task (the link was down when the task began, and
     # the server started the agent when it heard of the task from the hello): time the agent lost.
     task_seconds_lost: float | None = None
+    # Seconds a person held the machine during the task (`task_hold`): not counted in active_seconds
+    # nor against limits.minutes. None when nobody took it over.
+    held_seconds: float | None = None
 
 
 class AttemptResult(_Msg):

@@ -68,7 +68,8 @@ NOT_MODULES: dict[str, tuple[str, ...]] = {"gh_server": ("migrations",)}
 # package's own `gh_server` (its __init__) matches itself only.
 GH_SERVER_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("app", ("gh_server.app", "gh_server.cli")),
-    ("http", ("gh_server.api", "gh_server.agents.machine_api", "gh_server.console_page", "gh_server.live.api")),
+    ("http", ("gh_server.api", "gh_server.agents.machine_api", "gh_server.console_page", "gh_server.live.api",
+              "gh_server.live.takeover_api")),
     ("loops", ("gh_server.gateway", "gh_server.attempts.scheduler", "gh_server.agents.supervisor", "gh_server.relay",
                "gh_server.start_state_jobs", "gh_server.live.relay")),
     ("services", ("gh_server.attempts", "gh_server.start_states", "gh_server.runner_status", "gh_server.runner_rows",
@@ -77,7 +78,7 @@ GH_SERVER_LAYERS: list[tuple[str, tuple[str, ...]]] = [
                   "gh_server.trust", "gh_server.stats", "gh_server.calibration", "gh_server.validation",
                   "gh_server.report_page", "gh_server.runner_admin", "gh_server.queue_wait",
                   "gh_server.console_sessions", "gh_server.live.inputs", "gh_server.live.rfb",
-                  "gh_server.live.tickets", "gh_server.live")),
+                  "gh_server.live.tickets", "gh_server.live", "gh_server.takeovers")),
     ("storage", ("gh_server.state", "gh_server.ports", "gh_server.settings", "gh_server.errors", "gh_server.models",
                  "gh_server.db", "gh_server.dbqueue", "gh_server.metrics", "gh_server.ids", "gh_server.timestamps",
                  "gh_server.egress", "gh_server.accesslog", "gh_server.bodylimit", "gh_server.yamlbody", "gh_server")),

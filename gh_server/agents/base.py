@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gh_server.ports import TaskGate
 from gh_wire import protocol
 from gh_wire.input import InputEvent
 from gh_wire.vocab import AgentFault
@@ -62,22 +63,31 @@ class ExecResult:
 
 Relay = Callable[[str, protocol.MachineRequest, float], Awaitable[protocol.MachineResponse]]
 SLACK_S = 15.0  # on top of a request's own timeout: the runner's round trip
+# What a request that waited out a takeover is told when it was an action (planned on a screen now gone).
+TAKEN_OVER = "not done: a person took over the machine; look again"
 
 
 class Machine:
-    """The attempt's machine, through the runner that holds it (screen, input, exec)."""
+    """The attempt's machine, through the runner that holds it (screen, input, exec).
+
+    With a `gate`, every request first waits while a person holds the machine (docs/agents.md,
+    "Takeover"): then a screen is taken as it is now, and an input or exec is refused with
+    `taken_over` (MachineError), not done."""
 
     def __init__(self, relay: Relay, runner_id: str, attempt_id: str, redact: Sequence[str] = (),
-                 start_state_id: str | None = None) -> None:
+                 start_state_id: str | None = None, gate: TaskGate | None = None) -> None:
         self._relay = relay
         self.runner_id = runner_id
         self.attempt_id = attempt_id
         self.start_state_id = start_state_id  # an open start state's machine is addressed by start state
         self._redact = list(redact)
+        self._gate = gate if start_state_id is None else None
         self.requests = 0
 
     async def _ask(self, req: protocol.MachineRequest, timeout: float) -> protocol.MachineResponse:
         self.requests += 1
+        if self._gate is not None and await self._gate.passage(self.attempt_id) and req.op != "screen":
+            raise MachineError(TAKEN_OVER, protocol.MachineRefusal.TAKEN_OVER)
         resp = await self._relay(self.runner_id, req, timeout + SLACK_S)
         if not resp.ok:
             why = f"{req.op} on the machine failed: {resp.error or 'no reason given'}"

@@ -1,7 +1,8 @@
 """Machine-API grants as rows (`machine_grants`), so any gh-server process answers an agent's request.
 
 A grant is made when an agent's task starts (in the process that runs the agent) and deleted when it
-ends; `expires_at` (the task's time limit and a slack) ends the grants of a process that died. The
+ends; `expires_at` (the task's time limit and a slack, moved on by the time a person held the machine:
+`extend`) ends the grants of a process that died. The
 counters the task ends with (steps, questions, approvals) and the customer's failure live on the row:
 whichever process served a request updates them with one guarded UPDATE, so a step limit holds across
 processes. A refused step flags the row (`step_limit_hit`): the task ends there, and the process
@@ -12,7 +13,7 @@ Plain data in, plain data out (these run in the DbQueue).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, delete, select, update
@@ -84,6 +85,19 @@ def take_step(session: Session, token_hash: str) -> bool | None:
         .execution_options(synchronize_session=False)
     )
     return False if cast(CursorResult[Any], res).rowcount == 1 else None
+
+
+def give_back_step(session: Session, token_hash: str) -> None:
+    """A counted step that was not done (a person took the machine over while it waited): not the agent's."""
+    session.execute(update(MachineGrant).where(MachineGrant.token_hash == token_hash, MachineGrant.steps > 0)
+                    .values(steps=MachineGrant.steps - 1).execution_options(synchronize_session=False))
+
+
+def extend(session: Session, attempt_id: str, seconds: float) -> None:
+    """Move the expiry of the attempt's grants by `seconds` (a takeover's time is not the task's)."""
+    for g in session.scalars(select(MachineGrant).where(MachineGrant.attempt_id == attempt_id,
+                                                        MachineGrant.start_state_id.is_(None))):
+        g.expires_at = g.expires_at + timedelta(seconds=seconds)
 
 
 def step_limits_reached(session: Session, token_hashes: list[str]) -> list[str]:

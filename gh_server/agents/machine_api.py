@@ -45,18 +45,22 @@ class ApprovalBody(BaseModel):
     request: GuestText = Field(min_length=1, max_length=8_000, description="what the agent asks leave to do")
 
 
-def _error(status: int, etype: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"type": etype, "message": message}}, status_code=status)
+def _error(status: int, etype: str, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": {"type": etype, "message": message, **extra}}, status_code=status)
 
 
 async def _machine_failed(sup: AgentSupervisor, grant: Grant, e: MachineError) -> JSONResponse:
-    """A refused request: 409 when the task was stopped (the agent's end); 413 when it is too large to
+    """A refused request: 409 when the task was stopped (the agent's end), or with code `taken_over` when
+    a person held the machine while it waited (not done, and no step spent: look again); 413 when it is too large to
     relay over the runner's websocket (the caller's request, or what it asked for, is what to change);
     400 for an input event the machine cannot deliver (an unknown key name); 422 when the caller's own
     exec broke the guest channel (the guest still runs); 502 when the machine failed
     under the agent, remembered so that an agent which then gives up is our error, not its failure."""
     if isinstance(e, TaskStopped):
         return _error(409, "conflict", str(e))
+    if e.refusal == MachineRefusal.TAKEN_OVER:
+        await sup.give_back_step(grant)
+        return _error(409, "conflict", str(e), code=MachineRefusal.TAKEN_OVER.value)
     if e.refusal == MachineRefusal.INPUT_NOT_SUPPORTED:
         return _error(400, "invalid_request", str(e))
     if e.refusal == MachineRefusal.CHANNEL_LOST_IN_EXEC:  # its own script broke the channel: not ours

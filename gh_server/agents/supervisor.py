@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gh_common.task_clock import TaskClock
 from gh_server.agents import grants
 from gh_server.agents.base import (
     Agent,
@@ -54,8 +55,12 @@ MACHINE_API_PATH = "/v1/agent/machine"
 # At limits.minutes the agent is stopped here too and the task ended (no error: running out of time is the
 # agent's failure, and the check after decides), so the runner need not wait out its own grace period.
 TIME_SLACK_S = 0.0
-# A grant outlives its task's time limit by this much at most (a process that died cannot delete it).
+# A grant outlives its task's time limit by this much at most (a process that died cannot delete it); a
+# takeover moves its expiry on by the time held (gh_server/takeovers.py).
 GRANT_SLACK_S = 120.0
+# The agent's own time is its TaskClock's (held time not counted); the pool's bound only catches a clock
+# that never ran out (holds are capped one by one, not in total).
+HELD_BOUND_S = 24 * 3600.0
 CUSTOMER_SLACK_S = 5.0  # on top of the customer endpoint's timeout: waiting for a free worker
 # How often the grants of this process's running agents are read for a step limit reached through another
 # gh-server process (a shared database only; in one process the refusing request signals at once).
@@ -143,6 +148,7 @@ class AgentSupervisor:
         self._step_limits: dict[str, asyncio.Event] = {}
         self._limit_watch: asyncio.Task[None] | None = None
         self._shared_db = not st.sqlalchemy_url.startswith("sqlite")  # other processes may serve its agents
+        self._clocks: dict[str, TaskClock] = {}  # attempt id -> its agent's time limit, while it runs here
 
     @property
     def machine_api_url(self) -> str:
@@ -164,7 +170,18 @@ class AgentSupervisor:
     def time_left(self, attempt_id: str) -> float | None:
         """Seconds of limits.minutes left to this attempt's agent (held time not counted); None when it
         does not run here."""
-        return None
+        clock = self._clocks.get(attempt_id)
+        return None if clock is None else round(clock.remaining(), 3)
+
+    def task_held(self, attempt_id: str, held: bool) -> None:
+        """A person holds the attempt's machine (or handed it back): its agent's clock stops (or runs)."""
+        clock = self._clocks.get(attempt_id)
+        if clock is None:
+            return
+        if held:
+            clock.hold()
+        else:
+            clock.release()
 
     def stop(self, attempt_id: str) -> None:
         """The task phase is over for this attempt (checking, result, cancel): stop its agent."""
@@ -240,7 +257,8 @@ class AgentSupervisor:
         case = info["case"]
         agent_id = info["agent_id"]
         token = secrets.token_urlsafe(32)
-        machine = Machine(self.gw.machine_request, runner_id, attempt_id, redact=_secret_values(case))
+        machine = Machine(self.gw.machine_request, runner_id, attempt_id, redact=_secret_values(case),
+                          gate=self.gw.takeovers)
         ctx = AgentContext(
             attempt_id=attempt_id,
             runner_id=runner_id,
@@ -330,7 +348,7 @@ class AgentSupervisor:
         if row is None:
             return None
         machine = Machine(self.gw.machine_request, row.runner_id, row.attempt_id,
-                          redact=_secret_values(row.case), start_state_id=row.start_state_id)
+                          redact=_secret_values(row.case), start_state_id=row.start_state_id, gate=self.gw.takeovers)
         return Grant(key, row.attempt_id, row.runner_id, machine, row.case, row.max_steps, row.start_state_id)
 
     async def take_step(self, grant: Grant) -> bool | None:
@@ -341,31 +359,44 @@ class AgentSupervisor:
             hit.set()  # the agent runs here: stop it now, not at the next poll
         return counted
 
+    async def give_back_step(self, grant: Grant) -> None:
+        """A counted step was not done (a person took the machine over while it waited): not the agent's."""
+        await self.gw.dbq.run(lambda s: grants.give_back_step(s, grant.token_hash))
+
     async def machine_failed(self, grant: Grant, why: str) -> None:
         """The machine failed a request under the agent (ours): an agent that then gives up is our error."""
         await self.gw.dbq.run(lambda s: grants.mark(s, grant.token_hash, machine_failure=why))
 
     async def _until_stopped(self, agent: Agent, ctx: AgentContext, grant: Grant) -> AgentOutcome:
-        """The agent's run (in the agent pool, bounded by limits.minutes: PoolTimeout), until it ends or it
-        asks for a step past limits.steps, in whichever process that request landed (the task ends there,
-        as a person would be stopped)."""
+        """The agent's run (in the agent pool), until it ends, its TaskClock runs out (limits.minutes, the
+        time a person held the machine not counted: PoolTimeout), or it asks for a step past limits.steps,
+        in whichever process that request landed (the task ends there, as a person would be stopped)."""
         hit = self._step_limits[grant.token_hash] = asyncio.Event()  # before the agent can ask for a step
         if self._shared_db and (self._limit_watch is None or self._limit_watch.done()):
             self._limit_watch = asyncio.create_task(self._watch_step_limits(), name="gh-agent-step-limits")
-        run = asyncio.ensure_future(self.agent_pool.run(lambda: agent.run(ctx),
-                                                        timeout=ctx.minutes * 60.0 + TIME_SLACK_S))
+        limit_s = ctx.minutes * 60.0 + TIME_SLACK_S
+        clock = self._clocks[ctx.attempt_id] = TaskClock(limit_s)
+        if self.gw.takeovers.held(ctx.attempt_id):  # taken over before its agent came
+            clock.hold()
+        run = asyncio.ensure_future(self.agent_pool.run(lambda: agent.run(ctx), timeout=limit_s + HELD_BOUND_S))
         stop = asyncio.ensure_future(hit.wait())
+        expired = asyncio.ensure_future(clock.expired())
         try:
-            done, _ = await asyncio.wait({run, stop}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({run, stop, expired}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             self._step_limits.pop(grant.token_hash, None)
+            if self._clocks.get(ctx.attempt_id) is clock:
+                del self._clocks[ctx.attempt_id]
             stop.cancel()
+            expired.cancel()
             if not run.done():
                 run.cancel()
                 # Bounded: an agent's own clean-up (killing its process group) gets a moment, never for ever.
                 await asyncio.wait({run}, timeout=CLEANUP_S)
         if run in done:
             return run.result()
+        if stop not in done:
+            raise PoolTimeout("agent", limit_s)  # out of its own time: the agent's end, the check decides
         return AgentOutcome(answer="", reason=protocol.TaskEndReason.STEP_LIMIT,
                             note=f"stopped at the case's step limit ({grant.max_steps})")
 
@@ -452,6 +483,10 @@ class AgentSupervisor:
             try:
                 await grant.machine.input(events)
             except MachineError as e:
+                if e.refusal == protocol.MachineRefusal.TAKEN_OVER:  # a person held the machine: not done
+                    log.info("the customer's actions on %s were not done: the machine was taken over",
+                             grant.attempt_id)
+                    return [{**a, "done": False} for a in actions]
                 raise AgentError(f"the simulated customer could not act on the machine: {e}") from None
         return actions
 

@@ -175,6 +175,8 @@ def apply_result(
             "model": m.agent_usage,
             # The agent started this long into the task (the link was down when it began): time it lost.
             "task_seconds_lost": m.task_seconds_lost,
+            # A person held the machine this long during the task (a takeover): not the task's time.
+            "held_seconds": m.held_seconds,
         },
         "outcome": outcome,
         "error": None if outcome != Outcome.ERROR else (error or NO_REASON)[:4000],

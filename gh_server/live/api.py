@@ -43,6 +43,16 @@ def require_attempt_watcher(principal: Principal = Depends(require_member)) -> P
     return principal
 
 
+def view_object(issue: Callable[[], Ticket]) -> dict[str, Any]:
+    """A new ticket as the `live_view` object the page opens (429 when too many are out)."""
+    try:
+        t = issue()
+    except TooManyTickets as e:
+        raise ApiError(429, str(e)) from None
+    return {"object": "live_view", "ticket": t.value, "url": VIEWER_PATH.format(ticket=t.value),
+            "read_only": t.read_only, "expires_at": ts(t.expires_at)}
+
+
 def install(app: FastAPI, st: ServerState, relay: LiveRelay) -> None:
     router = APIRouter(tags=["Start states"])
 
@@ -99,12 +109,7 @@ def install(app: FastAPI, st: ServerState, relay: LiveRelay) -> None:
         return runner_id is not None and gw is not None and gw.takes_views(runner_id)
 
     def issued(issue: Callable[[], Ticket]) -> dict[str, Any]:
-        try:
-            t = issue()
-        except TooManyTickets as e:
-            raise ApiError(429, str(e)) from None
-        return {"object": "live_view", "ticket": t.value, "url": VIEWER_PATH.format(ticket=t.value),
-                "read_only": t.read_only, "expires_at": ts(t.expires_at)}
+        return view_object(issue)
 
     async def viewer(ws: WebSocket, ticket: str) -> None:
         await relay.viewer_endpoint(ws, ticket)
@@ -117,4 +122,4 @@ def install(app: FastAPI, st: ServerState, relay: LiveRelay) -> None:
     app.add_api_websocket_route(protocol.VIEW_PATH, runner)
 
 
-__all__ = ["ATTEMPT_VIEW_NEEDS_ADMIN", "install", "require_attempt_watcher"]
+__all__ = ["ATTEMPT_VIEW_NEEDS_ADMIN", "install", "require_attempt_watcher", "view_object"]

@@ -9,8 +9,11 @@
 3. Bytes flow. Runner to viewer through a queue of QUEUE_CHUNKS chunks: a viewer that leaves it full
    for VIEWER_SLOW_S (or does not take one chunk in that time) is dropped with `viewer_too_slow`, and
    the runner's socket is never left unread longer than that. Viewer to runner through the RFB
-   parser (gh_server/live/rfb.py): a read-only viewer's (every attempt's) input is dropped here; a
-   start state's admin's is counted (gh_server/live/inputs.py) and moves its idle clock.
+   parser (gh_server/live/rfb.py): a read-only viewer's input is dropped here; a start state's
+   admin's is counted (gh_server/live/inputs.py) and moves its idle clock; an attempt's passes only
+   while that view's key holds the attempt's takeover (gh_server/takeovers.py), and becomes the
+   hold's human steps and moves its idle clock. The holder's view is opened on the runner as not
+   watch-only; every other view of an attempt is watch-only. A hold's end ends its holder's views.
 4. Either end closes both, with one `ViewEndReason` as the close reason (code 4010). The server ends
    them too: the views of a key are kept by its id, and its revocation ends them with `key_revoked`
    (ServerState.key_revoked, from DELETE /v1/api_keys/{id}).
@@ -40,6 +43,7 @@ from gh_server.live.rfb import INPUT_KINDS, ClientStream, Kind, RfbError
 from gh_server.live.tickets import Ticket, Tickets
 from gh_server.models import ApiKey, Attempt, StartState
 from gh_server.state import ServerState
+from gh_server.takeovers import Hold, TakeoverDesk
 from gh_wire import protocol
 from gh_wire.vocab import AttemptStatus, ViewEndReason
 
@@ -61,6 +65,8 @@ LIVE_ATTEMPT = frozenset({AttemptStatus.PREPARING, AttemptStatus.RUNNING, Attemp
 class _Pending:
     key_id: str
     arrived: asyncio.Future[WebSocket | protocol.ViewRefused]
+    attempt_id: str | None = None
+    holds: bool = False  # the holder's view of an attempt taken over
     runner_id: str = ""  # known once the machine is found
     done: asyncio.Event = field(default_factory=asyncio.Event)
     reason: ViewEndReason = ViewEndReason.CLOSED
@@ -74,9 +80,12 @@ class _Pending:
 
 
 class LiveRelay:
-    def __init__(self, st: ServerState, tickets: Tickets | None = None) -> None:
+    def __init__(self, st: ServerState, tickets: Tickets | None = None, takeovers: TakeoverDesk | None = None) -> None:
         self.st = st
         self.tickets = tickets or Tickets()
+        self.takeovers = takeovers
+        if takeovers is not None:
+            takeovers.on_ended.append(self._hold_ended)
         self._pending: dict[str, _Pending] = {}
         self._by_key: dict[str, set[str]] = {}  # key id -> the ids of its views, so a revocation ends them
         self.ended: collections.Counter[ViewEndReason] = collections.Counter()  # views by how they ended
@@ -91,6 +100,17 @@ class LiveRelay:
         for view_id in ids:
             self._pending[view_id].end(reason)
         return len(ids)
+
+    def _hold_ended(self, hold: Hold) -> None:
+        """The holder's views of that attempt end with the hold (a page asks for a watcher's view anew)."""
+        for p in self._pending.values():
+            if p.holds and p.attempt_id == hold.attempt_id and p.key_id == hold.key_id:
+                p.end(ViewEndReason.CLOSED)
+
+    def _holder(self, t: Ticket) -> Hold | None:
+        if self.takeovers is None or t.attempt_id is None or t.read_only:
+            return None
+        return self.takeovers.holder(t.attempt_id, t.key_id)
 
     # -- the runner's side --------------------------------------------------------------------
 
@@ -140,7 +160,7 @@ class LiveRelay:
             await _close(ws, protocol.CLOSE_VIEW_ENDED, ViewEndReason.TICKET_INVALID)
             return
         view_id = secrets.token_urlsafe(16)
-        p = _Pending(t.key_id, asyncio.get_running_loop().create_future())
+        p = _Pending(t.key_id, asyncio.get_running_loop().create_future(), attempt_id=t.attempt_id)
         # Kept by its key before the key is checked, so a revocation from here on ends it.
         self._pending[view_id] = p
         self._by_key.setdefault(t.key_id, set()).add(view_id)
@@ -183,7 +203,9 @@ class LiveRelay:
         if p.stop.is_set():
             return p.stop_reason
         p.runner_id = runner_id
-        opened = protocol.ViewOpen(view_id=view_id, start_state_id=t.start_state_id, attempt_id=t.attempt_id)
+        p.holds = self._holder(t) is not None
+        opened = protocol.ViewOpen(view_id=view_id, start_state_id=t.start_state_id, attempt_id=t.attempt_id,
+                                   watch_only=t.attempt_id is not None and not p.holds)
         if not await gw.send(p.runner_id, opened):
             return ViewEndReason.RUNNER_UNAVAILABLE
         stopped = asyncio.create_task(p.stop.wait())
@@ -248,6 +270,12 @@ class LiveRelay:
                     if msg.kind in INPUT_KINDS:
                         if t.read_only:
                             continue  # a read-only viewer's input stops here, whatever its page does
+                        if t.attempt_id is not None:
+                            hold = self._holder(t) if p.holds else None
+                            if hold is None:
+                                continue  # an attempt's machine takes a person's input only while held
+                            assert self.takeovers is not None
+                            self.takeovers.human_input(hold, msg)
                         sent_input = True
                         _count(count, msg.kind, msg.key_down)
                     out += msg.data

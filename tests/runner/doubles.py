@@ -211,6 +211,9 @@ class ScriptedAttempt:
         self._answer = msg.answer
         self._end.set()
 
+    def task_hold(self, held: bool) -> bool:
+        return False  # no task clock here
+
     def cancel(self, reason: str) -> None:
         if self._cancel is None:
             self._cancel = reason

@@ -176,7 +176,9 @@ class Stack:
             runner_grace_seconds=120.0, webhook_allow=["127.0.0.1"], agents={
                 "gate": AgentConfig(id="gate", kind="command", command=gate, timeout=600),
                 "note-taker": AgentConfig(id="note-taker", kind="command",
-                                          command=agent_command(HERE / "note_agent.py"), timeout=300)},
+                                          command=agent_command(HERE / "note_agent.py"), timeout=300),
+                "looker": AgentConfig(id="looker", kind="command",
+                                      command=agent_command(HERE / "look_agent.py", str(self.gate_dir)), timeout=900)},
         )
         st = create_state(settings)
         # Long enough that no test's hand work is closed under it; the idle test lowers it.

@@ -4,8 +4,9 @@ customer or an approval request, the way the machine API does them for external 
 Coordinates arrive in the model's screen and leave in the guest's (`Scale`). What happened comes back as
 an `ActResult`: the text (and image) the model reads, and whether the action was the model's mistake
 (`invalid`: counted towards max_invalid) or an error the model should see but is not to blame for.
-A machine that fails under an action raises (MachineError: ours, the attempt is an error); a stopped
-task raises TaskStopped.
+An action that waited out a person's takeover is answered `taken_over` (not done, not invalid: the
+screen it was planned on is gone). A machine that fails under an action raises (MachineError: ours, the
+attempt is an error); a stopped task raises TaskStopped.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from gh_server.agents.base import AgentContext, AgentError, MachineError
+from gh_server.agents.base import TAKEN_OVER, AgentContext, AgentError, MachineError
 from gh_server.agents.model import actions as A
 from gh_server.agents.model.screen import Scale, Shot, zoom
 from gh_server.settings import ModelTool
@@ -43,6 +44,12 @@ class ActResult:
     invalid: bool = False  # and the model's own mistake (counted towards max_invalid)
     image: Shot | None = None  # zoom: the image the model asked for
     exec: dict[str, Any] | None = None
+    taken_over: bool = False  # not done: a person held the machine while it waited (the rest of the turn isn't)
+
+
+def taken_over() -> ActResult:
+    """An action that waited out a takeover: not done and not the model's mistake; it looks again."""
+    return ActResult(TAKEN_OVER, error=True, taken_over=True)
 
 
 @dataclass
@@ -65,6 +72,8 @@ class Actor:
         except MachineError as e:
             if e.refusal == MachineRefusal.INPUT_NOT_SUPPORTED:
                 return ActResult(str(e), error=True, invalid=True)
+            if e.refusal == MachineRefusal.TAKEN_OVER:
+                return taken_over()
             raise
         return None
 
@@ -146,6 +155,8 @@ class Actor:
             except MachineError as e:
                 if e.refusal == MachineRefusal.CHANNEL_LOST_IN_EXEC:  # its own script's doing: told, not ours
                     return ActResult(str(e), error=True)
+                if e.refusal == MachineRefusal.TAKEN_OVER:
+                    return taken_over()
                 raise
             text = (f"exit code {res.exit_code}{' (timed out)' if res.timed_out else ''}\n"
                     f"stdout:\n{res.stdout[-EXEC_SHOWN:]}\nstderr:\n{res.stderr[-EXEC_SHOWN:]}")

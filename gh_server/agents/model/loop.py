@@ -33,7 +33,7 @@ import openai
 from gh_common.timeouts import within
 from gh_server.agents.base import AgentContext, AgentError, AgentFailed, AgentOutcome
 from gh_server.agents.model import actions as A
-from gh_server.agents.model.actor import Actor, ActResult
+from gh_server.agents.model.actor import Actor, ActResult, taken_over
 from gh_server.agents.model.conversation import Conversation, Turn
 from gh_server.agents.model.screen import Shot, prepare
 from gh_server.agents.model.usage import Account
@@ -212,16 +212,21 @@ class ModelAgent:
         request takes the turn's words, `said`)."""
 
         acted = 0
+        taken = False  # a person took the machine over during this turn: its later actions are not done either
 
         async def do(action: A.Action) -> ActResult:
-            nonlocal acted
+            nonlocal acted, taken
             acted += 1
             if acted > MAX_ACTIONS_PER_TURN:
                 return ActResult(f"not done: at most {MAX_ACTIONS_PER_TURN} actions in one turn", error=True,
                                  invalid=True)
+            if taken and action.type in A.REQUESTS:
+                return taken_over()
             note: dict[str, Any] = {"agent": "model", "step": step, "action": A.describe(action)}
             if said and action.type in A.REQUESTS:
                 note["text"] = said.pop()
-            return await actor.act(action, note)
+            result = await actor.act(action, note)
+            taken = taken or result.taken_over
+            return result
 
         return do

@@ -1,0 +1,225 @@
+"""The takeover desk (gh_server/takeovers.py) with a fake clock, a fake runner link and a real SQLite
+database: two takes at once, the cap, the idle end, an attempt not in its task, the agents' gate
+(gh_server/agents/base.py Machine), and the human steps read from RFB input (gh_server/live/human_steps.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pydantic
+import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import StaticPool
+
+from gh_server.agents import grants
+from gh_server.agents.base import TAKEN_OVER, Machine, MachineError
+from gh_server.dbqueue import DbQueue
+from gh_server.live.human_steps import MAX_EVENTS, HumanSteps
+from gh_server.live.rfb import Kind, Message
+from gh_server.models import Attempt, Base, MachineGrant
+from gh_server.takeovers import Refused, TakeoverDesk
+from gh_wire import protocol
+from gh_wire.vocab import TakeoverEnd
+
+CAP_S, IDLE_S = 600.0, 60.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Link:
+    """The gateway as the desk sees it: what it was sent, and the agent's clock."""
+
+    def __init__(self, db: sessionmaker[Session], dbq: DbQueue) -> None:
+        self.db = db
+        self.dbq = dbq
+        self.sent: list[pydantic.BaseModel] = []
+        self.clock_held: dict[str, bool] = {}
+        self.connected = True
+
+    async def send(self, runner_id: str, msg: pydantic.BaseModel) -> bool:
+        self.sent.append(msg)
+        return self.connected
+
+    def takes_holds(self, runner_id: str) -> bool:
+        return self.connected
+
+    def task_held(self, attempt_id: str, held: bool) -> None:
+        self.clock_held[attempt_id] = held
+
+
+@pytest.fixture()
+async def desk() -> AsyncIterator[tuple[TakeoverDesk, Link, Clock]]:
+    engine = create_engine("sqlite://", connect_args={"check_same_thread": False}, poolclass=StaticPool)
+    Base.metadata.create_all(engine)
+    db = sessionmaker(engine, expire_on_commit=False)
+    with db.begin() as s:
+        for aid, status, outcome in (("at_run", "running", None), ("at_done", "done", "passed")):
+            s.add(Attempt(id=aid, test_run_id="tr_1", run_case_id=1, test_case_id="tc_1", agent_id="cmd",
+                          try_number=1, status=status, outcome=outcome, runner_id="rn_1"))
+    dbq = DbQueue(db)
+    await dbq.start()
+    link, clock = Link(db, dbq), Clock()
+    d = TakeoverDesk(link, CAP_S, IDLE_S, clock=clock)
+    try:
+        yield d, link, clock
+    finally:
+        await d.close()
+        await dbq.stop()
+        engine.dispose()
+
+
+def row(link: Link, aid: str = "at_run") -> Attempt:
+    with link.db() as s:
+        a = s.get(Attempt, aid)
+        assert a is not None
+        return a
+
+
+async def test_two_takes_at_once_one_holds_the_other_is_told_who(desk: Any) -> None:
+    d, link, _ = desk
+    got = await asyncio.gather(d.take("at_run", "k_a", "alice"), d.take("at_run", "k_b", "bob"),
+                               return_exceptions=True)
+    held = [g for g in got if not isinstance(g, BaseException)]
+    refused = [g for g in got if isinstance(g, Refused)]
+    assert len(held) == 1 and len(refused) == 1
+    assert refused[0].code == "held" and refused[0].extra["held_by"] == held[0].key_name
+    assert link.sent == [protocol.TaskHold(attempt_id="at_run", held=True)] and link.clock_held["at_run"] is True
+    a = row(link)
+    assert a.assisted is True and a.takeovers[0]["by"] == held[0].key_name and a.takeovers[0]["ended_at"] is None
+    again = await d.take("at_run", held[0].key_id, held[0].key_name)  # the holder reloads: its hold
+    assert again is held[0]
+
+
+async def test_a_hold_ends_at_its_cap_and_on_idle_whichever_comes_first(desk: Any) -> None:
+    d, link, clock = desk
+    hold = await d.take("at_run", "k_a", "alice")
+    clock.now += IDLE_S - 1
+    d.human_input(hold, Message(Kind.KEY, struct.pack(">BBxxI", 4, 1, 0xFF0D), key_down=True))
+    clock.now += IDLE_S - 1  # input moved the idle clock: not idle yet
+    await d.expire_due()
+    assert d.held("at_run")
+    clock.now += 2
+    await d.expire_due()
+    assert not d.held("at_run") and hold.ended_by is TakeoverEnd.IDLE
+    assert link.sent[-1] == protocol.TaskHold(attempt_id="at_run", held=False) and link.clock_held["at_run"] is False
+    entry = row(link).takeovers[0]
+    assert entry["ended_by"] == "idle" and entry["held_seconds"] == pytest.approx(2 * IDLE_S)
+    assert entry["counts"] == {"keys": 1, "clicks": 0, "typed": 0}
+
+    capped = await d.take("at_run", "k_a", "alice")
+    for _ in range(int(CAP_S // (IDLE_S / 2))):  # busy all along: only the cap ends it
+        clock.now += IDLE_S / 2
+        d.human_input(capped, Message(Kind.POINTER, struct.pack(">BBHH", 5, 0, 1, 1)))
+        await d.expire_due()
+    assert capped.ended_by is TakeoverEnd.CAP and [t["ended_by"] for t in row(link).takeovers] == ["idle", "cap"]
+
+
+async def test_the_agents_grant_outlives_its_time_by_the_time_held(desk: Any) -> None:
+    d, link, clock = desk
+    expires = datetime(2030, 1, 1, tzinfo=UTC)
+    with link.db.begin() as s:
+        grants.add(s, "tok", "at_run", "rn_1", None, expires)
+
+    def expiry() -> datetime:
+        with link.db() as s:
+            g = s.get(MachineGrant, "tok")
+            assert g is not None
+            return g.expires_at
+
+    await d.take("at_run", "k_a", "alice")
+    assert expiry() == expires + timedelta(seconds=CAP_S)  # a hold may last its whole cap
+    clock.now += 42
+    await d.hand_back("at_run")
+    assert expiry() == expires + timedelta(seconds=42)  # what was held, no more
+
+
+async def test_an_attempt_not_in_its_task_is_refused_with_its_outcome(desk: Any) -> None:
+    d, link, _ = desk
+    with pytest.raises(Refused) as e:
+        await d.take("at_done", "k_a", "alice")
+    assert e.value.code == "not_running" and e.value.extra == {"status": "done", "outcome": "passed"}
+    link.connected = False
+    with pytest.raises(Refused) as gone:
+        await d.take("at_run", "k_a", "alice")
+    assert gone.value.code == "not_connected" and not d.held("at_run") and row(link).assisted is False
+    with pytest.raises(Refused) as nobody:
+        await d.hand_back("at_run")
+    assert nobody.value.code == "not_held"
+
+
+async def test_the_agents_requests_wait_then_a_screen_is_fresh_and_an_action_is_taken_over(desk: Any) -> None:
+    d, _, _ = desk
+    relayed: list[str] = []
+
+    async def relay(runner_id: str, req: protocol.MachineRequest, timeout: float) -> protocol.MachineResponse:
+        relayed.append(req.op)
+        return protocol.MachineResponse(request_id=req.request_id, ok=True, png_b64="iVBORw0KGgo=")
+
+    m = Machine(relay, "rn_1", "at_run", gate=d)
+    await m.input([])
+    assert relayed == ["input"]  # nobody holds it: straight through
+    await d.take("at_run", "k_a", "alice")
+    screen = asyncio.ensure_future(m.screen())
+    action = asyncio.ensure_future(m.input([]))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not screen.done() and not action.done() and relayed == ["input"]
+    entry = await d.hand_back("at_run")
+    assert entry["ended_by"] == "handed_back"
+    assert await screen == b"\x89PNG\r\n\x1a\n" and relayed == ["input", "screen"]
+    with pytest.raises(MachineError) as refused:
+        await action
+    assert refused.value.refusal == protocol.MachineRefusal.TAKEN_OVER and str(refused.value) == TAKEN_OVER
+
+
+async def test_the_attempt_leaving_its_task_ends_the_hold(desk: Any) -> None:
+    d, link, _ = desk
+    hold = await d.take("at_run", "k_a", "alice")
+    d.runner_gone("rn_1")
+    await asyncio.wait_for(hold.ended.wait(), 10)
+    await d.close()  # the end's record is written
+    assert row(link).takeovers[0]["ended_by"] == "attempt_ended" and row(link).assisted is True
+
+
+def key(sym: int, down: bool = True) -> Message:
+    return Message(Kind.KEY, struct.pack(">BBxxI", 4, int(down), sym), key_down=down)
+
+
+def test_human_steps_count_typing_and_name_keys_chords_and_clicks() -> None:
+    steps = HumanSteps()
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    for ch in "ls -l":
+        steps.add(key(ord(ch)), at)
+        steps.add(key(ord(ch), down=False), at)
+    steps.add(key(0xFFE1), at)  # shift
+    steps.add(key(ord("A")), at)  # a capital: typed
+    steps.add(key(0xFFE1, down=False), at)
+    steps.add(key(0xFF0D), at)
+    for sym in (0xFFE3, 0xFFE9, ord("t")):  # ctrl+alt+t
+        steps.add(key(sym), at)
+    for sym in (ord("t"), 0xFFE9, 0xFFE3):
+        steps.add(key(sym, down=False), at)
+    steps.add(Message(Kind.POINTER, struct.pack(">BBHH", 5, 4, 30, 40)), at)  # right button down
+    steps.add(Message(Kind.POINTER, struct.pack(">BBHH", 5, 0, 30, 40)), at)
+    steps.add(Message(Kind.POINTER, struct.pack(">BBHH", 5, 8, 30, 40)), at)  # the wheel: no click
+    assert steps.as_counts() == {"keys": 2, "clicks": 1, "typed": 6}
+    assert [{k: v for k, v in e.items() if k != "at"} for e in steps.events] == [
+        {"kind": "typed", "count": 6}, {"kind": "key", "keys": "Return"}, {"kind": "key", "keys": "ctrl+alt+t"},
+        {"kind": "click", "x": 30, "y": 40, "button": "right"}]
+    assert "ls" not in str(steps.events)
+    for _ in range(MAX_EVENTS + 5):
+        steps.add(key(0xFF09), at)
+    assert len(steps.events) == MAX_EVENTS and steps.keys == 2 + MAX_EVENTS + 5
+    assert steps.dropped == 4 + 5  # 4 kept before: 200 - 4 Tabs fit

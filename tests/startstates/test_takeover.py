@@ -1,0 +1,207 @@
+"""Takeovers end to end, without a browser: a real gh-server and gh-runner on linux-tiny, a command agent
+that only looks (tests/startstates/look_agent.py), and a person driving through the live view the takeover
+hands them (tests/kit/rfb.py) (docs/server-api.md, "Takeovers"; docs/agents.md, "Takeover").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from guidinghand import Eager
+from kit.rfb import Viewer
+
+from .conftest import Stack, await_for
+from .test_live_view import new_key, on_attempt, ws_url
+from .test_start_states import check_after
+
+pytestmark = pytest.mark.timeout(1800)
+
+
+def api(stack: Stack, method: str, path: str, key: str | None = None, **kw: Any) -> httpx.Response:
+    return httpx.request(method, f"{stack.base_url}{path}", timeout=60,
+                         headers={"Authorization": f"Bearer {key or stack.admin_key}"}, **kw)
+
+
+def attempt(stack: Stack, aid: str) -> dict[str, Any]:
+    r = api(stack, "GET", f"/v1/attempts/{aid}")
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def lines(path: Path) -> list[tuple[float, float]]:
+    """The looker's screens: (asked, answered) wall-clock times."""
+    if not path.exists():
+        return []
+    return [(float(a), float(b)) for a, b in (ln.split() for ln in path.read_text().splitlines() if ln.strip())]
+
+
+@pytest.fixture()
+def looking(stack: Stack, gh: Eager) -> Iterator[Any]:
+    """Start the looker on a case whose check passes only if /tmp/by-human exists (or on `test`); yields
+    a function that returns the attempt id once its agent looks."""
+    gate: Path = stack.gate_dir
+    made: list[tuple[str, str]] = []
+
+    def start(minutes: int, test: str = "test -e /tmp/by-human") -> tuple[str, str]:
+        before = set(gate.glob("*.token"))
+        case = gh.test_cases.create("taken over", "Look at the screen.", "linux-tiny",  # type: ignore[arg-type]
+                                    check_after(test), limits={"minutes": minutes})
+        run = gh.test_runs.create(test_case_ids=[case["test_case_id"]], agents=["looker"])
+        made.append((case["test_case_id"], run["test_run_id"]))
+        token = await_for(lambda: set(gate.glob("*.token")) - before, what="the looker's task", timeout=900)
+        aid = next(iter(token)).name.removesuffix(".token")
+        await_for(lambda: lines(gate / f"{aid}.screens"), what="the looker's first screen", timeout=300)
+        return aid, str(run["test_run_id"])
+
+    try:
+        yield start
+    finally:
+        for f in gate.glob("*.token"):
+            (gate / f.name.replace(".token", ".done")).write_text("1")
+        for case_id, run_id in made:
+            gh.test_runs.wait(run_id, timeout=900, poll_interval=1)
+            gh.test_cases.delete(case_id)
+
+
+def replay_marks(stack: Stack, aid: str) -> list[tuple[str, Any]]:
+    from sqlalchemy import select
+
+    from gh_server.models import ReplayFrame
+
+    with stack.state.db() as s:
+        rows = s.execute(select(ReplayFrame.label, ReplayFrame.event).where(ReplayFrame.attempt_id == aid)
+                         .order_by(ReplayFrame.seq)).all()
+    return [(label, event) for label, event in rows if label in ("takeover", "handback")]
+
+
+def as_agent(stack: Stack, aid: str, method: str, op: str, **kw: Any) -> httpx.Response:
+    """A machine API request with the attempt's agent token, as the agent would make it."""
+    doc = json.loads((stack.gate_dir / f"{aid}.token").read_text())
+    return httpx.request(method, f"{doc['url']}/{op}", timeout=3600,
+                         headers={"Authorization": f"Bearer {doc['token']}"}, **kw)
+
+
+def test_a_takeover_holds_the_agent_and_its_time_and_hands_back(stack: Stack, looking: Any) -> None:
+    """Two admins press Take over at once: one holds. The agent's requests wait while held (its screen is
+    answered fresh at hand-back, its input `taken_over`), the task's one-minute limit does not run for a
+    hold longer than it, the person's command fixes the machine, and the attempt passes by its check and is
+    assisted. A takeover of the finished attempt is refused with its outcome."""
+    aid, run_id = looking(minutes=1)
+    other_key, _ = new_key(stack, "admin")
+
+    async def both() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=stack.base_url, timeout=60) as c:
+            return list(await asyncio.gather(*(
+                c.post(f"/v1/attempts/{aid}/takeover", headers={"Authorization": f"Bearer {k}"})
+                for k in (stack.admin_key, other_key))))
+
+    first, second = asyncio.run(both())
+    assert sorted([first.status_code, second.status_code]) == [200, 409], (first.text, second.text)
+    won, lost = (first, second) if first.status_code == 200 else (second, first)
+    holder_key = stack.admin_key if won is first else other_key
+    took = won.json()
+    assert took["object"] == "takeover" and took["attempt_id"] == aid and took["view"]["read_only"] is False
+    refused = lost.json()["error"]
+    assert refused["code"] == "held" and refused["held_by"] == took["by"] and refused["since"] == took["started_at"]
+    taken_at = time.time()
+
+    shown = attempt(stack, aid)
+    assert shown["assisted"] is True and shown["takeover"]["by"] == took["by"]
+    assert shown["live_url"] == f"{stack.base_url}/attempts/{aid}"
+    assert shown["takeovers"][0]["ended_at"] is None and shown["takeovers"][0]["by"] == took["by"]
+
+    pool = ThreadPoolExecutor(2)
+    try:
+        screen: Future[httpx.Response] = pool.submit(as_agent, stack, aid, "GET", "screen")
+        typed: Future[httpx.Response] = pool.submit(as_agent, stack, aid, "POST", "input",
+                                                    json={"events": [{"type": "key", "keys": ["ENTER"]}]})
+        with Viewer(ws_url(stack, took["view"]["url"])) as v:
+            assert v.handshake() == (720, 400)
+            for _ in range(4):  # a console not ready yet drops keys: retype after a while
+                v.type("touch /tmp/by-human")
+                try:
+                    await_for(lambda: on_attempt(stack, aid, "exec", script="test -e /tmp/by-human").exit_code == 0,
+                              what="the person's command run", timeout=30)
+                    break
+                except AssertionError:
+                    continue
+            else:
+                raise AssertionError("the person's command never ran")
+            v.pointer(10, 10, 1)
+            v.pointer(10, 10, 0)
+            # Held past the task's whole limit, on the runner's clock, and the task runs on.
+            task_clock = stack.daemon.leases.running[aid].attempt._clock
+            await_for(lambda: task_clock.held and task_clock.held_seconds() > 70, what="a hold past the limit",
+                      timeout=300, every=2)
+            assert attempt(stack, aid)["status"] == "running"
+            assert not screen.done() and not typed.done()  # the agent's requests wait
+            handed_at = time.time()
+            back = api(stack, "POST", f"/v1/attempts/{aid}/handback", holder_key)
+            assert back.status_code == 200, back.text
+            assert v.close_reason().reason == "closed"  # the holder's view ends with the hold
+        entry = back.json()
+        assert entry["object"] == "takeover" and entry["ended_by"] == "handed_back" and entry["held_seconds"] > 70
+        assert entry["counts"]["typed"] >= len("touch /tmp/by-human") and entry["counts"]["clicks"] == 1
+        assert {"kind": "key", "keys": "Return"} in [{k: e[k] for k in ("kind", "keys")} for e in entry["events"]
+                                                     if e["kind"] == "key"]
+        assert "touch" not in json.dumps(entry)  # what was typed is counted, never kept
+        seen = screen.result(timeout=120)
+        assert seen.status_code == 200 and seen.content.startswith(b"\x89PNG")
+        refused_input = typed.result(timeout=120)
+        assert refused_input.status_code == 409 and refused_input.json()["error"]["code"] == "taken_over"
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    screens = stack.gate_dir / f"{aid}.screens"
+    # The looker was held mid-look: no screen of its own was answered while held (one in flight at the take
+    # may land just after it), and it looks again after the hand-back.
+    assert len([1 for _, got in lines(screens) if taken_at + 1 < got < handed_at]) == 0, lines(screens)
+    await_for(lambda: any(asked > handed_at for asked, _ in lines(screens)), what="the looker looking again")
+    (stack.gate_dir / f"{aid}.done").write_text("1")
+
+    done = stack.sdk().test_runs.wait(run_id, timeout=600, poll_interval=1)
+    assert done["status"] == "completed", done
+    final = attempt(stack, aid)
+    assert final["outcome"] == "passed" and final["assisted"] is True, final
+    assert final["task_end"]["reason"] == "finished"  # not its time limit: the hold was not its time
+    assert final["metrics"]["held_seconds"] > 70 and final["takeover"] is None and final["live_url"] is None
+    assert [t["ended_by"] for t in final["takeovers"]] == ["handed_back"]
+    # The replay marks the span: a frame where the person took the machine, and one where they gave it back.
+    assert replay_marks(stack, aid) == [("takeover", {"human": "takeover"}), ("handback", {"human": "handback"})]
+    again = api(stack, "POST", f"/v1/attempts/{aid}/takeover")
+    assert again.status_code == 409, again.text
+    assert again.json()["error"]["code"] == "not_running" and again.json()["error"]["outcome"] == "passed"
+    assert api(stack, "POST", f"/v1/attempts/{aid}/handback").json()["error"]["code"] == "not_held"
+
+
+def test_a_holder_who_leaves_is_ended_idle_and_the_agent_goes_on(stack: Stack, looking: Any) -> None:
+    """The browser closes mid-takeover: after the idle period the machine goes back to the agent."""
+    desk = stack.state.gateway.takeovers
+    desk.idle_s = 8.0
+    try:
+        aid, run_id = looking(minutes=5, test="true")
+        took = api(stack, "POST", f"/v1/attempts/{aid}/takeover")
+        assert took.status_code == 200 and took.json()["idle_seconds"] == 8.0, took.text
+        with Viewer(ws_url(stack, took.json()["view"]["url"])) as v:
+            v.handshake()
+        ended = await_for(lambda: attempt(stack, aid)["takeovers"][0]["ended_by"], what="the hold's idle end",
+                          timeout=120)
+        assert ended == "idle"
+        since = time.time()
+        screens = stack.gate_dir / f"{aid}.screens"
+        await_for(lambda: any(got > since for _, got in lines(screens)), what="the looker looking again")
+        assert api(stack, "POST", f"/v1/attempts/{aid}/handback").json()["error"]["code"] == "not_held"
+    finally:
+        desk.idle_s = stack.state.settings.takeover_idle_seconds
+    (stack.gate_dir / f"{aid}.done").write_text("1")
+    stack.sdk().test_runs.wait(run_id, timeout=600, poll_interval=1)
+    final = attempt(stack, aid)
+    assert final["outcome"] == "passed" and final["assisted"] is True
