@@ -9,6 +9,7 @@ As in test_trust.py, the scheduler's and the takeover's writes are made on the r
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from gh_local import report as local_report
 from gh_server import stats
@@ -202,3 +203,28 @@ def test_gh_runner_local_agrees_with_the_api(server: Server) -> None:
     assert "[2 assisted]" in table  # reference's summary line
     report = local_report.build_report({"test_run_id": rid, "agents": ["noop", "reference"]}, res, counted)
     assert report["agents"]["reference"]["assisted"] == 2 and report["agents"]["noop"]["assisted"] == 1
+
+
+def test_the_report_page_shows_assisted_beside_error(server: Server, db_url: str | None) -> None:
+    """The results page in Chromium: its counts are the API's, assisted apart in the totals, each agent's
+    row, each cell and each try."""
+    import re
+
+    chromium = pytest.importorskip("e2e.chromium")
+    if chromium.chromium() is None:
+        pytest.fail("chromium is not installed (scripts/setup.sh installs it)")
+    rid = _two_agent_run(server, "AP")
+    res = server.admin.test_runs.results(rid)
+    url = _http(server).get(f"/v1/test_runs/{rid}/report_url").json()["url"]
+    dom = chromium.load(url, chromium.OUTPUT_DIR / f"report-page-assisted-{'pg' if db_url else 'lite'}.png").dom
+    assert 'data-rendered="1"' in dom
+    t = res["totals"]
+    assert (f'<div id="totals">{t["tries"]} tries: {t["passed"]} passed, {t["failed"]} failed, {t["error"]} error, '
+            f'{t["assisted"]} assisted') in dom
+    for agent, a in res["by_agent"].items():
+        row = re.search(rf'<tr data-agent="{agent}">(.*?)</tr>', dom)
+        assert row is not None and f'<td class="assisted">{a["assisted"]}</td>' in row.group(1), agent
+    cell = dom[dom.index('data-case="AP-A" data-agent="reference"'):]
+    cell = cell[:cell.index("</td>")]
+    assert '<span class="rate">100.0%</span>' in cell and "1/1 · 2 assisted" in cell  # 1 of its own, 2 held
+    assert cell.count(" (assisted)</a>") == 2 and 'class="passed assisted"' in cell
