@@ -91,9 +91,11 @@
       const waiting = new Set();
       for (const at of (data.attempts[c.test_case_id + "|" + a] || [])) {
         const cause = at.error_cause === "case" ? " (your case)" : at.error_cause ? " (ours)" : "";
-        const held = at.assisted ? " assisted" : "";
+        // Counted apart when the check scored it; an assisted try that ended in error stays an error.
+        const held = at.assisted && at.outcome !== "error" ? " assisted" : "";
         tries.append(el("a", { class: (at.outcome || at.status || "") + held, href: at.replay,
-                               title: at.attempt_id + " " + (at.outcome || at.status) + cause + held },
+                               title: at.attempt_id + " " + (at.outcome || at.status) + cause +
+                                 (at.assisted ? " assisted" : "") },
                         "try " + at.try + (at.retry_of ? "r" : "") + (at.assisted ? " (assisted)" : "")));
         if (at.queued_reason) waiting.add(at.queued_reason.message);
       }
