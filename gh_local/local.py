@@ -712,8 +712,8 @@ def _attempt_dict(row: Any, key: str | None) -> dict[str, Any]:
 
     return {"attempt_id": row.id, "test_case_id": row.test_case_id, "key": key, "agent_id": row.agent_id,
             "try": row.try_number, "retry_of": row.retry_of, "status": row.status, "outcome": row.outcome,
-            "assisted": bool(row.assisted), "error": row.error, "error_cause": serialize.error_cause(row), "check": row.check,
-            "metrics": row.metrics, "runner_id": row.runner_id,
+            "assisted": bool(row.assisted), "error": row.error, "error_cause": serialize.error_cause(row),
+            "check": row.check, "metrics": row.metrics, "runner_id": row.runner_id,
             "started_at": ts(row.started_at), "finished_at": ts(row.finished_at)}
 
 

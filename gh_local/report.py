@@ -239,8 +239,9 @@ def render_errors(attempts: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _attempt_entry(a: Mapping[str, Any]) -> dict[str, Any]:
-    keep = ("attempt_id", "test_case_id", "key", "agent_id", "try", "retry_of", "status", "outcome", "assisted", "error",
-            "error_cause", "check", "metrics", "replay_url", "replay_path", "runner_id", "started_at", "finished_at")
+    keep = ("attempt_id", "test_case_id", "key", "agent_id", "try", "retry_of", "status", "outcome", "assisted",
+            "error", "error_cause", "check", "metrics", "replay_url", "replay_path", "runner_id", "started_at",
+            "finished_at")
     entry = {k: a.get(k) for k in keep}
     entry["seconds"] = attempt_seconds(a)
     return entry

@@ -16,8 +16,9 @@ What the page shows: the frames on a timeline with the input event before each, 
 `metrics.phase_seconds`), the check outputs before and after, the answer, the error and the
 outcome; for an assisted attempt, each takeover as a span of the timeline (who, from when to when,
 how it ended) and the person's steps in it (`takeovers`: counts, named keys and clicks; how many
-characters were typed, never which: the record does not hold them). Secrets never reach it: the runner already redacts typed secrets (`gh_runner.replay`),
-and everything rendered here is passed once more through the frozen case's secret facts.
+characters were typed, never which: the record does not hold them). Secrets never reach it: the
+runner already redacts typed secrets (`gh_runner.replay`), and everything rendered here is passed
+once more through the frozen case's secret facts.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import secrets
 import shutil
 import time
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -184,8 +185,8 @@ def _since(t0: datetime | None, iso: Any) -> float | None:
     except ValueError:
         return None
     if at.tzinfo is None or t0.tzinfo is None:  # a naive time is UTC (as SQLite hands them back)
-        at = at.astimezone(timezone.utc).replace(tzinfo=None) if at.tzinfo else at
-        t0 = t0.astimezone(timezone.utc).replace(tzinfo=None) if t0.tzinfo else t0
+        at = at.astimezone(UTC).replace(tzinfo=None) if at.tzinfo else at
+        t0 = t0.astimezone(UTC).replace(tzinfo=None) if t0.tzinfo else t0
     return round((at - t0).total_seconds(), 3)
 
 
