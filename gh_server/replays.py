@@ -207,7 +207,8 @@ def _takeovers(t0: datetime | None, takeovers: Any) -> list[dict[str, Any]]:
                 continue
             steps.append({"at": ev.get("at"), "t": _since(t0, ev.get("at")), "kind": kind,
                           **{f: ev.get(f) for f in _HUMAN_STEP_FIELDS[kind]}})
-        counts = hold.get("counts") if isinstance(hold.get("counts"), dict) else {}
+        counts = hold.get("counts")
+        counts = counts if isinstance(counts, dict) else {}
         out.append({
             "by": hold.get("by"), "started_at": hold.get("started_at"), "ended_at": hold.get("ended_at"),
             "start": _since(t0, hold.get("started_at")), "end": _since(t0, hold.get("ended_at")),

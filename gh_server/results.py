@@ -251,7 +251,7 @@ def timeline(run: TestRun, finished: list[tuple[datetime, Counted]], steps: int 
     n = steps if span > 0 else 1
     finished.sort(key=lambda x: x[0])
     out: list[dict[str, Any]] = []
-    counts = dict.fromkeys(COUNTED, 0)
+    counts: dict[str, int] = dict.fromkeys(COUNTED, 0)
     i = 0
     for step in range(1, n + 1):
         t = start + timedelta(seconds=span * step / n) if span > 0 else end
