@@ -189,11 +189,12 @@ class Progress:
 
     def update(self, progress: dict[str, Any]) -> None:
         total = int(progress.get("total") or self.total)
-        counts = tuple(int(progress.get(k) or 0) for k in ("passed", "failed", "error", "running", "queued"))
-        passed, failed, error, running, queued = counts
-        done = passed + failed + error
+        counts = tuple(int(progress.get(k) or 0)
+                       for k in ("passed", "failed", "error", "assisted", "running", "queued"))
+        passed, failed, error, assisted, running, queued = counts
+        done = passed + failed + error + assisted
         elapsed = time.monotonic() - self._t0
-        text = (f"{done}/{total} done  passed {passed}  failed {failed}  error {error}  "
+        text = (f"{done}/{total} done  passed {passed}  failed {failed}  error {error}  assisted {assisted}  "
                 f"running {running}  queued {queued}  {elapsed:,.0f}s")
         if self.tty:
             self._total_now = total
@@ -711,8 +712,8 @@ def _attempt_dict(row: Any, key: str | None) -> dict[str, Any]:
 
     return {"attempt_id": row.id, "test_case_id": row.test_case_id, "key": key, "agent_id": row.agent_id,
             "try": row.try_number, "retry_of": row.retry_of, "status": row.status, "outcome": row.outcome,
-            "error": row.error, "error_cause": serialize.error_cause(row), "check": row.check,
-            "metrics": row.metrics, "runner_id": row.runner_id,
+            "assisted": bool(row.assisted), "error": row.error, "error_cause": serialize.error_cause(row),
+            "check": row.check, "metrics": row.metrics, "runner_id": row.runner_id,
             "started_at": ts(row.started_at), "finished_at": ts(row.finished_at)}
 
 

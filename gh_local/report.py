@@ -2,7 +2,8 @@
 pass rate with a 95% confidence interval, and the JSON report.
 
 Pure functions over the API's objects (`test_run`, `test_run_results`, `attempt`), so the same
-code reads a run from the embedded control plane or from any gh-server.
+code reads a run from the embedded control plane or from any gh-server. A try a person took over and
+the check then scored is `assisted`, counted apart as the server counts it (gh_server/counts.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from gh_server.counts import counted_as
 
 Z_95 = 1.959963984540054  # two-sided 95% normal quantile
 
@@ -58,6 +61,7 @@ class Row:
     failed: int
     error: int
     median_seconds: float | None
+    assisted: int = 0  # a person took the machine over: scored by the check, never the agent's verdict
 
 
 @dataclass(frozen=True)
@@ -67,8 +71,9 @@ class AgentSummary:
     passed: int
     failed: int
     error: int
-    pass_rate: float | None  # passed / (passed + failed): errors are ours, never the agent's
+    pass_rate: float | None  # passed / (passed + failed): errors and assisted tries are never the agent's
     ci95: Interval | None
+    assisted: int = 0
 
 
 def _median(values: Iterable[float]) -> float | None:
@@ -89,14 +94,22 @@ def rows_from_attempts(attempts: Sequence[Mapping[str, Any]], case_order: Sequen
     order = {k: i for i, k in enumerate(case_order)}
     rows = []
     for (key, agent), items in groups.items():
-        outcomes = [a.get("outcome") for a in items]
+        counted = [_counted(a) for a in items]
         rows.append(Row(
             key=key, agent_id=agent, tries=len(items),
-            passed=outcomes.count("passed"), failed=outcomes.count("failed"), error=outcomes.count("error"),
-            median_seconds=_median(s for a in items if (s := attempt_seconds(a)) is not None),
+            passed=counted.count("passed"), failed=counted.count("failed"), error=counted.count("error"),
+            # The agent's time: a try a person held is not.
+            median_seconds=_median(s for a, c in zip(items, counted, strict=True)
+                                   if c != "assisted" and (s := attempt_seconds(a)) is not None),
+            assisted=counted.count("assisted"),
         ))
     rows.sort(key=lambda r: (order.get(r.key, len(order)), r.key, r.agent_id))
     return rows
+
+
+def _counted(a: Mapping[str, Any]) -> str | None:
+    """What a listed attempt counts as (passed, failed, error, assisted); None when it has no outcome."""
+    return counted_as("done" if a.get("outcome") else None, a.get("outcome"), bool(a.get("assisted")))
 
 
 def attempt_seconds(a: Mapping[str, Any]) -> float | None:
@@ -115,19 +128,21 @@ def attempt_seconds(a: Mapping[str, Any]) -> float | None:
 
 
 def summarize_agents(rows: Sequence[Row], agents: Sequence[str] = ()) -> list[AgentSummary]:
-    totals: dict[str, list[int]] = {a: [0, 0, 0, 0] for a in agents}
+    totals: dict[str, list[int]] = {a: [0, 0, 0, 0, 0] for a in agents}
     for r in rows:
-        t = totals.setdefault(r.agent_id, [0, 0, 0, 0])
+        t = totals.setdefault(r.agent_id, [0, 0, 0, 0, 0])
         t[0] += r.tries
         t[1] += r.passed
         t[2] += r.failed
         t[3] += r.error
+        t[4] += r.assisted
     out = []
-    for agent, (tries, passed, failed, error) in totals.items():
+    for agent, (tries, passed, failed, error, assisted) in totals.items():
         scored = passed + failed
         out.append(AgentSummary(
             agent_id=agent, tries=tries, passed=passed, failed=failed, error=error,
             pass_rate=(passed / scored) if scored else None, ci95=wilson_interval(passed, scored),
+            assisted=assisted,
         ))
     return out
 
@@ -145,8 +160,8 @@ def _fmt_rate(s: AgentSummary) -> str:
 
 def render_table(rows: Sequence[Row], summaries: Sequence[AgentSummary]) -> str:
     """The plain-text table printed at the end of `gh-runner local`."""
-    header = ("case", "agent", "tries", "passed", "failed", "error", "median s")
-    body = [(r.key, r.agent_id, str(r.tries), str(r.passed), str(r.failed), str(r.error),
+    header = ("case", "agent", "tries", "passed", "failed", "error", "assisted", "median s")
+    body = [(r.key, r.agent_id, str(r.tries), str(r.passed), str(r.failed), str(r.error), str(r.assisted),
              _fmt_seconds(r.median_seconds)) for r in rows]
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
 
@@ -157,10 +172,11 @@ def render_table(rows: Sequence[Row], summaries: Sequence[AgentSummary]) -> str:
     out = [line(header), line(["-" * w for w in widths])]
     out += [line(b) for b in body]
     out.append("")
-    out.append("pass rate per agent (errors are not counted against the agent):")
+    out.append("pass rate per agent (errors and assisted tries are not counted for or against the agent):")
     name_w = max((len(s.agent_id) for s in summaries), default=5)
     for s in summaries:
         extra = f"  [{s.error} error{'s' if s.error != 1 else ''}]" if s.error else ""
+        extra += f"  [{s.assisted} assisted]" if s.assisted else ""
         out.append(f"  {s.agent_id.ljust(name_w)}  {_fmt_rate(s)}{extra}")
     return "\n".join(out)
 
@@ -223,8 +239,9 @@ def render_errors(attempts: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _attempt_entry(a: Mapping[str, Any]) -> dict[str, Any]:
-    keep = ("attempt_id", "test_case_id", "key", "agent_id", "try", "retry_of", "status", "outcome", "error",
-            "error_cause", "check", "metrics", "replay_url", "replay_path", "runner_id", "started_at", "finished_at")
+    keep = ("attempt_id", "test_case_id", "key", "agent_id", "try", "retry_of", "status", "outcome", "assisted",
+            "error", "error_cause", "check", "metrics", "replay_url", "replay_path", "runner_id", "started_at",
+            "finished_at")
     entry = {k: a.get(k) for k in keep}
     entry["seconds"] = attempt_seconds(a)
     return entry
@@ -257,7 +274,7 @@ def build_report(
         "agents": {
             s.agent_id: {
                 "tries": s.tries, "passed": s.passed, "failed": s.failed, "error": s.error,
-                "pass_rate": s.pass_rate,
+                "assisted": s.assisted, "pass_rate": s.pass_rate,
                 "ci95": None if s.ci95 is None else [round(s.ci95.low, 4), round(s.ci95.high, 4)],
             }
             for s in summaries

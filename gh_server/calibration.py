@@ -5,6 +5,9 @@ that judged) we compare its verdicts with the labels: labelled (labels on rubric
 it judged), compared (those it gave a verdict on), agreed, rate, Cohen's kappa with its 95% interval,
 and `trusted`: None under MIN_LABELS compared labels, False under MIN_AGREEMENT, True otherwise. Results
 mark the rubric verdicts of a judge that is not trusted; they are reported, never dropped.
+
+An assisted attempt (a person took its machine over, gh_server/counts.py) is never in calibration: it
+cannot be labelled (409 `assisted`), and a label on one would not be read here either.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ def calibration(session: Session) -> dict[str, Any]:
         select(Attempt.id, Attempt.test_run_id, Attempt.judge, RunCase.case, AttemptLabel.passed)
         .join(RunCase, RunCase.id == Attempt.run_case_id)
         .join(AttemptLabel, AttemptLabel.attempt_id == Attempt.id)
+        .where(Attempt.assisted.is_(False))
     ).all()
     runs_of: dict[str, set[str]] = defaultdict(set)
     judged_runs = session.execute(select(Attempt.test_run_id, Attempt.judge).where(Attempt.judge.is_not(None))).all()

@@ -14,8 +14,11 @@ otherwise one per process.
 
 What the page shows: the frames on a timeline with the input event before each, the phases (from
 `metrics.phase_seconds`), the check outputs before and after, the answer, the error and the
-outcome. Secrets never reach it: the runner already redacts typed secrets (`gh_runner.replay`),
-and everything rendered here is passed once more through the frozen case's secret facts.
+outcome; for an assisted attempt, each takeover as a span of the timeline (who, from when to when,
+how it ended) and the person's steps in it (`takeovers`: counts, named keys and clicks; how many
+characters were typed, never which: the record does not hold them). Secrets never reach it: the
+runner already redacts typed secrets (`gh_runner.replay`), and everything rendered here is passed
+once more through the frozen case's secret facts.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import secrets
 import shutil
 import time
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +176,49 @@ def _phases(metrics: dict[str, Any] | None) -> list[dict[str, Any]]:
     return out
 
 
+def _since(t0: datetime | None, iso: Any) -> float | None:
+    """Seconds from the attempt's start to an ISO-8601 time (as `takeovers` records them)."""
+    if t0 is None or not isinstance(iso, str) or not iso:
+        return None
+    try:
+        at = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if at.tzinfo is None or t0.tzinfo is None:  # a naive time is UTC (as SQLite hands them back)
+        at = at.astimezone(UTC).replace(tzinfo=None) if at.tzinfo else at
+        t0 = t0.astimezone(UTC).replace(tzinfo=None) if t0.tzinfo else t0
+    return round((at - t0).total_seconds(), 3)
+
+
+# What a person's step keeps, by kind: never a typed character, only how many.
+_HUMAN_STEP_FIELDS = {"typed": ("count",), "key": ("keys",), "click": ("x", "y", "button")}
+
+
+def _takeovers(t0: datetime | None, takeovers: Any) -> list[dict[str, Any]]:
+    """Each hold as a span of the timeline, its person's steps placed on it."""
+    out: list[dict[str, Any]] = []
+    for hold in takeovers if isinstance(takeovers, list) else []:
+        if not isinstance(hold, dict):
+            continue
+        steps = []
+        for ev in hold.get("events") or []:
+            kind = ev.get("kind") if isinstance(ev, dict) else None
+            if kind not in _HUMAN_STEP_FIELDS:
+                continue
+            steps.append({"at": ev.get("at"), "t": _since(t0, ev.get("at")), "kind": kind,
+                          **{f: ev.get(f) for f in _HUMAN_STEP_FIELDS[kind]}})
+        counts = hold.get("counts")
+        counts = counts if isinstance(counts, dict) else {}
+        out.append({
+            "by": hold.get("by"), "started_at": hold.get("started_at"), "ended_at": hold.get("ended_at"),
+            "start": _since(t0, hold.get("started_at")), "end": _since(t0, hold.get("ended_at")),
+            "ended_by": hold.get("ended_by"), "held_seconds": hold.get("held_seconds"),
+            "counts": {k: int(counts.get(k) or 0) for k in ("keys", "clicks", "typed")},
+            "events": steps, "events_dropped": int(hold.get("events_dropped") or 0),
+        })
+    return out
+
+
 def replay_data(session: Session, attempt_id: str, frame_url: str,
                 run_url: str | None = None) -> dict[str, Any] | None:
     """Everything the page renders, redacted; None for an unknown attempt.
@@ -216,6 +262,9 @@ def replay_data(session: Session, attempt_id: str, frame_url: str,
         "metrics": att.metrics,
         "phases": _phases(att.metrics),
         "machine": (att.metrics or {}).get("machine_origin"),
+        # A person took the machine over: its outcome is the check's, never the agent's pass.
+        "assisted": bool(att.assisted),
+        "takeovers": _takeovers(t0, att.takeovers),
         "started_at": _iso(att.started_at),
         "finished_at": _iso(att.finished_at),
         "frames": frames,

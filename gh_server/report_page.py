@@ -1,6 +1,7 @@
 """The results page: a run's cases x agents matrix with pass rates and interval bars, flaky
-and broken cases marked, its agents' statistics, infrastructure errors, the timeline, the run compared
-with the one before it, the recent runs, and every try linked to its replay.
+and broken cases marked, its agents' statistics, infrastructure errors and assisted tries (counted
+apart), the timeline, the run compared with the one before it, the recent runs, and every try linked
+to its replay.
 
 One self-contained HTML file: the data is embedded as JSON and the style and script inline, so the
 same page is served by gh-server (GET /v1/test_runs/{id}/report) and written by `gh-runner local` as
@@ -56,7 +57,8 @@ def page_data(session: Session, run: TestRun, replay_link: Link, run_link: Link)
         wait = waits.get(a.id)
         attempts.setdefault(f"{a.test_case_id}|{a.agent_id}", []).append(
             {"attempt_id": a.id, "try": a.try_number, "retry_of": a.retry_of, "status": a.status,
-             "outcome": a.outcome, "error_cause": serialize.error_cause(a), "replay": replay_link(a.id),
+             "outcome": a.outcome, "assisted": bool(a.assisted), "error_cause": serialize.error_cause(a),
+             "replay": replay_link(a.id),
              "queued_reason": wait.as_dict() if wait is not None else None})
     compare = None
     prev = _previous(session, run)

@@ -1,7 +1,8 @@
 """Run progress, pass rates, results and comparisons, computed from `attempts` in SQL-sized passes.
 
 Results count the last attempt of each try (`is_last`): an error that was retried counts as its retry.
-Errors never count against an agent: pass_rate = passed / (passed + failed).
+Errors never count against an agent: pass_rate = passed / (passed + failed). An attempt a person took
+over and the check then scored counts as `assisted`, apart like errors (gh_server/counts.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gh_server import trust
+from gh_server.counts import COUNTED, Counted, counted_as, new_progress
 from gh_server.models import Attempt, RunCase, TestRun, utcnow
 from gh_server.timestamps import ts
 from gh_wire.vocab import ACTIVE
@@ -38,26 +40,25 @@ def progress_for(
     if not ids:
         return out
     rows = session.execute(
-        select(Attempt.test_run_id, Attempt.agent_id, Attempt.status, Attempt.outcome, func.count())
+        select(Attempt.test_run_id, Attempt.agent_id, Attempt.status, Attempt.outcome, Attempt.assisted,
+               func.count())
         .where(Attempt.test_run_id.in_(ids), Attempt.is_last.is_(True))
-        .group_by(Attempt.test_run_id, Attempt.agent_id, Attempt.status, Attempt.outcome)
+        .group_by(Attempt.test_run_id, Attempt.agent_id, Attempt.status, Attempt.outcome, Attempt.assisted)
     ).all()
-    prog: dict[str, dict[str, int]] = {
-        i: {"total": 0, "queued": 0, "running": 0, "passed": 0, "failed": 0, "error": 0} for i in ids
-    }
+    prog: dict[str, dict[str, int]] = {i: new_progress() for i in ids}
     per_agent: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
-    for run_id, agent, status, outcome, n in rows:
+    for run_id, agent, status, outcome, assisted, n in rows:
         p = prog[run_id]
         p["total"] += n
         if status in QUEUED:
             p["queued"] += n
         elif status in ACTIVE:
             p["running"] += n
-        elif status == "done" and outcome in ("passed", "failed", "error"):
-            p[outcome] += n
-            if outcome == "passed":
+        elif (counted := counted_as(status, outcome, assisted)) is not None:
+            p[counted] += n
+            if counted == "passed":
                 per_agent[run_id][agent][0] += n
-            elif outcome == "failed":
+            elif counted == "failed":
                 per_agent[run_id][agent][1] += n
     for r in runs:
         agents = list(r.agents or [])
@@ -67,7 +68,10 @@ def progress_for(
 
 
 def _tally() -> dict[str, Any]:
-    return {"tries": 0, "passed": 0, "failed": 0, "error": 0}
+    return {"tries": 0, **dict.fromkeys(COUNTED, 0)}
+
+
+TALLIED = ("tries", *COUNTED)  # what a row adds to its agent's, tag's and category's tally
 
 
 def _stats(seconds: list[float], steps: list[int], active: float) -> dict[str, Any]:
@@ -129,9 +133,12 @@ def results(session: Session, run: TestRun) -> dict[str, Any]:
     pair_steps: dict[tuple[int, str], list[int]] = defaultdict(list)
     pair_active: dict[tuple[int, str], float] = defaultdict(float)
     pair_cost: dict[tuple[int, str], int | None] = {}
-    finished: list[tuple[datetime, str]] = []
+    finished: list[tuple[datetime, Counted]] = []
     total_attempts = 0
-    for rc_id, agent, status, outcome, seconds, active, steps, cost, finished_at, is_last, *_ in rows:
+    trust_rows = [trust.TrustRow(r[1], *r[10:]) for r in rows]
+    for r, tr in zip(rows, trust_rows, strict=True):
+        rc_id, agent, status, outcome, seconds, active, steps, cost, finished_at, is_last = r[:10]
+        assisted = tr.assisted
         total_attempts += 1
         k = (rc_id, agent)
         p = pair.setdefault(k, {**_tally(), "cancelled": 0})
@@ -144,11 +151,12 @@ def results(session: Session, run: TestRun) -> dict[str, Any]:
         p["tries"] += 1
         if status == "cancelled":
             p["cancelled"] += 1
-        elif status == "done" and outcome in ("passed", "failed", "error"):
-            p[outcome] += 1
+        elif (counted := counted_as(status, outcome, assisted)) is not None:
+            p[counted] += 1
             if finished_at is not None:
-                finished.append((finished_at, outcome))
-            if outcome in ("passed", "failed"):
+                finished.append((finished_at, counted))
+            # The agent's times and steps: a person's hold is not the agent's time (nor an error's).
+            if counted in ("passed", "failed"):
                 if seconds is not None:
                     pair_secs[k].append(float(seconds))
                 pair_steps[k].append(int(steps or 0))
@@ -172,14 +180,14 @@ def results(session: Session, run: TestRun) -> dict[str, Any]:
             "category": c["category"],
             "tags": c["tags"],
             "agent_id": agent,
-            **{f: p[f] for f in ("tries", "passed", "failed", "error", "cancelled")},
-            "all_passed": p["tries"] > 0 and p["passed"] == p["tries"],
+            **{f: p[f] for f in (*TALLIED, "cancelled")},
+            "all_passed": p["tries"] > 0 and p["passed"] == p["tries"],  # an assisted try is not passed
             **_stats(pair_secs[k], pair_steps[k], pair_active[k]),
             "cost_cents": pair_cost.get(k),
         }
         data.append(row)
         a = by_agent.setdefault(agent, {**_tally(), "cost_cents": None})
-        for f in ("tries", "passed", "failed", "error"):
+        for f in TALLIED:
             a[f] += p[f]
         if pair_cost.get(k) is not None:  # what a model agent spent (its price times its tokens), retries too
             a["cost_cents"] = (a["cost_cents"] or 0) + int(pair_cost[k] or 0)
@@ -188,11 +196,11 @@ def results(session: Session, run: TestRun) -> dict[str, Any]:
         agent_active[agent] += pair_active[k]
         for tag in c["tags"]:
             t = by_tag[tag].setdefault(agent, _tally())
-            for f in ("tries", "passed", "failed", "error"):
+            for f in TALLIED:
                 t[f] += p[f]
         if c["category"]:
             t = by_category[c["category"]].setdefault(agent, _tally())
-            for f in ("tries", "passed", "failed", "error"):
+            for f in TALLIED:
                 t[f] += p[f]
     for agent, a in by_agent.items():
         a.update(_stats(agent_secs[agent], agent_steps[agent], agent_active[agent]))
@@ -203,7 +211,7 @@ def results(session: Session, run: TestRun) -> dict[str, Any]:
                 t["pass_rate"] = rate(t["passed"], t["failed"])
     tot = _tally()
     for a in by_agent.values():
-        for f in ("tries", "passed", "failed", "error"):
+        for f in TALLIED:
             tot[f] += a[f]
     wall = None
     if run.started_at is not None:
@@ -230,10 +238,10 @@ def results(session: Session, run: TestRun) -> dict[str, Any]:
         "timeline": timeline(run, finished),
     }
     # Intervals, pass@k, flaky, infrastructure errors apart, axes: from the same rows.
-    return trust.enrich(session, run, out, [trust.TrustRow(r[1], *r[10:]) for r in rows])
+    return trust.enrich(session, run, out, trust_rows)
 
 
-def timeline(run: TestRun, finished: list[tuple[datetime, str]], steps: int = 40) -> list[dict[str, Any]]:
+def timeline(run: TestRun, finished: list[tuple[datetime, Counted]], steps: int = 40) -> list[dict[str, Any]]:
     """Cumulative tries finished by each of about 40 points from the run's start."""
     start = run.started_at or run.created_at
     if start is None or not finished:
@@ -243,7 +251,7 @@ def timeline(run: TestRun, finished: list[tuple[datetime, str]], steps: int = 40
     n = steps if span > 0 else 1
     finished.sort(key=lambda x: x[0])
     out: list[dict[str, Any]] = []
-    counts = {"passed": 0, "failed": 0, "error": 0}
+    counts: dict[str, int] = dict.fromkeys(COUNTED, 0)
     i = 0
     for step in range(1, n + 1):
         t = start + timedelta(seconds=span * step / n) if span > 0 else end
@@ -289,7 +297,7 @@ def compare(session: Session, runs: list[TestRun]) -> dict[str, Any]:
                 },
             )
             c["results"].setdefault(r.id, {})[row["agent_id"]] = {
-                **{f: row[f] for f in ("tries", "passed", "failed", "error")},
+                **{f: row[f] for f in TALLIED},
                 "median_seconds": row["median_seconds"],
                 "price_cents": row["price_cents"],
             }

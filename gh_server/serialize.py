@@ -160,6 +160,8 @@ def attempt(row: Attempt, key: str | None, base_url: str, settings: Any = None,
         "is_last": row.is_last,
         "status": _ATTEMPT_STATUS.get(row.status, row.status),
         "outcome": row.outcome,
+        # A person took the machine over: the outcome is the check's, counted apart (gh_server/counts.py).
+        "assisted": bool(row.assisted),
         "task_id": None,
         "app_version": None,
         "replay_url": replay_url(settings, base_url, row.id),

@@ -4,6 +4,9 @@
 - per (case, agent): `flaky` when its scored tries disagree, and how the tasks ended;
 - infrastructure errors apart: every attempt that ended `error` (retried ones too), as a rate of the
   run's attempts and by phase; never in an agent's denominator (pass_rate = passed / (passed + failed));
+- assisted tries (a person took the machine over; gh_server/counts.py) in none of these: not scored, not
+  flaky, no interval, no pass@k / pass^k, no axis, and in a paired comparison a try that was assisted
+  on either side is not a pair;
 - paired differences between two agents of a run, or one agent across two runs: per case and overall,
   with an exact McNemar test on tries paired by case and try order, and a paired bootstrap interval
   of the mean per-case difference, so that "B beats A" comes with its uncertainty.
@@ -22,10 +25,18 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gh_server import calibration, stats, validation
+from gh_server.counts import counted_as
 from gh_server.models import Attempt, TestRun
 
-# (test_case_id, agent) -> scored outcomes of its counted tries, in try order (True = passed)
-Scored = dict[tuple[str, str], list[bool]]
+# (test_case_id, agent) -> the verdicts of its counted tries, in try order: True passed, False failed,
+# None assisted (a person took the machine over: no verdict on the agent, but it holds its try's place,
+# so that tries are still paired by their order).
+Scored = dict[tuple[str, str], list[bool | None]]
+
+
+def verdicts(tries: list[bool | None]) -> list[bool]:
+    """The agent's own verdicts of a (case, agent): its assisted tries left out."""
+    return [t for t in tries if t is not None]
 
 
 def _interval(passed: int, n: int) -> list[float] | None:
@@ -41,7 +52,7 @@ def columns(t: Any) -> list[Any]:
             t.c.check["passed"].as_boolean(), t.c.judge["judge_id"].as_string(), t.c.judge["passed"].as_boolean(),
             t.c.judge["usage"]["seconds"].as_float(), t.c.judge["usage"]["tokens"].as_integer(),
             t.c.metrics["questions"].as_integer(), t.c.id, t.c.metrics["error_cause"].as_string(),
-            t.c.metrics["failed_reason"].as_string()]
+            t.c.metrics["failed_reason"].as_string(), t.c.assisted]
 
 
 class TrustRow(NamedTuple):
@@ -62,19 +73,27 @@ class TrustRow(NamedTuple):
     attempt_id: str
     error_cause: str | None  # for an error: "case" or "infrastructure" (absent: an error of ours)
     failed_reason: str | None  # `failed` by a rule, not the check's verdict (gh_wire.vocab.FailReason)
+    assisted: bool  # a person took the machine over during the task (gh_server/counts.py)
 
 
 def scored_tries(session: Session, run_ids: list[str]) -> dict[str, Scored]:
-    """Per run, the counted tries that were scored (passed or failed), in try order."""
+    """Per run, the counted tries that were scored (passed or failed), in try order; an assisted one as
+    None in its place."""
     t = Attempt.__table__
-    stmt = (select(t.c.test_run_id, t.c.test_case_id, t.c.agent_id, t.c.outcome)
+    stmt = (select(t.c.test_run_id, t.c.test_case_id, t.c.agent_id, t.c.outcome, t.c.assisted)
             .where(t.c.test_run_id.in_(run_ids), t.c.is_last.is_(True), t.c.status == "done",
                    t.c.outcome.in_(("passed", "failed")))
             .order_by(t.c["try"], t.c.created_at))
     out: dict[str, Scored] = {r: defaultdict(list) for r in run_ids}
-    for run_id, case_id, agent, outcome in session.connection().execute(stmt):
-        out[run_id][(case_id, agent)].append(outcome == "passed")
+    for run_id, case_id, agent, outcome, assisted in session.connection().execute(stmt):
+        out[run_id][(case_id, agent)].append(_verdict("done", outcome, assisted))
     return out
+
+
+def _verdict(status: str, outcome: str | None, assisted: bool | None) -> bool | None:
+    """A scored try's place in `Scored`: True passed, False failed, None assisted."""
+    counted = counted_as(status, outcome, assisted)
+    return None if counted == "assisted" else counted == "passed"
 
 
 def enrich(session: Session, run: TestRun, res: dict[str, Any], rows: list[TrustRow]) -> dict[str, Any]:
@@ -98,15 +117,17 @@ def enrich(session: Session, run: TestRun, res: dict[str, Any], rows: list[Trust
     ax = _Axes()
     asked: list[tuple[str, str, str]] = []
     for (agent, case_id, _try, status, outcome, is_last, phase, end, checked, judge_id, judged,
-         judge_s, judge_tok, questions, attempt_id, cause, failed_reason) in rows:
+         judge_s, judge_tok, questions, attempt_id, cause, failed_reason, assisted) in rows:
         # The evaluator's own overhead counts every attempt it was spent on, retried ones too.
         ax.judge_seconds[agent] += float(judge_s or 0)
         ax.judge_tokens[agent] += int(judge_tok or 0)
         if questions:
             asked.append((attempt_id, case_id, agent))
         if is_last and status == "done" and outcome in ("passed", "failed"):
-            scored[(case_id, agent)].append(outcome == "passed")
-            ax.count(case_id, agent, checked, judge_id, judged, questions, trust_of)
+            verdict = _verdict(status, outcome, assisted)
+            scored[(case_id, agent)].append(verdict)
+            if verdict is not None:  # the axes are the agent's: a person's fix is not its check or rubric
+                ax.count(case_id, agent, checked, judge_id, judged, questions, trust_of)
         if status == "done" and outcome == "error" and cause == "case":
             case_errors += 1
             agent_case_errors[agent] += 1
@@ -117,7 +138,7 @@ def enrich(session: Session, run: TestRun, res: dict[str, Any], rows: list[Trust
             by_phase[phase or "runner"] += 1  # an attempt errored by the server (runner lost) has no phase
         if is_last and end:
             task_ends[(case_id, agent)][end] += 1
-        if is_last and status == "done" and outcome == "failed" and failed_reason:
+        if is_last and status == "done" and outcome == "failed" and failed_reason and not assisted:
             failed_reasons[(case_id, agent)][failed_reason] += 1
             agent_failed_reasons[agent][failed_reason] += 1
     valid = validation.case_statuses(session, sorted({r["test_case_id"] for r in res["data"]}))
@@ -125,7 +146,7 @@ def enrich(session: Session, run: TestRun, res: dict[str, Any], rows: list[Trust
     flaky_cases: dict[str, int] = defaultdict(int)
     for row in res["data"]:
         key = (row["test_case_id"], row["agent_id"])
-        tries = scored.get(key, [])
+        tries = verdicts(scored.get(key, []))
         n, c = len(tries), sum(tries)
         row["flaky"] = 0 < c < n
         row["ci95"] = _interval(c, n)
@@ -253,22 +274,27 @@ class _Axes:
         }
 
 
-def paired(base: dict[str, list[bool]], other: dict[str, list[bool]], data: list[dict[str, Any]]) -> dict[str, Any]:
+def paired(base: dict[str, list[bool | None]], other: dict[str, list[bool | None]],
+           data: list[dict[str, Any]]) -> dict[str, Any]:
     """`other` against `base` on the cases both scored: per-case pass-rate differences, their mean with a
-    paired bootstrap 95% interval, and an exact McNemar test on tries paired by case and try order."""
+    paired bootstrap 95% interval, and an exact McNemar test on tries paired by case and try order. An
+    assisted try (None) is no verdict: it is out of its case's rate, and the try it would pair with is
+    not a pair."""
     keys = {r["test_case_id"]: r.get("key") for r in data}
     cases = []
     diffs: list[float] = []
     b_only = o_only = 0
     for cid in sorted(set(base) & set(other), key=lambda c: (keys.get(c) or "", c)):
-        tb, to = base[cid], other[cid]
+        tb, to = verdicts(base[cid]), verdicts(other[cid])
         if not tb or not to:
             continue
         rb, ro = sum(tb) / len(tb), sum(to) / len(to)
         diffs.append(ro - rb)
         cases.append({"test_case_id": cid, "key": keys.get(cid), "baseline_rate": round(rb, 4),
                       "rate": round(ro, 4), "difference": round(ro - rb, 4)})
-        for x, y in zip(tb, to, strict=False):
+        for x, y in zip(base[cid], other[cid], strict=False):
+            if x is None or y is None:
+                continue
             b_only += int(x and not y)
             o_only += int(y and not x)
     mc = stats.mcnemar_exact(b_only, o_only)

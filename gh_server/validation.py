@@ -14,7 +14,8 @@ with agents [noop, reference]). When such a run completes, each case's validatio
 - `unvalidated`: not enough of it ran to tell (errors of our side on every try, or no run yet).
 
 Every attempt counts as a sample, retried ones too: each is a fresh machine that ran the setup and the
-check before.
+check before. A try a person took over (assisted, gh_server/counts.py) says nothing of noop or
+reference: its setup and check before still count, its verdict does not.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gh_server import counts
 from gh_server.models import Attempt, RunCase, TestCase, TestRun, utcnow
 from gh_server.timestamps import ts  # not serialize: it reaches results, which reads validation
 
@@ -69,6 +71,7 @@ class Sample:
     is_last: bool
     error_phase: str | None
     before: str | None  # the check before's printed verdict line, if it ran
+    assisted: bool = False  # a person took the machine over: its verdict is not the agent's
 
 
 def _last_line(text: str | None) -> str | None:
@@ -99,8 +102,8 @@ def classify(samples: list[Sample]) -> dict[str, Any]:
     note(Reason.SETUP_FAILED, sum(1 for x in setups if x.error_phase == "setup"), len(setups))
     scored: dict[str, list[str]] = defaultdict(list)
     for x in done:
-        if x.is_last and x.outcome in ("passed", "failed"):
-            scored[x.agent].append(x.outcome)
+        if x.is_last and counts.scored("done", x.outcome, x.assisted):
+            scored[x.agent].append(str(x.outcome))
     noop, ref = scored.get("noop", []), scored.get("reference", [])
     note(Reason.NOOP_PASSED, noop.count("passed"), len(noop))
     note(Reason.REFERENCE_FAILED, ref.count("failed"), len(ref))
@@ -118,13 +121,14 @@ def classify(samples: list[Sample]) -> dict[str, Any]:
 def _samples(session: Session, run_id: str) -> dict[str, list[Sample]]:
     t = Attempt.__table__
     stmt = select(t.c.test_case_id, t.c.agent_id, t.c.status, t.c.outcome, t.c.is_last,
-                  t.c.metrics["error_phase"].as_string(), t.c.check).where(t.c.test_run_id == run_id)
+                  t.c.metrics["error_phase"].as_string(), t.c.check, t.c.assisted).where(t.c.test_run_id == run_id)
     out: dict[str, list[Sample]] = defaultdict(list)
-    for case_id, agent, status, outcome, is_last, phase, check in session.connection().execute(stmt):
+    for case_id, agent, status, outcome, is_last, phase, check, assisted in session.connection().execute(stmt):
         if agent not in AGENTS:
             continue
         before = _last_line((check or {}).get("before")) if isinstance(check, dict) else None
-        out[case_id].append(Sample(agent, outcome if status == "done" else None, bool(is_last), phase, before))
+        out[case_id].append(Sample(agent, outcome if status == "done" else None, bool(is_last), phase, before,
+                                   bool(assisted)))
     return out
 
 

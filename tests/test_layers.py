@@ -73,7 +73,7 @@ GH_SERVER_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("loops", ("gh_server.gateway", "gh_server.attempts.scheduler", "gh_server.agents.supervisor", "gh_server.relay",
                "gh_server.start_state_jobs", "gh_server.live.relay")),
     ("services", ("gh_server.attempts", "gh_server.start_states", "gh_server.runner_status", "gh_server.runner_rows",
-                  "gh_server.webhooks", "gh_server.serialize", "gh_server.results",
+                  "gh_server.webhooks", "gh_server.serialize", "gh_server.results", "gh_server.counts",
                   "gh_server.replays", "gh_server.auth", "gh_server.agents", "gh_server.workpool",
                   "gh_server.trust", "gh_server.stats", "gh_server.calibration", "gh_server.validation",
                   "gh_server.report_page", "gh_server.runner_admin", "gh_server.queue_wait",

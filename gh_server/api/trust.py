@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from gh_server import calibration as cal
 from gh_server import replays, report_page, validation
 from gh_server.api.common import DB, Member, Principal
-from gh_server.errors import invalid, not_found
+from gh_server.errors import conflict, invalid, not_found
 from gh_server.models import Attempt, AttemptLabel, TestRun, utcnow
 from gh_server.serialize import ts
 
@@ -47,6 +47,10 @@ def label_attempt(attempt_id: str, body: LabelBody, s: Session = DB, p: Principa
         raise not_found("attempt", attempt_id)
     if a.status != "done":
         raise invalid("attempt_id", f"attempt {attempt_id} is {a.status}: only a finished attempt can be labelled")
+    if a.assisted:
+        # A label calibrates a judge of the agent's work; a person held this machine (gh_server/counts.py).
+        raise conflict(f"Attempt {attempt_id} is assisted (a person took its machine over): its verdict is not the "
+                       "agent's, so it cannot be labelled for judge calibration.", code="assisted")
     row = s.get(AttemptLabel, attempt_id)
     if row is None:
         row = AttemptLabel(attempt_id=attempt_id, passed=body.passed)

@@ -13,8 +13,9 @@ from sqlalchemy import CursorResult, func, select, update
 from sqlalchemy.orm import Session
 
 from gh_server import serialize, validation, webhooks
+from gh_server.counts import counted_as, new_progress
 from gh_server.models import Attempt, TestRun, utcnow
-from gh_wire.vocab import ACTIVE, UNFINISHED, AttemptStatus, Outcome
+from gh_wire.vocab import ACTIVE, UNFINISHED, AttemptStatus
 
 log = logging.getLogger(__name__)
 
@@ -57,26 +58,28 @@ def complete_runs(session: Session, run_ids: Iterable[str] | None = None) -> lis
 
 
 def run_summary(session: Session, run_id: str) -> tuple[dict[str, int], dict[str, float | None]]:
-    """progress and pass_rate of a run, from the last attempt of each try (errors never count)."""
+    """progress and pass_rate of a run, from the last attempt of each try (errors and assisted tries never
+    count)."""
     rows = session.execute(
-        select(Attempt.agent_id, Attempt.status, Attempt.outcome, func.count())
+        select(Attempt.agent_id, Attempt.status, Attempt.outcome, Attempt.assisted, func.count())
         .where(Attempt.test_run_id == run_id, Attempt.is_last.is_(True))
-        .group_by(Attempt.agent_id, Attempt.status, Attempt.outcome)
+        .group_by(Attempt.agent_id, Attempt.status, Attempt.outcome, Attempt.assisted)
     ).all()
-    progress = {"total": 0, "queued": 0, "running": 0, "passed": 0, "failed": 0, "error": 0}
+    progress = new_progress()
     per_agent: dict[str, list[int]] = {}
-    for agent, status, outcome, n in rows:
+    for agent, status, outcome, assisted, n in rows:
         progress["total"] += n
+        counted = counted_as(status, outcome, assisted)
         if status == AttemptStatus.QUEUED:
             progress["queued"] += n
         elif status in ACTIVE:
             progress["running"] += n
-        elif outcome in set(Outcome):
-            progress[outcome] += n
+        elif counted is not None:
+            progress[counted] += n
         tally = per_agent.setdefault(agent, [0, 0])
-        if outcome == Outcome.PASSED:
+        if counted == "passed":
             tally[0] += n
-        if outcome in (Outcome.PASSED, Outcome.FAILED):
+        if counted in ("passed", "failed"):
             tally[1] += n
     pass_rate = {a: (round(p / t, 4) if t else None) for a, (p, t) in per_agent.items()}
     return progress, pass_rate

@@ -28,6 +28,7 @@
   var badge = $("outcome");
   text(badge, data.outcome || data.status || "unknown");
   badge.className = "badge " + (data.outcome || "");
+  $("assisted").hidden = !data.assisted;
   text($("meta"), "attempt " + data.attempt_id + " · agent " + data.agent_id + " · try " + data["try"] +
        (data.retry_of ? " · retry of " + data.retry_of : "") +
        (data.started_at ? " · started " + data.started_at : "") + (data.finished_at ? " · finished " + data.finished_at : ""));
@@ -62,6 +63,8 @@
                                   : "machine: not recorded");
   var total = phases.reduce(function (s, p) { return Math.max(s, p.start + p.seconds); }, 0);
   frames.forEach(function (f) { total = Math.max(total, f.t || 0); });
+  var holds = data.takeovers || [];
+  holds.forEach(function (h) { total = Math.max(total, h.end != null ? h.end : (h.start || 0)); });
   total = total || 1;
   var tbody = $("phases").querySelector("tbody");
   phases.forEach(function (p) {
@@ -77,6 +80,64 @@
     text(seg, p.name);
     $("phase-bar").appendChild(seg);
   });
+
+  // A person's holds: each a band on the timeline and a list of their steps (never the text they typed).
+  function plural(n, one, many) { return n + " " + (n === 1 ? one : many); }
+  function human(ev) {
+    switch (ev.kind) {
+      case "typed": return "typed " + plural(ev.count || 0, "character", "characters");
+      case "key": return "key " + ev.keys;
+      case "click": return "click " + (ev.button || "left") + " at " + ev.x + "," + ev.y;
+      default: return ev.kind;
+    }
+  }
+  var ENDED = {handed_back: "handed back", idle: "given back after no input", cap: "given back at the takeover's cap",
+               attempt_ended: "ended with the attempt"};
+  var secs = function (t) { return t == null ? "?" : t.toFixed(1) + " s"; };
+  holds.forEach(function (h, n) {
+    var c = h.counts || {};
+    var said = (h.by || "someone") + " took over at " + secs(h.start) +
+      (h.end != null ? ", " + (ENDED[h.ended_by] || h.ended_by || "ended") + " at " + secs(h.end) : ", still holding") +
+      (h.held_seconds != null ? " (" + h.held_seconds.toFixed(1) + " s held)" : "") + ": " +
+      plural(c.keys || 0, "key", "keys") + ", " + plural(c.clicks || 0, "click", "clicks") + ", " +
+      plural(c.typed || 0, "character", "characters") + " typed";
+    var band = document.createElement("div");
+    band.className = "hold";
+    band.setAttribute("data-by", h.by || "");
+    band.setAttribute("role", "img");
+    band.setAttribute("aria-label", "takeover " + (n + 1) + ": " + said);
+    var start = h.start || 0, end = h.end != null ? h.end : total;
+    band.style.left = (100 * start / total) + "%";
+    band.style.width = Math.max(0.5, 100 * (end - start) / total) + "%";
+    band.title = said;
+    text(band, "held by " + (h.by || "someone"));
+    $("holds").appendChild(band);
+    var head = document.createElement("p");
+    head.className = "hold-head";
+    text(head, said);
+    var ol = document.createElement("ol");
+    ol.className = "human-steps";
+    (h.events || []).forEach(function (ev) {
+      var li = document.createElement("li");
+      text(li, secs(ev.t) + " — " + (h.by || "a person") + ": " + human(ev));
+      ol.appendChild(li);
+      if (ev.t != null) {
+        var m = document.createElement("span");
+        m.className = "human";
+        m.style.left = (100 * ev.t / total) + "%";
+        m.title = secs(ev.t) + " " + (h.by || "a person") + ": " + human(ev);
+        $("marks").appendChild(m);
+      }
+    });
+    if (h.events_dropped) {
+      var li = document.createElement("li");
+      text(li, plural(h.events_dropped, "more step", "more steps") + " not recorded one by one (in the counts above)");
+      ol.appendChild(li);
+    }
+    $("human").appendChild(head);
+    $("human").appendChild(ol);
+  });
+  $("human-box").hidden = !holds.length;
 
   var marks = [], items = [];
   frames.forEach(function (f, i) {

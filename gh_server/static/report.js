@@ -21,8 +21,9 @@
   $("status").textContent = data.run.status;
   const t = res.totals;
   // Counts for the run, a pass rate per agent: agents are never blended into one rate.
+  // An assisted try (a person took the machine over) is counted apart, like an error: never passed or failed.
   $("totals").textContent = t.tries + " tries: " + t.passed + " passed, " + t.failed + " failed, " + t.error +
-    " error · " + (t.wall_seconds ?? "n/a") + " s";
+    " error, " + (t.assisted || 0) + " assisted · " + (t.wall_seconds ?? "n/a") + " s";
   for (const a of data.run.agents) {
     const s = res.by_agent[a];
     if (!s) continue;
@@ -82,16 +83,20 @@
       const rate = scored ? row.passed / scored : null;
       const cell = el("td", { class: "cell", "data-case": c.key || c.test_case_id, "data-agent": a });
       cell.append(el("span", { class: "rate" }, pct(rate)), " ",
-                  el("span", { class: "hint" }, row.passed + "/" + scored + (row.error ? " · " + row.error + " error" : "")));
+                  el("span", { class: "hint" }, row.passed + "/" + scored + (row.error ? " · " + row.error + " error" : "") +
+                     (row.assisted ? " · " + row.assisted + " assisted" : "")));
       if (row.flaky) cell.append(" ", el("span", { class: "badge flaky" }, "flaky"));
       cell.append(interval(rate, row.ci95), el("div", { class: "hint ci-text" }, row.ci95 ? "95% CI " + ci(row.ci95) : ""));
       const tries = el("div", { class: "tries" });
       const waiting = new Set();
       for (const at of (data.attempts[c.test_case_id + "|" + a] || [])) {
         const cause = at.error_cause === "case" ? " (your case)" : at.error_cause ? " (ours)" : "";
-        tries.append(el("a", { class: at.outcome || at.status || "", href: at.replay,
-                               title: at.attempt_id + " " + (at.outcome || at.status) + cause },
-                        "try " + at.try + (at.retry_of ? "r" : "")));
+        // Counted apart when the check scored it; an assisted try that ended in error stays an error.
+        const held = at.assisted && at.outcome !== "error" ? " assisted" : "";
+        tries.append(el("a", { class: (at.outcome || at.status || "") + held, href: at.replay,
+                               title: at.attempt_id + " " + (at.outcome || at.status) + cause +
+                                 (at.assisted ? " assisted" : "") },
+                        "try " + at.try + (at.retry_of ? "r" : "") + (at.assisted ? " (assisted)" : "")));
         if (at.queued_reason) waiting.add(at.queued_reason.message);
       }
       cell.append(tries);
@@ -110,7 +115,7 @@
       el("td", {}, a), el("td", { class: "pass-rate" }, pct(s.pass_rate)), el("td", {}, ci(s.ci95)),
       el("td", {}, curve(s.pass_at_k)), el("td", {}, curve(s.pass_hat_k)), el("td", {}, pct(st.rate)),
       el("td", {}, s.median_seconds ?? "n/a"), el("td", { class: "errors-ours" }, s.infrastructure_errors ?? s.error),
-      el("td", { class: "errors-case" }, s.case_errors ?? 0)));
+      el("td", { class: "errors-case" }, s.case_errors ?? 0), el("td", { class: "assisted" }, s.assisted ?? 0)));
   }
   // The case's own errors (its setup or check at fault) apart from ours; neither counts against the agent.
   const ce = t.case_errors || { errors: 0, attempts: t.attempts, by_phase: {} };
@@ -127,7 +132,7 @@
   // Timeline: cumulative tries finished, one line per outcome, on axes (tries against time since the start).
   const tl = res.timeline || [];
   const svg = $("timeline");
-  const total = Math.max(0, ...tl.map((p) => p.passed + p.failed + p.error));
+  const total = Math.max(0, ...tl.map((p) => p.passed + p.failed + p.error + (p.assisted || 0)));
   if (!tl.length || !total) {
     $("sec-timeline").hidden = true;
   } else {
@@ -160,8 +165,9 @@
           "time since the run started");
     svgEl("text", { x: 10, y: (T + H - B) / 2, "text-anchor": "middle", class: "axis-label",
                     transform: "rotate(-90 10 " + (T + H - B) / 2 + ")" }, "tries finished");
-    for (const [k, colour] of [["passed", "#2f9e44"], ["failed", "#e03131"], ["error", "#868e96"]]) {
-      const pts = tl.map((p) => x((Date.parse(p.t) - t0) / 1000) + "," + y(p[k]));
+    for (const [k, colour] of [["passed", "#2f9e44"], ["failed", "#e03131"], ["error", "#868e96"],
+                               ["assisted", "#9c36b5"]]) {
+      const pts = tl.map((p) => x((Date.parse(p.t) - t0) / 1000) + "," + y(p[k] || 0));
       svgEl("polyline", { points: pts.join(" "), fill: "none", stroke: colour, "stroke-width": "2",
                           "data-outcome": k });
     }

@@ -88,6 +88,25 @@ def test_pass_rate_leaves_errors_out() -> None:
     assert ci is not None and ci.high == 1.0 and 0.0 < ci.low < 1.0
 
 
+def test_assisted_tries_are_counted_apart() -> None:
+    """A try a person took over is neither passed nor failed for the agent; an assisted error stays an error."""
+    attempts = [*ATTEMPTS, _attempt("at_7", "A-1", "reference", "failed", 30, assisted=True),
+                _attempt("at_8", "A-1", "noop", "passed", 40, assisted=True),
+                _attempt("at_9", "A-1", "noop", "error", None, assisted=True)]
+    rows = {(r.key, r.agent_id): r for r in rows_from_attempts(attempts)}
+    a_ref, a_noop = rows[("A-1", "reference")], rows[("A-1", "noop")]
+    assert (a_ref.tries, a_ref.passed, a_ref.failed, a_ref.error, a_ref.assisted) == (2, 1, 0, 0, 1)
+    assert a_ref.median_seconds == 20.0  # the held try's time is not the agent's
+    assert (a_noop.tries, a_noop.passed, a_noop.failed, a_noop.error, a_noop.assisted) == (3, 0, 1, 1, 1)
+    summaries = {s.agent_id: s for s in summarize_agents(list(rows.values()), ["noop", "reference"])}
+    assert summaries["reference"].pass_rate == 1.0 and summaries["reference"].assisted == 1
+    assert summaries["noop"].pass_rate == 0.0 and summaries["noop"].assisted == 1
+    text = render_table(list(rows.values()), list(summaries.values()))
+    assert any(line.split()[:2] == ["noop", "0%"] and "[1 assisted]" in line for line in text.splitlines())
+    report = build_report({"test_run_id": "tr_1", "agents": ["noop", "reference"]}, None, attempts)
+    assert report["agents"]["noop"]["assisted"] == 1 and report["attempts"][-1]["assisted"] is True
+
+
 def test_agent_without_scored_tries_has_no_rate() -> None:
     rows = rows_from_attempts([_attempt("at_9", "A", "x", "error", None)])
     (s,) = summarize_agents(rows, ["x"])
@@ -99,8 +118,8 @@ def test_table_shows_every_row_and_each_agents_rate() -> None:
     rows = rows_from_attempts(ATTEMPTS, ["B-1", "A-1"])
     text = render_table(rows, summarize_agents(rows, ["noop", "reference"]))
     lines = text.splitlines()
-    assert lines[0].split() == ["case", "agent", "tries", "passed", "failed", "error", "median", "s"]
-    assert lines[2].split() == ["B-1", "noop", "2", "0", "2", "0", "5.0"]
+    assert lines[0].split() == ["case", "agent", "tries", "passed", "failed", "error", "assisted", "median", "s"]
+    assert lines[2].split() == ["B-1", "noop", "2", "0", "2", "0", "0", "5.0"]
     assert any(line.split()[:2] == ["noop", "0%"] for line in lines)
     assert any(line.split()[:2] == ["reference", "100%"] and "[1 error]" in line for line in lines)
 

@@ -206,7 +206,8 @@ async def test_errors_retried_twice_with_retry_of(server: GwServer) -> None:
         await await_for(lambda: server.run(run_id).status == "completed", what="run completed")
         with server.session() as s:
             progress, rate = run_summary(s, run_id)
-        assert progress == {"total": 1, "queued": 0, "running": 0, "passed": 0, "failed": 0, "error": 1}
+        assert progress == {"total": 1, "queued": 0, "running": 0, "passed": 0, "failed": 0, "error": 1,
+                            "assisted": 0}
         assert rate == {"noop": None}  # errors never count against an agent
     finally:
         await r.close()
@@ -228,7 +229,8 @@ async def test_error_then_pass_counts_the_retry(server: GwServer) -> None:
         assert run.started_at is not None and run.finished_at is not None
         with server.session() as s:
             progress, rate = run_summary(s, run_id)
-        assert progress == {"total": 4, "queued": 0, "running": 0, "passed": 3, "failed": 1, "error": 0}
+        assert progress == {"total": 4, "queued": 0, "running": 0, "passed": 3, "failed": 1, "error": 0,
+                            "assisted": 0}
         assert rate == {"noop": 0.75}
     finally:
         await r.close()

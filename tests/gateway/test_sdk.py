@@ -122,7 +122,8 @@ async def test_run_against_noop_and_reference(server: GwServer) -> None:
         done = await call(client.test_runs.wait, run["test_run_id"], poll_interval=0.2, timeout=120)
         assert done["status"] == "completed"
         assert done["pass_rate"] == {"noop": 0.0, "reference": 1.0}
-        assert done["progress"] == {"total": 12, "queued": 0, "running": 0, "passed": 6, "failed": 6, "error": 0}
+        assert done["progress"] == {"total": 12, "queued": 0, "running": 0, "passed": 6, "failed": 6, "error": 0,
+                                    "assisted": 0}
         attempts = list(await call(lambda: list(client.test_runs.list_all_attempts(run["test_run_id"]))))
         ref = [a for a in attempts if a["agent_id"] == "reference"]
         assert sorted(answers[a["attempt_id"]] for a in ref) == ["ok 0", "ok 0", "ok 1", "ok 1", "ok 2", "ok 2"]

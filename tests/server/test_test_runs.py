@@ -96,7 +96,8 @@ def test_tries_precedence_and_progress(server: Server) -> None:
     assert run["object"] == "test_run" and run["test_run_id"].startswith("tr_") and run["status"] == "queued"
     assert run["agents"] == ["noop", "reference"] and run["test_set_id"] == ts["test_set_id"]
     # R-A: the case's repeat in the set (3); R-B: repeat_by_case (4); R-D: the set's repeat (2); x2 agents
-    assert run["progress"] == {"total": 18, "queued": 18, "running": 0, "passed": 0, "failed": 0, "error": 0}
+    assert run["progress"] == {"total": 18, "queued": 18, "running": 0, "passed": 0, "failed": 0, "error": 0,
+                               "assisted": 0}
     assert run["pass_rate"] == {"noop": None, "reference": None}
     tries = {}
     for at in _attempts(server, run["test_run_id"]):
@@ -203,7 +204,8 @@ def test_results_count_last_attempt_of_each_try(server: Server) -> None:
     # n2[1], r2[1] still queued
     got = c.test_runs.retrieve(rid)
     assert got["status"] == "running"
-    assert got["progress"] == {"total": 8, "queued": 2, "running": 0, "passed": 3, "failed": 2, "error": 1}
+    assert got["progress"] == {"total": 8, "queued": 2, "running": 0, "passed": 3, "failed": 2, "error": 1,
+                               "assisted": 0}
     assert got["pass_rate"] == {"noop": 0.0, "reference": 1.0}  # the error never counts
     res = c.test_runs.results(rid)
     assert res["object"] == "test_run_results"

@@ -10,7 +10,7 @@ const POLL_MS = 2000;
 function progressText(p) {
   if (!p) return "—";
   return `${p.total} attempts · ${p.queued} queued · ${p.running} running · ${p.passed} passed · ` +
-    `${p.failed} failed · ${p.error} error`;
+    `${p.failed} failed · ${p.error} error · ${p.assisted ?? 0} assisted`;
 }
 
 // pass_rate is per agent ({agent: rate or null}).
