@@ -165,8 +165,6 @@ def attempt(row: Attempt, key: str | None, base_url: str, settings: Any = None,
         "task_id": None,
         "app_version": None,
         "replay_url": replay_url(settings, base_url, row.id),
-        # A person held the machine during the task: scored, never the agent's pass (docs/server-api.md).
-        "assisted": bool(row.assisted),
         "takeovers": list(row.takeovers or []),
         "takeover": takeover_in_progress(row, settings),
         "live_url": (f"{base_url.rstrip('/')}/attempts/{row.id}"
