@@ -176,6 +176,9 @@ class Bench:
                     return
             except Exception:  # the machine is still being made: ask again
                 pass
+            ss = self.http.get(f"/v1/start_states/{self.ssid}").json()
+            if ss["status"] == "failed":  # e.g. the session not up within the runner's bound on a loaded host
+                raise RuntimeError(f"the start state did not open: {ss.get('error')}")
             time.sleep(5)
         raise TimeoutError(f"no signed-in session on {self.image} within {timeout:.0f} s")
 
