@@ -183,7 +183,9 @@ class LiveRelay:
         if p.stop.is_set():
             return p.stop_reason
         p.runner_id = runner_id
-        opened = protocol.ViewOpen(view_id=view_id, start_state_id=t.start_state_id, attempt_id=t.attempt_id)
+        # A read-only view of an attempt is a watcher's: the runner ends it once a secret is typed there.
+        opened = protocol.ViewOpen(view_id=view_id, start_state_id=t.start_state_id, attempt_id=t.attempt_id,
+                                   watch_only=t.attempt_id is not None and t.read_only)
         if not await gw.send(p.runner_id, opened):
             return ViewEndReason.RUNNER_UNAVAILABLE
         stopped = asyncio.create_task(p.stop.wait())
