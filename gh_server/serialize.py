@@ -97,6 +97,14 @@ def test_run(
 _ATTEMPT_STATUS: dict[str, str] = {AttemptStatus.LEASED: AttemptStatus.PREPARING}
 
 
+_LIVE = frozenset({AttemptStatus.PREPARING, AttemptStatus.RUNNING, AttemptStatus.CHECKING})
+
+
+def attempt_status(status: str) -> str:
+    """An attempt row's status as the API says it."""
+    return _ATTEMPT_STATUS.get(status, status)
+
+
 def replay_url(settings: Any, base_url: str, attempt_id: str) -> str:
     """A link that opens in a browser: signed and short-lived (gh_server/replays.py)."""
     url: str = replays.replay_url(settings, base_url, attempt_id)
@@ -138,11 +146,13 @@ def attempt(row: Attempt, key: str | None, base_url: str, settings: Any = None,
         "try": row.try_number,
         "retry_of": row.retry_of,
         "is_last": row.is_last,
-        "status": _ATTEMPT_STATUS.get(row.status, row.status),
+        "status": attempt_status(row.status),
         "outcome": row.outcome,
         "task_id": None,
         "app_version": None,
         "replay_url": replay_url(settings, base_url, row.id),
+        # The console's attempt page, where it can be watched live (docs/console.md), while its machine is up.
+        "live_url": f"{base_url.rstrip('/')}/attempts/{row.id}" if attempt_status(row.status) in _LIVE else None,
         "check": check,
         "judge": row.judge,
         "explanation": None,
