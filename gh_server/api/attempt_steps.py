@@ -35,7 +35,8 @@ FRAME_PATH = "/v1/attempts/{attempt_id}/replay/frames/{seq}"
 
 # The API's status says the phase well enough for a watcher: the runner's finer phases (machine, setup,
 # check_before) are not kept by the server.
-_PHASE: dict[str, str] = {AttemptStatus.PREPARING: "preparing", AttemptStatus.RUNNING: "task", AttemptStatus.CHECKING: "check_after"}
+_PHASE: dict[str, str] = {AttemptStatus.PREPARING: "preparing", AttemptStatus.RUNNING: "task",
+                          AttemptStatus.CHECKING: "check_after"}
 
 
 def takeover_in_progress(takeovers: list[Any] | None, cap_minutes: float) -> dict[str, Any] | None:

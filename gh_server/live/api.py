@@ -28,6 +28,7 @@ from gh_server.state import ServerState
 from gh_server.timestamps import ts
 from gh_wire import protocol
 
+
 def install(app: FastAPI, st: ServerState, relay: LiveRelay) -> None:
     router = APIRouter(tags=["Start states"])
 

@@ -33,8 +33,8 @@ def add_frames(server: Server, aid: str, events: list[dict[str, Any] | None], st
         assert row is not None
         row.status, row.started_at, row.runner_id = "running", t0, "rn_elsewhere"
         for i, event in enumerate(events, start):
-            s.add(ReplayFrame(attempt_id=aid, seq=i, at=t0 + timedelta(seconds=i), label=(event or {}).get("type", "change"),
-                              event=event, png=PNG))
+            s.add(ReplayFrame(attempt_id=aid, seq=i, at=t0 + timedelta(seconds=i),
+                              label=(event or {}).get("type", "change"), event=event, png=PNG))
 
 
 def steps(server: Server, aid: str, after: int | None = None, key: str | None = None) -> httpx.Response:
@@ -56,7 +56,8 @@ def test_a_member_reads_the_steps_after_a_seq_redacted(server: Server) -> None:
     assert [(st["seq"], st["t"], st["label"]) for st in body["data"]] == [(0, 0.0, "change"), (1, 1.0, "screen"),
                                                                           (2, 2.0, "exec")]
     assert body["data"][0]["event"] is None and body["data"][0]["at"] == "2026-01-01T12:00:00.000Z"
-    assert body["data"][1]["event"]["note"] == {"text": "I will type ••• now", "action": {"type": "type", "text": "•••"}}
+    assert body["data"][1]["event"]["note"] == {"text": "I will type ••• now",
+                                                "action": {"type": "type", "text": "•••"}}
     assert body["data"][2]["event"]["exit_code"] == 2 and body["data"][2]["event"]["stdout_tail"] == "•••"
     assert SECRET not in r.text
     assert body["data"][1]["src"] == f"/v1/attempts/{aid}/replay/frames/1"
