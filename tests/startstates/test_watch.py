@@ -82,7 +82,8 @@ def gh(stack: Stack) -> Iterator[Eager]:
 
 
 def view(stack: Stack, aid: str, key: str) -> httpx.Response:
-    return httpx.post(f"{stack.base_url}/v1/attempts/{aid}/view", timeout=30, headers={"Authorization": f"Bearer {key}"})
+    return httpx.post(f"{stack.base_url}/v1/attempts/{aid}/view", timeout=30,
+                      headers={"Authorization": f"Bearer {key}"})
 
 
 def test_members_watch_nine_at_once_until_a_secret_is_typed(stack: Stack, gh: Eager) -> None:
@@ -104,6 +105,35 @@ def test_members_watch_nine_at_once_until_a_secret_is_typed(stack: Stack, gh: Ea
             assert v.handshake() == (720, 400)
             v.update(incremental=False)
             assert v.updates == 1 and any(v.fb)
+        # A tenth that asks for full frames and never reads them is dropped; the nine and the agent go on.
+        relay = stack.state.extras["live_relay"]
+        before = relay.ended["viewer_too_slow"]
+        r = view(stack, aid, watcher)
+        assert r.status_code == 200, r.text
+        stalled = Viewer(ws_url(stack, r.json()["url"]), max_queue=1)
+        stalled.handshake()
+        stop = threading.Event()
+
+        def ask_and_never_read() -> None:
+            while not stop.is_set():
+                try:
+                    stalled.request(incremental=False)
+                except Exception:
+                    return
+                stop.wait(0.05)
+
+        asker = threading.Thread(target=ask_and_never_read, daemon=True)
+        asker.start()
+        try:
+            await_for(lambda: relay.ended["viewer_too_slow"] > before, what="the stalled watcher dropped", timeout=120)
+        finally:
+            stop.set()
+            asker.join(10)
+            stalled.close()
+        assert on_attempt(stack, aid, "exec", script="true").exit_code == 0  # the agent's requests answer
+        for v in viewers:
+            v.update(incremental=False)
+            assert v.updates == 2
         steps = httpx.get(f"{stack.base_url}/v1/attempts/{aid}/steps", timeout=30,
                           headers={"Authorization": f"Bearer {watcher}"}).json()
         assert steps["masked"] is False and steps["status"] == "running", steps
