@@ -59,6 +59,8 @@ export function watch(section, id, onOver) {
   let over = false;
   let reconnects = 0;
   let last = null; // the last /steps answer
+  let shownStatus = null;
+  let opening = false; // a live screen is being asked for
   let newest = null; // the newest frame's URL
   let frame = null; // the masked frame's <img> while it stands in for the screen
 
@@ -74,7 +76,9 @@ export function watch(section, id, onOver) {
     close();
     frame = null;
     const mine = gen;
+    opening = true;
     const r = await liveScreen(holder, view || `${path}/view`, { onEnd: () => ended(mine) });
+    opening = false;
     if (mine === gen) rfb = r;
     else if (r) r.disconnect();
   };
@@ -178,6 +182,11 @@ export function watch(section, id, onOver) {
       }
       masked = s.masked;
       if (hidden()) showFrame();
+      else if (shownStatus !== null && s.status !== shownStatus && rfb === null && !opening && frame === null) {
+        reconnects = 0; // a new phase (the machine made, the task begun): its screen may be there now
+        open();
+      }
+      shownStatus = s.status;
     } catch (e) { /* the next tick tries again */ }
     setTimeout(tick, STEPS_MS);
   };
