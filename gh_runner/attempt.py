@@ -290,6 +290,12 @@ class Attempt:
                 raise
             return self._stopped(refuse(req, f"stopped before it finished: {self._closed_reason or 'the task ended'}"))
 
+    @property
+    def masked(self) -> asyncio.Event:
+        """Set once a secret is about to be typed here: the replay masks from then, and watchers' live
+        views of this machine end (gh_runner/live_views.py)."""
+        return self._replay.masked
+
     def agent_started(self, late_seconds: float | None = None) -> None:
         """The server acknowledged the start of the task: its agent runs (`late_seconds` into the task
         when the link was down as the task began; the agent lost that time, and the result says so)."""

@@ -201,7 +201,7 @@ class Daemon:
         )
         # Screen bytes on sockets of their own, never on the session's (gh_runner/live_views.py).
         self.live_views = LiveViews(self._view_machine, lambda: self.session.url, config.token_value(),
-                                    self.send_message)
+                                    self.send_message, masked_of=self.leases.masked_of)
 
     def _default_library(self, config: RunnerConfig, provider: Provider) -> Library | None:
         if config.registry is None:

@@ -62,6 +62,9 @@ class AttemptLike(Protocol):
     machine_id: str
     machine: Machine | None  # once made (a live view of it: gh_runner/live_views.py)
 
+    @property
+    def masked(self) -> asyncio.Event: ...  # set once a secret is typed: watchers' views end
+
     async def run(self) -> AttemptResult: ...
     async def handle_request(self, req: MachineRequest) -> MachineResponse: ...
     def task_end(self, msg: TaskEnd) -> None: ...
@@ -245,6 +248,12 @@ class Leases:
         """The machine of a running attempt, once made; None when it is not running here."""
         running = self.running.get(attempt_id)
         return running.attempt.machine if running is not None else None
+
+    def masked_of(self, attempt_id: str) -> asyncio.Event | None:
+        """Set once a secret is typed in this running attempt (its replay masks from then); None when it
+        is not running here."""
+        running = self.running.get(attempt_id)
+        return running.attempt.masked if running is not None else None
 
     async def request(self, req: MachineRequest) -> MachineResponse | None:
         """The agent's request on its attempt's machine; None when that attempt is not running here."""

@@ -14,6 +14,13 @@ until one side ends. What it guarantees:
 - A view ends with one reason (a `ViewEndReason`): it is the close reason of its socket, or a
   `view_refused` on the control connection when the socket was never up. The machine's stream
   ends with the machine (closed, saved, its attempt torn down): `machine_gone`.
+- A watcher never sees what the replay would mask. A `watch_only` view of an attempt is refused with
+  `masked` once a secret has been typed there (the attempt's `masked` event, set by its replay just
+  before the secret's keys go in: gh_runner/replay.py), and an open one ends with `masked` then: no
+  display byte read after that moment is sent on. A view that is not watch-only (the person holding
+  a takeover) goes on.
+- Each view reads the display on a stream of its own, so a view that ends (a watcher dropped as too
+  slow by the server) ends only its own stream; the agent's screenshots do not go through it.
 """
 
 from __future__ import annotations
@@ -39,8 +46,9 @@ from providers.errors import NoScreenStream, ProviderError
 
 log = get_logger("gh_runner.live_views")
 
-MAX_VIEWS = 16
-MAX_VIEWS_PER_MACHINE = 4
+# One attempt's machine: 8 watchers, the person holding it, and slack for views ending as new ones open.
+MAX_VIEWS_PER_MACHINE = 12
+MAX_VIEWS = 32  # a runner of a few slots, each machine watched
 CHUNK = 64 * 1024  # bytes read from the display per send
 MACHINE_WAIT_S = 90.0  # a start state's machine still being made (the first on a runner builds a warm snapshot)
 OPEN_TIMEOUT_S = 8.0  # opening the screen stream; dialling the server
@@ -66,13 +74,17 @@ class LiveViews:
     """The runner's live views. `machine_for(msg, timeout)` finds a view's machine, waiting up to
     `timeout` for one being made (None: not running here);
     `control_url` is the URL the session is connected to now; `send` puts a message on the
-    control connection (a refusal: small, and never awaited past the session's own bound)."""
+    control connection (a refusal: small, and never awaited past the session's own bound);
+    `masked_of(attempt_id)` is the attempt's event set once a secret is typed there (None: not
+    running here)."""
 
     def __init__(self, machine_for: Callable[[ViewOpen, float], Awaitable[Machine | None]],
                  control_url: Callable[[], str], token: str, send: Callable[[BaseModel], Awaitable[bool]], *,
+                 masked_of: Callable[[str], asyncio.Event | None] = lambda _attempt_id: None,
                  max_views: int = MAX_VIEWS, max_per_machine: int = MAX_VIEWS_PER_MACHINE,
                  send_timeout: float = SEND_TIMEOUT_S) -> None:
         self._machine_for = machine_for
+        self._masked_of = masked_of
         self._control_url = control_url
         self._token = token
         self._send = send
@@ -141,6 +153,11 @@ class LiveViews:
                 what = f"attempt {msg.attempt_id}" if msg.attempt_id else f"start state {msg.start_state_id}"
                 await self._refuse(view, ViewEndReason.NO_MACHINE, f"{what} has no machine running on this runner")
                 return
+            masked = self._masked_of(msg.attempt_id) if msg.watch_only and msg.attempt_id else None
+            if masked is not None and masked.is_set():
+                await self._refuse(view, ViewEndReason.MASKED, f"a secret was typed in attempt {msg.attempt_id}: "
+                                   "its watchers see its replay's masked frames, not the screen")
+                return
             if sum(v.machine_id == machine.machine_id for v in self.views.values()) >= self.max_per_machine:
                 await self._refuse(view, ViewEndReason.TOO_MANY_VIEWS,
                                    f"a machine has at most {self.max_per_machine} views")
@@ -168,7 +185,7 @@ class LiveViews:
                 await self._refuse(view, ViewEndReason.DIAL_FAILED, f"{type(e).__name__}: {e}")
                 return
             log.info("live view open", view_id=view.view_id, machine_id=view.machine_id)
-            reason = await self._pipe(reader, writer_, ws)
+            reason = await self._pipe(reader, writer_, ws, masked)
         except asyncio.CancelledError:
             reason = view.ended or ViewEndReason.CLOSED
         finally:
@@ -191,14 +208,16 @@ class LiveViews:
                                                                    message=text[:300])))
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    ws: ClientConnection) -> ViewEndReason:
-        """Copy both ways until one side ends; the reason it ended."""
+                    ws: ClientConnection, masked: asyncio.Event | None) -> ViewEndReason:
+        """Copy both ways until one side ends, or `masked` is set; the reason it ended."""
 
         async def screen_to_server() -> ViewEndReason:
             while True:
                 data = await reader.read(CHUNK)
                 if not data:
                     return ViewEndReason.MACHINE_GONE
+                if masked is not None and masked.is_set():
+                    return ViewEndReason.MASKED  # read after the secret's first key: never sent
                 try:
                     await within(self.send_timeout, ws.send(data))
                 except TimeoutError:
@@ -221,19 +240,28 @@ class LiveViews:
                 pass
             return _said(ws) or ViewEndReason.VIEWER_CLOSED
 
+        async def until_masked() -> ViewEndReason:
+            if masked is None:
+                await asyncio.Future()  # never: this view is not a watcher's
+            else:
+                await masked.wait()
+            return ViewEndReason.MASKED
+
         up = asyncio.create_task(screen_to_server())
         down = asyncio.create_task(server_to_screen())
+        hidden = asyncio.create_task(until_masked())
+        tasks = (hidden, up, down)  # masked first: it wins over an end that came with it
         try:
-            done, _ = await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
-            first = up if up in done else down
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            first = next(t for t in tasks if t in done)
             try:
                 return first.result()
             except (OSError, ConnectionClosed):
                 return ViewEndReason.MACHINE_GONE if first is up else ViewEndReason.VIEWER_CLOSED
         finally:
-            for t in (up, down):
+            for t in tasks:
                 t.cancel()
-            for t in (up, down):
+            for t in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
 

@@ -4,7 +4,10 @@ Frames are best effort: a failed screenshot or a slow link is logged and dropped
 fail an attempt. Secrets the server names in a request's `redact` list never leave this module in
 a frame's event, a log line or an error message. A frame is an image, so text cannot be taken out
 of it: once a secret has been typed, every later frame of the attempt is sent as a coarse mosaic
-(layout and colour stay, text does not), because a guest may echo what was typed.
+(layout and colour stay, text does not), because a guest may echo what was typed. The first
+masked frame that leaves carries `"masked": true` in its event (how the server tells that the replay
+masks), and `ReplayRecorder.masked` is set from that moment (how the attempt's live views for
+watchers know they must end: gh_runner/live_views.py).
 """
 
 from __future__ import annotations
@@ -141,12 +144,15 @@ class ReplayRecorder:
         self._send_timeout = send_timeout
         self._last: _Screen | None = None
         self._lock = asyncio.Lock()  # frames leave in the order they were taken
-        self._masked = False
+        # Set when a secret is about to be typed: no later frame, and no watcher's live view, may show
+        # the screen as it is.
+        self.masked = asyncio.Event()
+        self._mask_said = False  # a frame with `"masked": true` in its event has left
         self.sent = 0
 
     def mask_from_now(self) -> None:
         """A secret is about to be typed: no later frame may show the screen as it is."""
-        self._masked = True
+        self.masked.set()
 
     async def send_frame(self, label: str, png: bytes, event: dict[str, Any] | None = None) -> bool:
         """Send one frame; False (and a log line) if it could not be sent. Callers pass a redacted event."""
@@ -169,13 +175,16 @@ class ReplayRecorder:
 
     async def _emit(self, label: str, png: bytes, event: dict[str, Any] | None, screen: _Screen | None) -> bool:
         async with self._lock:
-            if self._masked:
+            masked = self.masked.is_set()
+            if masked:
                 try:
                     png = await asyncio.to_thread(mask_png, png)
                 except Exception as e:  # a frame that cannot be masked is not sent at all
                     log.warning("replay frame dropped: it could not be masked", attempt_id=self._attempt_id,
                                 label=label, error=f"{type(e).__name__}: {str(e)[:200]}")
                     return False
+                if not self._mask_said:
+                    event = {**(event or {}), "masked": True}
             try:
                 async with asyncio.timeout(self._send_timeout):
                     await self._sink.frame(label, png, event)
@@ -187,6 +196,7 @@ class ReplayRecorder:
                 return False
             if screen is not None:
                 self._last = screen
+            self._mask_said = self._mask_said or masked
             self.sent += 1
             return True
 

@@ -6,8 +6,10 @@ A browser cannot send a Bearer header, so `replay_url` carries a signed, short-l
 to one attempt: `{base}/v1/attempts/{id}/replay?token={exp}.{sig}` where `sig` is
 HMAC-SHA256(key, "replay:{attempt_id}:{exp}") in urlsafe base64. Build it with
 `replay_url(settings, base_url, attempt_id)` each time an attempt is serialized (the TTL starts
-then). The routes here accept either that token or an `Authorization: Bearer` API key (checked
-against `api_keys.key_hash`, sha256 of the whole key, not revoked). The signing key is
+then). The routes here accept that token, an `Authorization: Bearer` API key (checked
+against `api_keys.key_hash`, sha256 of the whole key, not revoked), or the console's session cookie
+(gh_server/console_sessions.py; these routes only read, so no CSRF token: the console's watch page
+loads frames by their plain URL). The signing key is
 `settings.replay_secret` when the settings have one; otherwise a random key kept in
 `{data_dir}/replay-signing-key` (mode 0600, shared by every gh-server process on that data dir);
 otherwise one per process.
@@ -42,7 +44,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gh_server import models
+from gh_server import console_sessions, models
 
 STATIC_DIR = Path(__file__).parent / "static"
 ASSETS = ("replay.js", "replay.css")
@@ -322,6 +324,11 @@ def _authorize(request: Request, attempt_id: str) -> str | None:
     if token and verify_token(signing_key(state.settings), attempt_id, token):
         return token
     auth = request.headers.get("authorization", "")
+    cookie = request.cookies.get(console_sessions.COOKIE)
+    if cookie and not auth:
+        with state.db() as session:
+            if console_sessions.lookup(session, cookie) is not None:
+                return None
     if auth[:7].lower() == "bearer " and auth[7:].strip():
         digest = hashlib.sha256(auth[7:].strip().encode()).hexdigest()
         with state.db() as session:

@@ -96,6 +96,14 @@ def test_run(
 # Internal attempt statuses -> the API's (a lease not yet accepted is already being prepared for).
 _ATTEMPT_STATUS: dict[str, str] = {AttemptStatus.LEASED: AttemptStatus.PREPARING}
 
+# While the attempt is in these statuses its machine can be watched live: `live_url`, the console's page.
+_LIVE = frozenset({AttemptStatus.PREPARING, AttemptStatus.RUNNING, AttemptStatus.CHECKING})
+
+
+def attempt_status(status: str) -> str:
+    """An attempt row's status as the API says it."""
+    return _ATTEMPT_STATUS.get(status, status)
+
 
 def replay_url(settings: Any, base_url: str, attempt_id: str) -> str:
     """A link that opens in a browser: signed and short-lived (gh_server/replays.py)."""
@@ -109,10 +117,6 @@ def error_cause(row: Attempt) -> str | None:
     if row.outcome != "error":
         return None
     return "case" if (row.metrics or {}).get("error_cause") == "case" else "infrastructure"
-
-
-# While the attempt is in these statuses its machine can be watched live: `live_url`, the console's page.
-_LIVE_STATUSES = frozenset({AttemptStatus.PREPARING, AttemptStatus.RUNNING, AttemptStatus.CHECKING})
 
 
 def takeover_in_progress(row: Attempt, settings: Any = None) -> dict[str, Any] | None:
@@ -158,7 +162,7 @@ def attempt(row: Attempt, key: str | None, base_url: str, settings: Any = None,
         "try": row.try_number,
         "retry_of": row.retry_of,
         "is_last": row.is_last,
-        "status": _ATTEMPT_STATUS.get(row.status, row.status),
+        "status": attempt_status(row.status),
         "outcome": row.outcome,
         # A person took the machine over: the outcome is the check's, counted apart (gh_server/counts.py).
         "assisted": bool(row.assisted),
@@ -167,8 +171,8 @@ def attempt(row: Attempt, key: str | None, base_url: str, settings: Any = None,
         "replay_url": replay_url(settings, base_url, row.id),
         "takeovers": list(row.takeovers or []),
         "takeover": takeover_in_progress(row, settings),
-        "live_url": (f"{base_url.rstrip('/')}/attempts/{row.id}"
-                     if _ATTEMPT_STATUS.get(row.status, row.status) in _LIVE_STATUSES else None),
+        # The console's attempt page, where it can be watched live (docs/console.md), while its machine is up.
+        "live_url": f"{base_url.rstrip('/')}/attempts/{row.id}" if attempt_status(row.status) in _LIVE else None,
         "check": check,
         "judge": row.judge,
         "explanation": None,

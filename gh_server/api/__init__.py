@@ -11,7 +11,7 @@ from gh_server.state import ServerState
 
 _MODULES = (
     "meta", "test_cases", "test_sets", "test_runs", "runners", "start_states", "webhook", "keys", "metrics", "trust",
-    "console",
+    "console", "attempt_steps",
 )
 
 

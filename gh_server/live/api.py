@@ -3,9 +3,10 @@ the viewer's WebSocket (`/v1/live/{ticket}`) and the runner's view socket (`/v1/
 
 Who may view follows who may read the screen: an open start state's machine is the one an admin is
 setting up by hand, so its view needs an admin key (`require_screen_reader`,
-gh_server/api/start_states.py) and takes that admin's input. An attempt's machine is the agent's: its
-view is read-only for everyone, and needs an admin key too until live screens are masked as the
-replay's are (ATTEMPT_VIEW_NEEDS_ADMIN).
+gh_server/api/start_states.py) and takes that admin's input. An attempt's machine is the agent's:
+who may read its replay (any member key) may watch it, read-only, and the runner ends such a watch
+(`ViewOpen.watch_only`) with `masked` once a secret is typed in the attempt, as its replay masks from
+then (gh_runner/live_views.py).
 """
 
 from __future__ import annotations
@@ -26,21 +27,6 @@ from gh_server.models import ApiKey, Attempt, StartState
 from gh_server.state import ServerState
 from gh_server.timestamps import ts
 from gh_wire import protocol
-
-# The replay masks the screen once a secret has been typed in the attempt (docs/protocol.md,
-# `replay_frame`); a live view carries the display as it is, so a member watches only once it is
-# masked the same way.
-ATTEMPT_VIEW_NEEDS_ADMIN = (
-    "Watching an attempt's machine live needs an admin API key: once a secret has been typed in an attempt, "
-    "its replay shows the screen masked, and a live view is not masked yet. Member keys can read the attempt "
-    "and its replay."
-)
-
-
-def require_attempt_watcher(principal: Principal = Depends(require_member)) -> Principal:
-    if not principal.is_admin:
-        raise ApiError(403, ATTEMPT_VIEW_NEEDS_ADMIN)
-    return principal
 
 
 def view_object(issue: Callable[[], Ticket]) -> dict[str, Any]:
@@ -80,9 +66,9 @@ def install(app: FastAPI, st: ServerState, relay: LiveRelay) -> None:
                                                   start_state_id=start_state_id))
 
     @router.post("/v1/attempts/{attempt_id}/view", tags=["Test runs"],
-                 summary="A ticket to watch a running attempt's machine live, read-only, through a WebSocket (admin)")
+                 summary="A ticket to watch a running attempt's machine live, read-only, through a WebSocket")
     async def open_attempt_view(attempt_id: str, request: Request,
-                                p: Principal = Depends(require_attempt_watcher)) -> dict[str, Any]:
+                                p: Principal = Depends(require_member)) -> dict[str, Any]:
         state = state_of(request)
 
         def load() -> tuple[str | None, str, str, str | None]:
@@ -100,7 +86,7 @@ def install(app: FastAPI, st: ServerState, relay: LiveRelay) -> None:
                 now += " on a runner that is not connected to this server, or is too old for live views"
             raise conflict(f"Attempt {attempt_id} {now}: only a running attempt's machine can be watched.",
                            code="not_running", status=status, outcome=outcome)
-        # Read-only for admins too: the attempt's input is the agent's.
+        # Read-only for admins too: the attempt's input is the agent's (a takeover's view is the holder's).
         return issued(lambda: relay.tickets.issue(key_id=p.key_id, key_name=key_name, read_only=True,
                                                   attempt_id=attempt_id))
 
@@ -122,4 +108,4 @@ def install(app: FastAPI, st: ServerState, relay: LiveRelay) -> None:
     app.add_api_websocket_route(protocol.VIEW_PATH, runner)
 
 
-__all__ = ["ATTEMPT_VIEW_NEEDS_ADMIN", "install", "require_attempt_watcher", "view_object"]
+__all__ = ["install", "view_object"]

@@ -203,6 +203,8 @@ class LiveRelay:
         if p.stop.is_set():
             return p.stop_reason
         p.runner_id = runner_id
+        # The holder's view drives the machine; every other view of an attempt is a watcher's, which the
+        # runner ends once a secret is typed there.
         p.holds = self._holder(t) is not None
         opened = protocol.ViewOpen(view_id=view_id, start_state_id=t.start_state_id, attempt_id=t.attempt_id,
                                    watch_only=t.attempt_id is not None and not p.holds)

@@ -372,7 +372,8 @@ async def test_input_frames_and_redaction(provider: FakeProvider, link: FakeLink
     assert not plain.ok and "not in keymap" in (plain.error or "")  # not a secret: the detail helps
     inputs = [f for f in link.frames if f[0] == "input"]
     assert [f[2] for f in inputs] == [
-        {"type": "type", "text": "admin"}, {"type": "key", "keys": ["TAB"]}, {"type": "type", "text": "•••"},
+        {"type": "type", "text": "admin"}, {"type": "key", "keys": ["TAB"]},
+        {"type": "type", "text": "•••", "masked": True},  # the first masked frame says so (watchers see frames)
         {"type": "type", "text": "•••"}, {"type": "key", "keys": ["ENTER"]}, {"type": "key", "keys": ["A"]},
     ]
     # Each input frame shows the screen after its event (the fake's screen changes with every event).

@@ -71,9 +71,11 @@ def test_a_masked_frame_keeps_size_and_layout_but_no_text() -> None:
 class _Sink:
     def __init__(self) -> None:
         self.frames: list[tuple[str, bytes]] = []
+        self.events: list[dict[str, object] | None] = []
 
     async def frame(self, label: str, png: bytes, event: dict[str, object] | None) -> None:
         self.frames.append((label, png))
+        self.events.append(event)
 
 
 async def test_every_frame_after_a_secret_is_masked() -> None:
@@ -94,3 +96,18 @@ async def test_a_frame_that_cannot_be_masked_is_not_sent() -> None:
     rec.mask_from_now()
     assert not await rec.send_frame("last", b"not a png")
     assert sink.frames == []
+
+
+async def test_the_first_masked_frame_says_so_and_the_masked_event_is_set() -> None:
+    """How the server tells that the replay masks (a watcher then sees frames, not the screen), and how the
+    runner's live views know (gh_runner/live_views.py)."""
+    sink = _Sink()
+    rec = ReplayRecorder(sink, attempt_id="at_1")
+    raw = _console()
+    assert await rec.send_frame("first", raw, {"type": "screen"})
+    assert not rec.masked.is_set()
+    rec.mask_from_now()
+    assert rec.masked.is_set()
+    assert await rec.send_frame("input", raw, {"type": "type", "text": REDACTED})
+    assert await rec.send_frame("change", raw)
+    assert sink.events == [{"type": "screen"}, {"type": "type", "text": REDACTED, "masked": True}, None]

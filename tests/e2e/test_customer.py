@@ -113,7 +113,9 @@ def test_the_secret_reaches_the_guest_and_nothing_else(outcome: dict[str, Any]) 
     assert SECRET not in outcome["logs"]
     (page,) = outcome["pages"]
     assert SECRET not in page
-    typed = [f["event"] for f in replay_data(page)["frames"] if f["event"] and f["event"]["type"] == "type"]
+    # The first masked frame says so ("masked": true, gh_runner/replay.py): what was typed is the rest.
+    typed = [{k: v for k, v in f["event"].items() if k != "masked"} for f in replay_data(page)["frames"]
+             if f["event"] and f["event"]["type"] == "type"]
     assert {"type": "type", "text": "cat > /root/typed\n"} in typed  # the agent's own typing is shown
     assert {"type": "type", "text": "•••"} in typed  # the customer's is not
 
@@ -123,7 +125,8 @@ def test_frames_after_the_secret_show_no_text(outcome: dict[str, Any]) -> None:
     # before the keys go in, so a change frame the watcher takes while they do is masked as well.
     frames = outcome["frames"]
     masked = [m for _, _, m in frames]
-    at = next(i for i, (_, event, _) in enumerate(frames) if event == {"type": "type", "text": "•••"})
+    at = next(i for i, (_, event, _) in enumerate(frames)
+              if event and {k: v for k, v in event.items() if k != "masked"} == {"type": "type", "text": "•••"})
     since = masked.index(True)
     assert since <= at and not any(masked[:since]) and all(masked[since:]), frames
     # A screen the agent asked for is a frame of its own ({"type": "screen"}: no text of its own).

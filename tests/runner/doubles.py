@@ -161,6 +161,7 @@ class ScriptedAttempt:
         self._answer = ""
         self.requests: list[MachineRequest] = []
         self.machine: Machine | None = None
+        self.masked = asyncio.Event()  # a secret typed (gh_runner/attempt.py): never, here
         self.agent_acked = False
         self.agent_late: float | None = None
 

@@ -86,10 +86,20 @@ async def env() -> AsyncIterator[dict[str, Any]]:
 
         views = LiveViews(machine_for, lambda: f"ws://127.0.0.1:{port}/v1/runners/connect", TOKEN, send,
                           max_per_machine=1)
+        # An attempt's machine, and its replay's masked event (gh_runner/replay.py).
+        masked = asyncio.Event()
+
+        async def attempt_machine(msg: ViewOpen, timeout: float) -> Any:
+            return machines["ss_ok"] if msg.attempt_id == "at_w" else None
+
+        watched = LiveViews(attempt_machine, lambda: f"ws://127.0.0.1:{port}/v1/runners/connect", TOKEN, send,
+                            masked_of=lambda aid: masked if aid == "at_w" else None)
         try:
-            yield {"views": views, "server": server, "sent": sent, "display": display}
+            yield {"views": views, "server": server, "sent": sent, "display": display, "watched": watched,
+                   "masked": masked}
         finally:
             await views.close_all()
+            await watched.close_all()
             display.stop_all()
             dsrv.close()
             await dsrv.wait_closed()
@@ -152,3 +162,26 @@ async def test_close_all_ends_every_view(env: dict[str, Any]) -> None:
         with contextlib.suppress(Exception):
             await ws.wait_closed()
     assert (ws.close_code, ws.close_reason) == (CLOSE_VIEW_ENDED, ViewEndReason.CLOSED.value)
+
+
+async def test_a_secret_typed_ends_the_watchers_views_and_refuses_new_ones(env: dict[str, Any]) -> None:
+    """A watcher's view (watch_only) ends with `masked` once the attempt's replay masks; a view that is not
+    watch-only (the person holding a takeover) goes on; a new watcher is refused with `masked`."""
+    watched: LiveViews = env["watched"]
+    watched.open(ViewOpen(view_id="watch001", attempt_id="at_w", watch_only=True))
+    watched.open(ViewOpen(view_id="holder01", attempt_id="at_w"))
+    async with asyncio.timeout(10):
+        first, second = await env["server"].sockets.get(), await env["server"].sockets.get()
+        by_path = {ws.request.path: ws for ws in (first, second) if ws.request is not None}
+        watcher, holder = by_path["/v1/runners/views/watch001"], by_path["/v1/runners/views/holder01"]
+        assert await watcher.recv() == b"RFB 003.008\n" and await holder.recv() == b"RFB 003.008\n"
+        env["masked"].set()
+        await watcher.wait_closed()
+    assert (watcher.close_code, watcher.close_reason) == (CLOSE_VIEW_ENDED, ViewEndReason.MASKED.value)
+    async with asyncio.timeout(10):
+        await holder.send(b"still here")
+        assert await holder.recv() == b"STILL HERE"
+    watched.open(ViewOpen(view_id="watch002", attempt_id="at_w", watch_only=True))
+    refused = await refusal(env["sent"])
+    assert (refused.view_id, refused.reason) == ("watch002", ViewEndReason.MASKED)
+    assert env["server"].paths.count("/v1/runners/views/watch002") == 0

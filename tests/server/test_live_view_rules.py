@@ -57,19 +57,27 @@ def test_a_start_states_view_follows_its_screens_rule(server: Server) -> None:
     assert post(server, "/v1/start_states/ss_nope/view", server.admin_key).status_code == 404
 
 
-def test_an_attempts_view_needs_an_admin_and_a_running_attempt(server: Server) -> None:
+def test_an_attempts_view_needs_a_member_and_a_running_attempt(server: Server) -> None:
+    """Who may read the replay may watch (a member too); the runner masks what the replay masks."""
     c = server.admin
     case = c.test_cases.create("watched", "Nothing to do.", "linux-tiny", {"check_script": "true"})  # type: ignore[arg-type]
     run = c.test_runs.create(test_case_ids=[case["test_case_id"]], agents=["noop"])
     [attempt] = c.test_runs.list_all_attempts(run["test_run_id"])
     aid = attempt["attempt_id"]
-    # A member is refused before anything else, and told why (the replay's masking comes first).
-    refused = post(server, f"/v1/attempts/{aid}/view", server.member_key)
-    assert refused.status_code == 403 and "masked" in refused.json()["error"]["message"], refused.text
-    # Queued (no runner here): nothing to watch yet.
-    queued = post(server, f"/v1/attempts/{aid}/view", server.admin_key)
-    assert queued.status_code == 409, queued.text
-    assert (queued.json()["error"]["status"], queued.json()["error"]["outcome"]) == ("queued", None)
+    assert attempt["live_url"] is None  # queued: no machine to watch yet
+    # Queued (no runner here): nothing to watch yet; a member is told so as an admin is.
+    for key in (server.member_key, server.admin_key):
+        queued = post(server, f"/v1/attempts/{aid}/view", key)
+        assert queued.status_code == 409, queued.text
+        assert (queued.json()["error"]["status"], queued.json()["error"]["outcome"]) == ("queued", None)
+    assert httpx.post(f"{server.base_url}/v1/attempts/{aid}/view", timeout=30).status_code == 401
+    with server.state.db.begin() as s:
+        row = s.get(Attempt, aid)
+        assert row is not None
+        row.status = "running"
+    # Its page is where it is watched, while it runs.
+    live = get(server, f"/v1/attempts/{aid}", server.member_key).json()
+    assert live["live_url"] == f"{server.base_url}/attempts/{aid}"
     # Over: the 409 says how it ended.
     with server.state.db.begin() as s:
         row = s.get(Attempt, aid)

@@ -78,7 +78,9 @@ class HookReceiver:
 
 
 class Stack:
-    def __init__(self, images_dir: Path, image: str = "linux-tiny") -> None:
+    def __init__(self, images_dir: Path, image: str = "linux-tiny", agents: dict[str, Any] | None = None) -> None:
+        """`agents`: more agents for the server's settings (by id), beside the gate and the note-taker."""
+        self.extra_agents = dict(agents or {})
         self.tmp = traversable_tmpdir("gh-startstates-")
         # A private copy: the shared image may be rebuilt by someone else mid-test, and a saved
         # version is only valid on the exact image it was saved from.
@@ -178,7 +180,8 @@ class Stack:
                 "note-taker": AgentConfig(id="note-taker", kind="command",
                                           command=agent_command(HERE / "note_agent.py"), timeout=300),
                 "looker": AgentConfig(id="looker", kind="command",
-                                      command=agent_command(HERE / "look_agent.py", str(self.gate_dir)), timeout=900)},
+                                      command=agent_command(HERE / "look_agent.py", str(self.gate_dir)), timeout=900),
+                **self.extra_agents},
         )
         st = create_state(settings)
         # Long enough that no test's hand work is closed under it; the idle test lowers it.

@@ -13,6 +13,7 @@ export class ApiError extends Error {
     this.type = err.type || null;
     this.param = err.param || null; // the field a 400 is about (docs/server-api.md)
     this.line = err.line || null; // a YAML body's line that did not parse
+    this.detail = err; // the error's own fields (a 409's code, held_by, since, status, outcome)
   }
 }
 

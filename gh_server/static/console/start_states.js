@@ -3,6 +3,7 @@
 // through noVNC (POST /v1/start_states/{id}/view, docs/console.md).
 import { ApiError, api, isAdmin } from "./api.js";
 import { definitions, errorBox, fieldError, go, h, link, poll, status, table, when } from "./dom.js";
+import { liveScreen } from "./live_screen.js";
 
 const POLL_MS = 3000;
 
@@ -55,28 +56,6 @@ function countdown(el, iso) {
   tick();
 }
 
-// The live screen: a ticket from the server, then noVNC on the WebSocket it names. A read-only view
-// sends nothing (and the server drops a read-only viewer's input whatever this page sends).
-async function liveScreen(holder, id) {
-  const screen = h("div", { class: "screen", role: "application", "aria-label": "Live screen", tabindex: "0" });
-  const note = h("p", { class: "muted", "aria-live": "polite" }, "Connecting…");
-  holder.replaceChildren(screen, note);
-  try {
-    const view = await api("POST", `/v1/start_states/${encodeURIComponent(id)}/view`);
-    const { default: RFB } = await import("/console/novnc/core/rfb.js");
-    const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-    const rfb = new RFB(screen, `${scheme}//${location.host}${view.url}`, { shared: true });
-    rfb.viewOnly = view.read_only;
-    rfb.scaleViewport = true;
-    rfb.addEventListener("connect", () => { note.textContent = view.read_only ? "Watching (read-only)." : "Connected: click the screen to type."; });
-    rfb.addEventListener("disconnect", (e) => { note.textContent = e.detail.clean ? "Disconnected." : "The connection was lost."; });
-    return rfb;
-  } catch (e) {
-    note.replaceChildren(errorBox(e));
-    return null;
-  }
-}
-
 export async function show(page, [id]) {
   const head = h("div");
   const live = h("section", { "aria-label": "Machine" });
@@ -116,7 +95,7 @@ export async function show(page, [id]) {
         vs.data.map((v) => [v.current ? `${v.version} (current)` : v.version, v.runner_id || "—",
           v.size_bytes ? `${(v.size_bytes / 1048576).toFixed(0)} MB` : "—", v.registry_ref || "—", when(v.created_at)])));
       if (rfb) { rfb.disconnect(); rfb = null; }
-      if (open) rfb = await liveScreen(live, s.start_state_id);
+      if (open) rfb = await liveScreen(live, `/v1/start_states/${encodeURIComponent(s.start_state_id)}/view`);
       else live.replaceChildren();
     }
   };

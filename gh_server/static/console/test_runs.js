@@ -3,6 +3,7 @@
 import { api } from "./api.js";
 import { definitions, errorBox, go, h, link, poll, status, table, when } from "./dom.js";
 import { evalsNav } from "./evals_nav.js";
+import { LIVE as LIVE_ATTEMPT, watch } from "./watch.js";
 
 const LIVE = new Set(["queued", "running"]);
 const POLL_MS = 2000;
@@ -67,9 +68,11 @@ export async function show(page, [id]) {
       h("div", { class: "toolbar" },
         live ? h("button", { type: "button", class: "danger", onclick: () => act("cancel") }, "Cancel run") : null,
         !live ? h("button", { type: "button", onclick: () => act("rerun") }, "Rerun") : null));
-    attempts.replaceChildren(h("h2", {}, "Attempts"), table(["Attempt", "Case", "Agent", "Try", "Status", "Outcome", "Why queued"],
+    attempts.replaceChildren(h("h2", {}, "Attempts"), table(["Attempt", "Case", "Agent", "Try", "Status", "Outcome", "Why queued", ""],
       atts.data.map((a) => [link(`/attempts/${a.attempt_id}`, a.attempt_id), a.key || a.test_case_id, a.agent_id, a.try,
-        status(a.status), a.outcome ? status(a.outcome) : "—", a.queued_reason ? a.queued_reason.message : ""])));
+        status(a.status), a.outcome ? status(a.outcome) : "—", a.queued_reason ? a.queued_reason.message : "",
+        LIVE_ATTEMPT.has(a.status) ? h("a", { href: `/attempts/${a.attempt_id}`, "data-route": "",
+          "aria-label": `Watch ${a.attempt_id}` }, "Watch") : ""])));
     return live;
   };
   const act = async (what) => {
@@ -119,16 +122,26 @@ export async function compare(page, _args, query) {
 }
 
 export async function attempt(page, [id]) {
-  const a = await api("GET", `/v1/attempts/${encodeURIComponent(id)}`);
-  page.append(evalsNav("runs"), h("h1", {}, `Attempt ${a.attempt_id}`), definitions([
-    ["Run", a.test_run_id ? link(`/test_runs/${a.test_run_id}`, a.test_run_id) : "—"],
-    ["Case", a.key || a.test_case_id], ["Agent", a.agent_id], ["Try", a.try], ["Status", status(a.status)],
-    ["Outcome", a.outcome ? status(a.outcome) : "—"], ["Why queued", a.queued_reason ? a.queued_reason.message : "—"],
-    ["Error", a.error ? h("span", { class: "error" }, a.error) : "—"], ["Runner", a.runner_id],
-    ["Started", when(a.started_at)], ["Finished", when(a.finished_at)]]));
-  if (a.replay_url) {
-    const replay = sameOrigin(a.replay_url);
-    page.append(h("h2", {}, "Replay"), h("p", {}, h("a", { href: replay, target: "_blank", rel: "noopener" },
-      "Open the replay")), h("iframe", { src: replay, title: "Replay" }));
-  }
+  const body = h("div");
+  page.append(evalsNav("runs"), body);
+  const draw = async () => {
+    const a = await api("GET", `/v1/attempts/${encodeURIComponent(id)}`);
+    body.replaceChildren(h("h1", {}, `Attempt ${a.attempt_id}`), definitions([
+      ["Run", a.test_run_id ? link(`/test_runs/${a.test_run_id}`, a.test_run_id) : "—"],
+      ["Case", a.key || a.test_case_id], ["Agent", a.agent_id], ["Try", a.try], ["Status", status(a.status)],
+      ["Outcome", a.outcome ? status(a.outcome) : "—"], ["Why queued", a.queued_reason ? a.queued_reason.message : "—"],
+      ["Error", a.error ? h("span", { class: "error" }, a.error) : "—"], ["Runner", a.runner_id],
+      ["Started", when(a.started_at)], ["Finished", when(a.finished_at)]]));
+    if (LIVE_ATTEMPT.has(a.status)) {
+      // Watched while its machine is up; once it is over, drawn again with its outcome and replay.
+      const live = h("section", { "aria-label": "Live" });
+      body.append(live);
+      watch(live, a.attempt_id, () => { draw().catch((e) => body.append(errorBox(e))); });
+    } else if (a.replay_url) {
+      const replay = sameOrigin(a.replay_url);
+      body.append(h("h2", {}, "Replay"), h("p", {}, h("a", { href: replay, target: "_blank", rel: "noopener" },
+        "Open the replay")), h("iframe", { src: replay, title: "Replay" }));
+    }
+  };
+  await draw();
 }
