@@ -165,7 +165,7 @@ def assert_assisted(stack: Stack, took: Took, fix: Fix) -> None:
         done = gh.test_runs.wait(took.run_id, timeout=600, poll_interval=1)
     assert done["status"] == "completed", done
     a = api(stack, f"/v1/attempts/{took.attempt_id}")
-    assert a["outcome"] == "passed" and a["check"]["after"] is True and a["assisted"] is True, a
+    assert a["outcome"] == "passed" and a["check"]["after"] == "True" and a["assisted"] is True, a
     assert a["answer"] == ANSWER and a["task_end"]["reason"] == "finished", a
     assert a["takeover"] is None and a["live_url"] is None and a["metrics"]["held_seconds"] > 0, a
     [hold] = a["takeovers"]
