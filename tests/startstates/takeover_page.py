@@ -103,8 +103,9 @@ def take_over_and_fix(ms: ModelStack, image: str, fix: Fix, type_fix: TypeFix, *
     shows the replay. Asserts the agent made no model call while held."""
     stack, seen = ms.stack, ms.seen
     gh = stack.sdk()
+    success: Any = check_after(fix.test)
     case = gh.test_cases.create("mended by hand", "Keep an eye on the machine.", image,  # type: ignore[arg-type]
-                                check_after(fix.test), limits={"minutes": 10})
+                                success, limits={"minutes": 10})
     rid = str(gh.test_runs.create(test_case_ids=[case["test_case_id"]], agents=[AGENT])["test_run_id"])
     holder = f"fixer-{secrets.token_hex(3)}"
     key, _ = new_key(stack, "admin", holder)
