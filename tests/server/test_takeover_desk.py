@@ -47,13 +47,18 @@ class Link:
         self.sent: list[pydantic.BaseModel] = []
         self.clock_held: dict[str, bool] = {}
         self.connected = True
+        self.session = "s_1"  # the runner's connection here
+        self.elsewhere = False  # a shared database, the runner in another process
 
     async def send(self, runner_id: str, msg: pydantic.BaseModel) -> bool:
         self.sent.append(msg)
         return self.connected
 
-    def takes_holds(self, runner_id: str) -> bool:
-        return self.connected
+    def hold_session(self, runner_id: str) -> str | None:
+        return self.session if self.connected else None
+
+    def holds_elsewhere(self, runner_id: str) -> bool:
+        return self.elsewhere
 
     def task_held(self, attempt_id: str, held: bool) -> None:
         self.clock_held[attempt_id] = held
@@ -187,7 +192,7 @@ async def test_the_agents_requests_wait_then_a_screen_is_fresh_and_an_action_is_
 async def test_the_attempt_leaving_its_task_ends_the_hold(desk: Any) -> None:
     d, link, _ = desk
     hold = await d.take("at_run", "k_a", "alice")
-    d.runner_gone("rn_1")
+    d.runner_gone("rn_1", "s_1")
     await asyncio.wait_for(hold.ended.wait(), 10)
     await d.close()  # the end's record is written
     assert row(link).takeovers[0]["ended_by"] == "attempt_ended" and row(link).assisted is True
