@@ -227,10 +227,14 @@ class Gateway:
 
     # -- DeskLink (gh_server/takeovers.py) --------------------------------------------------------
 
-    def takes_holds(self, runner_id: str) -> bool:
-        """Connected to this process, and its hello said it takes `task_hold`."""
+    def hold_session(self, runner_id: str) -> str | None:
+        """The session id of the runner's connection to this process when its hello said `task_holds`."""
         c = self.conns.get(runner_id)
-        return c is not None and not c.closed.is_set() and c.task_holds
+        return c.session_id if c is not None and not c.closed.is_set() and c.task_holds else None
+
+    def holds_elsewhere(self, runner_id: str) -> bool:
+        """Another process may hold the runner's socket, and a hold on its attempts (PostgreSQL)."""
+        return self.relay is not None and not self.connected(runner_id)
 
     def task_held(self, attempt_id: str, held: bool) -> None:
         self.agents.task_held(attempt_id, held)
