@@ -46,9 +46,10 @@ from typing import Any, Literal, Protocol
 
 import pydantic
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, load_only
 
 from gh_common.timeouts import within
+from gh_server import serialize
 from gh_server.agents import grants
 from gh_server.dbqueue import DbQueue
 from gh_server.live.human_steps import HumanSteps
@@ -319,10 +320,14 @@ class TakeoverDesk:
         """End the hold (`handed_back`): its finished entry.
 
         Raises:
-            Refused: `not_held`.
+            Refused: `not_held`; `not_connected` when another gh-server process holds it (its row says so).
         """
         hold = self.holds.get(attempt_id)
         if hold is None or not hold.runner_id:
+            cap_s = self.cap_s
+            if attempt_id in await self.link.dbq.run(lambda s: _open_holds(s, [attempt_id], cap_s)):
+                raise Refused("not_connected", f"Attempt {attempt_id} is held through another gh-server process, "
+                              "the one its runner is connected to: hand it back there.")
             raise Refused("not_held", f"Nobody holds attempt {attempt_id}.")
         return await self.end(hold, TakeoverEnd.HANDED_BACK)
 
@@ -427,22 +432,18 @@ def _state(session: Session, attempt_id: str) -> tuple[str, str | None, str | No
 
 
 def _open_holds(session: Session, attempt_ids: list[str], cap_s: float) -> dict[str, datetime]:
-    """Of these attempts, those in their task whose newest `takeovers` entry has not ended: attempt id ->
-    when that hold reaches its cap. One read by primary key. An entry begun more than the cap ago is not
-    a hold (the process that held it died before it could end it)."""
+    """Of these attempts, those with a hold in progress on their row (serialize.takeover_in_progress, as
+    the API shows it) that has not reached its cap: attempt id -> when it does. One read by primary key.
+    Past its cap an open entry is no hold to wait on (the process that held it died before ending it)."""
     now = utcnow()
     found: dict[str, datetime] = {}
-    rows = session.execute(select(Attempt.id, Attempt.status, Attempt.takeovers).where(Attempt.id.in_(attempt_ids)))
-    for aid, status, takeovers in rows:
-        last = takeovers[-1] if status == AttemptStatus.RUNNING and takeovers else None
-        if not isinstance(last, dict) or last.get("ended_at") is not None or not last.get("started_at"):
-            continue
-        try:
-            cap_at = datetime.fromisoformat(str(last["started_at"])) + timedelta(seconds=cap_s)
-        except ValueError:
-            continue
-        if cap_at > now:
-            found[aid] = cap_at
+    rows = session.scalars(select(Attempt).options(load_only(Attempt.id, Attempt.status, Attempt.takeovers))
+                           .where(Attempt.id.in_(attempt_ids)))
+    for row in rows:
+        hold = serialize.takeover_in_progress(row, cap_s=cap_s)
+        cap_at = None if hold is None else datetime.fromisoformat(str(hold["cap_at"]))
+        if cap_at is not None and cap_at > now:
+            found[row.id] = cap_at
     return found
 
 

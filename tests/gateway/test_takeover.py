@@ -146,6 +146,10 @@ async def test_an_http_agents_requests_to_another_process_wait_while_held_and_ar
                 run = asyncio.ensure_future(c.post("/exec", json={"script": "true", "timeout": 5}))
                 await await_for(lambda: b.gateway.takeovers.waiting[aid] == 3, what="B holding the three requests")
                 assert guest.requests == [] and not any(t.done() for t in (screen, act, run))
+                for route in ("takeover", "handback"):  # served where the runner is, not here
+                    elsewhere = await post(b, f"/v1/attempts/{aid}/{route}")
+                    assert elsewhere.status_code == 409, elsewhere.text
+                    assert elsewhere.json()["error"]["code"] == "not_connected", elsewhere.text
                 back = await post(a, f"/v1/attempts/{aid}/handback")
                 assert back.status_code == 200 and back.json()["ended_by"] == "handed_back", back.text
                 looked, acted, ran = await asyncio.gather(screen, act, run)

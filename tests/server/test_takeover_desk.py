@@ -281,6 +281,9 @@ async def test_requests_here_wait_on_a_hold_in_the_process_holding_the_runner(el
     action = asyncio.ensure_future(m.exec("true"))
     await until(lambda: here.waiting["at_run"] == 2, 10, "the two requests held here", every=0.01)
     assert relayed == [] and link_here.clock_held["at_run"] is True  # an agent here: its clock stops too
+    with pytest.raises(Refused) as not_here:
+        await here.hand_back("at_run")
+    assert not_here.value.code == "not_connected"  # handed back where it is held, not "nobody holds it"
     await there.hand_back("at_run")
     assert await asyncio.wait_for(screen, 10) == b"\x89PNG\r\n\x1a\n" and relayed == ["screen"]
     with pytest.raises(MachineError) as refused:
