@@ -252,7 +252,6 @@ class TakeoverDesk:
     async def _local_passage(self, attempt_id: str) -> bool:
         waited = False
         while (hold := self.holds.get(attempt_id)) is not None:
-            waited = True
             bound = max(0.0, hold.started + hold.cap_s - self._now()) + PASSAGE_SLACK_S
             self.waiting[attempt_id] += 1
             try:
@@ -262,6 +261,8 @@ class TakeoverDesk:
                 return True
             finally:
                 self._unwait(attempt_id)
+            # A take refused before it began (not running, not connected here) never held the machine.
+            waited = waited or hold.ended_by is not None
         return waited
 
     async def _remote_passage(self, attempt_id: str) -> bool:
