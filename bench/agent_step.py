@@ -82,9 +82,12 @@ RAW, ZRLE, DESKTOP_SIZE = 0, 16, -223
 class Viewers:
     """VIEWERS RFB clients reading the machine's screen in this loop (a bench's client, not a product's)."""
 
-    def __init__(self, machine: Any, n: int, encoding: int = RAW) -> None:
+    def __init__(self, machine: Any, n: int, encoding: int = RAW, pace: float = 0.0) -> None:
         self.machine = machine
         self.n = n
+        # Seconds at least between one viewer's update requests (0: at once after each update, as noVNC
+        # does). QEMU encodes and sends per client only on a request: pacing is what a relay could cap.
+        self.pace = pace
         # RAW is the most bytes QEMU sends; ZRLE is a zlib stream like the Tight noVNC asks for (a
         # browser's cost), read here by its length alone: the bench measures the agent's step, not decoding.
         self.encoding = encoding
@@ -126,7 +129,11 @@ class Viewers:
             await self._read(reader, struct.unpack(">I", init[20:24])[0])
             writer.write(struct.pack(">BxHii", 2, 2, self.encoding, DESKTOP_SIZE))
             incremental = 0
+            asked = 0.0
             while True:
+                if self.pace and (wait := asked + self.pace - time.monotonic()) > 0:
+                    await asyncio.sleep(wait)
+                asked = time.monotonic()
                 writer.write(struct.pack(">BBHHHH", 3, incremental, 0, 0, w, h))
                 await writer.drain()
                 while True:  # until the update
@@ -265,6 +272,7 @@ async def main() -> None:
                     help="a kept runner state dir: its warm snapshot of the image is reused (else a cold boot)")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--screen", default="1280x800")
+    ap.add_argument("--moving-only", action="store_true", help="only the rows with the screen kept moving")
     args = ap.parse_args()
     w, h = (int(v) for v in args.screen.split("x"))
     os.environ[KEY_ENV] = "bench-key"
@@ -294,17 +302,20 @@ async def main() -> None:
         await run_api(machine, "anthropic", 10, (w, h))
         gap = qinput.POINTER_GAP_S
         mover = list(MOVERS[args.image].values())[-1] if args.image in MOVERS else None
-        rows = [("anthropic", gap, True, 0, False), ("anthropic", gap, True, VIEWERS, False),
-                ("openai-chat", gap, True, 0, False), ("anthropic", 0.0, True, 0, False),
-                ("anthropic", gap, False, 0, False)]
+        # (api, pointer gap, PPM dump, viewers (< 0: asking for ZRLE instead of raw), moving, viewer pace)
+        rows: list[tuple[str, float, bool, int, bool, float]] = []
+        if not args.moving_only:
+            rows += [("anthropic", gap, True, 0, False, 0), ("anthropic", gap, True, VIEWERS, False, 0),
+                     ("openai-chat", gap, True, 0, False, 0), ("anthropic", 0.0, True, 0, False, 0),
+                     ("anthropic", gap, False, 0, False, 0)]
         if mover is not None:
-            rows += [("anthropic", gap, True, 0, True), ("anthropic", gap, True, VIEWERS, True),
-                     ("anthropic", gap, True, -VIEWERS, True)]
-        # viewers < 0: that many viewers asking for ZRLE instead of raw
-        for api, row_gap, ppm, viewers, moving in rows:
+            rows += [("anthropic", gap, True, 0, True, 0), ("anthropic", gap, True, VIEWERS, True, 0),
+                     ("anthropic", gap, True, -VIEWERS, True, 0), ("anthropic", gap, True, -VIEWERS, True, 0.1),
+                     ("anthropic", gap, True, -VIEWERS, True, 0.2)]
+        for api, row_gap, ppm, viewers, moving, pace in rows:
             qinput.POINTER_GAP_S = row_gap
             machine._ppm_dumps = ppm
-            watching = Viewers(machine, abs(viewers), ZRLE if viewers < 0 else RAW)
+            watching = Viewers(machine, abs(viewers), ZRLE if viewers < 0 else RAW, pace)
             if moving:
                 assert mover is not None
                 started = await machine.run_script(start_script(mover), timeout=60)
@@ -330,6 +341,7 @@ async def main() -> None:
             name = f"{name}, moving" if moving else name
             name = f"{name}, {abs(viewers)} viewers" if viewers else name
             name = f"{name} zrle" if viewers < 0 else name
+            name = f"{name} {1 / pace:.0f}/s" if pace else name
             print(f"{name:<24} {len(ms['step']):>5}  {pct(ms['step'], .5):>9.0f} {pct(ms['step'], .9):>7.0f}  "
                   f"{pct(ms['screen'], .5):>10.0f} {pct(ms['act'], .5):>8.0f} {pct(ms['rest'], .5):>9.0f} "
                   f"{pct(ms['rest'], .9):>9.0f}")

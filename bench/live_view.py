@@ -21,7 +21,14 @@ viewer of tests/kit/rfb.py on the WebSocket a page opens (`POST /v1/start_states
           printing random hex (every cell changes at each scroll); on linux-desktop a window (python3-tk,
           in the image for its tests) moved 8 px every 50 ms across the desktop.
 
-Targets (docs/protocol.md, "Live views"): key to pixels <= 100 ms p50 on loopback; idle <= 5 KB/s per viewer.
+  takeover: an attempt of a command agent that only looks (tests/startstates/look_agent.py: a screen through
+          the machine API, then 0.2 s, again) taken over and handed back --takeovers times, 1 s held each:
+          from the press of "Take over" (the POST) to the agent stopped (its last request before the
+          hold answered: none is served after it until the hand-back), and from the press of "Hand back"
+          to the agent's next action (its waiting screen request answered, a fresh screen).
+
+Targets (docs/protocol.md, "Live views"): key to pixels <= 100 ms p50 on loopback; idle <= 5 KB/s per viewer;
+(docs/server-api.md, "Takeovers") take over to the agent stopped, hand back to its next action, <= 1 s each.
 Everything is removed at the end (the stack's temp dir, its machines).
 """
 
@@ -43,6 +50,7 @@ sys.path[:0] = [str(REPO / "tests"), str(REPO), str(REPO / "bench")]
 from kit.rfb import Viewer  # noqa: E402
 from movers import MOVERS, start_script, stop_script  # noqa: E402
 from startstates.conftest import Stack  # noqa: E402
+from startstates.test_start_states import check_after  # noqa: E402
 
 BACKSPACE = 0xFF08
 
@@ -211,6 +219,64 @@ def run(images_dir: Path, image: str, presses: int, idle_s: float, moving_s: flo
     return {"view": view, "api": api, "api_rate": rate, "idle": idle, "moving": moving}
 
 
+def looks(path: Path) -> list[tuple[float, float]]:
+    """The looker's screens so far: (asked, answered), wall-clock."""
+    if not path.exists():
+        return []
+    return [(float(a), float(b)) for a, b in (ln.split() for ln in path.read_text().splitlines() if ln.strip())]
+
+
+def wait_for(what: str, fn: Any, timeout: float = 900.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (got := fn()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(0.05)
+    return got
+
+
+def run_takeovers(images_dir: Path, n: int) -> dict[str, list[float]]:
+    stack = Stack(images_dir)
+    stack.start()
+    out: dict[str, list[float]] = {"post": [], "stopped": [], "resumed": []}
+    try:
+        gh = stack.sdk()
+        http = httpx.Client(base_url=stack.base_url, timeout=120,
+                            headers={"Authorization": f"Bearer {stack.admin_key}"})
+        case = gh.test_cases.create("bench takeover", "Look at the screen.", "linux-tiny",  # type: ignore[arg-type]
+                                    check_after("true"), limits={"minutes": 60})
+        run = gh.test_runs.create(test_case_ids=[case["test_case_id"]], agents=["looker"])
+        token = wait_for("the looker's task", lambda: list(stack.gate_dir.glob("*.token")))
+        aid = token[0].name.removesuffix(".token")
+        screens = stack.gate_dir / f"{aid}.screens"
+        wait_for("the looker's first screen", lambda: looks(screens), timeout=300)
+        try:
+            for _ in range(n):
+                time.sleep(1.0)  # the agent looking freely between holds
+                pressed = time.time()
+                took = http.post(f"/v1/attempts/{aid}/takeover")
+                assert took.status_code == 200, took.text
+                out["post"].append(time.time() - pressed)
+                time.sleep(1.0)  # held: the agent's next screen waits
+                back_pressed = time.time()
+                served = looks(screens)
+                # Stopped: the last request answered before the hand-back (one in flight at the press ends).
+                stopped = max(answered for _asked, answered in served)
+                assert http.post(f"/v1/attempts/{aid}/handback").status_code == 200
+                resumed = wait_for("the agent's next screen", lambda bp=back_pressed: [
+                    answered for _asked, answered in looks(screens) if answered > bp], timeout=60)
+                out["stopped"].append(max(0.0, stopped - pressed))
+                out["resumed"].append(min(resumed) - back_pressed)
+        finally:
+            (stack.gate_dir / f"{aid}.done").write_text("1")
+            gh.test_runs.wait(run["test_run_id"], timeout=900, poll_interval=1)
+            gh.test_cases.delete(case["test_case_id"])
+            http.close()
+    finally:
+        stack.stop()
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--images-dir", type=Path,
@@ -219,7 +285,17 @@ def main() -> int:
     ap.add_argument("--idle-s", type=float, default=20.0)
     ap.add_argument("--moving-s", type=float, default=20.0)
     ap.add_argument("--desktop", action="store_true", help="linux-desktop too (from GH_DESKTOP_IMAGES_DIR)")
+    ap.add_argument("--takeovers", type=int, default=10, help="takeovers timed on linux-tiny (0: none)")
+    ap.add_argument("--takeovers-only", action="store_true", help="only the takeovers")
     args = ap.parse_args()
+    if args.takeovers:
+        t = run_takeovers(args.images_dir, args.takeovers)
+        print("takeovers (linux-tiny, a command agent looking every 0.2 s):")
+        print(f"  take over, the request answered:  {ms(t['post'])}")
+        print(f"  take over to the agent stopped:   {ms(t['stopped'])}")
+        print(f"  hand back to its next action:     {ms(t['resumed'])}")
+        if args.takeovers_only:
+            return 0
     runs = [(args.images_dir, "linux-tiny")]
     desktop_dir = Path(os.environ.get("GH_DESKTOP_IMAGES_DIR", "/var/tmp/gh-runner/desktop-images"))
     if args.desktop or os.environ.get("GH_DESKTOP_IMAGES_DIR"):

@@ -131,7 +131,7 @@ def _serve_runners(app: FastAPI, st: ServerState) -> None:
         relay = None
         if state.engine.dialect.name == "postgresql":  # machine requests for runners held by other processes
             conninfo = state.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-            relay = PgRelay(conninfo, gw.dbq, gw.local_runner_ids_all, gw.machine_request_here, state.metrics)
+            relay = PgRelay(conninfo, gw.dbq, gw.local_runner_ids_all, gw.answer_relayed, state.metrics)
         await gw.run(scheduler, relay)
 
     st.background.append(run)

@@ -227,10 +227,14 @@ class Gateway:
 
     # -- DeskLink (gh_server/takeovers.py) --------------------------------------------------------
 
-    def takes_holds(self, runner_id: str) -> bool:
-        """Connected to this process, and its hello said it takes `task_hold`."""
+    def hold_session(self, runner_id: str) -> str | None:
+        """The session id of the runner's connection to this process when its hello said `task_holds`."""
         c = self.conns.get(runner_id)
-        return c is not None and not c.closed.is_set() and c.task_holds
+        return c.session_id if c is not None and not c.closed.is_set() and c.task_holds else None
+
+    def holds_elsewhere(self, runner_id: str) -> bool:
+        """Another process may hold the runner's socket, and a hold on its attempts (PostgreSQL)."""
+        return self.relay is not None and not self.connected(runner_id)
 
     def task_held(self, attempt_id: str, held: bool) -> None:
         self.agents.task_held(attempt_id, held)
@@ -265,6 +269,18 @@ class Gateway:
         A runner connected to another process (PostgreSQL) is reached through that process (gh_server.relay)."""
         if runner_id not in self.conns and self.relay is not None:
             return await self.relay.forward(runner_id, req, timeout)
+        return await self.machine_request_here(runner_id, req, timeout)
+
+    async def answer_relayed(
+        self, runner_id: str, req: protocol.MachineRequest, timeout: float
+    ) -> protocol.MachineResponse:
+        """A request another process relayed here (gh_server.relay): turned back `taken_over` when a person
+        holds its attempt's machine here, so that it waits there, where its timeout has not begun (it
+        crossed as the hold began: that process's gate found none on the row yet)."""
+        if req.attempt_id is not None and self.takeovers.holding(req.attempt_id):
+            return protocol.MachineResponse(request_id=req.request_id, ok=False,
+                                            refusal=protocol.MachineRefusal.TAKEN_OVER,
+                                            error="a person holds this machine: wait for the hand-back")
         return await self.machine_request_here(runner_id, req, timeout)
 
     async def machine_request_here(
@@ -423,8 +439,9 @@ class Gateway:
     async def _closed(self, conn: _Conn) -> None:
         if self.conns.get(conn.runner_id) is conn:
             del self.conns[conn.runner_id]
-        # The holder reached the machine through this socket, and the runner lets its holds go with it.
-        self.takeovers.runner_gone(conn.runner_id)
+        # The holder reached the machine through this socket, and the runner lets its holds go with it; a
+        # hold taken on the runner's newer connection (it reconnected before this close ran) is not this one's.
+        self.takeovers.runner_gone(conn.runner_id, conn.session_id)
         for rid, sid, fut in list(self._pending.values()):
             if rid == conn.runner_id and sid == conn.session_id and not fut.done():
                 fut.set_result(

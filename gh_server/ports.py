@@ -47,9 +47,9 @@ class TaskGate(Protocol):
     def held(self, attempt_id: str) -> bool:
         """A person holds the attempt's machine now."""
 
-    async def passage(self, attempt_id: str) -> bool:
-        """Return once nobody holds the attempt's machine; True when a hold was in progress on arrival
-        (what the request was planned on is gone)."""
+    async def passage(self, attempt_id: str, runner_id: str) -> bool:
+        """Return once nobody holds the attempt's machine (`runner_id`'s), in this process or another;
+        True when a hold was in progress on arrival (what the request was planned on is gone)."""
 
 
 class RunnerLink(Protocol):

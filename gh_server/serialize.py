@@ -119,15 +119,18 @@ def error_cause(row: Attempt) -> str | None:
     return "case" if (row.metrics or {}).get("error_cause") == "case" else "infrastructure"
 
 
-def takeover_in_progress(row: Attempt, settings: Any = None) -> dict[str, Any] | None:
-    """The hold in progress (its `takeovers` entry not ended, during the task): `{by, started_at, cap_at}`."""
+def takeover_in_progress(row: Attempt, settings: Any = None, cap_s: float | None = None) -> dict[str, Any] | None:
+    """The hold in progress (its `takeovers` entry not ended, during the task): `{by, started_at, cap_at}`
+    (`cap_s`, else the settings' takeover_cap_minutes). Every gh-server process reads it so
+    (gh_server/takeovers.py: an agent's requests wait on it)."""
     if row.status != AttemptStatus.RUNNING:
         return None
     open_ = [t for t in (row.takeovers or []) if isinstance(t, dict) and t.get("ended_at") is None]
     if not open_:
         return None
     t = open_[-1]
-    cap_s = float(getattr(settings, "takeover_cap_minutes", 30.0)) * 60.0
+    if cap_s is None:
+        cap_s = float(getattr(settings, "takeover_cap_minutes", 30.0)) * 60.0
     try:
         started = datetime.fromisoformat(str(t["started_at"]).replace("Z", "+00:00"))
     except (KeyError, ValueError):

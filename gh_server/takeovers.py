@@ -3,12 +3,17 @@ back (docs/server-api.md, "Takeovers"; docs/agents.md, "Takeover").
 
 A hold lives here, in memory, like the live relay's tickets: the process that holds the runner's socket
 runs the attempt's agent and its live views, so the hold, the agent's gate and the holder's input meet
-in one place. One hold per attempt:
+in one place. Other gh-server processes on the same PostgreSQL see it on the attempt's row (its
+`takeovers` entry with `ended_at` null): an agent's machine request that lands in one of them waits
+there, reading the row every REMOTE_POLL_S until the hold ends or its cap passes, before it is relayed
+to the runner's process (gh_server/relay.py); a request already crossing when the hold began is turned
+back there (`answer_relayed` in gh_server/gateway.py) and waits the same way. One hold per attempt:
 
     take  ->  held  ->  ended (TakeoverEnd)
     - take: an admin (`POST /v1/attempts/{id}/takeover`) on an attempt in its task, on a runner
-      connected here whose hello says `task_holds`. The attempt is marked `assisted` and its
-      `takeovers` entry written (ended_at null); the runner is sent `task_hold` held; the agent's
+      connected here whose hello says `task_holds`; the hold belongs to that connection (its session).
+      The attempt is marked `assisted` and its `takeovers` entry written (ended_at null); the runner
+      is sent `task_hold` held; the agent's
       clock (gh_server/agents/supervisor.py) and its grants' expiry stop; the agent's machine
       requests wait at `passage`.
     - held: only the holder's live view sends input (gh_server/live/relay.py), and each input message
@@ -17,7 +22,8 @@ in one place. One hold per attempt:
         handed_back    `POST /v1/attempts/{id}/handback` (the holder, or any admin releasing it)
         idle           no input from the holder's view for `takeover_idle_seconds` (the browser closed)
         cap            `takeover_cap_minutes` since the take
-        attempt_ended  the attempt left its task (task_end, checking/done, cancel, the runner's link lost)
+        attempt_ended  the attempt left its task (task_end, checking/done, cancel), or the runner's
+                       connection the hold was taken on closed (a reconnect's new session keeps its own)
       The entry is finished (ended_at, ended_by, held_seconds, counts, events), the runner is sent
       `task_hold` not held, the clocks run again, and the waiting requests are answered (a screen
       fresh, an input or exec `taken_over`).
@@ -30,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -38,14 +45,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
 import pydantic
-from sqlalchemy.orm import Session
+from sqlalchemy import select
+from sqlalchemy.orm import Session, load_only
 
 from gh_common.timeouts import within
+from gh_server import serialize
 from gh_server.agents import grants
 from gh_server.dbqueue import DbQueue
 from gh_server.live.human_steps import HumanSteps
 from gh_server.live.rfb import Message
-from gh_server.models import Attempt
+from gh_server.models import Attempt, utcnow
 from gh_server.timestamps import ts
 from gh_wire import protocol
 from gh_wire.vocab import AttemptStatus, TakeoverEnd
@@ -56,6 +65,9 @@ log = logging.getLogger(__name__)
 # whose hold somehow never ended.
 PASSAGE_SLACK_S = 60.0
 WATCH_EVERY_S = 1.0  # the cap and idle watch looks at least this often
+# How often the rows of holds in other processes are read while requests here wait on them (one read
+# for all of them): a hand-back there reaches the waiting requests here within this.
+REMOTE_POLL_S = 0.5
 
 RefusalCode = Literal["held", "not_running", "not_connected", "not_held"]
 
@@ -81,11 +93,22 @@ class DeskLink(Protocol):
     async def send(self, runner_id: str, msg: pydantic.BaseModel) -> bool:
         """False if the runner is not connected to this process."""
 
-    def takes_holds(self, runner_id: str) -> bool:
-        """Connected to this process, and its hello said `task_holds`."""
+    def hold_session(self, runner_id: str) -> str | None:
+        """The session id of the runner's connection to this process when its hello said `task_holds`."""
+
+    def holds_elsewhere(self, runner_id: str) -> bool:
+        """Another gh-server process may hold the runner's socket (a shared database, and not here)."""
 
     def task_held(self, attempt_id: str, held: bool) -> None:
         """Stop (held) or start again the clock of the attempt's agent, when it runs here."""
+
+
+@dataclass
+class _Remote:
+    """A hold another process has, while requests of this one wait on it."""
+
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    waiters: int = 0
 
 
 @dataclass
@@ -99,6 +122,8 @@ class Hold:
     idle_s: float
     last_input: float
     runner_id: str = ""
+    session_id: str = ""  # the runner's connection it was taken on: that connection's close ends it
+    recorded: bool = False  # its entry is on the attempt's row (other processes see it)
     steps: HumanSteps = field(default_factory=HumanSteps)
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     ended_by: TakeoverEnd | None = None
@@ -133,6 +158,8 @@ class TakeoverDesk:
         self.holds: dict[str, Hold] = {}  # attempt id -> its hold (reserved at take, gone once ended)
         self.waiting: collections.Counter[str] = collections.Counter()  # attempt id -> its requests held now
         self._watch: asyncio.Task[None] | None = None
+        self._remote: dict[str, _Remote] = {}  # attempt id -> a hold in another process, while waited on here
+        self._remote_watch: asyncio.Task[None] | None = None
         self._ending: set[asyncio.Task[Any]] = set()
         # Called on the server's loop with each hold that ended (the relay ends the holder's views).
         self.on_ended: list[Callable[[Hold], object]] = []
@@ -179,19 +206,27 @@ class TakeoverDesk:
         status, outcome, runner_id = found
         if status != AttemptStatus.RUNNING:
             raise _not_running(aid, status, outcome)
-        if runner_id is None or not self.link.takes_holds(runner_id):
-            raise Refused("not_connected", f"The runner of attempt {aid} is not connected to this server, or is "
-                          "too old to pause a task's time limit: its machine cannot be taken over.")
-        hold.runner_id = runner_id
+        session_id = None if runner_id is None else self.link.hold_session(runner_id)
+        if runner_id is None or session_id is None:
+            raise Refused("not_connected", f"The runner of attempt {aid} is not connected to this server process, "
+                          "or is too old to pause a task's time limit: its machine cannot be taken over here.")
+        hold.runner_id, hold.session_id = runner_id, session_id
         entry = hold.entry()
         begun = await self.link.dbq.run(lambda s: _persist_begin(s, aid, entry, hold.cap_s))
         if begun is not None:
             raise _not_running(aid, *begun)
+        hold.recorded = True
 
     # -- held -------------------------------------------------------------------------------------
 
     def held(self, attempt_id: str) -> bool:
         return attempt_id in self.holds
+
+    def holding(self, attempt_id: str) -> bool:
+        """A hold here whose entry is on the attempt's row: a request relayed from another process is turned
+        back (that process then waits on the row; before the row says so it would not wait)."""
+        hold = self.holds.get(attempt_id)
+        return hold is not None and hold.recorded and hold.ended_by is None
 
     def holder(self, attempt_id: str, key_id: str) -> Hold | None:
         """The hold when this key holds the attempt's machine now."""
@@ -203,11 +238,20 @@ class TakeoverDesk:
         hold.last_input = self._now()
         hold.steps.add(msg, datetime.now(UTC))
 
-    async def passage(self, attempt_id: str) -> bool:
-        """Return once nobody holds the attempt's machine; True when a hold was in progress on arrival."""
+    async def passage(self, attempt_id: str, runner_id: str) -> bool:
+        """Return once nobody holds the attempt's machine, here or (a shared database, its runner not
+        connected here) in the process holding its runner; True when a hold was in progress on arrival.
+
+        A hold elsewhere is read from the attempt's row every REMOTE_POLL_S, at most until its cap (and
+        PASSAGE_SLACK_S) is past: then the request goes on."""
+        waited = await self._local_passage(attempt_id)
+        if self.link.holds_elsewhere(runner_id):
+            waited = await self._remote_passage(attempt_id) or waited
+        return waited
+
+    async def _local_passage(self, attempt_id: str) -> bool:
         waited = False
         while (hold := self.holds.get(attempt_id)) is not None:
-            waited = True
             bound = max(0.0, hold.started + hold.cap_s - self._now()) + PASSAGE_SLACK_S
             self.waiting[attempt_id] += 1
             try:
@@ -216,10 +260,60 @@ class TakeoverDesk:
                 log.warning("a request on attempt %s waited out its hold's cap; it goes on", attempt_id)
                 return True
             finally:
-                self.waiting[attempt_id] -= 1
-                if self.waiting[attempt_id] <= 0:
-                    del self.waiting[attempt_id]
+                self._unwait(attempt_id)
+            # A take refused before it began (not running, not connected here) never held the machine.
+            waited = waited or hold.ended_by is not None
         return waited
+
+    async def _remote_passage(self, attempt_id: str) -> bool:
+        cap_s = self.cap_s
+        due = (await self.link.dbq.run(lambda s: _open_holds(s, [attempt_id], cap_s))).get(attempt_id)
+        if due is None:
+            return False
+        remote = self._remote.get(attempt_id)
+        if remote is None:
+            remote = self._remote[attempt_id] = _Remote()
+            # An agent running here whose runner moved to the holding process: its clock stops while it waits.
+            self.link.task_held(attempt_id, True)
+        remote.waiters += 1
+        self.waiting[attempt_id] += 1
+        if self._remote_watch is None or self._remote_watch.done():
+            self._remote_watch = asyncio.create_task(self._watch_remote(), name="gh-takeover-remote")
+        try:
+            await within(max(0.0, (due - utcnow()).total_seconds()) + PASSAGE_SLACK_S, remote.ended.wait())
+        except TimeoutError:
+            log.warning("a request on attempt %s waited out the cap of its hold in another process; it goes on",
+                        attempt_id)
+        finally:
+            self._unwait(attempt_id)
+            remote.waiters -= 1
+            if remote.waiters <= 0 and self._remote.get(attempt_id) is remote:
+                del self._remote[attempt_id]
+                self.link.task_held(attempt_id, False)
+        return True
+
+    def _unwait(self, attempt_id: str) -> None:
+        self.waiting[attempt_id] -= 1
+        if self.waiting[attempt_id] <= 0:
+            del self.waiting[attempt_id]
+
+    async def _watch_remote(self) -> None:
+        """While requests here wait on holds elsewhere: one read of their rows per REMOTE_POLL_S (never a
+        busy loop); a hold the row says ended lets its requests go on."""
+        while self._remote:
+            await asyncio.sleep(REMOTE_POLL_S)
+            ids = list(self._remote)
+            if not ids:
+                continue
+            try:
+                still = await self.link.dbq.run(functools.partial(_open_holds, attempt_ids=ids, cap_s=self.cap_s))
+            except Exception:
+                log.warning("could not read the holds of other processes; retrying", exc_info=True)
+                continue
+            for aid in ids:
+                if aid not in still and (remote := self._remote.pop(aid, None)) is not None:
+                    remote.ended.set()
+                    self.link.task_held(aid, False)
 
     # -- ended ------------------------------------------------------------------------------------
 
@@ -227,10 +321,14 @@ class TakeoverDesk:
         """End the hold (`handed_back`): its finished entry.
 
         Raises:
-            Refused: `not_held`.
+            Refused: `not_held`; `not_connected` when another gh-server process holds it (its row says so).
         """
         hold = self.holds.get(attempt_id)
         if hold is None or not hold.runner_id:
+            cap_s = self.cap_s
+            if attempt_id in await self.link.dbq.run(lambda s: _open_holds(s, [attempt_id], cap_s)):
+                raise Refused("not_connected", f"Attempt {attempt_id} is held through another gh-server process, "
+                              "the one its runner is connected to: hand it back there.")
             raise Refused("not_held", f"Nobody holds attempt {attempt_id}.")
         return await self.end(hold, TakeoverEnd.HANDED_BACK)
 
@@ -240,9 +338,11 @@ class TakeoverDesk:
         if hold is not None and hold.runner_id:
             self._spawn_end(hold, TakeoverEnd.ATTEMPT_ENDED)
 
-    def runner_gone(self, runner_id: str) -> None:
-        """The runner's link is gone: the holds of its attempts end `attempt_ended`."""
-        for hold in [h for h in self.holds.values() if h.runner_id == runner_id]:
+    def runner_gone(self, runner_id: str, session_id: str) -> None:
+        """The runner's connection `session_id` closed: the holds taken on it end `attempt_ended`. A hold
+        taken on a newer connection of the same runner (a reconnect while the old close was on its way)
+        is not this connection's and goes on."""
+        for hold in [h for h in self.holds.values() if h.runner_id == runner_id and h.session_id == session_id]:
             self._spawn_end(hold, TakeoverEnd.ATTEMPT_ENDED)
 
     async def end(self, hold: Hold, reason: TakeoverEnd) -> dict[str, Any]:
@@ -292,10 +392,14 @@ class TakeoverDesk:
             if hold.runner_id:
                 with contextlib.suppress(Exception):
                     await self.end(hold, TakeoverEnd.ATTEMPT_ENDED)
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._watch
+        for watch in (self._watch, self._remote_watch):
+            if watch is not None:
+                watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await watch
+        for remote in self._remote.values():
+            remote.ended.set()  # the process stops: its waiting requests go on (and fail as it stops)
+        self._remote.clear()
         for task in list(self._ending):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
@@ -326,6 +430,22 @@ def _not_running(attempt_id: str, status: str, outcome: str | None) -> Refused:
 def _state(session: Session, attempt_id: str) -> tuple[str, str | None, str | None] | None:
     a = session.get(Attempt, attempt_id)
     return None if a is None else (a.status, a.outcome, a.runner_id)
+
+
+def _open_holds(session: Session, attempt_ids: list[str], cap_s: float) -> dict[str, datetime]:
+    """Of these attempts, those with a hold in progress on their row (serialize.takeover_in_progress, as
+    the API shows it) that has not reached its cap: attempt id -> when it does. One read by primary key.
+    Past its cap an open entry is no hold to wait on (the process that held it died before ending it)."""
+    now = utcnow()
+    found: dict[str, datetime] = {}
+    rows = session.scalars(select(Attempt).options(load_only(Attempt.id, Attempt.status, Attempt.takeovers))
+                           .where(Attempt.id.in_(attempt_ids)))
+    for row in rows:
+        hold = serialize.takeover_in_progress(row, cap_s=cap_s)
+        cap_at = None if hold is None else datetime.fromisoformat(str(hold["cap_at"]))
+        if cap_at is not None and cap_at > now:
+            found[row.id] = cap_at
+    return found
 
 
 def _persist_begin(session: Session, attempt_id: str, entry: dict[str, Any],

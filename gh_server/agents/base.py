@@ -65,14 +65,19 @@ Relay = Callable[[str, protocol.MachineRequest, float], Awaitable[protocol.Machi
 SLACK_S = 15.0  # on top of a request's own timeout: the runner's round trip
 # What a request that waited out a takeover is told when it was an action (planned on a screen now gone).
 TAKEN_OVER = "not done: a person took over the machine; look again"
+# A request turned back this many times by the process holding the runner (a hold there that this process's
+# gate did not see yet) is answered `taken_over`: that process turns requests back only once the hold is on
+# the attempt's row, where the gate sees it, so this bounds a race, never a normal wait.
+TURNED_BACK_MAX = 5
 
 
 class Machine:
     """The attempt's machine, through the runner that holds it (screen, input, exec).
 
     With a `gate`, every request first waits while a person holds the machine (docs/agents.md,
-    "Takeover"): then a screen is taken as it is now, and an input or exec is refused with
-    `taken_over` (MachineError), not done."""
+    "Takeover"), in this process or, with several, in the one holding the runner: then a screen is taken
+    as it is now, and an input or exec is refused with `taken_over` (MachineError), not done. The wait
+    comes before the request is relayed, so its own timeout never counts the time held."""
 
     def __init__(self, relay: Relay, runner_id: str, attempt_id: str, redact: Sequence[str] = (),
                  start_state_id: str | None = None, gate: TaskGate | None = None) -> None:
@@ -86,9 +91,21 @@ class Machine:
 
     async def _ask(self, req: protocol.MachineRequest, timeout: float) -> protocol.MachineResponse:
         self.requests += 1
-        if self._gate is not None and await self._gate.passage(self.attempt_id) and req.op != "screen":
-            raise MachineError(TAKEN_OVER, protocol.MachineRefusal.TAKEN_OVER)
-        resp = await self._relay(self.runner_id, req, timeout + SLACK_S)
+        held = False
+        turned_back = 0
+        while True:
+            if self._gate is not None and await self._gate.passage(self.attempt_id, self.runner_id):
+                held = True
+            if held and req.op != "screen":
+                raise MachineError(TAKEN_OVER, protocol.MachineRefusal.TAKEN_OVER)
+            resp = await self._relay(self.runner_id, req, timeout + SLACK_S)
+            if (self._gate is None or resp.refusal != protocol.MachineRefusal.TAKEN_OVER
+                    or turned_back >= TURNED_BACK_MAX):
+                break
+            # Turned back by the process holding the runner: a hold began there as it crossed. Wait for
+            # it here (the next passage sees it on the row), then as any request that met a hold.
+            held = True
+            turned_back += 1
         if not resp.ok:
             why = f"{req.op} on the machine failed: {resp.error or 'no reason given'}"
             if resp.stopped is not None:

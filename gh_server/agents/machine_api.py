@@ -49,7 +49,7 @@ def _error(status: int, etype: str, message: str, **extra: Any) -> JSONResponse:
     return JSONResponse({"error": {"type": etype, "message": message, **extra}}, status_code=status)
 
 
-async def _machine_failed(sup: AgentSupervisor, grant: Grant, e: MachineError) -> JSONResponse:
+async def _machine_failed(sup: AgentSupervisor, grant: Grant, e: MachineError, stepped: bool = True) -> JSONResponse:
     """A refused request: 409 when the task was stopped (the agent's end), or with code `taken_over` when
     a person held the machine while it waited (not done, and no step spent: look again); 413 when it is too large to
     relay over the runner's websocket (the caller's request, or what it asked for, is what to change);
@@ -59,7 +59,8 @@ async def _machine_failed(sup: AgentSupervisor, grant: Grant, e: MachineError) -
     if isinstance(e, TaskStopped):
         return _error(409, "conflict", str(e))
     if e.refusal == MachineRefusal.TAKEN_OVER:
-        await sup.give_back_step(grant)
+        if stepped:  # a screen spends none (it is refused so only when the holder kept turning it back)
+            await sup.give_back_step(grant)
         return _error(409, "conflict", str(e), code=MachineRefusal.TAKEN_OVER.value)
     if e.refusal == MachineRefusal.INPUT_NOT_SUPPORTED:
         return _error(400, "invalid_request", str(e))
@@ -118,7 +119,7 @@ def router(sup: AgentSupervisor) -> APIRouter:
         try:
             png = await grant.machine.screen()
         except MachineError as e:
-            return await _machine_failed(sup, grant, e)
+            return await _machine_failed(sup, grant, e, stepped=False)
         return Response(png, media_type="image/png")
 
     @r.post("/input")

@@ -1,26 +1,34 @@
 """Takeovers on a real gh-server with a simulated runner (docs/agents.md, "Takeover"): the model agent's
 action that waited out a takeover is answered `taken_over` (not its mistake) and it looks again; the
-runner's link dropping mid-takeover makes the attempt our error, still assisted. tests/startstates/
-test_takeover.py drives a real runner and guest.
+runner's link dropping mid-takeover makes the attempt our error, still assisted; an HTTP agent's requests
+served by another gh-server process (PostgreSQL) wait while held. tests/startstates/test_takeover.py
+drives a real runner and guest.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import tempfile
 import threading
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from agentfiles import agent_command
+from sqlalchemy import select
 
 from gh_server.agents.base import TAKEN_OVER
-from gh_server.settings import ModelAgentConfig
+from gh_server.models import MachineGrant
+from gh_server.settings import AgentConfig, ModelAgentConfig
 from gh_wire import protocol
 
 from .conftest import GwServer, await_for
 from .modelserver import Reply, claude, member, model_server, text
 from .simrunner import SimRunner
-from .test_agents import start_task
+from .test_agents import AGENT_CMD, start_task
 from .test_model_agent import KEY_ENV, Guest, agent
 
 pytestmark = pytest.mark.timeout(300)
@@ -107,3 +115,49 @@ async def test_the_runners_link_dropping_mid_takeover_is_our_error_and_stays_ass
     again = await post(server, f"/v1/attempts/{aid}/takeover")
     assert again.status_code == 409 and again.json()["error"]["code"] == "not_running", again.text
     assert again.json()["error"]["outcome"] == "error"
+
+
+async def test_an_http_agents_requests_to_another_process_wait_while_held_and_are_answered_at_the_hand_back(
+        server_factory: Any, pg_cluster: Any) -> None:
+    """Two gh-server processes on one PostgreSQL: A holds the runner and runs the agent, whose machine-API
+    requests (made here with its token, as it would) land on B. B sees A's hold on the attempt's row and
+    holds them before relaying anything; at the hand-back the screen is fresh, the input and exec are
+    `taken_over` and spend no step."""
+    url = pg_cluster.url(pg_cluster.create_db())
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as d:
+        os.chmod(d, 0o777)  # the agent runs with a uid of its own (gh_server.agents.sandbox)
+        out = Path(d) / "doc.json"
+        agents = {"cmd": AgentConfig(id="cmd", kind="command", timeout=900,
+                                     command=agent_command(AGENT_CMD, str(out), "hang"))}
+        a: GwServer = server_factory(database_url=url, agents=agents, dead_after=300.0)
+        b: GwServer = server_factory(database_url=url, admin_api_key=a.admin_key, dead_after=300.0)
+        r = await connect(a)
+        guest = Guest(r)
+        try:
+            _, aid = await start_task(a, r, {}, "cmd")
+            doc = await await_for(lambda: out.exists() and out.stat().st_size and json.loads(out.read_text()),
+                                  what="the agent's request document")
+            took = await post(a, f"/v1/attempts/{aid}/takeover")
+            assert took.status_code == 200, took.text
+            auth = {"Authorization": f"Bearer {doc['machine']['token']}"}
+            async with httpx.AsyncClient(base_url=b.base_url + "/v1/agent/machine", headers=auth, timeout=120) as c:
+                screen = asyncio.ensure_future(c.get("/screen"))
+                act = asyncio.ensure_future(c.post("/input", json={"events": [{"type": "key", "keys": ["A"]}]}))
+                run = asyncio.ensure_future(c.post("/exec", json={"script": "true", "timeout": 5}))
+                await await_for(lambda: b.gateway.takeovers.waiting[aid] == 3, what="B holding the three requests")
+                assert guest.requests == [] and not any(t.done() for t in (screen, act, run))
+                for route in ("takeover", "handback"):  # served where the runner is, not here
+                    elsewhere = await post(b, f"/v1/attempts/{aid}/{route}")
+                    assert elsewhere.status_code == 409, elsewhere.text
+                    assert elsewhere.json()["error"]["code"] == "not_connected", elsewhere.text
+                back = await post(a, f"/v1/attempts/{aid}/handback")
+                assert back.status_code == 200 and back.json()["ended_by"] == "handed_back", back.text
+                looked, acted, ran = await asyncio.gather(screen, act, run)
+            assert looked.status_code == 200 and looked.content.startswith(b"\x89PNG"), looked.text
+            for resp in (acted, ran):
+                assert resp.status_code == 409 and resp.json()["error"]["code"] == "taken_over", resp.text
+            assert [q.op for q in guest.requests] == ["screen"]  # asked after the hand-back, and only it
+            with a.session() as s:
+                assert list(s.scalars(select(MachineGrant.steps).where(MachineGrant.attempt_id == aid))) == [0]
+        finally:
+            await r.close()

@@ -13,6 +13,7 @@ from typing import Any
 
 import pydantic
 import pytest
+from kit.poll import until
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
@@ -47,13 +48,18 @@ class Link:
         self.sent: list[pydantic.BaseModel] = []
         self.clock_held: dict[str, bool] = {}
         self.connected = True
+        self.session = "s_1"  # the runner's connection here
+        self.elsewhere = False  # a shared database, the runner in another process
 
     async def send(self, runner_id: str, msg: pydantic.BaseModel) -> bool:
         self.sent.append(msg)
         return self.connected
 
-    def takes_holds(self, runner_id: str) -> bool:
-        return self.connected
+    def hold_session(self, runner_id: str) -> str | None:
+        return self.session if self.connected else None
+
+    def holds_elsewhere(self, runner_id: str) -> bool:
+        return self.elsewhere
 
     def task_held(self, attempt_id: str, held: bool) -> None:
         self.clock_held[attempt_id] = held
@@ -187,7 +193,7 @@ async def test_the_agents_requests_wait_then_a_screen_is_fresh_and_an_action_is_
 async def test_the_attempt_leaving_its_task_ends_the_hold(desk: Any) -> None:
     d, link, _ = desk
     hold = await d.take("at_run", "k_a", "alice")
-    d.runner_gone("rn_1")
+    d.runner_gone("rn_1", "s_1")
     await asyncio.wait_for(hold.ended.wait(), 10)
     await d.close()  # the end's record is written
     assert row(link).takeovers[0]["ended_by"] == "attempt_ended" and row(link).assisted is True
@@ -223,3 +229,93 @@ def test_human_steps_count_typing_and_name_keys_chords_and_clicks() -> None:
         steps.add(key(0xFF09), at)
     assert len(steps.events) == MAX_EVENTS and steps.keys == 2 + MAX_EVENTS + 5
     assert steps.dropped == 4 + 5  # 4 kept before: 200 - 4 Tabs fit
+
+
+async def test_a_hold_ends_with_the_runners_connection_it_was_taken_on_not_an_older_one(desk: Any) -> None:
+    d, link, _ = desk
+    link.session = "s_2"  # the runner reconnected; its old connection's close has not been handled yet
+    hold = await d.take("at_run", "k_a", "alice")
+    d.runner_gone("rn_1", "s_1")  # now it is
+    await asyncio.sleep(0)
+    assert d.held("at_run") and hold.ended_by is None
+    d.runner_gone("rn_1", "s_2")  # the connection it was taken on
+    await asyncio.wait_for(hold.ended.wait(), 10)
+    assert hold.ended_by is TakeoverEnd.ATTEMPT_ENDED
+
+
+@pytest.fixture()
+async def elsewhere(desk: Any) -> AsyncIterator[tuple[TakeoverDesk, TakeoverDesk, Link]]:
+    """Two processes on one database: `there` holds the runner (the desk fixture's), `here` does not."""
+    there, link_there, _ = desk
+    link_here = Link(link_there.db, link_there.dbq)
+    link_here.connected, link_here.elsewhere = False, True
+    here = TakeoverDesk(link_here, CAP_S, IDLE_S)
+    try:
+        yield there, here, link_here
+    finally:
+        await here.close()
+
+
+def png_relay(relayed: list[str]) -> Any:
+    async def relay(runner_id: str, req: protocol.MachineRequest, timeout: float) -> protocol.MachineResponse:
+        relayed.append(req.op)
+        return protocol.MachineResponse(request_id=req.request_id, ok=True, png_b64="iVBORw0KGgo=")
+    return relay
+
+
+async def test_requests_here_wait_on_a_hold_in_the_process_holding_the_runner(elsewhere: Any) -> None:
+    there, here, link_here = elsewhere
+    relayed: list[str] = []
+    m = Machine(png_relay(relayed), "rn_1", "at_run", gate=here)
+    # A process that died mid-hold left its entry open: past its cap, it is no hold.
+    with link_here.db.begin() as s:
+        a = s.get(Attempt, "at_run")
+        assert a is not None
+        a.takeovers = [{"by": "carol", "by_key_id": "k_c", "ended_at": None,
+                        "started_at": (datetime.now(UTC) - timedelta(seconds=CAP_S + 1)).isoformat()}]
+    await m.input([])
+    assert relayed == ["input"] and not here.waiting
+    relayed.clear()
+    await there.take("at_run", "k_a", "alice")
+    screen = asyncio.ensure_future(m.screen())
+    action = asyncio.ensure_future(m.exec("true"))
+    await until(lambda: here.waiting["at_run"] == 2, 10, "the two requests held here", every=0.01)
+    assert relayed == [] and link_here.clock_held["at_run"] is True  # an agent here: its clock stops too
+    with pytest.raises(Refused) as not_here:
+        await here.hand_back("at_run")
+    assert not_here.value.code == "not_connected"  # handed back where it is held, not "nobody holds it"
+    await there.hand_back("at_run")
+    assert await asyncio.wait_for(screen, 10) == b"\x89PNG\r\n\x1a\n" and relayed == ["screen"]
+    with pytest.raises(MachineError) as refused:
+        await action
+    assert refused.value.refusal == protocol.MachineRefusal.TAKEN_OVER and relayed == ["screen"]
+    assert link_here.clock_held["at_run"] is False and not here.waiting
+
+
+async def test_a_request_turned_back_by_the_holding_process_waits_here_then_goes_on(elsewhere: Any) -> None:
+    """It crossed as the hold began (its gate here saw none): the holding process turns it back, as
+    gh_server/gateway.py answer_relayed does, and it waits here like the others."""
+    there, here, _ = elsewhere
+    relayed: list[str] = []
+    taken: list[bool] = []
+
+    async def relay(runner_id: str, req: protocol.MachineRequest, timeout: float) -> protocol.MachineResponse:
+        if not taken:
+            taken.append(True)
+            await there.take("at_run", "k_a", "alice")
+        if there.holding("at_run"):
+            return protocol.MachineResponse(request_id=req.request_id, ok=False,
+                                            refusal=protocol.MachineRefusal.TAKEN_OVER, error="held")
+        relayed.append(req.op)
+        return protocol.MachineResponse(request_id=req.request_id, ok=True, png_b64="iVBORw0KGgo=")
+
+    m = Machine(relay, "rn_1", "at_run", gate=here)
+    screen = asyncio.ensure_future(m.screen())
+    await until(lambda: here.waiting["at_run"] == 1, 10, "the screen turned back and held here", every=0.01)
+    action = asyncio.ensure_future(m.input([]))
+    await until(lambda: here.waiting["at_run"] == 2, 10, "the input held too", every=0.01)
+    await there.hand_back("at_run")
+    assert await asyncio.wait_for(screen, 10) == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(MachineError) as refused:
+        await action
+    assert refused.value.refusal == protocol.MachineRefusal.TAKEN_OVER and relayed == ["screen"]
