@@ -69,6 +69,25 @@ def by_model(scripts: dict[str, list[Reply]]) -> Script:
     return next_reply
 
 
+class UntilAnswer:
+    """A model that acts until the test lets it answer: each turn is `act()` until `answer_now()` is called,
+    then `answer()`. A turn waits up to `pace` seconds for the go-ahead before it acts again, so the agent
+    neither floods the machine nor answers late. The agent's finishing is then the test's decision, not a
+    race with what the test does meanwhile (a person's takeover, a watcher's look)."""
+
+    def __init__(self, act: Callable[[], Reply], answer: Callable[[], Reply], pace: float = 1.0) -> None:
+        self._act = act
+        self._answer = answer
+        self._pace = pace
+        self._go = threading.Event()
+
+    def answer_now(self) -> None:
+        self._go.set()
+
+    def __call__(self, path: str, body: dict[str, Any]) -> Reply:
+        return self._answer() if self._go.wait(self._pace) else self._act()
+
+
 def agents_config(url: str, agents: dict[str, dict[str, Any]], key_env: str) -> dict[str, Any]:
     """A gh-server config (its `agents:`) with one model agent per entry, each named for and sending its
     own model name (see `by_model`), all at the scripted server `url`: 640x400 screens, one retry, a

@@ -36,10 +36,11 @@ def ticket(stack: Stack, ssid: str, key: str | None = None) -> dict[str, Any]:
     return dict(body)
 
 
-def new_key(stack: Stack, role: str) -> tuple[str, str]:
-    """A new API key and its id."""
-    r = httpx.post(f"{stack.base_url}/v1/api_keys", json={"name": f"{role}-{secrets.token_hex(3)}", "role": role},
-                   timeout=30, headers={"Authorization": f"Bearer {stack.admin_key}"})
+def new_key(stack: Stack, role: str, name: str | None = None) -> tuple[str, str]:
+    """A new API key and its id (named `name`, else for its role)."""
+    name = name or f"{role}-{secrets.token_hex(3)}"
+    r = httpx.post(f"{stack.base_url}/v1/api_keys", json={"name": name, "role": role}, timeout=30,
+                   headers={"Authorization": f"Bearer {stack.admin_key}"})
     assert r.status_code in (200, 201), r.text
     return str(r.json()["key"]), str(r.json()["id"])
 
