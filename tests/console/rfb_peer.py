@@ -60,6 +60,11 @@ class RfbPeer:
         assert self._ws is not None and self._loop is not None and self._pixel_format
         asyncio.run_coroutine_threadsafe(self._ws.send_bytes(self._update()), self._loop).result(SEND_TIMEOUT_S)
 
+    def hang_up(self) -> None:
+        """The view ends from the machine's side (as the relay ends a holder's view at a dropped link)."""
+        assert self._ws is not None and self._loop is not None
+        asyncio.run_coroutine_threadsafe(self._ws.close(4010, "machine_gone"), self._loop).result(SEND_TIMEOUT_S)
+
     def _feed(self, data: bytes) -> list[bytes]:
         out: list[bytes] = []
         with self._lock:

@@ -150,6 +150,41 @@ def test_an_admin_takes_over_and_hands_back_then_the_replay_masks_and_the_attemp
     expect(page.get_by_role("list", name="Steps")).to_have_count(0)
 
 
+def test_a_holders_screen_that_closes_is_not_taken_again_by_the_page(page: Page, server: Server) -> None:
+    """Only a person's press takes a machine over: the hold may have ended (its cap, idle) as the screen
+    closed. The page says so and shows Take over again; a press gets the writable screen back."""
+    aid = running_attempt(server)
+    answer(page, f"/v1/attempts/{aid}/view", lambda route: route.fulfill(json=view_of(True)[0]))
+    takes: list[RfbPeer] = []
+
+    def take(route: Route) -> None:
+        started = datetime.now(UTC)
+        set_row(server, aid, assisted=True, takeovers=[{"by": "admin", "by_key_id": "ak_x",
+                                                        "started_at": started.isoformat(), "ended_at": None}])
+        view, peer = view_of(False)
+        takes.append(peer)
+        route.fulfill(json={"object": "takeover", "attempt_id": aid, "by": "admin", "started_at": started.isoformat(),
+                            "cap_at": (started + timedelta(minutes=30)).isoformat(), "idle_seconds": 300,
+                            "view": view})
+
+    answer(page, f"/v1/attempts/{aid}/takeover", take)
+    sign_in(page, server.admin_key, f"/attempts/{aid}")
+    expect(page.get_by_text(READ_ONLY)).to_be_visible()
+    page.get_by_role("button", name="Take over").click()
+    expect(page.get_by_text(WRITABLE)).to_be_visible()
+    takes[0].hang_up()
+    expect(page.get_by_role("alert")).to_contain_text("press Take over to get the screen back")
+    take_button = page.get_by_role("button", name="Take over")
+    expect(take_button).to_be_visible()
+    expect(page.get_by_role("button", name="Hand back")).to_be_visible()
+    # Past the page's reconnect delay (3 s), nothing asked for the machine again on the page's own.
+    page.wait_for_timeout(4000)
+    assert len(takes) == 1
+    take_button.click()
+    expect(page.get_by_text(WRITABLE)).to_be_visible()
+    assert len(takes) == 2
+
+
 def test_a_member_sees_who_holds_it_and_no_buttons(page: Page, server: Server) -> None:
     aid = running_attempt(server)
     started = datetime.now(UTC) - timedelta(minutes=2)

@@ -55,6 +55,7 @@ export function watch(section, id, onOver) {
   let after = -1;
   let masked = false;
   let holding = false; // this page took the machine over (and has not handed it back)
+  let viewLost = false; // holding, and its writable screen closed: Take over asks for it again
   let holds = 0; // counts this page's takeovers: a /steps answer asked for before one cannot end it
   let over = false;
   let reconnects = 0;
@@ -83,14 +84,23 @@ export function watch(section, id, onOver) {
     else if (r) r.disconnect();
   };
   // A view that ends while the attempt runs on (its machine was still being made, the link dropped) is
-  // asked for again, a bounded number of times; a masked one is not (the frame stands in).
+  // asked for again, a bounded number of times; a masked one is not (the frame stands in). The holder's
+  // writable screen is never taken again on the page's own: the hold may have ended meanwhile (its cap,
+  // idle), and only a person's press takes a machine over. Take over shows again for that press.
   const ended = (mine) => {
     if (mine !== gen) return;
     rfb = null;
+    if (holding) {
+      viewLost = true;
+      drawTools();
+      problem.replaceChildren(h("p", { class: "error", role: "alert" }, "The live screen closed. You still hold " +
+        "the machine until you hand it back or it goes idle: press Take over to get the screen back."));
+      return;
+    }
     if (over || hidden() || reconnects >= MAX_RECONNECTS) return;
     reconnects += 1;
     setTimeout(() => {
-      if (mine === gen && !over && !hidden()) { if (holding) takeOver(); else open(); }
+      if (mine === gen && !over && !hidden() && !holding) open();
     }, RECONNECT_MS);
   };
 
@@ -110,7 +120,7 @@ export function watch(section, id, onOver) {
   const backButton = h("button", { type: "button", hidden: true, onclick: () => handBack() }, "Hand back");
   if (isAdmin()) tools.append(takeButton, backButton);
   const drawTools = () => {
-    takeButton.hidden = holding;
+    takeButton.hidden = holding && !viewLost;
     takeButton.disabled = !(last && last.status === "running");
     backButton.hidden = !(holding || (last && last.takeover));
   };
@@ -120,6 +130,7 @@ export function watch(section, id, onOver) {
     try {
       const t = await api("POST", `${path}/takeover`);
       holding = true;
+      viewLost = false;
       holds += 1;
       reconnects = 0;
       drawTools();
@@ -140,6 +151,7 @@ export function watch(section, id, onOver) {
     }
     const was = holding;
     holding = false;
+    viewLost = false;
     reconnects = 0;
     drawTools();
     if (!was) return; // another's hold, released: this page watches on as it was
@@ -171,6 +183,8 @@ export function watch(section, id, onOver) {
       drawFacts(s);
       if (holding && !s.takeover && asked === holds) { // the hold ended (idle, cap): the page watches again
         holding = false;
+        viewLost = false;
+        problem.replaceChildren();
         if (!s.masked) open();
       }
       drawTools();
