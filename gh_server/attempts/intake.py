@@ -261,7 +261,15 @@ class ResultIntake:
     async def _apply(self, runner_id: str, name: str, result: protocol.AttemptResult,
                      judge: dict[str, Any] | None) -> None:
         aid = result.attempt_id
-        applied = await self.dbq.run(lambda s: apply_result(s, runner_id, result, judge))
+        def apply(s: Session) -> Any:
+            applied = apply_result(s, runner_id, result, judge)
+            if applied.applied and applied.retry_id is not None:
+                # Held back inside the same database job: the database queue may run a scheduler's lease
+                # pass right after it in the same batch, which would lease the retry at once, on any runner.
+                self.events.retry_queued(applied.retry_id, runner_id, applied.attempts_so_far)
+            return applied
+
+        applied = await self.dbq.run(apply)
         # Ack always, even a duplicate or a stranger's: the runner journals until acked. By runner id, not
         # by socket: after a judge's wait the runner may be on a new connection.
         await self.link.send(runner_id, protocol.ResultAck(attempt_id=aid))
@@ -270,6 +278,4 @@ class ResultIntake:
         if applied.applied:
             self.metrics.results.labels(outcome=applied.outcome or Outcome.ERROR).inc()
             self.events.run_changed(applied.test_run_id)
-            if applied.retry_id is not None:
-                self.events.retry_queued(applied.retry_id, runner_id, applied.attempts_so_far)
             self.events.poke()

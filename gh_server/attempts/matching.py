@@ -6,6 +6,7 @@ the rows, and the scheduler's `RefusalList` what the runners refused (by `LeaseR
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -128,23 +129,35 @@ class RefusalList:
         self._until: dict[tuple[str, str], float] = {}
         self._runner_until: dict[str, float] = {}
         self._attempt_until: dict[str, float] = {}  # retries held back on every runner
+        # A retry is held from the database thread (in the job that queues it, gh_server/attempts/intake.py),
+        # and read there by the lease pass; pruned on the server's loop.
+        self._lock = threading.Lock()
 
     def add(self, attempt_id: str, runner_id: str, code: LeaseRefusal | None = None) -> None:
+        with self._lock:
+            self._add(attempt_id, runner_id, code)
+
+    def _add(self, attempt_id: str, runner_id: str, code: LeaseRefusal | None) -> None:
         until = self._clock() + (self._backoff if code is None else BACKOFF_S[code])
         if code in UNWELL:
             self._runner_until[runner_id] = max(until, self._runner_until.get(runner_id, 0.0))
         self._until[(attempt_id, runner_id)] = until
         if len(self._until) > 10_000:
-            self.prune()
+            self._prune()
 
     def hold_retry(self, retry_id: str, after_runner_id: str, attempts_so_far: int) -> None:
         """Hold a retry back (`RETRY_BACKOFF_S`), longer on the runner whose error made it."""
         delay = self._retry_backoff[min(max(attempts_so_far, 1), len(self._retry_backoff)) - 1]
-        now = self._clock()
-        self._attempt_until[retry_id] = now + delay
-        self._until[(retry_id, after_runner_id)] = now + delay * PREFER_OTHER_FACTOR
+        with self._lock:
+            now = self._clock()
+            self._attempt_until[retry_id] = now + delay
+            self._until[(retry_id, after_runner_id)] = now + delay * PREFER_OTHER_FACTOR
 
     def prune(self) -> None:
+        with self._lock:
+            self._prune()
+
+    def _prune(self) -> None:
         now = self._clock()
         for k in [k for k, t in self._until.items() if t <= now]:
             del self._until[k]
@@ -154,6 +167,10 @@ class RefusalList:
             del self._runner_until[r]
 
     def __call__(self, attempt_id: str, runner_id: str) -> bool:
+        with self._lock:
+            return self._skips(attempt_id, runner_id)
+
+    def _skips(self, attempt_id: str, runner_id: str) -> bool:
         now = self._clock()
         t = self._until.get((attempt_id, runner_id))
         if t is not None and t > now:
