@@ -6,8 +6,11 @@ framebuffer so a caller can see pixels change. Not a product: it knows what QEMU
 
 from __future__ import annotations
 
+import contextlib
 import struct
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from websockets.exceptions import ConnectionClosed
@@ -178,3 +181,29 @@ class Viewer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+@contextlib.contextmanager
+def stalled_viewer(url: str) -> Iterator[Viewer]:
+    """A viewer that keeps asking for full frames and never reads them, for the block (the relay must drop it
+    with `viewer_too_slow`, and nobody else may notice)."""
+    v = Viewer(url, max_queue=1)
+    v.handshake()
+    stop = threading.Event()
+
+    def ask_and_never_read() -> None:
+        while not stop.is_set():
+            try:
+                v.request(incremental=False)
+            except Exception:
+                return
+            stop.wait(0.05)
+
+    asker = threading.Thread(target=ask_and_never_read, daemon=True)
+    asker.start()
+    try:
+        yield v
+    finally:
+        stop.set()
+        asker.join(10)
+        v.close()

@@ -7,14 +7,13 @@ from __future__ import annotations
 import contextlib
 import secrets
 import subprocess
-import threading
 from pathlib import Path
 from typing import Any, Literal
 
 import httpx
 import pytest
 from guidinghand import Eager, NotFoundError
-from kit.rfb import Closed, Viewer
+from kit.rfb import Closed, Viewer, stalled_viewer
 
 from .conftest import Stack, await_for
 from .test_start_states import check_after
@@ -200,21 +199,7 @@ def test_a_viewer_that_stops_reading_is_dropped_and_an_attempt_beside_it_finishe
     t = ticket(stack, ssid)
     relay = stack.state.extras["live_relay"]
     before = relay.ended["viewer_too_slow"]
-    v = Viewer(ws_url(stack, t["url"]), max_queue=1)
-    v.handshake()
-    stop = threading.Event()
-
-    def ask_and_never_read() -> None:
-        while not stop.is_set():
-            try:
-                v.request(incremental=False)
-            except Exception:
-                return
-            stop.wait(0.05)
-
-    asker = threading.Thread(target=ask_and_never_read, daemon=True)
-    asker.start()
-    try:
+    with stalled_viewer(ws_url(stack, t["url"])):
         case = gh.test_cases.create("beside a stalled viewer", "Nothing to do.", "linux-tiny",  # type: ignore[arg-type]
                                     check_after("true"), limits={"minutes": 5})
         run = gh.test_runs.create(test_case_ids=[case["test_case_id"]], agents=["noop"])
@@ -223,9 +208,5 @@ def test_a_viewer_that_stops_reading_is_dropped_and_an_attempt_beside_it_finishe
         attempts = gh.test_runs.list_all_attempts(run["test_run_id"])
         assert [a["outcome"] for a in attempts] == ["passed"], attempts
         await_for(lambda: relay.ended["viewer_too_slow"] > before, what="the stalled viewer dropped", timeout=120)
-    finally:
-        stop.set()
-        asker.join(10)
-        v.close()
     gh.test_cases.delete(case["test_case_id"])
     discard(stack, gh, ssid)

@@ -17,7 +17,7 @@ import pytest
 from gateway.modelserver import Reply, claude, member, model_server, text
 from guidinghand import Eager
 from kit.browser import chromium, sign_in
-from kit.rfb import Closed, Viewer
+from kit.rfb import Closed, Viewer, stalled_viewer
 from playwright.sync_api import Page, expect
 
 from gh_server.settings import ModelAgentConfig
@@ -72,15 +72,6 @@ def stack(images_dir: Path, model: tuple[Model, str]) -> Iterator[Stack]:
         os.environ.pop(KEY_ENV, None)
 
 
-@pytest.fixture()
-def gh(stack: Stack) -> Iterator[Eager]:
-    client = stack.sdk()
-    try:
-        yield client
-    finally:
-        client.close()
-
-
 def view(stack: Stack, aid: str, key: str) -> httpx.Response:
     return httpx.post(f"{stack.base_url}/v1/attempts/{aid}/view", timeout=30,
                       headers={"Authorization": f"Bearer {key}"})
@@ -110,26 +101,8 @@ def test_members_watch_nine_at_once_until_a_secret_is_typed(stack: Stack, gh: Ea
         before = relay.ended["viewer_too_slow"]
         r = view(stack, aid, watcher)
         assert r.status_code == 200, r.text
-        stalled = Viewer(ws_url(stack, r.json()["url"]), max_queue=1)
-        stalled.handshake()
-        stop = threading.Event()
-
-        def ask_and_never_read() -> None:
-            while not stop.is_set():
-                try:
-                    stalled.request(incremental=False)
-                except Exception:
-                    return
-                stop.wait(0.05)
-
-        asker = threading.Thread(target=ask_and_never_read, daemon=True)
-        asker.start()
-        try:
+        with stalled_viewer(ws_url(stack, r.json()["url"])):
             await_for(lambda: relay.ended["viewer_too_slow"] > before, what="the stalled watcher dropped", timeout=120)
-        finally:
-            stop.set()
-            asker.join(10)
-            stalled.close()
         assert on_attempt(stack, aid, "exec", script="true").exit_code == 0  # the agent's requests answer
         for v in viewers:
             v.update(incremental=False)
