@@ -20,7 +20,7 @@ from server.conftest import Server
 
 from gh_server.models import Attempt, ReplayFrame
 
-from .conftest import LIVE_PEERS, LIVE_TEST_PATH, sign_in
+from .conftest import LIVE_PEERS, LIVE_TEST_PATH, screenshot, sign_in
 from .rfb_peer import KEY_EVENT, RfbPeer
 
 WORDS = "I open the settings first."
@@ -116,6 +116,7 @@ def test_an_admin_takes_over_and_hands_back_then_the_replay_masks_and_the_attemp
     page.get_by_role("button", name="Take over").click()
     expect(page.get_by_text(WRITABLE)).to_be_visible()
     expect(page.get_by_text("Held by admin since")).to_be_visible()
+    screenshot(page, "watch")
     page.get_by_role("application", name="Live screen").click()
     page.keyboard.press("a")
     page.wait_for_function("() => true")  # let the key leave
