@@ -1,0 +1,1 @@
+"""OSWorld getters: where the state is read, in the guest (registry.getter)."""

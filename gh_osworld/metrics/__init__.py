@@ -1,0 +1,1 @@
+"""OSWorld metrics, one module per kind of document or application (registry.metric)."""
