@@ -5,6 +5,8 @@ constant name.
 
 Between packages, from the bottom (PACKAGES):
 
+    gh_osworld             OSWorld's metrics and getters, run inside the guest: imports none of ours (the
+                           guest has only it); the host imports its names
     gh_common              small helpers, importing none of ours: timeouts.py (the one timeout helper),
                            backoff.py (the one capped backoff), configfile.py (the one config file
                            reader), png.py (the PNG writer screenshots are encoded with)
@@ -50,6 +52,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 # Between packages, from the bottom. Packages in one entry are peers: neither imports the other.
 PACKAGES: list[tuple[str, tuple[str, ...]]] = [
+    ("guest", ("gh_osworld",)),
     ("common", ("gh_common",)),
     ("wire", ("gh_wire",)),
     ("providers", ("providers",)),
