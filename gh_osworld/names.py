@@ -13,5 +13,6 @@ METRICS: frozenset[str] = frozenset({
 
 GETTERS: frozenset[str] = frozenset({
     # getters/files.py, getters/commands.py
-    "vm_file", "embedded_file", "rule", "vm_command_line", "vm_command_error",
+    "vm_file", "embedded_file", "content_from_vm_file", "rule", "rule_relativeTime", "time_diff_range",
+    "vm_command_line", "vm_command_error",
 })
