@@ -12,6 +12,8 @@ METRICS: frozenset[str] = frozenset({
     "check_line_number", "check_list", "check_csv", "check_json_settings", "check_json", "check_direct_json_object",
     "run_sqlite3", "is_utc_0", "is_in_vm_clickboard", "check_gnome_favorite_apps", "check_moved_jpgs",
     "compare_archive", "compare_zip_files",
+    # metrics/table.py
+    "compare_table", "compare_csv",
 })
 
 GETTERS: frozenset[str] = frozenset({
@@ -20,4 +22,11 @@ GETTERS: frozenset[str] = frozenset({
     "vm_command_line", "vm_command_error",
     # getters/desktop.py
     "vm_screen_size", "vm_window_size", "vm_wallpaper", "list_directory",
+})
+
+# metrics/table.py: the compare_table rule types implemented in full (the importer skips a task using any
+# other). Not here: style (a conditional format's formula is not evaluated).
+TABLE_RULES: frozenset[str] = frozenset({
+    "sheet_name", "sheet_data", "sheet_print", "sheet_fuzzy", "sparkline", "chart", "freeze", "zoom",
+    "data_validation", "row_props", "col_props", "filter", "pivot_table", "check_cell",
 })
