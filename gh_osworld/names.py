@@ -14,6 +14,12 @@ METRICS: frozenset[str] = frozenset({
     "compare_archive", "compare_zip_files",
     # metrics/table.py
     "compare_table", "compare_csv",
+    # metrics/docs.py
+    "compare_docx_files", "compare_docx_files_and_ignore_new_lines", "compare_docx_lines", "compare_docx_tables",
+    "compare_docx_images", "compare_contains_image", "compare_line_spacing", "compare_font_names",
+    "compare_subscript_contains", "contains_page_break", "has_page_numbers_in_footers", "is_first_line_centered",
+    "check_tabstops", "check_italic_font_size_14", "evaluate_strike_through_last_paragraph",
+    "evaluate_colored_words_in_tables", "check_highlighted_words", "compare_references", "find_default_font",
 })
 
 GETTERS: frozenset[str] = frozenset({
