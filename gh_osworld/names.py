@@ -20,6 +20,10 @@ METRICS: frozenset[str] = frozenset({
     "compare_subscript_contains", "contains_page_break", "has_page_numbers_in_footers", "is_first_line_centered",
     "check_tabstops", "check_italic_font_size_14", "evaluate_strike_through_last_paragraph",
     "evaluate_colored_words_in_tables", "check_highlighted_words", "compare_references", "find_default_font",
+    # metrics/slides.py
+    "compare_pptx_files", "check_image_stretch_and_center", "check_slide_orientation_Portrait", "check_transition",
+    "check_page_number_colors", "evaluate_presentation_fill_to_rgb_distance", "check_presenter_console_disable",
+    "check_auto_saving_time",
 })
 
 GETTERS: frozenset[str] = frozenset({
