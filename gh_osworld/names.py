@@ -34,9 +34,10 @@ GETTERS: frozenset[str] = frozenset({
     "vm_screen_size", "vm_window_size", "vm_wallpaper", "list_directory",
 })
 
-# metrics/table.py: the compare_table rule types implemented in full (the importer skips a task using any
-# other). Not here: style (a conditional format's formula is not evaluated).
+# metrics/table.py: the compare_table rule types implemented (the importer skips a task using any other).
+# style evaluates conditional formats of the expression and cellIs types; a sheet with another type gives
+# no verdict (OSWorld's own metric evaluates expression formats only).
 TABLE_RULES: frozenset[str] = frozenset({
     "sheet_name", "sheet_data", "sheet_print", "sheet_fuzzy", "sparkline", "chart", "freeze", "zoom",
-    "data_validation", "row_props", "col_props", "filter", "pivot_table", "check_cell",
+    "data_validation", "row_props", "col_props", "filter", "pivot_table", "check_cell", "style",
 })
