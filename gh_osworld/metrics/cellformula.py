@@ -68,7 +68,7 @@ def _flat(args: list[Any]) -> list[Any]:
 
 def _numbers(args: list[Any]) -> list[float]:
     """A function's numeric arguments: numbers in ranges (text and blanks skipped), direct ones converted."""
-    out = []
+    out: list[float] = []
     for a in args:
         if isinstance(a, _Range):
             out.extend(float(v) for v in a if isinstance(v, (int, float)) and not isinstance(v, bool))
