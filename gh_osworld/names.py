@@ -12,6 +12,12 @@ METRICS: frozenset[str] = frozenset({
     "check_line_number", "check_list", "check_csv", "check_json_settings", "check_json", "check_direct_json_object",
     "run_sqlite3", "is_utc_0", "is_in_vm_clickboard", "check_gnome_favorite_apps", "check_moved_jpgs",
     "compare_archive", "compare_zip_files",
+    # images.py
+    "compare_images", "compare_image_list", "check_structure_sim", "check_structure_sim_resized",
+    "check_brightness_decrease_and_structure_sim", "check_saturation_increase_and_structure_sim",
+    "check_contrast_increase_and_structure_sim", "check_file_exists_and_structure_sim",
+    "check_palette_and_structure_sim", "check_image_mirror", "check_green_background", "check_triangle_position",
+    "check_image_size", "check_image_file_size",
 })
 
 GETTERS: frozenset[str] = frozenset({
