@@ -18,6 +18,10 @@ METRICS: frozenset[str] = frozenset({
     "check_contrast_increase_and_structure_sim", "check_file_exists_and_structure_sim",
     "check_palette_and_structure_sim", "check_image_mirror", "check_green_background", "check_triangle_position",
     "check_image_size", "check_image_file_size",
+    # chrome.py
+    "is_expected_active_tab", "is_expected_url_pattern_match", "is_expected_search_query", "is_expected_tabs",
+    "is_expected_bookmarks", "check_history_deleted", "is_cookie_deleted", "check_enabled_experiments",
+    "check_font_size", "is_expected_installed_extensions", "is_shortcut_on_desktop",
 })
 
 GETTERS: frozenset[str] = frozenset({
@@ -26,4 +30,10 @@ GETTERS: frozenset[str] = frozenset({
     "vm_command_line", "vm_command_error",
     # getters/desktop.py
     "vm_screen_size", "vm_window_size", "vm_wallpaper", "list_directory",
+    # getters/chrome.py
+    "open_tabs_info", "active_tab_info", "active_url_from_accessTree", "active_tab_url_parse", "url_dashPart",
+    "bookmarks", "history", "cookie_data", "default_search_engine", "profile_name", "enabled_experiments",
+    "chrome_language", "chrome_font_size", "enable_do_not_track", "enable_enhanced_safety_browsing",
+    "new_startup_page", "data_delete_automacally", "find_unpacked_extension_path", "find_installed_extension_name",
+    "shortcuts_on_desktop", "default_video_player",
 })
