@@ -22,6 +22,11 @@ METRICS: frozenset[str] = frozenset({
     "is_expected_active_tab", "is_expected_url_pattern_match", "is_expected_search_query", "is_expected_tabs",
     "is_expected_bookmarks", "check_history_deleted", "is_cookie_deleted", "check_enabled_experiments",
     "check_font_size", "is_expected_installed_extensions", "is_shortcut_on_desktop",
+    # vlc.py, gimp.py, thunderbird.py, vscode.py
+    "is_vlc_playing", "is_vlc_recordings_folder", "is_vlc_fullscreen", "check_qt_bgcone", "check_qt_max_volume",
+    "check_qt_minimal_view", "check_qt_slider_colours", "check_global_key_play_pause",
+    "check_one_instance_when_started_from_file", "check_config_status", "check_thunderbird_prefs",
+    "check_thunderbird_filter", "check_thunderbird_folder", "is_extension_installed", "check_json_keybindings",
 })
 
 GETTERS: frozenset[str] = frozenset({
@@ -36,4 +41,6 @@ GETTERS: frozenset[str] = frozenset({
     "chrome_language", "chrome_font_size", "enable_do_not_track", "enable_enhanced_safety_browsing",
     "new_startup_page", "data_delete_automacally", "find_unpacked_extension_path", "find_installed_extension_name",
     "shortcuts_on_desktop", "default_video_player",
+    # getters/apps.py
+    "vlc_config", "vlc_playing_info", "gimp_config_file",
 })
