@@ -27,6 +27,8 @@ METRICS: frozenset[str] = frozenset({
     "check_qt_minimal_view", "check_qt_slider_colours", "check_global_key_play_pause",
     "check_one_instance_when_started_from_file", "check_config_status", "check_thunderbird_prefs",
     "check_thunderbird_filter", "check_thunderbird_folder", "is_extension_installed", "check_json_keybindings",
+    # a11y.py
+    "check_accessibility_tree",
 })
 
 GETTERS: frozenset[str] = frozenset({
@@ -43,4 +45,6 @@ GETTERS: frozenset[str] = frozenset({
     "shortcuts_on_desktop", "default_video_player",
     # getters/apps.py
     "vlc_config", "vlc_playing_info", "gimp_config_file",
+    # getters/a11y.py
+    "accessibility_tree", "vm_terminal_output",
 })
