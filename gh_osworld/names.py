@@ -29,6 +29,8 @@ METRICS: frozenset[str] = frozenset({
     "check_thunderbird_filter", "check_thunderbird_folder", "is_extension_installed", "check_json_keybindings",
     # a11y.py
     "check_accessibility_tree",
+    # metrics/table.py
+    "compare_table", "compare_csv",
 })
 
 GETTERS: frozenset[str] = frozenset({
@@ -47,4 +49,11 @@ GETTERS: frozenset[str] = frozenset({
     "vlc_config", "vlc_playing_info", "gimp_config_file",
     # getters/a11y.py
     "accessibility_tree", "vm_terminal_output",
+})
+
+# metrics/table.py: the compare_table rule types implemented in full (the importer skips a task using any
+# other). Not here: style (a conditional format's formula is not evaluated).
+TABLE_RULES: frozenset[str] = frozenset({
+    "sheet_name", "sheet_data", "sheet_print", "sheet_fuzzy", "sparkline", "chart", "freeze", "zoom",
+    "data_validation", "row_props", "col_props", "filter", "pivot_table", "check_cell",
 })
