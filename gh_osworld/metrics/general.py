@@ -18,6 +18,7 @@ import sqlite3
 import subprocess
 import tempfile
 import zipfile
+from datetime import datetime
 from difflib import SequenceMatcher
 from typing import Any
 
@@ -410,3 +411,27 @@ def compare_zip_files(result: str | None, expected: str) -> float:
             if not name.lower().endswith(".pdf") or SequenceMatcher(None, _pdf_text(a), _pdf_text(b)).ratio() < 0.95:
                 return 0.0
     return 1.0
+
+
+@metric("check_text_enlarged")
+def check_text_enlarged(result: str | None, expected: Any = None) -> float:
+    """The text scaling factor (`gsettings get org.gnome.desktop.interface text-scaling-factor`) is above 1."""
+    try:
+        return float(result is not None and float(result.strip()) > 1.0)
+    except ValueError:
+        return 0.0
+
+
+@metric("compare_time_in_speedtest_results")
+def compare_time_in_speedtest_results(result: str | None, minutes: Any) -> float:
+    """The speed test export's first result (its second line, second column, ending HH:MM) was taken less
+    than `minutes` (time_diff_range) from the time of day now."""
+    if not result:
+        return 0.0
+    lines = agent_text(result).splitlines()
+    try:
+        taken = datetime.strptime(lines[1].split(",")[1].strip().strip('"')[-5:], "%H:%M")
+    except (IndexError, ValueError):
+        return 0.0
+    now = datetime.strptime(datetime.now().strftime("%H:%M"), "%H:%M")
+    return float(abs((taken - now).total_seconds()) / 60 < int(minutes))
