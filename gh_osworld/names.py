@@ -12,8 +12,8 @@ METRICS: frozenset[str] = frozenset({
     "check_line_number", "check_list", "check_csv", "check_json_settings", "check_json", "check_direct_json_object",
     "run_sqlite3", "is_utc_0", "is_in_vm_clickboard", "check_gnome_favorite_apps", "check_moved_jpgs",
     "compare_archive", "compare_zip_files", "check_text_enlarged", "compare_time_in_speedtest_results",
-    # pdf.py
-    "compare_pdfs",
+    # pdf.py, epub.py
+    "compare_pdfs", "compare_epub",
     # images.py
     "compare_images", "compare_image_list", "check_structure_sim", "check_structure_sim_resized",
     "check_brightness_decrease_and_structure_sim", "check_saturation_increase_and_structure_sim",
