@@ -56,7 +56,8 @@ def test_a_benchmark_imports_in_one_command_with_a_line_per_task_and_totals(
         tmp_path: Path, served: Served, capsys: pytest.CaptureFixture[str]) -> None:
     ex = benchmark(tmp_path, served)
     out_file = tmp_path / "cases.yaml"
-    code, out, err = run(capsys, str(ex), "--out", str(out_file), "--files-dir", str(tmp_path / "files"))
+    code, out, err = run(capsys, str(ex), "--out", str(out_file), "--files-dir", str(tmp_path / "files"),
+                         "--start-state", "linux-desktop")
     assert code == 0, err
     lines = out.splitlines()
     assert set(lines[:-2]) == {
@@ -153,7 +154,8 @@ def test_the_command_line() -> None:
     assert (args.command, args.benchmark, args.paths, args.out, args.start_state, args.files_dir) == (
         "import", "osworld", [Path("a.json"), Path("dir")], Path("x.yaml"), "linux-tiny", Path("f"))
     defaults = build_parser().parse_args(["import", "osworld", "a.json"])
-    assert (defaults.out, defaults.start_state, defaults.files_dir) == (Path("cases.yaml"), "linux-desktop", None)
+    assert (defaults.out, defaults.start_state, defaults.files_dir) == (Path("cases.yaml"), "osworld-desktop", None)
+    assert (defaults.fetch_only, defaults.offline) == (False, False)
 
 
 @pytest.mark.parametrize(("task_id", "key"), [
