@@ -1,0 +1,211 @@
+"""Importing for osworld-desktop: the check hands the evaluator to gh_osworld in the guest (its spec, the files
+fetched at import and embedded), what the target carries (wmctrl, the file store), and VS Code's absence.
+
+The generated scripts run with the host's dash and bash; `python3 -m gh_osworld` is first a stand-in that
+keeps what the check handed it (the spec and the check's directory), then the real package from this
+repository on the host's /usr/bin/python3, as the guest runs it."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gh_local.osworld import check
+from gh_local.osworld.fetch import Fetcher
+from gh_local.osworld.skips import Skip, SkipReason
+
+from .conftest import SHELLS, Served, case_of, run_script, task
+
+REPO = Path(__file__).resolve().parents[2]
+OSWORLD_DESKTOP = "osworld-desktop"
+
+
+def check_of(evaluator: dict[str, Any], fetcher: Fetcher, start_state: str = OSWORLD_DESKTOP,
+             **fields: Any) -> str:
+    return str(case_of(task(evaluator=evaluator, **fields), fetcher, start_state)["success"]["check_script"])
+
+
+def guest_stand_in(bin_dir: Path, kept: Path, verdict: str = "True", code: int = 0) -> Path:
+    """A python3 that, run as `python3 -m gh_osworld SPEC`, keeps the spec and the check's directory, and
+    answers `verdict` with exit `code`."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    stand_in = bin_dir / "python3"
+    stand_in.write_text(f'#!/bin/sh\nif [ "$1" = -m ] && [ "$2" = gh_osworld ]; then\n'
+                        f'  mkdir -p {kept}; cp -r "$(dirname "$3")" {kept}/w; echo "$(dirname "$3")" > {kept}/dir\n'
+                        f'  echo {verdict}; exit {code}\nfi\nexec /usr/bin/python3 "$@"\n')
+    stand_in.chmod(0o755)
+    return bin_dir
+
+
+def kept_spec(kept: Path) -> tuple[dict[str, Any], str]:
+    return json.loads((kept / "w" / "spec.json").read_text()), (kept / "dir").read_text().strip()
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_the_check_hands_the_evaluator_to_gh_osworld_with_the_expected_file_embedded(
+        fetcher: Fetcher, home: Path, served: Served, tmp_path: Path, shell: str) -> None:
+    served.files["/gold.xlsx"] = b"PK\x03\x04 the gold workbook"
+    evaluator = {"func": "compare_text_file", "result": {"type": "vm_file", "path": "/home/user/a.xlsx", "dest": "a"},
+                 "expected": {"type": "cloud_file", "path": served.url + "/gold.xlsx", "dest": "gold.xlsx"},
+                 "options": {"ignore_case": True}}
+    script = check_of(evaluator, fetcher)
+    assert 'python3 -m gh_osworld "$gh_w/spec.json"' in script
+    kept = tmp_path / "kept"
+    ran = run_script(script, home, shell=shell, path_prefix=guest_stand_in(tmp_path / "bin", kept))
+    assert (ran.code, ran.verdict) == (0, "True"), ran.err
+    spec, w = kept_spec(kept)
+    assert spec == {"conj": "and", "metrics": [{
+        "func": "compare_text_file", "result": {"type": "vm_file", "path": "/home/user/a.xlsx", "dest": "a"},
+        "expected": {"type": "embedded_file", "path": f"{w}/e1"}, "options": {"ignore_case": True}}]}
+    assert (kept / "w" / "e1").read_bytes() == b"PK\x03\x04 the gold workbook"
+    assert not Path(w).exists()  # the check's directory is gone when it ends
+
+
+def test_no_verdict_from_gh_osworld_is_no_verdict_of_the_check(fetcher: Fetcher, home: Path, tmp_path: Path) -> None:
+    script = check_of(task()["evaluator"], fetcher)
+    ran = run_script(script, home, path_prefix=guest_stand_in(tmp_path / "bin", tmp_path / "k", "", code=1))
+    assert ran.code == 1 and "True" not in ran.out and "False" not in ran.out
+
+
+def test_the_real_gh_osworld_answers_the_check_as_the_guest_runs_it(fetcher: Fetcher, home: Path) -> None:
+    from gh_osworld import registry
+    registry.load()
+    if "exact_match" not in registry.METRICS or "vm_command_line" not in registry.GETTERS:
+        pytest.skip("gh_osworld's general metrics have not landed in this tree")
+    script = check_of(task()["evaluator"], fetcher)  # exact_match of `echo hi` against "hi\n"
+    for phase in ("before", "after"):
+        ran = run_script(script, home, phase=phase, env={"PYTHONPATH": str(REPO)})
+        assert (ran.code, ran.verdict) == (0, "True"), ran.err
+
+
+def test_multi_cloud_files_give_the_files_osworld_gives(fetcher: Fetcher, home: Path, served: Served,
+                                                        tmp_path: Path) -> None:
+    served.files["/a.csv"], served.files["/b.csv"] = b"a\n", b"b\n"
+    evaluator = {"func": "compare_text_file", "result": {"type": "vm_file", "path": "/x"},
+                 "expected": {"type": "cloud_file", "multi": True, "gives": [0, 1],
+                              "path": [served.url + "/a.csv", served.url + "/b.csv"], "dest": ["a.csv", "b.csv"]}}
+    kept = tmp_path / "kept"
+    assert run_script(check_of(evaluator, fetcher), home, path_prefix=guest_stand_in(tmp_path / "bin", kept)).code == 0
+    spec, w = kept_spec(kept)
+    assert spec["metrics"][0]["expected"] == {"type": "embedded_file", "paths": [f"{w}/e1", f"{w}/e2"], "multi": True}
+    assert [(kept / "w" / n).read_bytes() for n in ("e1", "e2")] == [b"a\n", b"b\n"]
+
+
+def test_a_cache_file_is_the_postconfig_output_the_check_kept(fetcher: Fetcher, home: Path, tmp_path: Path) -> None:
+    evaluator = {"func": "check_list", "result": {"type": "cache_file", "path": "accounts.csv"},
+                 "expected": {"type": "rule", "rules": {"expect": ["x"]}},
+                 "postconfig": [{"type": "execute", "parameters": {"command": ["echo", "user,x"],
+                                                                    "stdout": "accounts.csv"}}]}
+    kept = tmp_path / "kept"
+    script = check_of(evaluator, fetcher)
+    assert run_script(script, home, path_prefix=guest_stand_in(tmp_path / "bin", kept)).code == 0
+    spec, w = kept_spec(kept)
+    assert spec["metrics"][0]["result"] == {"type": "vm_file", "path": f"{w}/cache/accounts.csv"}
+    assert (kept / "w" / "cache" / "accounts.csv").read_text() == "user,x\n"
+    shutil.rmtree(kept)
+    assert run_script(script, home, phase="before", path_prefix=guest_stand_in(tmp_path / "bin", kept)).code == 0
+    assert not (kept / "w" / "cache" / "accounts.csv").exists()  # postconfig runs after only: missing, a failure
+
+
+def test_names_gh_osworld_lacks_are_skipped_and_names_it_has_are_handed_over(
+        fetcher: Fetcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = {"func": "compare_table", "result": {"type": "vm_file", "path": "/a.xlsx"},
+             "expected": {"type": "vm_file", "path": "/b.xlsx"}}
+    with pytest.raises(Skip) as e:
+        check_of(table, fetcher)
+    assert (e.value.reason, e.value.detail) == (SkipReason.UNSUPPORTED_METRIC, "evaluator: compare_table")
+    # names.py is read at import time: a metric the guest gains is handed over at once.
+    monkeypatch.setattr(check.guest_names, "METRICS", check.guest_names.METRICS | {"compare_table"})
+    assert 'python3 -m gh_osworld "$gh_w/spec.json"' in check_of(table, fetcher)
+    vlc = {"func": "compare_table", "result": {"type": "vlc_config", "dest": "vlcrc"},
+           "expected": {"type": "rule", "rules": {}}}
+    with pytest.raises(Skip) as e:
+        check_of(vlc, fetcher)
+    assert (e.value.reason, e.value.detail) == (SkipReason.UNSUPPORTED_GETTER, "evaluator.result: vlc_config")
+    live = {"func": "compare_table", "result": {"type": "pdf_from_url", "path": "https://example.com/x"}}
+    with pytest.raises(Skip) as e:
+        check_of(live, fetcher)
+    assert e.value.reason is SkipReason.LIVE_WEB
+
+
+def test_linux_desktop_keeps_the_checks_in_sh(fetcher: Fetcher) -> None:
+    assert "gh_osworld" not in check_of(task()["evaluator"], fetcher, "linux-desktop")
+
+
+def test_vs_code_is_missing_with_its_reason(fetcher: Fetcher) -> None:
+    with pytest.raises(Skip) as e:
+        case_of(task(related_apps=["vs_code"]), fetcher, OSWORLD_DESKTOP)
+    assert (e.value.reason, e.value.detail) == (
+        SkipReason.APP_MISSING, "needs vs_code (VS Code is not in Debian), which osworld-desktop does not have")
+    case = case_of(task(related_apps=["libreoffice_calc", "gimp", "vlc", "thunderbird", "chrome"]), fetcher,
+                   OSWORLD_DESKTOP)
+    assert case["start_state"] == OSWORLD_DESKTOP
+
+
+@pytest.mark.parametrize(("params", "argv"), [
+    ({"window_name": "Untitled 1 - LibreOffice Calc"}, "wmctrl -c Untitled 1 - LibreOffice Calc"),
+    ({"window_name": "gimp", "by_class": True}, "wmctrl -xc gimp"),
+    ({"window_name": "Terminal", "strict": True}, "wmctrl -Fc Terminal"),
+])
+def test_close_window_is_wmctrl_where_the_target_has_it(fetcher: Fetcher, home: Path, tmp_path: Path,
+                                                        params: dict[str, Any], argv: str) -> None:
+    log = tmp_path / "calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "wmctrl").write_text(f'#!/bin/sh\necho "wmctrl $*" >> {log}\n')
+    (bin_dir / "wmctrl").chmod(0o755)
+    config = [{"type": "close_window", "parameters": params}]
+    script = str(case_of(task(config=config), fetcher, OSWORLD_DESKTOP)["setup_script"])
+    assert run_script(script, home, path_prefix=bin_dir).code == 0
+    assert log.read_text() == argv + "\n"
+    with pytest.raises(Skip) as e:
+        case_of(task(config=config), fetcher, "linux-desktop")
+    assert (e.value.reason, e.value.detail) == (
+        SkipReason.UNSUPPORTED_CONFIG, "config[0]: close_window needs wmctrl, which linux-desktop does not have")
+
+
+def test_local_tabs_open_in_the_running_chrome(fetcher: Fetcher, home: Path, tmp_path: Path) -> None:
+    config = [{"type": "chrome_open_tabs", "parameters": {"urls_to_open": ["file:///home/user/a.html"]}}]
+    script = str(case_of(task(config=config), fetcher, OSWORLD_DESKTOP)["setup_script"])
+    assert "setsid google-chrome file:///home/user/a.html" in script
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_file_too_large_to_embed_is_placed_from_the_file_store(fetcher: Fetcher, home: Path, served: Served,
+                                                                 tmp_path: Path, shell: str) -> None:
+    big = random.Random(2).randbytes(200_000)  # gzip cannot shrink it
+    served.files["/big.mp4"] = big
+    config = [{"type": "download", "parameters": {"files": [{"url": served.url + "/big.mp4",
+                                                              "path": str(home / "Videos/big.mp4")}]}}]
+    store: dict[str, int] = {}
+    from gh_local.osworld.importer import task_to_case
+    from gh_local.osworld.target import Target
+    from gh_local.osworld.task import LoadedTask, Task
+    case = task_to_case(LoadedTask(Task.model_validate(task(config=config)), Path("t.json"), "os"),
+                        Target.named(OSWORLD_DESKTOP), fetcher, store)
+    script = str(case["setup_script"])
+    digest = next(iter(store))
+    assert store == {digest: 200_000} and f"gh_osworld_place {digest} " in script and len(script) < 10_000
+    # The store is the Fetcher's layout: --files-dir is what the image builds it from.
+    files_store = tmp_path / "files"
+    assert (files_store / "sha256" / digest).read_bytes() == big
+    ran = run_script(script, home, shell=shell, env={"GH_OSWORLD_FILE_STORE": str(files_store)})
+    assert ran.code == 0, ran.err
+    assert (home / "Videos/big.mp4").read_bytes() == big
+    ran = run_script(script, home, shell=shell, env={"GH_OSWORLD_FILE_STORE": str(tmp_path / "empty")})
+    assert ran.code == 1
+    assert (f"the file sha256:{digest} is not in this start state's file store (image-builder/build "
+            "osworld-desktop --files-dir DIR)") in ran.err
+    damaged = tmp_path / "damaged"
+    (damaged / "sha256").mkdir(parents=True)
+    (damaged / "sha256" / digest).write_bytes(b"not it")
+    ran = run_script(script, home, shell=shell, env={"GH_OSWORLD_FILE_STORE": str(damaged)})
+    assert ran.code == 1 and "is damaged" in ran.err
+    with pytest.raises(Skip) as e:  # no file store there
+        case_of(task(config=config), fetcher, "linux-desktop")
+    assert e.value.reason is SkipReason.DOWNLOAD_TOO_LARGE and "linux-desktop has no file store" in e.value.detail
