@@ -23,11 +23,11 @@ from typing import Any
 
 from gh_local.osworld.fetch import Fetcher
 from gh_local.osworld.script import Piece, command_text, embed_bytes, quote
-from gh_local.osworld.setup import place_file, translate_step, translate_steps
+from gh_local.osworld.setup import place_file, translate_step
 from gh_local.osworld.skips import Skip, SkipReason
 from gh_local.osworld.target import Carry, Need, Target
-from gh_osworld import names as guest_names
 from gh_local.osworld.task import Evaluator, Getter, MetricCall
+from gh_osworld import names as guest_names
 
 INFEASIBLE = "infeasible"
 
@@ -402,14 +402,19 @@ def translate_evaluator(ev: Evaluator, fetcher: Fetcher, target: Target) -> Piec
     mk = ('gh_w=$(mktemp -d "${TMPDIR:-/tmp}/gh-check.XXXXXXXX") && case $gh_w in *[!A-Za-z0-9/._-]*) false ;; esac'
           if guest else "gh_w=$(mktemp -d)")
     placed, dests, rest = _checkers(ev, fetcher, target)
-    before_cleanup = (f'; [ "${{GH_CHECK_PHASE:-}}" = after ] || rm -f {" ".join(dests)}' if dests else "")
+    # After the check before, the checkers it wrote go again (the agent never sees them), unless the start
+    # state already had a file there.
+    had = [f"if [ -e {d} ]; then gh_had{i}=1; fi" for i, d in enumerate(dests)]
+    cleanup = [f'[ "${{GH_CHECK_PHASE:-}}" = after ] || [ -n "${{gh_had{i}:-}}" ] || rm -f {d}'
+               for i, d in enumerate(dests)]
     head = ['cd "${HOME:-/}" 2>/dev/null || cd /', *LOCALE,
             f'{mk} || {{ echo "cannot make a temporary directory" >&2; exit 1; }}',
-            f"trap 'rm -rf \"$gh_w\"{before_cleanup}' EXIT",
+            "gh_end() {", '  rm -rf "$gh_w"', *[f"  {c}" for c in cleanup], "}",
+            "trap gh_end EXIT",
             'mkdir -p "$gh_w/cache"',
             *_ANSWER,
             f'case "$gh_a" in {_SAYS_INFEASIBLE}) echo False; exit 0 ;; esac',
-            *_NEWLINES, *placed.lines]
+            *_NEWLINES, *had, *placed.lines]
     if rest.lines:
         head += ['if [ "${GH_CHECK_PHASE:-}" = after ]; then', *rest.lines, "fi >/dev/null 2>&1"]
     b.piece.needs |= placed.needs | rest.needs

@@ -18,10 +18,9 @@ import json
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
-
-from dataclasses import dataclass
 
 import httpx
 

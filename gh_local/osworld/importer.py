@@ -29,10 +29,10 @@ from gh_local.osworld.report import ImportReport, Outcome, TaskResult
 from gh_local.osworld.script import Piece
 from gh_local.osworld.setup import translate_steps
 from gh_local.osworld.shims import preamble
-from gh_local.osworld.untouched import may_pass_untouched
 from gh_local.osworld.skips import Skip, SkipReason
 from gh_local.osworld.target import Target
 from gh_local.osworld.task import LoadedTask, Task, TaskFileError, load_tasks
+from gh_local.osworld.untouched import may_pass_untouched
 from gh_server.api.schemas import SCRIPT_MAX, check_key
 
 EXIT_OK, EXIT_NOTHING, EXIT_USAGE = 0, 1, 2
@@ -242,7 +242,7 @@ def main(args: Any) -> int:
             have, failures = fetch_only(tasks, fetcher)
         finally:
             fetcher.close()
-        print("\n".join(failures + [f"{len(tasks)} tasks: {have} files in {files_dir}, {len(failures)} failed; "
+        print("\n".join([*failures, f"{len(tasks)} tasks: {have} files in {files_dir}, {len(failures)} failed; "
                                     "no cases written"]))
         return EXIT_OK if not failures else EXIT_NOTHING
     fetcher = Fetcher(files_dir, offline=offline)

@@ -7,7 +7,7 @@ never the start state's name:
 |---|---|---|---|
 | linux-tiny | neither (busybox sh) | none (`os` only) | |
 | linux-desktop | both | none beyond the system (`os`, a terminal) | |
-| osworld-desktop (the default) | both | all but VS Code (not in Debian) | gh_osworld, wmctrl, en_US.UTF-8, the file store |
+| osworld-desktop (default) | both | all but VS Code (not in Debian) | gh_osworld, wmctrl, en_US.UTF-8, file store |
 | any other name | both | every one its tasks name | |
 
 - gh_osworld: the in-guest package (gh_osworld/); the check hands the evaluator to `python3 -m gh_osworld`

@@ -50,6 +50,20 @@ def test_a_postconfig_checker_is_written_by_the_check_in_both_phases(
     assert run_script(script, home, shell=shell, phase="after").verdict == "True"
 
 
+def test_a_checker_path_the_start_already_has_is_kept_after_the_check_before(
+        fetcher: Fetcher, home: Path, served: Served) -> None:
+    served.files["/eval.sh"] = b"echo Success\n"
+    data = eval_sh_task(served.url + "/eval.sh")
+    data["evaluator"]["postconfig"][0]["parameters"]["files"][0]["path"] = "my checks/eval.sh"
+    data["evaluator"]["result"]["command"] = "bash 'my checks/eval.sh'"
+    script = case_of(data, fetcher)["success"]["check_script"]
+    assert run_script(script, home, phase="before").verdict == "True"
+    assert not (home / "my checks" / "eval.sh").exists()  # a path with a blank, quoted, written and removed
+    (home / "my checks" / "eval.sh").write_text("the start state's own\n")
+    assert run_script(script, home, phase="before").verdict == "True"
+    assert (home / "my checks" / "eval.sh").is_file()  # the start state had a file there: it stays
+
+
 @pytest.mark.parametrize("shell", SHELLS)
 def test_the_check_runs_in_osworlds_locale_where_the_guest_has_it(fetcher: Fetcher, home: Path, tmp_path: Path,
                                                                   shell: str) -> None:
