@@ -362,6 +362,16 @@ def _guest_getter(b: _Builder, g: Getter | None, where: str) -> dict[str, Any] |
     return {"type": g.type, **p}
 
 
+def _guest_options(call: MetricCall, where: str) -> None:
+    """Options gh_osworld implements only in part say which (names.py: TABLE_RULES for compare_table)."""
+    table_rules: frozenset[str] | None = getattr(guest_names, "TABLE_RULES", None)
+    if call.func == "compare_table" and table_rules is not None:
+        for rule in call.options.get("rules") or []:
+            kind = rule.get("type") if isinstance(rule, dict) else None
+            if kind not in table_rules:
+                raise Skip(SkipReason.UNSUPPORTED_OPTION, f"{where}: compare_table rule of type {str(kind)[:60]}")
+
+
 def _guest_check(b: _Builder, ev: Evaluator) -> None:
     """The check hands the evaluator to gh_osworld in the guest: `python3 -m gh_osworld SPEC` (spec.py)."""
     calls = ev.calls()
@@ -377,6 +387,7 @@ def _guest_check(b: _Builder, ev: Evaluator) -> None:
             raise Skip(SkipReason.UNSUPPORTED_OPTION, f"{where}: infeasible beside other metrics")
         if call.func not in guest_names.METRICS:
             raise Skip(SkipReason.UNSUPPORTED_METRIC, f"{where}: {call.func[:100]}")
+        _guest_options(call, where)
         metrics.append({"func": call.func,
                         "result": _guest_getter(b, call.result, f"{where}.result"),
                         "expected": _guest_getter(b, call.expected, f"{where}.expected"),

@@ -72,14 +72,25 @@ def test_no_verdict_from_gh_osworld_is_no_verdict_of_the_check(fetcher: Fetcher,
     assert ran.code == 1 and "True" not in ran.out and "False" not in ran.out
 
 
-def test_the_real_gh_osworld_answers_the_check_as_the_guest_runs_it(fetcher: Fetcher, home: Path) -> None:
-    from gh_osworld import registry
-    registry.load()
-    if "exact_match" not in registry.METRICS or "vm_command_line" not in registry.GETTERS:
-        pytest.skip("gh_osworld's general metrics have not landed in this tree")
-    script = check_of(task()["evaluator"], fetcher)  # exact_match of `echo hi` against "hi\n"
+def test_the_real_gh_osworld_answers_the_check_as_the_guest_runs_it(fetcher: Fetcher, home: Path,
+                                                                     served: Served, tmp_path: Path) -> None:
+    """`python3` here is the host's /usr/bin/python3 with Debian's modules, as in the guest."""
+    served.files["/gold.txt"] = b"one\ntwo\n"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to("/usr/bin/python3")
+    evaluator = {"func": ["exact_match", "compare_text_file"], "conj": "and",
+                 "result": [{"type": "vm_command_line", "command": "echo hi", "shell": True},
+                            {"type": "vm_file", "path": str(home / "out.txt")}],
+                 "expected": [{"type": "rule", "rules": {"expected": "hi\n"}},
+                              {"type": "cloud_file", "path": served.url + "/gold.txt", "dest": "gold.txt"}]}
+    script = check_of(evaluator, fetcher)
+    env = {"PYTHONPATH": str(REPO)}
+    ran = run_script(script, home, path_prefix=bin_dir, env=env)
+    assert (ran.code, ran.verdict) == (0, "False"), ran.err  # no out.txt yet: the agent's failure
+    (home / "out.txt").write_text("one\ntwo\n")
     for phase in ("before", "after"):
-        ran = run_script(script, home, phase=phase, env={"PYTHONPATH": str(REPO)})
+        ran = run_script(script, home, phase=phase, path_prefix=bin_dir, env=env)
         assert (ran.code, ran.verdict) == (0, "True"), ran.err
 
 
@@ -114,20 +125,20 @@ def test_a_cache_file_is_the_postconfig_output_the_check_kept(fetcher: Fetcher, 
 
 def test_names_gh_osworld_lacks_are_skipped_and_names_it_has_are_handed_over(
         fetcher: Fetcher, monkeypatch: pytest.MonkeyPatch) -> None:
-    table = {"func": "compare_table", "result": {"type": "vm_file", "path": "/a.xlsx"},
+    table = {"func": "compare_future", "result": {"type": "vm_file", "path": "/a.xlsx"},
              "expected": {"type": "vm_file", "path": "/b.xlsx"}}
     with pytest.raises(Skip) as e:
         check_of(table, fetcher)
-    assert (e.value.reason, e.value.detail) == (SkipReason.UNSUPPORTED_METRIC, "evaluator: compare_table")
+    assert (e.value.reason, e.value.detail) == (SkipReason.UNSUPPORTED_METRIC, "evaluator: compare_future")
     # names.py is read at import time: a metric the guest gains is handed over at once.
-    monkeypatch.setattr(check.guest_names, "METRICS", check.guest_names.METRICS | {"compare_table"})
+    monkeypatch.setattr(check.guest_names, "METRICS", check.guest_names.METRICS | {"compare_future"})
     assert 'python3 -m gh_osworld "$gh_w/spec.json"' in check_of(table, fetcher)
-    vlc = {"func": "compare_table", "result": {"type": "vlc_config", "dest": "vlcrc"},
-           "expected": {"type": "rule", "rules": {}}}
+    future = {"func": "compare_future", "result": {"type": "future_state", "dest": "x"},
+              "expected": {"type": "rule", "rules": {}}}
     with pytest.raises(Skip) as e:
-        check_of(vlc, fetcher)
-    assert (e.value.reason, e.value.detail) == (SkipReason.UNSUPPORTED_GETTER, "evaluator.result: vlc_config")
-    live = {"func": "compare_table", "result": {"type": "pdf_from_url", "path": "https://example.com/x"}}
+        check_of(future, fetcher)
+    assert (e.value.reason, e.value.detail) == (SkipReason.UNSUPPORTED_GETTER, "evaluator.result: future_state")
+    live = {"func": "compare_future", "result": {"type": "pdf_from_url", "path": "https://example.com/x"}}
     with pytest.raises(Skip) as e:
         check_of(live, fetcher)
     assert e.value.reason is SkipReason.LIVE_WEB
@@ -209,3 +220,17 @@ def test_a_file_too_large_to_embed_is_placed_from_the_file_store(fetcher: Fetche
     with pytest.raises(Skip) as e:  # no file store there
         case_of(task(config=config), fetcher, "linux-desktop")
     assert e.value.reason is SkipReason.DOWNLOAD_TOO_LARGE and "linux-desktop has no file store" in e.value.detail
+
+
+def test_compare_table_rules_gh_osworld_lacks_are_skipped(fetcher: Fetcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(check.guest_names, "METRICS", check.guest_names.METRICS | {"compare_table"})
+    monkeypatch.setattr(check.guest_names, "TABLE_RULES", frozenset({"sheet_data"}), raising=False)
+    table = {"func": "compare_table", "result": {"type": "vm_file", "path": "/a.xlsx"},
+             "expected": {"type": "vm_file", "path": "/b.xlsx"},
+             "options": {"rules": [{"type": "sheet_data", "sheet_idx0": 0, "sheet_idx1": "EI0"}]}}
+    assert "gh_osworld" in check_of(table, fetcher)
+    table["options"]["rules"].append({"type": "style", "sheet_idx0": 0, "sheet_idx1": "EI0"})
+    with pytest.raises(Skip) as e:
+        check_of(table, fetcher)
+    assert (e.value.reason, e.value.detail) == (SkipReason.UNSUPPORTED_OPTION,
+                                                "evaluator: compare_table rule of type style")
