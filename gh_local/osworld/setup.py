@@ -83,9 +83,9 @@ def translate_step(step: ConfigStep, fetcher: Fetcher, target: Target, where: st
         if trashed and not redirects:
             # The file in the trash is what the task starts from: a trash that failed leaves it where the check
             # looks for it, and the check would pass untouched. The setup fails instead (the case's error).
-            path = quote(trashed.group(1))
-            return Piece([f"{cmd} || :", f"if [ -e {path} ]; then echo \"gh-runner import osworld: the setup could not "
-                          f"put \"{path}\" in the trash\" >&2; exit 1; fi"], needs)
+            trash = quote(trashed.group(1))
+            return Piece([f"{cmd} || :", f"if [ -e {trash} ]; then echo \"gh-runner import osworld: the setup could "
+                          f"not put {trash} in the trash\" >&2; exit 1; fi"], needs)
         return Piece([f"{cmd}{redirects} || :"], needs)
     if kind == "launch":
         cmd, needs = command_text(p.get("command"), p.get("shell", False), where)
