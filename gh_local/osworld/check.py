@@ -419,7 +419,8 @@ def translate_evaluator(ev: Evaluator, fetcher: Fetcher, target: Target) -> Piec
     cleanup = [f'[ "${{GH_CHECK_PHASE:-}}" = after ] || [ -n "${{gh_had{i}:-}}" ] || rm -f {d}'
                for i, d in enumerate(dests)]
     head = ['cd "${HOME:-/}" 2>/dev/null || cd /', *LOCALE,
-            f'{mk} || {{ echo "cannot make a temporary directory" >&2; exit 1; }}',
+            f'{mk} || {{ echo "gh-runner import osworld: cannot make a temporary directory (named in characters '
+            'that need no quoting)" >&2; exit 1; }',
             "gh_end() {", '  rm -rf "$gh_w"', *[f"  {c}" for c in cleanup], "}",
             "trap gh_end EXIT",
             'mkdir -p "$gh_w/cache"',

@@ -201,18 +201,20 @@ def task_urls(task: Task) -> list[str]:
 
 
 def fetch_only(tasks: list[LoadedTask], fetcher: Fetcher) -> tuple[int, list[str]]:
-    """Fetch every file the tasks need into the fetcher's files_dir, whatever the start state: the count in
-    files_dir and a line per failure."""
+    """Fetch every file the tasks need into the fetcher's files_dir, whatever the start state: how many URLs
+    they name, and a line per one that could not be fetched."""
     failures = []
+    urls: set[str] = set()
     for loaded in tasks:
         for url in task_urls(loaded.task):
-            if url in fetcher.fetched or url in fetcher.failed:
+            if url in urls:
                 continue
+            urls.add(url)
             try:
                 fetcher.blob(url, loaded.task.id)
             except Skip as s:
                 failures.append(f"{loaded.task.id}: {s.reason} ({s.detail})")
-    return len(fetcher.fetched), failures
+    return len(urls), failures
 
 
 def main(args: Any) -> int:
@@ -239,11 +241,11 @@ def main(args: Any) -> int:
         files_dir.mkdir(parents=True, exist_ok=True)
         fetcher = Fetcher(files_dir)
         try:
-            have, failures = fetch_only(tasks, fetcher)
+            needed, failures = fetch_only(tasks, fetcher)
         finally:
             fetcher.close()
-        print("\n".join([*failures, f"{len(tasks)} tasks: {have} files in {files_dir}, {len(failures)} failed; "
-                                    "no cases written"]))
+        print("\n".join([*failures, f"{len(tasks)} tasks need {needed} files: {needed - len(failures)} in "
+                                    f"{files_dir}, {len(failures)} failed; no cases written"]))
         return EXIT_OK if not failures else EXIT_NOTHING
     fetcher = Fetcher(files_dir, offline=offline)
     try:

@@ -188,7 +188,7 @@ def test_fetch_only_then_an_offline_import_never_reaches_the_network(
     code, out, _ = run(capsys, str(ex), "--fetch-only", "--files-dir", str(files), "--out", str(tmp_path / "c.yaml"))
     assert code == 1  # one failed
     assert out.splitlines() == ["gone: download_failed (gone: 127.0.0.1: HTTP 404)",
-                                f"3 tasks: 2 files in {files}, 1 failed; no cases written"]
+                                f"3 tasks need 3 files: 2 in {files}, 1 failed; no cases written"]
     assert not (tmp_path / "c.yaml").exists()
     assert json.loads((files / "urls.json").read_text()).keys() == {served.url + "/notes.txt", served.url + "/gold.txt"}
     hits = dict(served.hits)
@@ -198,5 +198,7 @@ def test_fetch_only_then_an_offline_import_never_reaches_the_network(
     assert code == 0, err
     assert served.hits == hits
     assert "dl: imported" in out and "gold: imported" in out
+    code, _, err = run(capsys, str(ex), "--offline", "--fetch-only", "--files-dir", str(files))
+    assert code == 2 and "--fetch-only fetches; it cannot be --offline" in err
     assert ("gone: skipped: download_failed (config[0]: 127.0.0.1: not in --files-dir (run --fetch-only where "
             "there is network))") in out

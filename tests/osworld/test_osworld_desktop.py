@@ -7,6 +7,7 @@ repository on the host's /usr/bin/python3, as the guest runs it."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import shutil
@@ -234,3 +235,24 @@ def test_compare_table_rules_gh_osworld_lacks_are_skipped(fetcher: Fetcher, monk
         check_of(table, fetcher)
     assert (e.value.reason, e.value.detail) == (SkipReason.UNSUPPORTED_OPTION,
                                                 "evaluator: compare_table rule of type style")
+
+
+def test_the_import_says_which_files_the_store_must_hold_and_how_to_build_it(
+        tmp_path: Path, served: Served, capsys: pytest.CaptureFixture[str]) -> None:
+    from gh_local.cli import main
+    big = random.Random(3).randbytes(150_000)
+    served.files["/big.bin"] = big
+    ex = tmp_path / "examples" / "vlc"
+    ex.mkdir(parents=True)
+    config = [{"type": "download", "parameters": {"files": [{"url": served.url + "/big.bin",
+                                                               "path": "/home/user/big.bin"}]}}]
+    (ex / "v.json").write_text(json.dumps(task(id="v", related_apps=["vlc"], config=config)))
+    files = tmp_path / "files"
+    code = main(["import", "osworld", str(ex), "--out", str(tmp_path / "c.yaml"), "--files-dir", str(files)])
+    out = capsys.readouterr().out
+    assert code == 0
+    digest = hashlib.sha256(big).hexdigest()
+    assert out.splitlines()[-3:-1] == [
+        "1 files (150,000 bytes) are too large to embed and are placed from the start state's file store; it must "
+        f"hold sha256/{digest}",
+        f"build it with: image-builder/build osworld-desktop --files-dir {files}"]
