@@ -26,7 +26,7 @@ from gh_local.osworld.script import Piece, command_text, embed_bytes, quote
 from gh_local.osworld.setup import place_file, translate_step
 from gh_local.osworld.skips import Skip, SkipReason
 from gh_local.osworld.target import Carry, Need, Target
-from gh_local.osworld.task import Evaluator, Getter, MetricCall
+from gh_local.osworld.task import ConfigStep, Evaluator, Getter, MetricCall
 from gh_osworld import names as guest_names
 
 INFEASIBLE = "infeasible"
@@ -312,14 +312,27 @@ def _checkers(ev: Evaluator, fetcher: Fetcher, target: Target) -> tuple[Piece, l
     the check after only)."""
     placed, rest = Piece(), Piece()
     dests: list[str] = []
+    raw: set[str] = set()
     for i, step in enumerate(ev.postconfig):
         where = f"evaluator.postconfig[{i}]"
         if step.type == "download":
             placed.add(translate_step(step, fetcher, target, where))
-            dests += [quote(f["path"]) for f in step.parameters.get("files", [])]
+            files = [f for f in step.parameters.get("files", []) if isinstance(f, dict)]
+            dests += [quote(f["path"]) for f in files]
+            raw |= {f["path"] for f in files}
+        elif _makes_executable(step, raw):  # `chmod +x eval.sh`: part of placing the checker
+            placed.add(translate_step(step, fetcher, target, where))
         else:
             rest.add(translate_step(step, fetcher, target, where))
     return placed, dests, rest
+
+
+def _makes_executable(step: ConfigStep, checkers: set[str]) -> bool:
+    if step.type not in ("execute", "command"):
+        return False
+    cmd = step.parameters.get("command")
+    words = cmd.split() if isinstance(cmd, str) else cmd if isinstance(cmd, list) else []
+    return (len(words) == 3 and words[:2] == ["chmod", "+x"] and words[2] in checkers)
 
 
 def _guest_getter(b: _Builder, g: Getter | None, where: str) -> dict[str, Any] | None:

@@ -27,7 +27,7 @@ def eval_sh_task(url: str) -> dict[str, Any]:
     """OSWorld's shape: the checker arrives in postconfig and the check runs it."""
     return task(evaluator={
         "func": "check_include_exclude",
-        "result": {"type": "vm_command_line", "command": "bash eval.sh", "shell": True},
+        "result": {"type": "vm_command_line", "command": "./eval.sh", "shell": True},
         "expected": {"type": "rule", "rules": {"include": ["Success"], "exclude": []}},
         "postconfig": [{"type": "download", "parameters": {"files": [{"url": url, "path": "eval.sh"}]}},
                        {"type": "execute", "parameters": {"command": "chmod +x eval.sh", "shell": True}}]})
@@ -36,14 +36,14 @@ def eval_sh_task(url: str) -> dict[str, Any]:
 @pytest.mark.parametrize("shell", SHELLS)
 def test_a_postconfig_checker_is_written_by_the_check_in_both_phases(
         fetcher: Fetcher, home: Path, served: Served, shell: str) -> None:
-    served.files["/eval.sh"] = b'[ -f "$HOME/done" ] && echo Success || echo "Not yet"\n'
+    served.files["/eval.sh"] = b'#!/bin/sh\n[ -f "$HOME/done" ] && echo Success || echo "Not yet"\n'
     script = case_of(eval_sh_task(served.url + "/eval.sh"), fetcher)["success"]["check_script"]
     before = run_script(script, home, shell=shell, phase="before")
     # Before: the checker ran and said no (not False because it was missing), and it is gone again, so the
     # agent never sees it.
     assert (before.code, before.verdict) == (0, "False")
     assert not (home / "eval.sh").exists()
-    (home / "eval.sh").write_text("echo Success\n")  # an agent's forgery is overwritten by the check
+    (home / "eval.sh").write_text("#!/bin/sh\necho Success\n")  # an agent's forgery: overwritten by the check
     assert run_script(script, home, shell=shell, phase="after").verdict == "False"
     (home / "done").write_text("")
     assert run_script(script, home, shell=shell, phase="before").verdict == "True"  # it proves something before
@@ -52,10 +52,11 @@ def test_a_postconfig_checker_is_written_by_the_check_in_both_phases(
 
 def test_a_checker_path_the_start_already_has_is_kept_after_the_check_before(
         fetcher: Fetcher, home: Path, served: Served) -> None:
-    served.files["/eval.sh"] = b"echo Success\n"
+    served.files["/eval.sh"] = b"#!/bin/sh\necho Success\n"
     data = eval_sh_task(served.url + "/eval.sh")
     data["evaluator"]["postconfig"][0]["parameters"]["files"][0]["path"] = "my checks/eval.sh"
-    data["evaluator"]["result"]["command"] = "bash 'my checks/eval.sh'"
+    data["evaluator"]["result"]["command"] = "'./my checks/eval.sh'"
+    data["evaluator"]["postconfig"][1]["parameters"] = {"command": ["chmod", "+x", "my checks/eval.sh"]}
     script = case_of(data, fetcher)["success"]["check_script"]
     assert run_script(script, home, phase="before").verdict == "True"
     assert not (home / "my checks" / "eval.sh").exists()  # a path with a blank, quoted, written and removed
