@@ -208,6 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     osworld.add_argument("--files-dir", type=Path, default=None, metavar="DIR",
                          help="where downloaded task files are kept, by content as DIR/sha256/<hex> (default: "
                               "osworld-files beside --out)")
+    osworld.add_argument("--like", default=None, metavar="NAME",
+                         help="the start state offers what NAME offers (osworld-desktop, linux-desktop, linux-tiny): "
+                              "an image of your own built from one of their profiles")
     osworld.add_argument("--fetch-only", action="store_true",
                          help="fetch every file the tasks need into --files-dir and write no cases")
     osworld.add_argument("--offline", action="store_true",

@@ -30,7 +30,7 @@ from gh_local.osworld.script import Piece
 from gh_local.osworld.setup import translate_steps
 from gh_local.osworld.shims import preamble
 from gh_local.osworld.skips import Skip, SkipReason
-from gh_local.osworld.target import Target
+from gh_local.osworld.target import KNOWN_START_STATES, Target
 from gh_local.osworld.task import LoadedTask, Task, TaskFileError, load_tasks
 from gh_local.osworld.untouched import may_pass_untouched
 from gh_server.api.schemas import SCRIPT_MAX, check_key
@@ -233,6 +233,11 @@ def main(args: Any) -> int:
     except TaskFileError as e:
         print(f"gh-runner import osworld: {e}; nothing was written", file=sys.stderr)
         return EXIT_USAGE
+    like = getattr(args, "like", None)
+    if like is not None and like not in KNOWN_START_STATES:
+        print(f"gh-runner import osworld: --like {like}: not a start state the importer knows "
+              f"({', '.join(KNOWN_START_STATES)})", file=sys.stderr)
+        return EXIT_USAGE
     offline = bool(getattr(args, "offline", False))
     if getattr(args, "fetch_only", False):
         if offline:
@@ -249,7 +254,7 @@ def main(args: Any) -> int:
         return EXIT_OK if not failures else EXIT_NOTHING
     fetcher = Fetcher(files_dir, offline=offline)
     try:
-        cases, report = import_tasks(tasks, Target.named(args.start_state), fetcher)
+        cases, report = import_tasks(tasks, Target.like(args.start_state, getattr(args, "like", None)), fetcher)
     finally:
         fetcher.close()
     print(report.render(str(files_dir)))

@@ -10,6 +10,8 @@ never the start state's name:
 | osworld-desktop (default) | both | all but VS Code (not in Debian) | gh_osworld, wmctrl, en_US.UTF-8, file store |
 | any other name | both | every one its tasks name | |
 
+`--like NAME` gives a start state of your own what a known one offers (`--start-state mine --like
+osworld-desktop`: an image built from osworld-desktop's profile under another name).
 - gh_osworld: the in-guest package (gh_osworld/); the check hands the evaluator to `python3 -m gh_osworld`
   for the metrics and getters gh_osworld/names.py lists. Elsewhere the check is translated to sh.
 - wmctrl: `close_window` becomes `wmctrl -c` (Debian 12's xdotool has no windowclose).
@@ -23,7 +25,7 @@ A task that needs what its target lacks is skipped with the reason, never import
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 
@@ -43,6 +45,7 @@ class Carry(StrEnum):
 
 OSWORLD_DESKTOP = "osworld-desktop"
 DEFAULT_START_STATE = OSWORLD_DESKTOP
+KNOWN_START_STATES = (OSWORLD_DESKTOP, "linux-desktop", "linux-tiny")
 FILE_STORE_DIR = "/usr/share/gh-osworld/files/sha256"
 FILE_STORE_BUILD = "image-builder/build osworld-desktop --files-dir DIR"
 
@@ -68,6 +71,14 @@ class Target:
         if start_state == OSWORLD_DESKTOP:
             return cls(start_state, _DESKTOP, None, {"vs_code": _VS_CODE, "vscode": _VS_CODE}, frozenset(Carry))
         return cls(start_state)
+
+    @classmethod
+    def like(cls, start_state: str, model: str | None) -> Target:
+        """`start_state` offering what the known start state `model` offers (an image built from osworld-desktop's
+        profile under another name: `--start-state mine --like osworld-desktop`)."""
+        if model is None:
+            return cls.named(start_state)
+        return replace(cls.named(model), start_state=start_state)
 
     def carries(self, what: Carry) -> bool:
         return what in self.carry

@@ -256,3 +256,23 @@ def test_the_import_says_which_files_the_store_must_hold_and_how_to_build_it(
         "1 files (150,000 bytes) are too large to embed and are placed from the start state's file store; it must "
         f"hold sha256/{digest}",
         f"build it with: image-builder/build osworld-desktop --files-dir {files}"]
+
+
+def test_a_start_state_of_your_own_can_be_like_osworld_desktop(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    from gh_local.cli import main
+    ex = tmp_path / "examples" / "os"
+    ex.mkdir(parents=True)
+    (ex / "t.json").write_text(json.dumps(task(id="t")))
+    out = tmp_path / "c.yaml"
+    assert main(["import", "osworld", str(ex), "--out", str(out), "--start-state", "mine"]) == 0
+    assert "gh_osworld" not in out.read_text()  # a name of its own: a plain desktop, checks in sh
+    assert main(["import", "osworld", str(ex), "--out", str(out), "--start-state", "mine",
+                 "--like", "osworld-desktop"]) == 0
+    (case,) = yaml.safe_load(out.read_text())["cases"]
+    assert case["start_state"] == "mine" and "python3 -m gh_osworld" in case["success"]["check_script"]
+    capsys.readouterr()
+    assert main(["import", "osworld", str(ex), "--out", str(out), "--like", "ubuntu"]) == 2
+    assert "--like ubuntu: not a start state the importer knows" in capsys.readouterr().err
