@@ -7,6 +7,7 @@
 | open | `xdg-open PATH` (or `exo-open`), then a wait (bounded) for a window named after the file |
 | activate_window | `xdotool search` for the window (by name or class, strict or not), activated; a wait, bounded |
 | sleep | `sleep SECONDS` |
+| execute with until | the command again every 0.3 s until its exit code or output says so; 60 s, then the setup fails |
 | download | the file fetched now (fetch.py) and written by the script from an embedded copy, or, too large to
   embed, placed from the start state's file store (`gh_osworld_place`, where the target carries one) |
 | close_window | `wmctrl -c NAME` (`-x` by class, `-F` strict), where the target carries wmctrl |
@@ -32,6 +33,7 @@ from gh_server.api.schemas import SCRIPT_MAX
 # the rest of the script; a setup with several files may still pass the limit: the importer checks the total.
 EMBED_MAX = SCRIPT_MAX - 10_000
 _GIO_TRASH = re.compile(r"^\s*gio trash (/[^\s'\"$`;&|<>]+)\s*$")
+UNTIL_WAIT = 60  # seconds an `execute` with `until` is retried before the setup fails
 WINDOW_WAIT = 30  # seconds a step waits for a window to appear, as OSWorld's own setup does
 
 
@@ -62,13 +64,45 @@ def place_file(blob: Blob, dest: str, target: Target, what: str, where: str) -> 
                f"{target.start_state} has no file store")
 
 
+def _until(cmd: str, until: Any, where: str) -> list[str]:
+    """OSWorld runs the command again, 0.3 s apart, until its exit code is `returncode` or its output holds
+    `stdout` (or its errors `stderr`). OSWorld would try for ever; here UNTIL_WAIT seconds, then the setup
+    fails (the start the task assumes did not come about: an error of the case, not the agent's)."""
+    if not isinstance(until, dict) or not until or set(until) - {"returncode", "stdout", "stderr"}:
+        raise Skip(SkipReason.UNSUPPORTED_OPTION, f"{where}: until {until!r}"[:300])
+    tests = []
+    if "returncode" in until:
+        rc = until["returncode"]
+        if isinstance(rc, bool) or not isinstance(rc, int):
+            raise Skip(SkipReason.UNSUPPORTED_OPTION, f"{where}: until returncode {rc!r}"[:300])
+        tests.append(f'[ "$gh_rc" = {rc} ]')
+    for stream, file in (("stdout", '"$gh_uo"'), ("stderr", '"$gh_ue"')):
+        if stream in until:
+            text = until[stream]
+            if not isinstance(text, str):
+                raise Skip(SkipReason.UNSUPPORTED_OPTION, f"{where}: until {stream} {text!r}"[:300])
+            tests.append(f"LC_ALL=C grep -qF -e {quote(text)} {file}" if text else "true")
+    tries = int(UNTIL_WAIT / 0.3)
+    return ['gh_uo=$(mktemp) && gh_ue=$(mktemp) || { echo "gh-runner import osworld: cannot make a temporary file" '
+            '>&2; exit 1; }',
+            "gh_n=0",
+            f"while :; do {cmd} > \"$gh_uo\" 2> \"$gh_ue\" </dev/null; gh_rc=$?",
+            f"  if {' || '.join(tests)}; then break; fi",
+            f'  gh_n=$((gh_n + 1)); if [ $gh_n -ge {tries} ]; then rm -f "$gh_uo" "$gh_ue"; '
+            f'echo "gh-runner import osworld: {where}: the command did not reach its until in {UNTIL_WAIT} s" >&2; '
+            "exit 1; fi",
+            "  sleep 0.3", "done", 'rm -f "$gh_uo" "$gh_ue"']
+
+
 def translate_step(step: ConfigStep, fetcher: Fetcher, target: Target, where: str) -> Piece:
     p = step.parameters
     kind = step.type
     if kind in ("execute", "command"):
-        if p.get("until"):
-            raise Skip(SkipReason.UNSUPPORTED_OPTION, f"{where}: {kind} with `until` (a retry on the output)")
         cmd, needs = command_text(p.get("command"), p.get("shell", False), where)
+        if p.get("until"):
+            if p.get("stdout") or p.get("stderr"):
+                raise Skip(SkipReason.UNSUPPORTED_OPTION, f"{where}: {kind} with `until` and kept output")
+            return Piece(_until(cmd, p["until"], where), needs)
         redirects = ""
         for stream, fd in (("stdout", 1), ("stderr", 2)):
             name = p.get(stream)
