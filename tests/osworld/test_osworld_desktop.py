@@ -276,3 +276,21 @@ def test_a_start_state_of_your_own_can_be_like_osworld_desktop(tmp_path: Path,
     capsys.readouterr()
     assert main(["import", "osworld", str(ex), "--out", str(out), "--like", "ubuntu"]) == 2
     assert "--like ubuntu: not a start state the importer knows" in capsys.readouterr().err
+
+
+def test_an_expected_file_too_large_to_embed_comes_from_the_file_store(
+        fetcher: Fetcher, home: Path, served: Served, tmp_path: Path) -> None:
+    big = random.Random(4).randbytes(120_000)
+    served.files["/gold.bin"] = big
+    evaluator = {"func": "compare_text_file", "result": {"type": "vm_file", "path": "/x"},
+                 "expected": {"type": "cloud_file", "path": served.url + "/gold.bin", "dest": "gold.bin"}}
+    script = check_of(evaluator, fetcher)
+    assert f"gh_osworld_place {hashlib.sha256(big).hexdigest()} \"$gh_w/e1\"" in script
+    kept = tmp_path / "kept"
+    ran = run_script(script, home, path_prefix=guest_stand_in(tmp_path / "bin", kept),
+                     env={"GH_OSWORLD_FILE_STORE": str(tmp_path / "files")})
+    assert (ran.code, ran.verdict) == (0, "True"), ran.err
+    assert (kept / "w" / "e1").read_bytes() == big
+    ran = run_script(script, home, path_prefix=guest_stand_in(tmp_path / "bin", tmp_path / "k2"),
+                     env={"GH_OSWORLD_FILE_STORE": str(tmp_path / "nothing")})
+    assert ran.code == 1 and "is not in this start state's file store" in ran.err and "True" not in ran.out
