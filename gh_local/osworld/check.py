@@ -5,13 +5,20 @@ and the metrics compare it there. The script, in order:
 1. the agent's final answer: an `infeasible` task passes when it begins with the word "infeasible" (any
    case); any other task fails on such an answer, as OSWorld scores an agent that gave up on a feasible
    task;
-2. `postconfig`, only in the check after (GH_CHECK_PHASE=after), its output kept off the verdict;
-3. each metric's getters (the result as the guest has it; the expected value embedded in the script, a
-   file as a base64 heredoc: nothing expected is in the guest before the check runs) and the metric;
-4. the metrics combined by `conj` (and: all pass; or: one does), printed as True or False.
+2. the checkers: postconfig's `download` steps (and a `chmod +x` of one), written by the check itself in
+   both phases before its getters, and removed again after the check before;
+3. the rest of `postconfig`, only in the check after (GH_CHECK_PHASE=after), its output kept off the
+   verdict;
+4. each metric's getters (the result as the guest has it; the expected value embedded in the script, a
+   file as a base64 heredoc or from the start state's file store: nothing expected is in the guest before
+   the check runs) and the metric;
+5. the metrics combined by `conj` (and: all pass; or: one does), printed as True or False.
 
-Metrics are POSIX sh where their meaning allows (cmp, grep -F), so they run on linux-tiny; those that need
-Python's parsing (JSON, regular expressions, text with line breaks) need python3.
+On a target that carries gh_osworld (osworld-desktop), 4 and 5 are `python3 -m gh_osworld SPEC` in the
+guest, for the names gh_osworld/names.py lists (read when importing). Elsewhere metrics are POSIX sh where
+their meaning allows (cmp, grep -F), so they run on linux-tiny; those that need Python's parsing (JSON,
+regular expressions, text with line breaks) need python3. Both run in en_US.UTF-8 where the guest has it,
+and the sh metrics read text as OSWorld does (universal newlines).
 """
 
 from __future__ import annotations

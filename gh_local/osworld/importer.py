@@ -1,9 +1,15 @@
-"""`gh-runner import osworld PATH... [--out cases.yaml] [--start-state linux-desktop] [--files-dir DIR]`.
+"""`gh-runner import osworld PATH... [--out cases.yaml] [--start-state osworld-desktop] [--like NAME]
+[--files-dir DIR] [--offline] [--fetch-only]` (docs/osworld.md).
 
 Reads every task first (a malformed one stops the import before anything is fetched or written), then
 turns each into a case or a skip with its reason, prints one line per task and the totals, and writes the
 cases file at once (a temporary file checked with the same rules as `gh-runner local`, then renamed): an
 import that fails writes nothing, never half a file.
+
+`--fetch-only` fetches every file the tasks need into --files-dir and writes nothing else; `--offline`
+never reaches the network (a file not in --files-dir is download_failed). A task whose check may print
+True on the untouched start gets a warning line (untouched.py); the files placed from the start state's
+file store are listed with the command that builds it.
 
 Exit codes: 0 when the file is written (whatever was skipped), 1 when no task could be imported, 2 on bad
 input (a path, a task file, a flag).
