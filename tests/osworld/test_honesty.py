@@ -82,12 +82,13 @@ def test_the_check_runs_in_osworlds_locale_where_the_guest_has_it(fetcher: Fetch
 
 @pytest.mark.parametrize("shell", SHELLS)
 def test_command_output_is_read_with_universal_newlines(fetcher: Fetcher, home: Path, shell: str) -> None:
+    rules = {"expected": "a\nb\nc\n"}
     evaluator = {"func": "exact_match",
                  "result": {"type": "vm_command_line", "command": "printf 'a\\r\\nb\\rc\\r\\n'", "shell": True},
-                 "expected": {"type": "rule", "rules": {"expected": "a\nb\nc\n"}}}
+                 "expected": {"type": "rule", "rules": rules}}
     script = case_of(task(evaluator=evaluator), fetcher, "linux-tiny")["success"]["check_script"]
     assert run_script(script, home, shell=shell).verdict == "True"
-    evaluator["expected"]["rules"]["expected"] = "a\nb\nc"  # a trailing newline still counts, as in OSWorld
+    rules["expected"] = "a\nb\nc"  # a trailing newline still counts, as in OSWorld
     script = case_of(task(evaluator=evaluator), fetcher, "linux-tiny")["success"]["check_script"]
     assert run_script(script, home, shell=shell).verdict == "False"
 

@@ -226,11 +226,11 @@ def test_a_file_too_large_to_embed_is_placed_from_the_file_store(fetcher: Fetche
 def test_compare_table_rules_gh_osworld_lacks_are_skipped(fetcher: Fetcher, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(check.guest_names, "METRICS", check.guest_names.METRICS | {"compare_table"})
     monkeypatch.setattr(check.guest_names, "TABLE_RULES", frozenset({"sheet_data"}), raising=False)
+    rules: list[dict[str, Any]] = [{"type": "sheet_data", "sheet_idx0": 0, "sheet_idx1": "EI0"}]
     table = {"func": "compare_table", "result": {"type": "vm_file", "path": "/a.xlsx"},
-             "expected": {"type": "vm_file", "path": "/b.xlsx"},
-             "options": {"rules": [{"type": "sheet_data", "sheet_idx0": 0, "sheet_idx1": "EI0"}]}}
+             "expected": {"type": "vm_file", "path": "/b.xlsx"}, "options": {"rules": rules}}
     assert "gh_osworld" in check_of(table, fetcher)
-    table["options"]["rules"].append({"type": "style", "sheet_idx0": 0, "sheet_idx1": "EI0"})
+    rules.append({"type": "style", "sheet_idx0": 0, "sheet_idx1": "EI0"})
     with pytest.raises(Skip) as e:
         check_of(table, fetcher)
     assert (e.value.reason, e.value.detail) == (SkipReason.UNSUPPORTED_OPTION,
