@@ -139,15 +139,23 @@ def import_tasks(tasks: list[LoadedTask], target: Target,
     report = ImportReport()
     cases: list[dict[str, Any]] = []
     keys: set[str] = set()
+    # OSWorld's data has ids used by two tasks of different domains (15 in chrome/ and thunderbird/, different
+    # tasks): each such task is keyed `<domain>-<id>`, the same whatever is skipped; the same id twice in one
+    # domain is a duplicate.
+    domains: dict[str, set[str | None]] = {}
+    for loaded in tasks:
+        domains.setdefault(loaded.task.id, set()).add(loaded.domain)
     for loaded in tasks:
         tid = loaded.task.id
         try:
-            key = case_key(tid)
+            shared = len(domains[tid]) > 1 and loaded.domain is not None
+            key = case_key(f"{loaded.domain}-{tid}" if shared else tid)
             if key in keys:
                 same = "the id" if key == tid else f"its key {key} is the key"
                 raise Skip(SkipReason.DUPLICATE_ID, f"{loaded.path}: {same} of an earlier task")
             store: dict[str, int] = {}
             case = task_to_case(loaded, target, fetcher, store)
+            case["key"] = key
         except Skip as s:
             report.results.append(TaskResult(tid, Outcome.SKIPPED, reason=s.reason, detail=s.detail))
             continue

@@ -204,3 +204,17 @@ def test_fetch_only_then_an_offline_import_never_reaches_the_network(
     assert code == 2 and "--fetch-only fetches; it cannot be --offline" in err
     assert ("gone: skipped: download_failed (config[0]: 127.0.0.1: not in --files-dir (run --fetch-only where "
             "there is network))") in out
+
+
+def test_a_metric_that_compares_with_the_original_on_purpose_is_not_warned(served: Served) -> None:
+    from gh_local.osworld.task import Task
+    from gh_local.osworld.untouched import may_pass_untouched
+    url = served.url + "/deck.pptx"
+    data = task(config=[{"type": "download", "parameters": {"files": [{"url": url, "path": "/home/user/d.pptx"}]}}],
+                evaluator={"func": "check_image_stretch_and_center",
+                           "result": {"type": "vm_file", "path": "/home/user/d.pptx"},
+                           "expected": {"type": "cloud_file", "path": url}})
+    assert may_pass_untouched(Task.model_validate(data)) is None
+    data["evaluator"]["func"] = "compare_pptx_files"
+    assert may_pass_untouched(Task.model_validate(data)) == (
+        "compare_pptx_files compares /home/user/d.pptx with the file the setup put there")
