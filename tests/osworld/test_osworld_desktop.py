@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from osworld_guest.kit import guest_env
 
 from gh_local.osworld import check
 from gh_local.osworld.fetch import Fetcher
@@ -22,7 +23,6 @@ from gh_local.osworld.skips import Skip, SkipReason
 
 from .conftest import SHELLS, Served, case_of, run_script, task
 
-REPO = Path(__file__).resolve().parents[2]
 OSWORLD_DESKTOP = "osworld-desktop"
 
 
@@ -86,7 +86,7 @@ def test_the_real_gh_osworld_answers_the_check_as_the_guest_runs_it(fetcher: Fet
                  "expected": [{"type": "rule", "rules": {"expected": "hi\n"}},
                               {"type": "cloud_file", "path": served.url + "/gold.txt", "dest": "gold.txt"}]}
     script = check_of(evaluator, fetcher)
-    env = {"PYTHONPATH": str(REPO)}
+    env = {"PYTHONPATH": guest_env()["PYTHONPATH"]}  # the repository and the guest's pinned PyPI modules
     ran = run_script(script, home, path_prefix=bin_dir, env=env)
     assert (ran.code, ran.verdict) == (0, "False"), ran.err  # no out.txt yet: the agent's failure
     (home / "out.txt").write_text("one\ntwo\n")
