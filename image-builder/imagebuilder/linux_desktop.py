@@ -102,6 +102,7 @@ FIRST_PAINT_TIMEOUT = 420.0
 TYPING_TRIES = 3
 SIZE_LIMIT = 1536 * 1024 * 1024  # the compressed disk
 _SOURCES = ["linux_desktop.py"]
+_REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,7 @@ def linux_desktop_profile() -> Profile:
 
 def _digest_files(h: hashlib._Hash, files: list[Path], base: Path) -> None:
     for f in files:
-        rel = f.relative_to(base).as_posix() if f.is_relative_to(base) else f.name
+        rel = f.relative_to(base).as_posix() if f.is_relative_to(base) else f.resolve().relative_to(_REPO).as_posix()
         h.update(rel.encode() + b"\0")
         h.update(f"{stat.S_IMODE(f.stat().st_mode):o}".encode() + b"\0" + f.read_bytes() + b"\0")
 
