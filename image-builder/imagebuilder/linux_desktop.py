@@ -140,26 +140,25 @@ def linux_desktop_profile() -> Profile:
     )
 
 
-def _digest_files(h: hashlib._Hash, files: list[Path], base: Path) -> None:
-    for f in files:
-        rel = f.relative_to(base).as_posix() if f.is_relative_to(base) else f.resolve().relative_to(_REPO).as_posix()
+def _digest_files(h: hashlib._Hash, files: list[tuple[str, Path]]) -> None:
+    for rel, f in files:
         h.update(rel.encode() + b"\0")
         h.update(f"{stat.S_IMODE(f.stat().st_mode):o}".encode() + b"\0" + f.read_bytes() + b"\0")
 
 
 def _source_digest(*, hook_only: bool = False, profile: Profile | None = None) -> str:
     """The builder's files in an image's version: its sources and every file of its assets (with
-    `hook_only`, what the cached root is a function of: the customize hooks)."""
-    assets = profile.assets if profile is not None else (ASSETS,)
-    sources = profile.sources if profile is not None else tuple(Path(__file__).parent / s for s in _SOURCES)
+    `hook_only`, what the cached root is a function of: the customize hooks). Each file is named
+    by where it is in its assets dir or the repository, so a checkout's place does not matter."""
+    profile = profile or linux_desktop_profile()
     h = hashlib.sha256()
-    base = Path(__file__).parent
-    for a in assets:
+    for a in profile.assets:
         hooks = [a / "customize.sh"] if (a / "customize.sh").is_file() else []
         files = hooks if hook_only else sorted(p for p in a.rglob("*") if p.is_file())
-        _digest_files(h, files, base)
+        _digest_files(h, [(f"{a.name}/{f.relative_to(a).as_posix()}", f) for f in files])
     if not hook_only:
-        _digest_files(h, list(sources), base)
+        _digest_files(h, [(f.resolve().relative_to(_REPO).as_posix() if f.resolve().is_relative_to(_REPO)
+                           else f.name, f) for f in profile.sources])
     return h.hexdigest()
 
 
@@ -410,18 +409,24 @@ def check_desktop(size: tuple[int, int]):  # type: ignore[no-untyped-def]
     return check
 
 
+def version_inputs(profile: Profile, size: str) -> dict[str, object]:
+    """What an image's version is a function of besides apt's package closure: its settings, the
+    builder's sources and assets, and the profile's own inputs (never another profile's)."""
+    return {"suite": SUITE, "variant": VARIANT, "packages": list(profile.packages), "display": size,
+            "cmdline": CMDLINE, "memory_mib": profile.memory_mib, "vcpus": VCPUS,
+            "disk_mib": profile.disk_mib + profile.extra_disk_mib(), "video": VIDEO,
+            "sources": _source_digest(profile=profile), **profile.inputs()}
+
+
 def build(out: Path, cache: debs.DebCache, *, display: tuple[int, int] = DEFAULT_DISPLAY,
           force: bool = False, profile: Profile | None = None) -> Path:
     profile = profile or linux_desktop_profile()
     name = profile.name
     started = time.monotonic()
     size = f"{display[0]}x{display[1]}"
+    inputs = version_inputs(profile, size)
     disk_mib = profile.disk_mib + profile.extra_disk_mib()
-    settings = {"suite": SUITE, "variant": VARIANT, "packages": list(profile.packages), "display": size,
-                "cmdline": CMDLINE, "memory_mib": profile.memory_mib, "vcpus": VCPUS, "disk_mib": disk_mib,
-                "video": VIDEO, **profile.inputs()}
-    sources = _source_digest(profile=profile)
-    quick_key = pipeline.inputs_digest({"apt": debs.apt_state(), "sources": sources, **settings})
+    quick_key = pipeline.inputs_digest({"apt": debs.apt_state(), **inputs})
     if not force and (existing := pipeline.up_to_date(out / name, quick_key, key="quick_key")) is not None:
         log(f"{name} {existing.version} is up to date in {out / name} ({time.monotonic() - started:.1f} s)")
         return out / name
@@ -435,7 +440,7 @@ def build(out: Path, cache: debs.DebCache, *, display: tuple[int, int] = DEFAULT
         log(f"{e}; refreshing apt's package lists and retrying")
         proc.run(["apt-get", "update", "-qq"], timeout=900)
         closure = resolve_closure(list(profile.packages))
-    record: dict[str, object] = {"packages": closure, "sources": sources, **settings}
+    record: dict[str, object] = {**inputs, "closure": closure}
     digest = pipeline.inputs_digest(record)
     version = digest[:16]
     if not force and (existing := pipeline.up_to_date(out / name, digest)) is not None:
