@@ -59,12 +59,15 @@ async def test_the_checks_modules_import_and_gh_osworld_judges_a_spec(osworld: Q
             "func": "exact_match", "result": {"type": "vm_command_line", "command": ["printf", "hello"]},
             "expected": {"type": "rule", "rules": {"expected": expected}}}]})
 
-    out = await sh(osworld, f"cat > /tmp/gh-spec-right.json <<'JSON'\n{spec('hello')}\nJSON\n"
-                            f"cat > /tmp/gh-spec-wrong.json <<'JSON'\n{spec('bye')}\nJSON\n"
-                            "python3 -m gh_osworld /tmp/gh-spec-right.json\n"
-                            "python3 -m gh_osworld /tmp/gh-spec-wrong.json\n"
-                            "rm -f /tmp/gh-spec-*.json", timeout=180)
-    assert out.split() == ["True", "False"]
+    await sh(osworld, f"cat > /tmp/gh-spec-right.json <<'JSON'\n{spec('hello')}\nJSON\n"
+                      f"cat > /tmp/gh-spec-wrong.json <<'JSON'\n{spec('bye')}\nJSON\n")
+    try:
+        # Each run must give a verdict (exit 0): `sh` shows gh_osworld's message when it gives none.
+        right = await sh(osworld, "python3 -m gh_osworld /tmp/gh-spec-right.json", timeout=180)
+        wrong = await sh(osworld, "python3 -m gh_osworld /tmp/gh-spec-wrong.json", timeout=180)
+    finally:
+        await sh(osworld, "rm -f /tmp/gh-spec-right.json /tmp/gh-spec-wrong.json")
+    assert (right.strip(), wrong.strip()) == ("True", "False")
 
 
 async def test_scripts_and_the_session_run_in_en_us_utf8(osworld: QemuMachine) -> None:
