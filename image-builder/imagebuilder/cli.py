@@ -23,7 +23,8 @@ def _display(text: str) -> tuple[int, int]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="image-builder/build", description="Build a gh-runner image into DIR/NAME/.")
-    p.add_argument("name", choices=["linux-tiny", "linux-desktop", "windows-10"], help="which image to build")
+    p.add_argument("name", choices=["linux-tiny", "linux-desktop", "osworld-desktop", "windows-10"],
+                   help="which image to build")
     p.add_argument("--out", required=True, type=Path, help="images directory (the runner's --images-dir)")
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help=f"download cache (default {DEFAULT_CACHE})")
     p.add_argument("--force", action="store_true", help="rebuild even when the inputs are unchanged")
@@ -31,7 +32,10 @@ def parser() -> argparse.ArgumentParser:
                    help="linux-tiny: Debian kernel flavour; cloud boots fast but has no USB, so its "
                    "tablet is virtio (default cloud)")
     p.add_argument("--display", type=_display, default=None, metavar="WxH",
-                   help="linux-desktop: the screen size the session is set to (default 1280x800)")
+                   help="linux-desktop, osworld-desktop: the screen size the session is set to (default 1280x800)")
+    p.add_argument("--files-dir", type=Path, default=None, metavar="DIR",
+                   help="osworld-desktop: the importer's files (DIR/sha256/<hex>) to put in the image's file "
+                   "store, /usr/share/gh-osworld/files (default: an empty store)")
     p.add_argument("--iso", type=Path, help="windows-10: the Windows 10 22H2 installer ISO")
     p.add_argument("--virtio-iso", type=Path, help="windows-10: the virtio-win driver ISO")
     p.add_argument("--sysprep", action="store_true", help="windows-10: generalize the image with sysprep")
@@ -56,6 +60,13 @@ def main(argv: list[str] | None = None) -> int:
             with build_lock(out, linux_desktop.NAME):
                 linux_desktop.build(out, DebCache(args.cache), display=args.display or linux_desktop.DEFAULT_DISPLAY,
                                     force=args.force)
+        elif args.name == "osworld-desktop":
+            from . import linux_desktop, osworld_desktop
+
+            out = args.out.absolute()
+            with build_lock(out, osworld_desktop.NAME):
+                linux_desktop.build(out, DebCache(args.cache), display=args.display or linux_desktop.DEFAULT_DISPLAY,
+                                    force=args.force, profile=osworld_desktop.profile(args.files_dir))
         else:
             from . import windows10
 

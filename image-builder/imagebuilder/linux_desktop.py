@@ -18,6 +18,11 @@ Version and cache: the version is a digest of the exact package closure apt reso
 package list (name and version of each), the builder sources and the display size. A second
 build whose apt lists have not changed returns at once (`quick_key`); one whose lists changed
 but resolve to the same packages records the new lists and returns in about half a minute.
+
+Profiles: an image that is this desktop with more on it (osworld_desktop.py) is a `Profile` of
+this builder: more packages, its own customize hook and files run after this one's, its own proofs,
+files staged into the root on every build, and its own sources in its version. linux-desktop's
+version never reads another profile's inputs.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ import shutil
 import stat
 import tempfile
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from providers.manifest import DesktopSession, DirectKernelBoot, DiskFile, Display, ImageManifest, sha256_file
@@ -57,6 +64,8 @@ PACKAGES = [
     "adwaita-icon-theme", "elementary-xfce-icon-theme", "fonts-dejavu-core", "librsvg2-common", "gvfs",
     "at-spi2-core", "pulseaudio", "pulseaudio-utils", "firefox-esr",
     "python3", "python3-tk", "qemu-guest-agent", "sudo", "procps",
+    # The standard tools a desktop case's setup calls: gio and gsettings (libglib2.0-bin), xdg-open.
+    "libglib2.0-bin", "xdg-utils",
 ]
 USER = "user"
 UID = 1000
@@ -93,17 +102,63 @@ FIRST_PAINT_TIMEOUT = 420.0
 TYPING_TRIES = 3
 SIZE_LIMIT = 1536 * 1024 * 1024  # the compressed disk
 _SOURCES = ["linux_desktop.py"]
+_REPO = Path(__file__).resolve().parents[2]
 
 
-def _source_digest(*, hook_only: bool = False) -> str:
-    h = hashlib.sha256()
-    if hook_only:
-        files = [ASSETS / "customize.sh"]
-    else:
-        files = [Path(__file__).parent / s for s in _SOURCES] + sorted(p for p in ASSETS.rglob("*") if p.is_file())
-    for f in files:
-        h.update(f.relative_to(Path(__file__).parent).as_posix().encode() + b"\0")
+@dataclass(frozen=True)
+class Profile:
+    """One image this builder makes. Its hooks and files (`assets`: directories with a
+    customize.sh and a rootfs/) apply in order over the root; `sources` are the builder's own files
+    in its version; `inputs` (computed before building: cheap) and `stage` (the root, the cache:
+    files put into the configured root on every build) are a profile's extra inputs and files;
+    `proofs` are guest scripts run after the desktop's own, given the profile's `as_user`."""
+
+    name: str
+    packages: tuple[str, ...]
+    assets: tuple[Path, ...]
+    sources: tuple[Path, ...]
+    memory_mib: int
+    disk_mib: int
+    size_limit: int
+    session_env: Mapping[str, str]
+    description: str
+    inputs: Callable[[], dict[str, object]] = field(default=lambda: {})
+    stage: Callable[[Path, Path], None] | None = None
+    proofs: Callable[[Callable[[str], str]], list[Script]] = field(default=lambda as_user: [])
+    extra_disk_mib: Callable[[], int] = field(default=lambda: 0)
+
+    def as_user(self, command: str) -> str:
+        return as_user(command, self.session_env)
+
+
+def linux_desktop_profile() -> Profile:
+    return Profile(
+        name=NAME, packages=tuple(PACKAGES), assets=(ASSETS,),
+        sources=tuple(Path(__file__).parent / s for s in _SOURCES),
+        memory_mib=MEMORY_MIB, disk_mib=DISK_MIB, size_limit=SIZE_LIMIT, session_env=SESSION_ENV,
+        description="Debian 12 XFCE 4.18 desktop",
+    )
+
+
+def _digest_files(h: hashlib._Hash, files: list[tuple[str, Path]]) -> None:
+    for rel, f in files:
+        h.update(rel.encode() + b"\0")
         h.update(f"{stat.S_IMODE(f.stat().st_mode):o}".encode() + b"\0" + f.read_bytes() + b"\0")
+
+
+def _source_digest(*, hook_only: bool = False, profile: Profile | None = None) -> str:
+    """The builder's files in an image's version: its sources and every file of its assets (with
+    `hook_only`, what the cached root is a function of: the customize hooks). Each file is named
+    by where it is in its assets dir or the repository, so a checkout's place does not matter."""
+    profile = profile or linux_desktop_profile()
+    h = hashlib.sha256()
+    for a in profile.assets:
+        hooks = [a / "customize.sh"] if (a / "customize.sh").is_file() else []
+        files = hooks if hook_only else sorted(p for p in a.rglob("*") if p.is_file())
+        _digest_files(h, [(f"{a.name}/{f.relative_to(a).as_posix()}", f) for f in files])
+    if not hook_only:
+        _digest_files(h, [(f.resolve().relative_to(_REPO).as_posix() if f.resolve().is_relative_to(_REPO)
+                           else f.name, f) for f in profile.sources])
     return h.hexdigest()
 
 
@@ -124,11 +179,12 @@ def resolve_closure(packages: list[str], timeout: float = 300.0) -> list[str]:
     return found
 
 
-def mmdebstrap(root: Path, cache: Path, size: str, timeout: float = 1800.0) -> None:
+def mmdebstrap(root: Path, cache: Path, size: str, profile: Profile, timeout: float = 1800.0) -> None:
     """The root, from Debian's packages; downloads are kept in `cache` for the next build."""
     cache.mkdir(parents=True, exist_ok=True)
+    hooks = [f"--customize-hook={a / 'customize.sh'} \"$1\" {a} {size}" for a in profile.assets]
     proc.run(
-        ["mmdebstrap", f"--variant={VARIANT}", "--include=" + ",".join(PACKAGES),
+        ["mmdebstrap", f"--variant={VARIANT}", "--include=" + ",".join(profile.packages),
          "--aptopt=APT::Install-Recommends \"false\"",
          "--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-include=/usr/share/doc/*/copyright",
          "--dpkgopt=path-exclude=/usr/share/man/*", "--dpkgopt=path-exclude=/usr/share/locale/*",
@@ -137,22 +193,25 @@ def mmdebstrap(root: Path, cache: Path, size: str, timeout: float = 1800.0) -> N
          "--setup-hook=mkdir -p \"$1\"/var/cache/apt/archives/",
          f"--setup-hook=sync-in {cache} /var/cache/apt/archives/",
          f"--customize-hook=sync-out /var/cache/apt/archives {cache}",
-         f"--customize-hook={ASSETS / 'customize.sh'} \"$1\" {ASSETS} {size}",
+         *hooks,
          SUITE, root],
         timeout=timeout)
 
 
-def root_cache_key(closure: list[str], size: str) -> str:
+def root_cache_key(closure: list[str], size: str, profile: Profile | None = None) -> str:
     """What the configured root is a function of: the packages and the hook (not the boot settings)."""
-    return pipeline.inputs_digest({"packages": closure, "hook": _source_digest(hook_only=True), "suite": SUITE,
-                                   "variant": VARIANT, "include": PACKAGES, "display": size})[:16]
+    profile = profile or linux_desktop_profile()
+    return pipeline.inputs_digest({"packages": closure, "hook": _source_digest(hook_only=True, profile=profile),
+                                   "suite": SUITE, "variant": VARIANT, "include": list(profile.packages),
+                                   "display": size})[:16]
 
 
-def cached_root(cache: Path, key: str, size: str) -> Path:
+def cached_root(cache: Path, key: str, size: str, profile: Profile | None = None) -> Path:
     """The configured root for these packages and this hook: built by mmdebstrap once and kept, so a
     build that failed later (or `--force`) does not install 500 packages again. Older roots are
-    removed (one is about 1.3 GB)."""
-    base = cache / "linux-desktop-root"
+    removed (one is about 1.3 GB). The downloaded packages are one cache for every profile."""
+    profile = profile or linux_desktop_profile()
+    base = cache / f"{profile.name}-root"
     done = base / key
     if (done / "etc" / "gh-display").is_file():
         log(f"reusing the root built for these packages ({done})")
@@ -160,7 +219,7 @@ def cached_root(cache: Path, key: str, size: str) -> Path:
     partial = base / f"{key}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     base.mkdir(parents=True, exist_ok=True)
-    mmdebstrap(partial, cache / "linux-desktop-debs", size)
+    mmdebstrap(partial, cache / "linux-desktop-debs", size, profile)
     for old in base.iterdir():
         if old.name != f"{key}.partial":
             shutil.rmtree(old, ignore_errors=True)
@@ -171,34 +230,36 @@ def cached_root(cache: Path, key: str, size: str) -> Path:
 ROOTFS_LIST = "etc/gh-rootfs-files"  # in the root: the image files the last build put there
 
 
-def apply_files(root: Path, size: str) -> None:
-    """The image's own files (assets/linux-desktop/rootfs) over the cached root, on every build: a
-    change to one of them needs no new root (the hook copies them too, for a root built alone). A
-    file the last build put there and the assets no longer have is removed, so the cached root
-    never keeps what the sources dropped."""
-    src = ASSETS / "rootfs"
-    now = sorted(p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file() or p.is_symlink())
+def apply_files(root: Path, size: str, assets: tuple[Path, ...] | None = None) -> None:
+    """The image's own files (assets/linux-desktop/rootfs, then a profile's) over the cached root, on
+    every build: a change to one of them needs no new root (the hook copies them too, for a root
+    built alone). A file the last build put there and the assets no longer have is removed, so the
+    cached root never keeps what the sources dropped."""
+    srcs = [a / "rootfs" for a in (assets or (ASSETS,)) if (a / "rootfs").is_dir()]
+    now = sorted({p.relative_to(src).as_posix() for src in srcs for p in src.rglob("*")
+                  if p.is_file() or p.is_symlink()})
     listed = root / ROOTFS_LIST
     before = listed.read_text().split("\n") if listed.is_file() else []
     for gone in sorted(set(filter(None, before)) - set(now)):
         (root / gone).unlink(missing_ok=True)
-    proc.run(["cp", "-a", "--no-preserve=ownership", f"{src}/.", f"{root}/"], timeout=120)
+    for src in srcs:
+        proc.run(["cp", "-a", "--no-preserve=ownership", f"{src}/.", f"{root}/"], timeout=120)
     listed.write_text("\n".join(now) + "\n")
     (root / "etc" / "gh-display").write_text(size + "\n")
     os.chmod(root / "etc" / "sudoers.d" / "gh-user", 0o440)
 
 
-def make_ext4(root: Path, image: Path) -> None:
+def make_ext4(root: Path, image: Path, disk_mib: int = DISK_MIB, label: str = NAME) -> None:
     with image.open("wb") as f:
-        f.truncate(DISK_MIB * 1024 * 1024)
-    proc.run(["mkfs.ext4", "-q", "-F", "-L", NAME, "-b", "4096", "-m", "0", "-E", "root_owner=0:0", "-d", root,
+        f.truncate(disk_mib * 1024 * 1024)
+    proc.run(["mkfs.ext4", "-q", "-F", "-L", label[:16], "-b", "4096", "-m", "0", "-E", "root_owner=0:0", "-d", root,
               image], timeout=900)
 
 
-def as_user(command: str) -> str:
+def as_user(command: str, session_env: Mapping[str, str] = SESSION_ENV) -> str:
     """A shell line that runs `command` as the signed-in user inside its session's environment
     (what the provider does for every script on this image)."""
-    env = " ".join(f"{k}={v}" for k, v in SESSION_ENV.items())
+    env = " ".join(f"{k}={v}" for k, v in session_env.items())
     return (f"setpriv --reuid={UID} --regid={UID} --init-groups env HOME={HOME} USER={USER} LOGNAME={USER} "
             f"{env} bash -c {_sh_quote(command)}")
 
@@ -207,7 +268,9 @@ def _sh_quote(s: str) -> str:
     return "'" + s.replace("'", "'\\''") + "'"
 
 
-def provisioning(version: str, size: str) -> tuple[list[Script], list[Script]]:
+def provisioning(version: str, size: str, profile: Profile | None = None) -> tuple[list[Script], list[Script]]:
+    profile = profile or linux_desktop_profile()
+    as_user = profile.as_user
     provision = [
         Script("record the image version", f"set -e\necho {version} > /etc/gh-image-version\n", 30),
         Script(
@@ -230,6 +293,19 @@ def provisioning(version: str, size: str) -> tuple[list[Script], list[Script]]:
             "systemctl is-active --quiet qemu-guest-agent\n",
             120,
         ),
+        Script(
+            "check gio and gsettings in the session",
+            # A setting written by one gsettings is read by the next (dconf on the session bus), and
+            # gio reaches the user's files through GVfs: what a case's setup calls them for.
+            "set -e\n"
+            + as_user("gio info ~/Documents >/dev/null && gio trash --list >/dev/null && "
+                      "gsettings set org.gtk.Settings.FileChooser show-hidden true && "
+                      "test \"$(gsettings get org.gtk.Settings.FileChooser show-hidden)\" = true && "
+                      "gsettings reset org.gtk.Settings.FileChooser show-hidden && "
+                      "command -v xdg-open >/dev/null") + "\n",
+            120,
+        ),
+        *profile.proofs(as_user),
     ]
     seal = [Script(
         "seal: clear temporary files and logs, flush the disk",
@@ -333,65 +409,78 @@ def check_desktop(size: tuple[int, int]):  # type: ignore[no-untyped-def]
     return check
 
 
+def version_inputs(profile: Profile, size: str) -> dict[str, object]:
+    """What an image's version is a function of besides apt's package closure: its settings, the
+    builder's sources and assets, and the profile's own inputs (never another profile's)."""
+    return {"suite": SUITE, "variant": VARIANT, "packages": list(profile.packages), "display": size,
+            "cmdline": CMDLINE, "memory_mib": profile.memory_mib, "vcpus": VCPUS,
+            "disk_mib": profile.disk_mib + profile.extra_disk_mib(), "video": VIDEO,
+            "sources": _source_digest(profile=profile), **profile.inputs()}
+
+
 def build(out: Path, cache: debs.DebCache, *, display: tuple[int, int] = DEFAULT_DISPLAY,
-          force: bool = False) -> Path:
+          force: bool = False, profile: Profile | None = None) -> Path:
+    profile = profile or linux_desktop_profile()
+    name = profile.name
     started = time.monotonic()
     size = f"{display[0]}x{display[1]}"
-    settings = {"suite": SUITE, "variant": VARIANT, "packages": PACKAGES, "display": size, "cmdline": CMDLINE,
-                "memory_mib": MEMORY_MIB, "vcpus": VCPUS, "disk_mib": DISK_MIB, "video": VIDEO}
-    quick_key = pipeline.inputs_digest({"apt": debs.apt_state(), "sources": _source_digest(), **settings})
-    if not force and (existing := pipeline.up_to_date(out / NAME, quick_key, key="quick_key")) is not None:
-        log(f"{NAME} {existing.version} is up to date in {out / NAME} ({time.monotonic() - started:.1f} s)")
-        return out / NAME
+    inputs = version_inputs(profile, size)
+    disk_mib = profile.disk_mib + profile.extra_disk_mib()
+    quick_key = pipeline.inputs_digest({"apt": debs.apt_state(), **inputs})
+    if not force and (existing := pipeline.up_to_date(out / name, quick_key, key="quick_key")) is not None:
+        log(f"{name} {existing.version} is up to date in {out / name} ({time.monotonic() - started:.1f} s)")
+        return out / name
     if shutil.which("mmdebstrap") is None:
         raise BuildError("mmdebstrap is not installed (apt-get install mmdebstrap, or run scripts/setup.sh)")
     try:
-        closure = resolve_closure(PACKAGES)
+        closure = resolve_closure(list(profile.packages))
     except BuildError as e:
         if os.geteuid() != 0:
             raise
         log(f"{e}; refreshing apt's package lists and retrying")
         proc.run(["apt-get", "update", "-qq"], timeout=900)
-        closure = resolve_closure(PACKAGES)
-    record: dict[str, object] = {"packages": closure, "sources": _source_digest(), **settings}
+        closure = resolve_closure(list(profile.packages))
+    record: dict[str, object] = {**inputs, "closure": closure}
     digest = pipeline.inputs_digest(record)
     version = digest[:16]
-    if not force and (existing := pipeline.up_to_date(out / NAME, digest)) is not None:
-        pipeline.record_quick_key(out / NAME, quick_key)
-        log(f"{NAME} {existing.version} is up to date in {out / NAME} ({time.monotonic() - started:.1f} s)")
-        return out / NAME
+    if not force and (existing := pipeline.up_to_date(out / name, digest)) is not None:
+        pipeline.record_quick_key(out / name, quick_key)
+        log(f"{name} {existing.version} is up to date in {out / name} ({time.monotonic() - started:.1f} s)")
+        return out / name
     if os.geteuid() != 0:
-        raise BuildError("building linux-desktop needs root (mmdebstrap installs packages into a chroot)")
+        raise BuildError(f"building {name} needs root (mmdebstrap installs packages into a chroot)")
 
-    work = Path(tempfile.mkdtemp(prefix="gh-build-linux-desktop-", dir="/var/tmp"))
+    work = Path(tempfile.mkdtemp(prefix=f"gh-build-{name}-", dir="/var/tmp"))
     os.chmod(work, 0o755)  # QEMU may run as another user on some hosts
     staging: Path | None = None
     timings: dict[str, float] = {}
     try:
         t = time.monotonic()
-        root_key = root_cache_key(closure, size)
-        root = cached_root(cache.root, root_key, size)
-        apply_files(root, size)
+        root_key = root_cache_key(closure, size, profile)
+        root = cached_root(cache.root, root_key, size, profile)
+        apply_files(root, size, profile.assets)
+        if profile.stage is not None:
+            profile.stage(root, cache.root)
         timings["mmdebstrap_s"] = time.monotonic() - t
         log(f"root ready ({timings['mmdebstrap_s']:.0f} s)")
         kernels = sorted((root / "boot").glob("vmlinuz-*"))
         if not kernels:
             raise BuildError("the root has no /boot/vmlinuz-*")
         kver = kernels[-1].name.removeprefix("vmlinuz-")
-        staging = pipeline.staging_dir(out, NAME)
+        staging = pipeline.staging_dir(out, name)
         shutil.copy2(root / "boot" / f"vmlinuz-{kver}", staging / "vmlinuz")
         shutil.copy2(root / "boot" / f"initrd.img-{kver}", staging / "initrd.img")
         raw = work / "root.ext4"
         t = time.monotonic()
-        make_ext4(root, raw)
+        make_ext4(root, raw, disk_mib, name)
         timings["mkfs_s"] = time.monotonic() - t
 
         spec = MachineSpec(
-            name=NAME, machine="pc", memory_mib=MEMORY_MIB, vcpus=VCPUS, video=VIDEO,
+            name=name, machine="pc", memory_mib=profile.memory_mib, vcpus=VCPUS, video=VIDEO,
             kernel=staging / "vmlinuz", initrd=staging / "initrd.img", cmdline=CMDLINE,
             drives=[Drive(raw, "raw")], tablet="usb", qga_channel=True,
         )
-        provision, seal = provisioning(version, size)
+        provision, seal = provisioning(version, size, profile)
         plan = BootPlan("/bin/sh", provision, seal, ready_timeout=600, shutdown_timeout=180,
                         check=check_desktop(display))
         vm = BuildVM(spec, build_accelerator(spec.kernel, cache.root), work)
@@ -402,23 +491,24 @@ def build(out: Path, cache: debs.DebCache, *, display: tuple[int, int] = DEFAULT
         pipeline.convert_compressed(raw, "raw", staging / "disk.qcow2", compression="zstd")
         timings["compress_s"] = time.monotonic() - t
         disk_bytes = (staging / "disk.qcow2").stat().st_size
-        if disk_bytes > SIZE_LIMIT:
-            raise BuildError(f"{NAME}'s disk is {disk_bytes / 2**20:.0f} MiB, over the "
-                             f"{SIZE_LIMIT / 2**20:.0f} MiB budget")
+        if disk_bytes > profile.size_limit:
+            raise BuildError(f"{name}'s disk is {disk_bytes / 2**20:.0f} MiB, over the "
+                             f"{profile.size_limit / 2**20:.0f} MiB budget")
         manifest = ImageManifest(
-            name=NAME, os="linux", version=version,
-            description=f"Debian 12 XFCE 4.18 desktop, user '{USER}' signed in at {size}; kernel {kver}",
+            name=name, os="linux", version=version,
+            description=f"{profile.description}, user '{USER}' signed in at {size}; kernel {kver}",
             shell="bash", guest_channels=["qemu-ga"],
             boot=DirectKernelBoot(
                 kernel="vmlinuz", initrd="initrd.img", cmdline=CMDLINE,
                 kernel_sha256=sha256_file(staging / "vmlinuz"), initrd_sha256=sha256_file(staging / "initrd.img"),
             ),
-            machine="pc", memory_mib=MEMORY_MIB, vcpus=VCPUS, video=VIDEO,
+            machine="pc", memory_mib=profile.memory_mib, vcpus=VCPUS, video=VIDEO,
             disk=DiskFile(file="disk.qcow2", sha256=sha256_file(staging / "disk.qcow2"),
-                          virtual_size=DISK_MIB * 1024 * 1024),
+                          virtual_size=disk_mib * 1024 * 1024),
             network="none", tablet="usb",
             display=Display(width=display[0], height=display[1]),
-            session=DesktopSession(user=USER, uid=UID, home=HOME, env=SESSION_ENV, ready_check=SESSION_READY,
+            session=DesktopSession(user=USER, uid=UID, home=HOME, env=dict(profile.session_env),
+                                   ready_check=SESSION_READY,
                                    elevation="sudo"),
         )
         record["kernel"] = kver
@@ -427,7 +517,7 @@ def build(out: Path, cache: debs.DebCache, *, display: tuple[int, int] = DEFAULT
         final = pipeline.publish(staging, manifest, record, digest, quick_key=quick_key)
         staging = None
         total = sum(p.stat().st_size for p in final.iterdir() if p.is_file())
-        log(f"{NAME} {version} written to {final}: {total / 2**20:.0f} MiB "
+        log(f"{name} {version} written to {final}: {total / 2**20:.0f} MiB "
             f"(disk {disk_bytes / 2**20:.0f} MiB), build {time.monotonic() - started:.0f} s "
             f"({', '.join(f'{k} {v:.0f}' for k, v in timings.items())})")
         return final

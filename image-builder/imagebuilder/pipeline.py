@@ -46,6 +46,7 @@ class Script:
     name: str
     body: str
     timeout: float = 300.0
+    report: bool = False  # its output goes to the build's log (a measurement)
 
 
 @dataclass
@@ -110,6 +111,8 @@ def _run_scripts(channel: GuestChannel, shell: str, scripts: list[Script]) -> No
             output = (res.stderr or res.stdout).strip()[-800:]
             raise BuildError(f"step {script.name!r} failed with exit code {res.exit_code}: {output}")
         log(f"{script.name}: ok ({time.monotonic() - t:.1f} s)")
+        if script.report and res.stdout.strip():
+            log(f"{script.name}:\n{res.stdout.strip()[-2000:]}")
 
 
 def convert_compressed(src: Path, src_format: str, dest: Path, *, compression: str = "zlib") -> None:
