@@ -3,7 +3,8 @@
 
 - from Debian: LibreOffice (Calc, Writer, Impress), GIMP, VLC, Thunderbird, Chromium, the tools
   OSWorld's setups call (wmctrl, unzip, git, curl, socat), locales (the session runs in
-  en_US.UTF-8), and the Python modules the in-guest checks read documents with;
+  en_US.UTF-8), and the Python modules and tools the in-guest checks read documents with
+  (poppler-utils for PDFs' text);
 - from PyPI, pinned by hash (assets/osworld-desktop/pypi.txt): what Debian 12 does not package,
   installed by the host's pip into the root's /usr/local/lib/python3.11/dist-packages;
 - this repository's gh_osworld/ at /usr/lib/python3/dist-packages/gh_osworld (the checks'
@@ -48,6 +49,9 @@ PACKAGES = [
     "wmctrl", "unzip", "git", "curl", "socat", "locales",
     "python3-openpyxl", "python3-docx", "python3-pandas", "python3-pil", "python3-lxml", "python3-numpy",
     "python3-xlsxwriter", "python3-pyatspi",
+    # What gh_osworld reads with beyond those: PDFs' text (compare_pdfs, PDF members of archives),
+    # the CSS selectors of check_accessibility_tree, YAML files (check_json with is_yaml).
+    "poppler-utils", "python3-cssselect", "python3-yaml",
 ]
 SESSION_ENV = {**linux_desktop.SESSION_ENV, "LANG": "en_US.UTF-8"}
 # Measured in this build's proof (docs/desktop-guests.md): the signed-in session uses about 410 MiB,
