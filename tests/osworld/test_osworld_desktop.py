@@ -277,11 +277,13 @@ def tasks(url: str) -> dict[str, dict[str, Any]]:
 # would write its own copy over the edit (Chromium its Bookmarks, Thunderbird its prefs.js on exit).
 # The wait for it to be gone is a poll with a deadline.
 _QUIT = """quit_app() {
-  for p in "$@"; do pkill -u "$(id -u)" -x "$p" || :; done
   n=0
   while [ $n -lt 300 ]; do
     alive=0; for p in "$@"; do pgrep -u "$(id -u)" -x "$p" >/dev/null && alive=1; done
     [ $alive = 0 ] && return 0
+    # asked again every few seconds: a process still starting (LibreOffice's oosplash starting
+    # soffice.bin) may appear after the first request
+    if [ $((n % 25)) = 0 ]; then for p in "$@"; do pkill -u "$(id -u)" -x "$p" || :; done; fi
     sleep 0.2; n=$((n + 1))
   done
   for p in "$@"; do pkill -KILL -u "$(id -u)" -x "$p" || :; done
