@@ -225,16 +225,30 @@ def fill_stand_ins(wanted: list[Wanted], files_dir: Path, scratch: Path) -> coll
 # -- import --
 
 _LINE = re.compile(r"^(?P<id>\S+): (?:imported|skipped: (?P<reason>[a-z_]+))")
+_WARNED = re.compile(r"^(?P<id>\S+): warning: ")
 
 
-def run_import(index: Path, out: Path, files_dir: Path, start_state: str) -> list[tuple[str, str]]:
-    """(task id, "imported" or the skip reason) per task, in the order the importer read them (an id may be
-    in two domains: OSWorld lists some tasks under multi_apps and their app's domain)."""
+@dataclass
+class Imported:
+    outcome: list[tuple[str, str]]  # (task id, "imported" or the skip reason), in the order the tasks were read
+    warned: list[int]  # indexes into outcome: imported with a warning that the check may pass untouched
+
+
+def run_import(index: Path, out: Path, files_dir: Path, start_state: str) -> Imported:
+    """What the importer said of each task, in the order it read them (by position: an id may be in two
+    domains, OSWorld lists some tasks under multi_apps and under their application's domain)."""
     p = subprocess.run([GH_RUNNER, "import", "osworld", str(index), "--start-state", start_state, "--out", str(out),
-                        "--files-dir", str(files_dir)], capture_output=True, text=True, timeout=IMPORT_TIMEOUT_S)
+                        "--files-dir", str(files_dir), "--offline"],
+                       capture_output=True, text=True, timeout=IMPORT_TIMEOUT_S)
     if p.returncode not in (0, 1):
         sys.exit(f"gh-runner import osworld failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
-    return [(m["id"], m["reason"] or "imported") for m in map(_LINE.match, p.stdout.splitlines()) if m]
+    got = Imported([], [])
+    for line in p.stdout.splitlines():
+        if (m := _LINE.match(line)) is not None:
+            got.outcome.append((m["id"], m["reason"] or "imported"))
+        elif (w := _WARNED.match(line)) is not None and got.outcome and got.outcome[-1][0] == w["id"]:
+            got.warned.append(len(got.outcome) - 1)
+    return got
 
 
 # -- runs --
@@ -354,17 +368,21 @@ def main() -> None:
           f"({', '.join(f'{k} {n}' for k, n in made.most_common())})", flush=True)
 
     cases_path = work / "cases.yaml"
-    outcome = run_import(index, cases_path, files_dir, args.start_state)
-    if [tid for tid, _ in outcome] != [lt.task.id for lt in loaded]:
+    imported = run_import(index, cases_path, files_dir, args.start_state)
+    if [tid for tid, _ in imported.outcome] != [lt.task.id for lt in loaded]:
         sys.exit("gh-runner import osworld did not print one line per task in the order they were read")
     per_domain: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
-    for lt, (_, what) in zip(loaded, outcome, strict=True):
+    for i, (lt, (_, what)) in enumerate(zip(loaded, imported.outcome, strict=True)):
         per_domain[lt.domain or "?"][what] += 1
-    print(f"\nimport onto {args.start_state}: {sum(c['imported'] for c in per_domain.values())} of {len(outcome)}")
+        if i in imported.warned:
+            per_domain[lt.domain or "?"]["(warned)"] += 1
+    total = sum(c["imported"] for c in per_domain.values())
+    print(f"\nimport onto {args.start_state}: {total} of {len(imported.outcome)} imported, "
+          f"{len(imported.warned)} of them warned (may pass untouched)")
     for domain, c in sorted(per_domain.items()):
-        skips = ", ".join(f"{k} {n}" for k, n in c.most_common() if k != "imported")
-        print(f"  {domain:<20} {c['imported']:>3} of {sum(c.values()):>3} imported"
-              + (f"; skipped: {skips}" if skips else ""))
+        skips = ", ".join(f"{k} {n}" for k, n in c.most_common() if k not in ("imported", "(warned)"))
+        print(f"  {domain:<20} {c['imported']:>3} of {sum(c.values()) - c['(warned)']:>3} imported"
+              + (f" ({c['(warned)']} warned)" if c["(warned)"] else "") + (f"; skipped: {skips}" if skips else ""))
     if args.import_only or not cases_path.is_file():
         return
 
