@@ -7,11 +7,26 @@ Keep this module free of imports: the host imports it without the guest's librar
 
 METRICS: frozenset[str] = frozenset({
     # general.py
-    "exact_match", "match_in_list", "is_in_list", "check_include_exclude", "literal_match", "compare_text_file",
-    "check_json_settings", "check_list",
+    "exact_match", "fuzzy_match", "is_in_list", "check_include_exclude", "literal_match", "compare_text_file",
+    "diff_text_file", "compare_config", "compare_python_pure_text", "compare_result_files", "file_contains",
+    "check_line_number", "check_list", "check_csv", "check_json_settings", "check_json", "check_direct_json_object",
+    "run_sqlite3", "is_utc_0", "is_in_vm_clickboard", "check_gnome_favorite_apps", "check_moved_jpgs",
+    "compare_archive", "compare_zip_files",
+    # metrics/table.py
+    "compare_table", "compare_csv",
 })
 
 GETTERS: frozenset[str] = frozenset({
     # getters/files.py, getters/commands.py
-    "vm_file", "embedded_file", "rule", "vm_command_line", "vm_command_error",
+    "vm_file", "embedded_file", "content_from_vm_file", "rule", "rule_relativeTime", "time_diff_range",
+    "vm_command_line", "vm_command_error",
+    # getters/desktop.py
+    "vm_screen_size", "vm_window_size", "vm_wallpaper", "list_directory",
+})
+
+# metrics/table.py: the compare_table rule types implemented in full (the importer skips a task using any
+# other). Not here: style (a conditional format's formula is not evaluated).
+TABLE_RULES: frozenset[str] = frozenset({
+    "sheet_name", "sheet_data", "sheet_print", "sheet_fuzzy", "sparkline", "chart", "freeze", "zoom",
+    "data_validation", "row_props", "col_props", "filter", "pivot_table", "check_cell",
 })

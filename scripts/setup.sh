@@ -19,6 +19,8 @@ APT_PACKAGES=(
   haproxy  # the load balancer in front of several gh-server processes (docs/operations.md, tests/gateway/topology.py)
   docker-registry apache2-utils  # an OCI registry for start states and images (docs/start-states.md; tests/registry start one on loopback)
   python3  # the system interpreter the gh-agent uid can run (tests' command agents; the venv may be under /root)
+  # the osworld-desktop guest's Python modules, Debian's as there: tests/osworld_guest runs gh_osworld on them
+  python3-openpyxl python3-docx python3-pandas python3-pil python3-lxml python3-numpy python3-xlsxwriter
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -69,6 +71,17 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/pip install -q --upgrade pip >/dev/null
   .venv/bin/pip install -q -e ".[dev]"
   echo "$want" > "$stamp"
+fi
+
+# What the osworld-desktop guest takes from PyPI (python-pptx, pinned by hash), where tests/osworld_guest/kit.py
+# puts it on the guest Python's path; reinstalled only when the pin changes.
+GUEST_PYTHON_DIR=/var/lib/gh-runner/guest-python
+pins=image-builder/imagebuilder/assets/osworld-desktop/pypi.txt
+want=$(sha256sum "$pins" | cut -d' ' -f1)
+if [ "$(cat "$GUEST_PYTHON_DIR/.gh-installed" 2>/dev/null)" != "$want" ]; then
+  log "installing the guest's PyPI pins into $GUEST_PYTHON_DIR"
+  $SUDO .venv/bin/pip install -q --require-hashes --no-deps --upgrade --target "$GUEST_PYTHON_DIR" -r "$pins"
+  echo "$want" | $SUDO tee "$GUEST_PYTHON_DIR/.gh-installed" >/dev/null
 fi
 
 # The linux-tiny image (cached: a second build is instant).
