@@ -271,109 +271,63 @@ def tasks(url: str) -> dict[str, dict[str, Any]]:
     }
 
 
-# -- what a person would do, scripted (run as the signed-in user, elevated with sudo) --
+# -- what a person would do, scripted (run as the signed-in user in bash, elevated with sudo) --
 
-# Closing the application first, as a person would before editing its file: an application left open
-# would write its own copy over the edit (Chromium its Bookmarks, Thunderbird its prefs.js on exit).
-# The wait for it to be gone is a poll with a deadline.
-_QUIT = """quit_app() {
-  n=0
-  while [ $n -lt 300 ]; do
-    alive=0; for p in "$@"; do pgrep -u "$(id -u)" -x "$p" >/dev/null && alive=1; done
-    [ $alive = 0 ] && return 0
-    # asked again every few seconds: a process still starting (LibreOffice's oosplash starting
-    # soffice.bin) may appear after the first request
-    if [ $((n % 25)) = 0 ]; then for p in "$@"; do pkill -u "$(id -u)" -x "$p" || :; done; fi
-    sleep 0.2; n=$((n + 1))
-  done
-  for p in "$@"; do pkill -KILL -u "$(id -u)" -x "$p" || :; done
-}
-"""
-_OFFICE = "quit_app oosplash soffice.bin\n"
+# Each fix is a metadata value, so at most 500 characters: terse shell and python3.
+# `q NAME` closes an application first, as a person would before editing its file: one left open would
+# write its own copy over the edit (Chromium its Bookmarks, Thunderbird its prefs.js, as they exit).
+# It asks again until the process is gone (one still starting, LibreOffice's oosplash starting
+# soffice.bin, appears after a first request), a poll with a deadline of a minute.
+_QUIT = 'q(){ for i in $(seq 150);do pkill -U $UID -x "$1"||return 0;sleep .4;done;pkill -9 -U $UID -x "$1";}\n'
+_OFFICE = _QUIT + "q oosplash;q soffice.bin\n"
 
 FIXES = {
-    "libreoffice_calc": _QUIT + _OFFICE + f"""python3 - <<'EOF'
-import openpyxl
-path = "{DESKTOP}/sales.xlsx"
-wb = openpyxl.load_workbook(path)
-ws = wb["Sales"]
-ws["D4"] = ws["B4"].value + ws["C4"].value
-wb.save(path)
-EOF
+    "libreoffice_calc": _OFFICE + (
+        f"python3 -c 'import openpyxl as o;p=\"{DESKTOP}/sales.xlsx\";w=o.load_workbook(p);s=w[\"Sales\"];"
+        "s[\"D4\"]=s[\"B4\"].value+s[\"C4\"].value;w.save(p)'\n"),
+    "libreoffice_writer": _OFFICE + (
+        f"python3 -c 'import docx;p=\"{DESKTOP}/letter.docx\";d=docx.Document(p);"
+        "d.paragraphs[0].runs[0].text=\"Dear Ms Smith,\";d.save(p)'\n"),
+    # The title's text in the slide's XML, rewritten with the standard library: every other part of the
+    # presentation stays as it was.
+    "libreoffice_impress": _OFFICE + f"""python3 - <<'E'
+import zipfile as z,os
+p="{DESKTOP}/agenda.pptx"
+r=z.ZipFile(p);a=[(i,r.read(i)) for i in r.infolist()];r.close()
+w=z.ZipFile(p+".n","w",z.ZIP_DEFLATED)
+for i,d in a:w.writestr(i,d.replace(b">Draft agenda<",b">Quarterly review<"))
+w.close();os.replace(p+".n",p)
+E
 """,
-    "libreoffice_writer": _QUIT + _OFFICE + f"""python3 - <<'EOF'
-import docx
-path = "{DESKTOP}/letter.docx"
-d = docx.Document(path)
-d.paragraphs[0].runs[0].text = "Dear Ms Smith,"
-d.save(path)
-EOF
+    "chrome": _QUIT + f"""q chromium
+python3 - <<'E'
+import json,os
+p=os.path.expanduser("~/.config/google-chrome/Default/Bookmarks")
+d=json.load(open(p)) if os.path.exists(p) else {{"roots":{{"bookmark_bar":{{"children":[]}}}}}}
+d["roots"]["bookmark_bar"]["children"]+=[{{"type":"url","name":"Recipes","url":"file://{DESKTOP}/recipes.html"}}]
+os.makedirs(os.path.dirname(p),exist_ok=True);json.dump(d,open(p,"w"))
+E
 """,
-    # The title's text in the slide's XML, rewritten with the standard library: the presentation stays
-    # what Impress would save for a retitled slide, every other part as it was.
-    "libreoffice_impress": _QUIT + _OFFICE + f"""python3 - <<'EOF'
-import os, zipfile
-path = "{DESKTOP}/agenda.pptx"
-with zipfile.ZipFile(path) as z:
-    parts = [(i, z.read(i.filename)) for i in z.infolist()]
-with zipfile.ZipFile(path + ".new", "w", zipfile.ZIP_DEFLATED) as z:
-    for info, data in parts:
-        if info.filename == "ppt/slides/slide1.xml":
-            data = data.replace(b">Draft agenda<", b">Quarterly review<")
-        z.writestr(info, data)
-os.replace(path + ".new", path)
-EOF
+    "gimp": (f"python3 -c 'from PIL import Image,ImageOps;ImageOps.mirror(Image.open(\"{DESKTOP}/photo.png\")"
+             f".convert(\"RGB\")).save(\"{DESKTOP}/photo_mirrored.png\")'\n"),
+    # Every line naming the setting goes (VLC's commented default too: the last one read wins), and the
+    # setting is written under [qt].
+    "vlc": _QUIT + r"""q vlc
+python3 - <<'E'
+import os,re
+p=os.path.expanduser("~/.config/vlc/vlcrc")
+t=open(p).read() if os.path.exists(p) else ""
+t=re.sub(r"(?m)^.*qt-max-volume=.*\n?","",t)
+t=t.replace("[qt]","[qt]\nqt-max-volume=200",1) if "[qt]" in t else t+"\n[qt]\nqt-max-volume=200\n"
+os.makedirs(os.path.dirname(p),exist_ok=True);open(p,"w").write(t)
+E
 """,
-    "chrome": _QUIT + f"""quit_app chromium chrome
-python3 - <<'EOF'
-import json, pathlib
-path = pathlib.Path("{HOME}/.config/google-chrome/Default/Bookmarks")
-try:
-    data = json.loads(path.read_text())
-except FileNotFoundError:
-    folder = lambda i, name: {{"children": [], "date_added": "0", "id": i, "name": name, "type": "folder"}}
-    data = {{"roots": {{"bookmark_bar": folder("1", "Bookmarks bar"), "other": folder("2", "Other bookmarks"),
-                      "synced": folder("3", "Mobile bookmarks")}}, "version": 1}}
-data.pop("checksum", None)  # Chromium recomputes it; a stale one only marks the file edited
-data["roots"]["bookmark_bar"]["children"].append(
-    {{"date_added": "0", "id": "100", "name": "Recipes", "type": "url", "url": "file://{DESKTOP}/recipes.html"}})
-path.parent.mkdir(parents=True, exist_ok=True)
-path.write_text(json.dumps(data, indent=3))
-EOF
-""",
-    "gimp": f"""python3 - <<'EOF'
-from PIL import Image, ImageOps
-ImageOps.mirror(Image.open("{DESKTOP}/photo.png").convert("RGB")).save("{DESKTOP}/photo_mirrored.png")
-EOF
-""",
-    "vlc": _QUIT + f"""quit_app vlc
-python3 - <<'EOF'
-import pathlib
-path = pathlib.Path("{HOME}/.config/vlc/vlcrc")
-lines = path.read_text().splitlines() if path.exists() else ["[qt] # Qt interface"]
-lines = [ln for ln in lines if "qt-max-volume=" not in ln]
-at = next((i + 1 for i, ln in enumerate(lines) if ln.startswith("[qt]")), len(lines))
-lines.insert(at, "qt-max-volume=200")
-path.parent.mkdir(parents=True, exist_ok=True)
-path.write_text("\\n".join(lines) + "\\n")
-EOF
-""",
-    "thunderbird": _QUIT + f"""quit_app thunderbird
-python3 - <<'EOF'
-import pathlib
-path = pathlib.Path("{PREFS}")
-key = '"mail.identity.id1.auto_quote"'
-lines = [ln for ln in path.read_text().splitlines() if key not in ln]
-path.write_text("\\n".join([*lines, f"user_pref({{key}}, false);"]) + "\\n")
-EOF
+    "thunderbird": _QUIT + f"""q thunderbird
+sed -i '/"mail.identity.id1.auto_quote"/d' {PREFS}
+echo 'user_pref("mail.identity.id1.auto_quote", false);' >> {PREFS}
 """,
     "os": "gio trash ~/Desktop/old-notes.txt\n",
-    "multi_apps": f"""python3 - <<'EOF'
-import csv
-with open("{DESKTOP}/prices.csv", "w", newline="") as f:
-    csv.writer(f, lineterminator="\\n").writerows({PRICES!r})
-EOF
-""",
+    "multi_apps": f"printf '%s\\n' {' '.join(f'{a},{b}' for a, b in PRICES)} > {DESKTOP}/prices.csv\n",
 }
 
 
