@@ -25,6 +25,7 @@ from openpyxl.utils import get_column_letter
 from openpyxl.worksheet.cell_range import MultiCellRange
 
 from gh_osworld.matching import matches_rule
+from gh_osworld.metrics import cellformula
 from gh_osworld.metrics.similarity import ratio
 from gh_osworld.outcome import Fail
 from gh_osworld.reading import agent_text, ours_text
@@ -125,12 +126,17 @@ def stored_values(path: str, sheet: str) -> dict[str, Any]:
 
 # -- cell styles (check_cell's props, the style rule) --
 
-def cell_style(name: str, cell: Any) -> Any:
+def cell_style(name: str, cell: Any, dxf: Any = None) -> Any:
     """A cell's style property by OSWorld's name; the font's and the number format only for a cell with a
-    value (number_format: a number's)."""
+    value (number_format: a number's). With `dxf` (the differential style of a conditional format that
+    applies to the cell), the property as that style gives it: None where it sets none."""
     has_value = cell.value is not None
     if name == "number_format":
-        return cell.number_format if has_value and cell.data_type == "n" else None
+        if not (has_value and cell.data_type == "n"):
+            return None
+        if dxf is None:
+            return cell.number_format
+        return dxf.numFmt.formatCode if dxf.numFmt is not None else None
     fonts: dict[str, Callable[[Any], Any]] = {
         "font_name": lambda f: f.name, "font_family": lambda f: f.family,
         "font_color": lambda f: f.color.rgb if f.color is not None else None,
@@ -138,11 +144,13 @@ def cell_style(name: str, cell: Any) -> Any:
         "font_size": lambda f: f.sz,
     }
     if name in fonts:
-        return fonts[name](cell.font) if has_value else None
+        font = cell.font if dxf is None else dxf.font
+        return fonts[name](font) if has_value and font is not None else None
+    fill = cell.fill if dxf is None else dxf.fill
     if name == "fill_type":
-        return getattr(cell.fill, "tagname", None)
+        return getattr(fill, "tagname", None)
     if name in ("bgcolor", "fgcolor"):
-        color = getattr(cell.fill, "bgColor" if name == "bgcolor" else "fgColor", None)
+        color = getattr(fill, "bgColor" if name == "bgcolor" else "fgColor", None)
         return getattr(color, "rgb", None)
     if name == "hyperlink":
         return (cell.hyperlink or "") if has_value else None
@@ -151,12 +159,39 @@ def cell_style(name: str, cell: Any) -> Any:
 
 # -- what a rule reads from a sheet --
 
-def _sheet_styles(ws: Any, props: list[str]) -> dict[str, list[Any]]:
-    if ws.conditional_formatting and list(ws.conditional_formatting):
-        # Which cells a conditional format styles depends on evaluating its formula: not done here, and no
-        # verdict is better than one that ignores it (compare_table's style rule is not offered, names.py).
-        raise NotImplementedError(f"sheet {ws.title!r} has conditional formatting, not evaluated here")
-    return {c.coordinate: [cell_style(p, c) for p in props] for col in ws.iter_cols() for c in col}
+def _conditional_met(rule: Any, values: Callable[[str], Any], coord: str, shift: tuple[int, int]) -> bool:
+    if rule.type == "expression":
+        return cellformula.holds(rule.formula[0], values, shift)
+    if rule.type == "cellIs" and rule.operator in cellformula.CELL_IS:
+        try:
+            bounds = [cellformula.evaluate(f, values, shift) for f in rule.formula]
+            return cellformula.CELL_IS[rule.operator](values(coord), bounds)
+        except ValueError:  # a bound that errs: the condition is not met
+            return False
+    # Which cells a top-10, duplicate, colour-scale... format styles is not worked out here: no verdict is
+    # better than one that ignores it.
+    raise NotImplementedError(f"conditional formats of type {rule.type} are not evaluated here")
+
+
+def _sheet_styles(book: _Book, name: str, ws: Any, props: list[str]) -> dict[str, list[Any]]:
+    """Each cell's style props; where a conditional format applies to the cell (its expression or cellIs
+    condition met over the stored values), the props as its differential style gives them, later formats
+    over earlier ones."""
+    styles = {c.coordinate: [cell_style(p, c) for p in props] for col in ws.iter_cols() for c in col}
+
+    def values(coord: str) -> Any:
+        return book.value(name, coord)
+    for cf in ws.conditional_formatting:
+        ranges = list(cf.sqref.ranges)
+        top, left = ranges[0].min_row, ranges[0].min_col
+        for rule in cf.rules:
+            for rng in ranges:
+                for row, col in rng.cells:
+                    coord = f"{get_column_letter(col)}{row}"
+                    if _conditional_met(rule, values, coord, (row - top, col - left)):
+                        cell = ws.cell(row=row, column=col)
+                        styles[coord] = [cell_style(p, cell, rule.dxf) for p in props]
+    return styles
 
 
 def _title(title: Any) -> Any:
@@ -293,7 +328,7 @@ def _sparklines(book: _Book, sheet: str) -> dict[str, str]:
 # The rule types compare_table implements in full; names.TABLE_RULES repeats this for the importer (the
 # host cannot import this module) and tests/osworld_guest/test_table.py checks the two agree.
 RULES = frozenset({"sheet_name", "sheet_data", "sheet_print", "sheet_fuzzy", "sparkline", "chart", "freeze", "zoom",
-                   "data_validation", "row_props", "col_props", "filter", "pivot_table", "check_cell"})
+                   "data_validation", "row_props", "col_props", "filter", "pivot_table", "check_cell", "style"})
 
 
 class _Table:
@@ -343,13 +378,16 @@ class _Table:
             (b0, s0), (b1, s1) = self.pair(r)
             b0.sheet(s0), b1.sheet(s1)
             return _sparklines(b0, s0) == _sparklines(b1, s1)
-        if kind in ("chart", "pivot_table", "style", "row_props", "col_props", "filter", "freeze"):
+        if kind == "style":
+            (b0, s0), (b1, s1) = self.pair(r)
+            props = r.get("props", [])
+            return _sheet_styles(b0, s0, b0.sheet(s0), props) == _sheet_styles(b1, s1, b1.sheet(s1), props)
+        if kind in ("chart", "pivot_table", "row_props", "col_props", "filter", "freeze"):
             (b0, s0), (b1, s1) = self.pair(r)
             w0, w1 = b0.sheet(s0), b1.sheet(s1)
             read: Callable[[Any], Any] = {
                 "chart": lambda ws: _charts(ws, r.get("chart_props", [])),
                 "pivot_table": lambda ws: _pivots(ws, r.get("pivot_props", [])),
-                "style": lambda ws: _sheet_styles(ws, r.get("props", [])),
                 "row_props": lambda ws: _dimensions(ws, "row", r.get("props", [])),
                 "col_props": lambda ws: _dimensions(ws, "column", r.get("props", [])),
                 "filter": _filters,

@@ -51,7 +51,6 @@ def test_the_table_rules_offered_are_the_implemented_ones() -> None:
     # RULES in table.py, which the host cannot import (openpyxl, pandas), and names.TABLE_RULES agree
     body = src.split("RULES = frozenset({", 1)[1].split("})", 1)[0]
     assert {x.strip().strip('"') for x in body.replace("\n", " ").split(",") if x.strip()} == names.TABLE_RULES
-    assert "style" not in names.TABLE_RULES
     assert {"compare_table", "compare_csv"} <= names.METRICS
 
 
@@ -269,17 +268,33 @@ def test_sparkline(tmp_path: Path) -> None:
     assert verdict(table(book(tmp_path, "none.xlsx"), gold, rule), tmp_path) is False
 
 
-def test_style_compares_cells_and_refuses_conditional_formats(tmp_path: Path) -> None:
+def test_style_compares_cells_and_conditional_formats(tmp_path: Path) -> None:
     fill = ('from openpyxl.styles import PatternFill\n'
             'ws["B2"].fill = PatternFill("solid", fgColor="FFFF0000", bgColor="{c}")')
     gold = book(tmp_path, "gold.xlsx", fill.format(c="FFFF0000"))
     rule = {"type": "style", "sheet_idx0": 0, "sheet_idx1": "EI0", "props": ["bgcolor"]}
     assert verdict(table(book(tmp_path, "r.xlsx", fill.format(c="FFFF0000")), gold, rule), tmp_path) is True
     assert verdict(table(book(tmp_path, "w.xlsx", fill.format(c="FF00FF00")), gold, rule), tmp_path) is False
-    cond = ('from openpyxl.formatting.rule import FormulaRule\nfrom openpyxl.styles import PatternFill\n'
-            'ws.conditional_formatting.add("B2:B4", FormulaRule(formula=["B2>2"], '
-            'fill=PatternFill(bgColor="FFFF0000")))')
-    assert "conditional formatting" in crash(table(book(tmp_path, "c.xlsx", cond), gold, rule), tmp_path)
+    # the highest sale highlighted: by hand (gold), or by a conditional format met only at B4 (3.0)
+    by_hand = book(tmp_path, "hand.xlsx", fill.replace("B2", "B4").format(c="FFFF0000"))
+    cond = ('from openpyxl.formatting.rule import FormulaRule, CellIsRule\nfrom openpyxl.styles import PatternFill\n'
+            'ws.conditional_formatting.add("B2:B4", {rule})')
+    red = 'fill=PatternFill(bgColor="FFFF0000")'
+    formats = {
+        "max.xlsx": (f'FormulaRule(formula=["B2=MAX($B$2:$B$4)"], {red})', True),
+        "gt.xlsx": (f'CellIsRule(operator="greaterThan", formula=["2.5"], {red})', True),
+        "between.xlsx": (f'CellIsRule(operator="between", formula=["2", "$B$4"], {red})', False),  # B3 and B4
+        "weekday.xlsx": (f'FormulaRule(formula=["AND(WEEKDAY(B2)=1, B2>2)"], {red})', False),  # serial 3: a Tuesday
+        "text.xlsx": (f'FormulaRule(formula=["$A2=\\"c\\""], {red})', True),  # the row whose name is c
+    }
+    for name, (made, ok) in formats.items():
+        result = book(tmp_path, name, cond.format(rule=made))
+        assert verdict(table(result, by_hand, rule), tmp_path) is ok, name
+    other = book(tmp_path, "dup.xlsx", cond.format(rule='Rule(type="duplicateValues", dxf=DifferentialStyle())')
+                 .replace("import FormulaRule", "import Rule, FormulaRule")
+                 .replace("import PatternFill", "import PatternFill\nfrom openpyxl.styles.differential import "
+                                                "DifferentialStyle"))
+    assert "duplicateValues are not evaluated" in crash(table(other, by_hand, rule), tmp_path)
 
 
 PIVOT = """
