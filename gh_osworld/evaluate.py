@@ -36,7 +36,8 @@ def passes(m: MetricSpec) -> bool:
 
 
 def evaluate(spec: CheckSpec) -> bool:
-    registry.load()
+    registry.load((m.func for m in spec.metrics),
+                  (g["type"] for m in spec.metrics for g in (m.result, m.expected) if g is not None))
     if spec.conj == "and":
         return all(passes(m) for m in spec.metrics)
     return any(passes(m) for m in spec.metrics)

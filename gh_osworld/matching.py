@@ -27,7 +27,7 @@ def matches_rule(value: Any, rule: dict[str, Any]) -> bool:
     method = rule.get("method")
     if not isinstance(method, str):
         raise SpecError(f"a value rule needs a method: {rule!r}"[:300])
-    ref = rule.get("ref")
+    ref: Any = rule.get("ref")
     if method == "re" or method.startswith("re."):
         flags = functools.reduce(operator.or_, (getattr(re, f) for f in method.split(".")[1:]), re.RegexFlag(0))
         return isinstance(value, str) and re.search(ref, value, flags) is not None

@@ -2,6 +2,8 @@
 failure, `Fail`) and what the check brought (`ours_*`: unreadable is our error, left to raise).
 
 Text is read as OSWorld's evaluator reads it: UTF-8 (the session's locale) with universal newlines.
+A metric whose both sides may be either (an image compared with one the task placed in the guest, or
+with one the check brought) tells them apart by type: the embedded_file getter gives `Embedded` paths.
 """
 
 from __future__ import annotations
@@ -10,6 +12,14 @@ import json
 from typing import Any
 
 from gh_osworld.outcome import Fail
+
+
+class Embedded(str):
+    """A path to a file the check brought (getters/files.py embedded_file): failing to read it is ours."""
+
+
+def is_ours(path: str) -> bool:
+    return isinstance(path, Embedded)
 
 
 def agent_text(path: str | None, *, what: str = "the result") -> str:

@@ -1,15 +1,15 @@
 """Name -> implementation, filled by the metric and getter modules' decorators.
 
 A metric is `f(result, expected, **options) -> float | bool`; a getter is `g(spec: dict) -> value` (a path
-to a file in the guest, a text, a dict, ... as OSWorld's getter of that name returns). `load()` imports
-every module once, so `python3 -m gh_osworld` pays for the libraries only when it evaluates.
+to a file in the guest, a text, a dict, ... as OSWorld's getter of that name returns). `load(...)` imports
+the modules that implement the names a check uses (names.py says which), so a check pays only for the
+libraries its metrics read with.
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 Metric = Callable[..., Any]
@@ -40,9 +40,13 @@ def getter(*names: str) -> Callable[[F], F]:
     return register
 
 
-def load() -> None:
-    """Import every module of gh_osworld.metrics and gh_osworld.getters (they register themselves)."""
-    for package in ("gh_osworld.metrics", "gh_osworld.getters"):
-        pkg = importlib.import_module(package)
-        for info in pkgutil.iter_modules(pkg.__path__):
-            importlib.import_module(f"{package}.{info.name}")
+def load(metrics: Iterable[str] | None = None, getters: Iterable[str] | None = None) -> None:
+    """Import the modules that implement these names (None: every module); they register themselves.
+    A name no module lists stays unregistered: the caller reports it."""
+    from gh_osworld.names import GETTER_MODULES, METRIC_MODULES
+
+    for table, wanted in ((METRIC_MODULES, metrics), (GETTER_MODULES, getters)):
+        want = None if wanted is None else set(wanted)
+        for module, names in table.items():
+            if want is None or want & names:
+                importlib.import_module(f"gh_osworld.{module}")

@@ -15,6 +15,7 @@ import os
 from datetime import datetime
 from typing import Any
 
+from gh_osworld.reading import Embedded
 from gh_osworld.registry import getter
 from gh_osworld.spec import SpecError
 
@@ -67,7 +68,7 @@ def embedded_file(spec: dict[str, Any]) -> Any:
     for p in paths:
         if not os.path.isfile(p):
             raise FileNotFoundError(f"the check's embedded file {p} is missing")
-    return _given(paths, spec)
+    return _given([Embedded(p) for p in paths], spec)
 
 
 @getter("content_from_vm_file")

@@ -250,3 +250,24 @@ def test_compare_archive_unknown_file_type_is_no_verdict(tmp_path: Path) -> None
     gold = _zip(tmp_path / "gold.zip", {"a.txt": "A\n"})
     assert "file_type" in crash(check(metric("compare_archive", vm_file(gold), embedded(gold), file_type="movie")),
                                 tmp_path)
+
+
+def test_text_enlarged(tmp_path: Path) -> None:
+    assert judge(tmp_path, "check_text_enlarged", text_getter("1.25\n"), None)
+    assert not judge(tmp_path, "check_text_enlarged", text_getter("1.0\n"), None)
+    assert not judge(tmp_path, "check_text_enlarged", text_getter("no such key\n"), None)
+
+
+def test_speedtest_time(tmp_path: Path) -> None:
+    from datetime import datetime, timedelta
+
+    def export(at: datetime) -> Path:
+        return write(tmp_path, "speed.csv", f"Server,Date,Download\nX,\"{at:%m/%d/%Y %H:%M}\",90\n")
+
+    window = {"type": "time_diff_range", "diff_range_in_minutes": "60"}
+    now = datetime.now()
+    assert judge(tmp_path, "compare_time_in_speedtest_results", vm_file(export(now)), window)
+    # three hours off, as a time of day (OSWorld compares times of day): 3 or 21 hours apart
+    assert not judge(tmp_path, "compare_time_in_speedtest_results", vm_file(export(now - timedelta(hours=3))), window)
+    write(tmp_path, "empty.csv", "Server,Date\n")
+    assert not judge(tmp_path, "compare_time_in_speedtest_results", vm_file(tmp_path / "empty.csv"), window)
