@@ -202,12 +202,19 @@ def build_parser() -> argparse.ArgumentParser:
     osworld.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="task file, directory or index")
     osworld.add_argument("--out", type=Path, default=Path("cases.yaml"), metavar="FILE",
                          help="the cases file to write (default: cases.yaml)")
-    osworld.add_argument("--start-state", default="linux-desktop", metavar="NAME",
-                         help="the start state of every case (default: linux-desktop; linux-tiny imports only "
-                              "the tasks that need no desktop and no python3)")
+    osworld.add_argument("--start-state", default="osworld-desktop", metavar="NAME",
+                         help="the start state of every case (default: osworld-desktop, whose checks run "
+                              "gh_osworld in the guest; linux-desktop and linux-tiny get checks in sh)")
     osworld.add_argument("--files-dir", type=Path, default=None, metavar="DIR",
-                         help="where downloaded task files are kept, by content (default: osworld-files beside "
-                              "--out)")
+                         help="where downloaded task files are kept, by content as DIR/sha256/<hex> (default: "
+                              "osworld-files beside --out)")
+    osworld.add_argument("--like", default=None, metavar="NAME",
+                         help="the start state offers what NAME offers (osworld-desktop, linux-desktop, linux-tiny): "
+                              "an image of your own built from one of their profiles")
+    osworld.add_argument("--fetch-only", action="store_true",
+                         help="fetch every file the tasks need into --files-dir and write no cases")
+    osworld.add_argument("--offline", action="store_true",
+                         help="never reach the network: read files from --files-dir only")
     return parser
 
 

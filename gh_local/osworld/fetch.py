@@ -4,6 +4,11 @@ Stored content-addressed in --files-dir (`sha256/<hex>`), so re-importing a benc
 the same file keep one copy, and `urls.json` there remembers which URL gave which content, so a second
 import does not fetch again. Every request is bounded: a connect/read timeout per operation, a deadline
 for the whole file, and a size cap, so one slow or huge file cannot hang or fill an import.
+
+Offline (`offline=True`, `gh-runner import osworld --offline`): nothing is fetched; a file not already in
+--files-dir is download_failed, "not in --files-dir (run --fetch-only where there is network)". The
+layout DIR/sha256/<hex> is also what `image-builder/build osworld-desktop --files-dir DIR` copies into the
+image's file store, so the directory a lab copies over serves both.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import json
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -23,12 +29,24 @@ from gh_local.osworld.skips import Skip, SkipReason
 FETCH_TIMEOUT = 30.0  # seconds per connect or read
 FETCH_DEADLINE = 300.0  # seconds for one whole file
 FETCH_MAX_BYTES = 64 * 1024 * 1024
+NOT_IN_FILES_DIR = "not in --files-dir (run --fetch-only where there is network)"
+
+
+@dataclass(frozen=True)
+class Blob:
+    """A fetched file: its content and its sha256 (the name it has in --files-dir and in a file store)."""
+
+    data: bytes
+    sha256: str
 
 
 class Fetcher:
     def __init__(self, files_dir: Path, *, timeout: float = FETCH_TIMEOUT, deadline: float = FETCH_DEADLINE,
-                 max_bytes: int = FETCH_MAX_BYTES) -> None:
+                 max_bytes: int = FETCH_MAX_BYTES, offline: bool = False) -> None:
         self.files_dir = files_dir
+        self.offline = offline
+        self.fetched: dict[str, str] = {}  # url -> sha256 of every file asked for that is in files_dir
+        self.failed: dict[str, str] = {}  # url -> why it is not
         self.timeout, self.deadline, self.max_bytes = timeout, deadline, max_bytes
         self._index_path = files_dir / "urls.json"
         self._index: dict[str, str] | None = None
@@ -52,15 +70,24 @@ class Fetcher:
     def get(self, url: str, where: str) -> bytes:
         """The content at `url`; raise Skip (download_failed, download_too_large) naming `where`, the host and
         the error."""
-        try:
-            return self._get(url)
-        except Skip as s:
-            raise Skip(s.reason, f"{where}: {s.detail}") from None
+        return self.blob(url, where).data
 
-    def _get(self, url: str) -> bytes:
+    def blob(self, url: str, where: str) -> Blob:
+        """The content at `url` with its sha256; raise Skip as `get` does."""
+        try:
+            blob = self._get(url)
+        except Skip as s:
+            self.failed[url] = f"{s.reason}: {s.detail}"
+            raise Skip(s.reason, f"{where}: {s.detail}") from None
+        self.fetched[url] = blob.sha256
+        return blob
+
+    def _get(self, url: str) -> Blob:
         known = self._urls().get(url)
         if known and self._blob(known).is_file():
-            return self._blob(known).read_bytes()
+            return Blob(self._blob(known).read_bytes(), known)
+        if self.offline:
+            raise Skip(SkipReason.DOWNLOAD_FAILED, f"{urlsplit(url).hostname or url[:80]}: {NOT_IN_FILES_DIR}")
         data = self._download(url)
         digest = hashlib.sha256(data).hexdigest()
         blob = self._blob(digest)
@@ -69,7 +96,7 @@ class Fetcher:
             _write_atomic(blob, data)
         self._urls()[url] = digest
         _write_atomic(self._index_path, (json.dumps(self._urls(), indent=1, sort_keys=True) + "\n").encode())
-        return data
+        return Blob(data, digest)
 
     def _download(self, url: str) -> bytes:
         host = urlsplit(url).hostname or url[:80]

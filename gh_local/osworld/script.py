@@ -28,10 +28,12 @@ class Piece:
 
     lines: list[str] = field(default_factory=list)
     needs: set[Need] = field(default_factory=set)
+    store: dict[str, int] = field(default_factory=dict)  # sha256 -> size of the files placed from the file store
 
     def add(self, other: Piece) -> None:
         self.lines.extend(other.lines)
         self.needs |= other.needs
+        self.store.update(other.store)
 
 
 def command_text(command: Any, shell: Any, where: str) -> tuple[str, set[Need]]:

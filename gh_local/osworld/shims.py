@@ -16,7 +16,7 @@ from __future__ import annotations
 from importlib import resources
 
 from gh_local.osworld.script import Piece, embed_bytes
-from gh_local.osworld.target import Need
+from gh_local.osworld.target import FILE_STORE_BUILD, FILE_STORE_DIR, Need
 
 SHIM_DIR = '"${TMPDIR:-/tmp}/gh-osworld-$(id -u)"'
 
@@ -44,9 +44,10 @@ def preamble(text: str) -> Piece:
     uses_python = "python" in text
     uses_pyautogui = "pyautogui" in text
     uses_sudo = "sudo" in text
+    place = PLACE_FUNCTION if "gh_osworld_place " in text else []
     if not (uses_python or uses_sudo):
-        return Piece()
-    lines = [f"gh_shims={SHIM_DIR}", 'mkdir -p "$gh_shims/bin" "$gh_shims/lib"']
+        return Piece(list(place))
+    lines = [*place, f"gh_shims={SHIM_DIR}", 'mkdir -p "$gh_shims/bin" "$gh_shims/lib"']
     if uses_python:
         lines += ["if command -v python3 >/dev/null 2>&1; then",
                   "  printf '#!/bin/sh\\nexec python3 \"$@\"\\n' > \"$gh_shims/bin/python\"",
@@ -65,3 +66,18 @@ def preamble(text: str) -> Piece:
               'PYTHONPATH="$gh_shims/lib${PYTHONPATH:+:$PYTHONPATH}"',
               "export PATH PYTHONPATH"]
     return Piece(lines=lines, needs={Need.PYTHON3, Need.SESSION} if uses_pyautogui else set())
+
+
+# gh_osworld_place HEX DEST: a file too large to embed, copied from the start state's file store (filled at
+# image build: image-builder/build osworld-desktop --files-dir DIR) and checked. A missing or damaged copy is
+# the start state's fault (exit 1: an error of the case, never a verdict against the agent).
+# GH_OSWORLD_FILE_STORE moves the store for the tests on the host; the guest's scripts never set it.
+PLACE_FUNCTION = f"""gh_osworld_place() {{
+  gh_src="${{GH_OSWORLD_FILE_STORE:-{FILE_STORE_DIR.removesuffix('/sha256')}}}/sha256/$1"
+  if [ ! -f "$gh_src" ]; then
+    echo "the file sha256:$1 is not in this start state's file store ({FILE_STORE_BUILD})" >&2; exit 1
+  fi
+  cp "$gh_src" "$2" || {{ echo "gh-runner import osworld: cannot write $2" >&2; exit 1; }}
+  [ "$(sha256sum "$2" | cut -d ' ' -f 1)" = "$1" ] || {{
+    echo "the file sha256:$1 in this start state's file store is damaged ({FILE_STORE_BUILD})" >&2; exit 1; }}
+}}""".splitlines()

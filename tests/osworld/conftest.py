@@ -64,9 +64,10 @@ class Ran:
 
 
 def run_script(script: str, home: Path, *, shell: str = "dash", phase: str = "after", answer: str = "",
-               path_prefix: Path | None = None) -> Ran:
+               path_prefix: Path | None = None, env: dict[str, str] | None = None) -> Ran:
     env = {"HOME": str(home), "PATH": (f"{path_prefix}:" if path_prefix else "") + os.environ["PATH"],
-           "GH_CHECK_PHASE": phase, "GH_AGENT_ANSWER": answer, "TMPDIR": str(home / "tmp"), "LANG": "C.UTF-8"}
+           "GH_CHECK_PHASE": phase, "GH_AGENT_ANSWER": answer, "TMPDIR": str(home / "tmp"), "LANG": "C.UTF-8",
+           **(env or {})}
     (home / "tmp").mkdir(parents=True, exist_ok=True)
     p = subprocess.run([shell, "-c", script], env=env, cwd=home, capture_output=True, text=True, timeout=60)
     return Ran(p.returncode, p.stdout, p.stderr)

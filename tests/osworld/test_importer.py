@@ -56,7 +56,8 @@ def test_a_benchmark_imports_in_one_command_with_a_line_per_task_and_totals(
         tmp_path: Path, served: Served, capsys: pytest.CaptureFixture[str]) -> None:
     ex = benchmark(tmp_path, served)
     out_file = tmp_path / "cases.yaml"
-    code, out, err = run(capsys, str(ex), "--out", str(out_file), "--files-dir", str(tmp_path / "files"))
+    code, out, err = run(capsys, str(ex), "--out", str(out_file), "--files-dir", str(tmp_path / "files"),
+                         "--start-state", "linux-desktop")
     assert code == 0, err
     lines = out.splitlines()
     assert set(lines[:-2]) == {
@@ -153,7 +154,8 @@ def test_the_command_line() -> None:
     assert (args.command, args.benchmark, args.paths, args.out, args.start_state, args.files_dir) == (
         "import", "osworld", [Path("a.json"), Path("dir")], Path("x.yaml"), "linux-tiny", Path("f"))
     defaults = build_parser().parse_args(["import", "osworld", "a.json"])
-    assert (defaults.out, defaults.start_state, defaults.files_dir) == (Path("cases.yaml"), "linux-desktop", None)
+    assert (defaults.out, defaults.start_state, defaults.files_dir) == (Path("cases.yaml"), "osworld-desktop", None)
+    assert (defaults.fetch_only, defaults.offline) == (False, False)
 
 
 @pytest.mark.parametrize(("task_id", "key"), [
@@ -199,3 +201,22 @@ def test_report_totals_order_reasons_by_count() -> None:
                                             "5 tasks: 2 imported, 3 skipped (live_web 2, login 1)"]
 
 
+
+
+def test_an_id_two_domains_use_keys_each_task_by_its_domain(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """OSWorld has different tasks sharing an id in chrome/ and thunderbird/: both are imported, keyed
+    <domain>-<id>; the same id twice in one domain stays a duplicate."""
+    ex = tmp_path / "examples"
+    tid = "bb5e4c0d-f964-439c-97b6-bdb9747de3f4"
+    write_task(ex / "chrome", task(id=tid, instruction="Make Bing the search engine.", related_apps=["chrome"]))
+    write_task(ex / "thunderbird", task(id=tid, instruction="Remove the account.", related_apps=["thunderbird"]))
+    write_task(ex / "thunderbird", task(id=tid), name="zz-copy")
+    code, out, _ = run(capsys, str(ex), "--out", str(tmp_path / "c.yaml"), "--start-state", "ubuntu-osworld")
+    assert code == 0
+    assert out.splitlines()[:3] == [
+        f"{tid}: imported as chrome-{tid}", f"{tid}: imported as thunderbird-{tid}",
+        f"{tid}: skipped: duplicate_id ({ex / 'thunderbird' / 'zz-copy.json'}: its key thunderbird-{tid} is the key "
+        "of an earlier task)"]
+    cases = load_case_file(tmp_path / "c.yaml").cases
+    assert [(c["key"], c["metadata"]["osworld_id"]) for c in cases] == [(f"chrome-{tid}", tid),
+                                                                        (f"thunderbird-{tid}", tid)]

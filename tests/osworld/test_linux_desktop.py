@@ -86,7 +86,8 @@ def work() -> Iterator[Path]:
 def test_imported_desktop_cases_validate_on_linux_desktop(work: Path) -> None:
     tasks(work / "osworld")
     cases = work / "cases.yaml"
-    imp = subprocess.run([GH_RUNNER, "import", "osworld", str(work / "osworld"), "--out", str(cases)],
+    imp = subprocess.run([GH_RUNNER, "import", "osworld", str(work / "osworld"), "--out", str(cases),
+                          "--start-state", "linux-desktop"],
                          capture_output=True, text=True, timeout=120)
     assert imp.returncode == 0, imp.stderr
     assert "2 tasks: 2 imported, 0 skipped" in imp.stdout

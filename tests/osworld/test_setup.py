@@ -147,8 +147,8 @@ def test_a_download_that_cannot_be_fetched_or_carried_is_skipped(fetcher: Fetche
      "config[0]: googledrive"),
     (step("login", platform="googledrive"), SkipReason.LOGIN, "config[0]: login to googledrive"),
     (step("update_browse_history", history=[]), SkipReason.UNSUPPORTED_CONFIG, "config[0]: update_browse_history"),
-    (step("execute", command=["a"], until={"returncode": 0}), SkipReason.UNSUPPORTED_OPTION,
-     "config[0]: execute with `until`"),
+    (step("execute", command=["a"], until={"returns": 0}), SkipReason.UNSUPPORTED_OPTION,
+     "config[0]: until {'returns': 0}"),
     (step("execute", command=3), SkipReason.UNSUPPORTED_OPTION, "config[0]: command 3 is not"),
 ])
 def test_unsupported_steps_are_skipped_with_the_reason(fetcher: Fetcher, config: dict[str, Any], reason: SkipReason,
@@ -166,3 +166,27 @@ def test_a_download_that_cannot_be_placed_fails_the_setup(fetcher: Fetcher, home
     ran = run_script(script, home)
     assert ran.code == 1 and "cannot write /proc/no/such/dir/f" in ran.err
     assert not (home / "after").exists()  # it stops there: a setup that did not happen is an error, ours
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_execute_until_retries_until_the_output_says_so(fetcher: Fetcher, home: Path, shell: str) -> None:
+    # Counts its runs in ~/n and says "ready" on the third.
+    counting = 'n=$(cat ~/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > ~/n; [ $n -ge 3 ] && echo ready || echo wait'
+    for until in ({"stdout": "ready"}, {"returncode": 0}):
+        (home / "n").unlink(missing_ok=True)
+        command = counting if "stdout" in until else counting + "; [ $n -ge 3 ]"
+        script = setup_of([step("execute", command=command, shell=True, until=until),
+                           step("execute", command="echo after > ~/after", shell=True)], fetcher, "linux-tiny")
+        assert run_script(script, home, shell=shell).code == 0
+        assert (home / "n").read_text().strip() == "3" and (home / "after").is_file()
+
+
+def test_execute_until_that_never_comes_fails_the_setup(fetcher: Fetcher, home: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from gh_local.osworld import setup
+    monkeypatch.setattr(setup, "UNTIL_WAIT", 1)
+    script = setup_of([step("execute", command=["false"], until={"returncode": 0}),
+                       step("execute", command="echo after > ~/after", shell=True)], fetcher, "linux-tiny")
+    ran = run_script(script, home)
+    assert ran.code == 1 and "config[0]: the command did not reach its until in 1 s" in ran.err
+    assert not (home / "after").exists()
