@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.kit.net import free_port
+from kit.net import free_port
 
 from .kit import check, embedded, metric, rule, verdict, vm_file
 

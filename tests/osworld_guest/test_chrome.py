@@ -15,8 +15,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-
-from tests.kit.net import free_port, wait_answering
+from kit.net import free_port, wait_answering
 
 from .kit import check, metric, rule, verdict
 
