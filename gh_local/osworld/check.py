@@ -24,6 +24,7 @@ and the sh metrics read text as OSWorld does (universal newlines).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -342,6 +343,16 @@ def _makes_executable(step: ConfigStep, checkers: set[str]) -> bool:
     return (len(words) == 3 and words[:2] == ["chmod", "+x"] and words[2] in checkers)
 
 
+_SUFFIX = re.compile(r"\.[A-Za-z0-9]{1,10}$")
+
+
+def _suffix(dest: Any) -> str:
+    """The extension of OSWorld's `dest` (the name it keeps a fetched file under), for the embedded copy: a
+    metric may read a file by its kind (openpyxl refuses a workbook whose name does not end in .xlsx)."""
+    m = _SUFFIX.search(dest) if isinstance(dest, str) else None
+    return m.group(0) if m else ""
+
+
 def _guest_getter(b: _Builder, g: Getter | None, where: str) -> dict[str, Any] | None:
     """A getter for gh_osworld's spec: passed as it is when the guest implements it; what OSWorld fetches from
     the web (cloud_file, cache_file with a URL) fetched now and embedded (embedded_file); a cache_file OSWorld
@@ -368,10 +379,11 @@ def _guest_getter(b: _Builder, g: Getter | None, where: str) -> dict[str, Any] |
         gives = p.get("gives", [0]) if multi else [0]
         if not isinstance(gives, list) or not all(isinstance(k, int) and 0 <= k < len(urls) for k in gives):
             raise Skip(SkipReason.UNSUPPORTED_OPTION, f"{where}: {g.type} gives {gives!r}"[:200])
+        dests = p.get("dest") if multi else [p.get("dest")]
         paths = []
         for k in sorted(set(gives)):
             b.n += 1
-            name = f"e{b.n}"
+            name = f"e{b.n}{_suffix(dests[k] if isinstance(dests, list) and k < len(dests) else None)}"
             b.piece.add(place_file(b.fetcher.blob(urls[k], where), f'"$gh_w/{name}"', b.target, urls[k], where))
             paths.append(f"{_W_TOKEN}/{name}")
         # OSWorld gives one path when one file is given, else the list.

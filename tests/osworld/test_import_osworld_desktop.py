@@ -62,8 +62,9 @@ def test_the_check_hands_the_evaluator_to_gh_osworld_with_the_expected_file_embe
     spec, w = kept_spec(kept)
     assert spec == {"conj": "and", "metrics": [{
         "func": "compare_text_file", "result": {"type": "vm_file", "path": "/home/user/a.xlsx", "dest": "a"},
-        "expected": {"type": "embedded_file", "path": f"{w}/e1"}, "options": {"ignore_case": True}}]}
-    assert (kept / "w" / "e1").read_bytes() == b"PK\x03\x04 the gold workbook"
+        "expected": {"type": "embedded_file", "path": f"{w}/e1.xlsx"}, "options": {"ignore_case": True}}]}
+    # named with its dest's extension, as OSWorld keeps it: openpyxl opens no workbook by another name
+    assert (kept / "w" / "e1.xlsx").read_bytes() == b"PK\x03\x04 the gold workbook"
     assert not Path(w).exists()  # the check's directory is gone when it ends
 
 
@@ -104,8 +105,9 @@ def test_multi_cloud_files_give_the_files_osworld_gives(fetcher: Fetcher, home: 
     kept = tmp_path / "kept"
     assert run_script(check_of(evaluator, fetcher), home, path_prefix=guest_stand_in(tmp_path / "bin", kept)).code == 0
     spec, w = kept_spec(kept)
-    assert spec["metrics"][0]["expected"] == {"type": "embedded_file", "paths": [f"{w}/e1", f"{w}/e2"], "multi": True}
-    assert [(kept / "w" / n).read_bytes() for n in ("e1", "e2")] == [b"a\n", b"b\n"]
+    assert spec["metrics"][0]["expected"] == {"type": "embedded_file", "paths": [f"{w}/e1.csv", f"{w}/e2.csv"],
+                                              "multi": True}
+    assert [(kept / "w" / n).read_bytes() for n in ("e1.csv", "e2.csv")] == [b"a\n", b"b\n"]
 
 
 def test_a_cache_file_is_the_postconfig_output_the_check_kept(fetcher: Fetcher, home: Path, tmp_path: Path) -> None:
@@ -285,12 +287,12 @@ def test_an_expected_file_too_large_to_embed_comes_from_the_file_store(
     evaluator = {"func": "compare_text_file", "result": {"type": "vm_file", "path": "/x"},
                  "expected": {"type": "cloud_file", "path": served.url + "/gold.bin", "dest": "gold.bin"}}
     script = check_of(evaluator, fetcher)
-    assert f"gh_osworld_place {hashlib.sha256(big).hexdigest()} \"$gh_w/e1\"" in script
+    assert f"gh_osworld_place {hashlib.sha256(big).hexdigest()} \"$gh_w/e1.bin\"" in script
     kept = tmp_path / "kept"
     ran = run_script(script, home, path_prefix=guest_stand_in(tmp_path / "bin", kept),
                      env={"GH_OSWORLD_FILE_STORE": str(tmp_path / "files")})
     assert (ran.code, ran.verdict) == (0, "True"), ran.err
-    assert (kept / "w" / "e1").read_bytes() == big
+    assert (kept / "w" / "e1.bin").read_bytes() == big
     ran = run_script(script, home, path_prefix=guest_stand_in(tmp_path / "bin", tmp_path / "k2"),
                      env={"GH_OSWORLD_FILE_STORE": str(tmp_path / "nothing")})
     assert ran.code == 1 and "is not in this start state's file store" in ran.err and "True" not in ran.out

@@ -389,7 +389,7 @@ def test_a_task_of_every_domain_validates_on_osworld_desktop(work: Path, served:
                                                            "machines": _explain(report, c["key"])}
                  for c in data["cases"] if by_key.get(c["key"], {}).get("status") != "valid"}
     assert proc.returncode == 0 and statuses == dict.fromkeys(by_domain, "valid"), (
-        statuses, json.dumps(not_valid, indent=1)[-12000:], proc.stdout[-3000:], proc.stderr[-3000:])
+        f"exit {proc.returncode}, {statuses}\n{json.dumps(not_valid, indent=1)[-12000:]}\n{proc.stdout[-3000:]}")
 
 
 def test_vs_code_tasks_are_skipped_as_app_missing_on_the_default_start_state(tmp_path: Path) -> None:
