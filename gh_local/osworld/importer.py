@@ -22,6 +22,7 @@ import os
 import re
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from gh_local.osworld.script import Piece
 from gh_local.osworld.setup import translate_steps
 from gh_local.osworld.shims import preamble
 from gh_local.osworld.skips import Skip, SkipReason
-from gh_local.osworld.target import KNOWN_START_STATES, Target
+from gh_local.osworld.target import KNOWN_START_STATES, Carry, Target
 from gh_local.osworld.task import LoadedTask, Task, TaskFileError, load_tasks
 from gh_local.osworld.untouched import may_pass_untouched
 from gh_server.api.schemas import SCRIPT_MAX, check_key
@@ -101,6 +102,9 @@ def task_to_case(loaded: LoadedTask, target: Target, fetcher: Fetcher,
                    f"needs {' and '.join(lacking)}, which {target.start_state} does not have")
     for what, text in (("setup", setup or ""), ("check", check)):
         if len(text) > SCRIPT_MAX:
+            if target.carries(Carry.FILE_STORE) and not target.store_every_file:
+                # Files that each fit but together do not: every one of them from the file store instead.
+                return task_to_case(loaded, replace(target, store_every_file=True), fetcher, store)
             raise Skip(SkipReason.SCRIPT_TOO_LARGE,
                        f"the {what} is {len(text):,} characters; the limit is {SCRIPT_MAX:,}")
     if store is not None:

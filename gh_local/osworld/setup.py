@@ -54,7 +54,7 @@ def place_file(blob: Blob, dest: str, target: Target, what: str, where: str) -> 
     raise Skip (download_too_large) when neither can carry it."""
     embedded = embed_bytes(blob.data, dest)
     encoded = sum(len(line) + 1 for line in embedded)
-    if encoded <= EMBED_MAX:
+    if encoded <= EMBED_MAX and not target.store_every_file:
         return Piece(embedded)
     if target.carries(Carry.FILE_STORE):
         return Piece([f"gh_osworld_place {blob.sha256} {dest}"], store={blob.sha256: len(blob.data)})

@@ -61,6 +61,9 @@ class Target:
     apps: frozenset[str] | None = None  # the related_apps it has (lower case); None: every one ...
     apps_missing: dict[str, str] = field(default_factory=dict)  # ... but these, with why
     carry: frozenset[Carry] = frozenset()
+    # Every fetched file placed from the file store, none embedded: for a task whose files each fit in a
+    # script but together pass its limit (the importer asks again with this set; see importer.task_to_case).
+    store_every_file: bool = False
 
     @classmethod
     def named(cls, start_state: str) -> Target:

@@ -225,6 +225,30 @@ def test_a_file_too_large_to_embed_is_placed_from_the_file_store(fetcher: Fetche
     assert e.value.reason is SkipReason.DOWNLOAD_TOO_LARGE and "linux-desktop has no file store" in e.value.detail
 
 
+def test_files_that_each_fit_but_together_pass_the_script_limit_all_come_from_the_file_store(
+        fetcher: Fetcher, home: Path, served: Served, tmp_path: Path) -> None:
+    # Three files of about 53,000 characters each once encoded: each fits a script, the three do not.
+    files = {f"/part{i}.bin": random.Random(10 + i).randbytes(40_000) for i in range(3)}
+    served.files.update(files)
+    config = [{"type": "download", "parameters": {"files": [
+        {"url": served.url + name, "path": str(home / "Documents" / name.strip("/"))} for name in files]}}]
+    store: dict[str, int] = {}
+    from gh_local.osworld.importer import task_to_case
+    from gh_local.osworld.target import Target
+    from gh_local.osworld.task import LoadedTask, Task
+    case = task_to_case(LoadedTask(Task.model_validate(task(config=config)), Path("t.json"), "os"),
+                        Target.named(OSWORLD_DESKTOP), fetcher, store)
+    script = str(case["setup_script"])
+    assert sorted(store.values()) == [40_000] * 3 and script.count("gh_osworld_place ") >= 3, script[:2000]
+    assert len(script) < 20_000
+    ran = run_script(script, home, env={"GH_OSWORLD_FILE_STORE": str(tmp_path / "files")})
+    assert ran.code == 0, ran.err
+    assert {n: (home / "Documents" / n.strip("/")).read_bytes() for n in files} == files
+    with pytest.raises(Skip) as e:  # no file store there: the sum is too large for a script
+        case_of(task(config=config), fetcher, "linux-desktop")
+    assert e.value.reason is SkipReason.SCRIPT_TOO_LARGE
+
+
 def test_compare_table_rules_gh_osworld_lacks_are_skipped(fetcher: Fetcher, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(check.guest_names, "METRICS", check.guest_names.METRICS | {"compare_table"})
     monkeypatch.setattr(check.guest_names, "TABLE_RULES", frozenset({"sheet_data"}), raising=False)
