@@ -9,6 +9,10 @@ with one the check brought) tells them apart by type: the embedded_file getter g
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import sqlite3
+import tempfile
 from typing import Any
 
 from gh_osworld.outcome import Fail
@@ -43,3 +47,21 @@ def agent_json(path: str | None, *, what: str = "the result") -> Any:
 def ours_text(path: str) -> str:
     with open(path, encoding="utf-8") as f:
         return f.read()
+
+
+def query_copy(path: str, sql: str, *, rows: int | None = None) -> list[tuple[Any, ...]]:
+    """The rows (all, or the first `rows`) of `sql` on a copy of a SQLite file with its journal or WAL: the
+    application (Chrome, Thunderbird) may hold the database open and locked. Raises OSError or
+    sqlite3.DatabaseError; the caller says whose fault that is."""
+    with tempfile.TemporaryDirectory() as scratch:
+        copy = os.path.join(scratch, "db")
+        shutil.copyfile(path, copy)
+        for suffix in ("-journal", "-wal"):
+            if os.path.isfile(path + suffix):
+                shutil.copyfile(path + suffix, copy + suffix)
+        connection = sqlite3.connect(copy, timeout=10)
+        try:
+            cursor = connection.execute(sql)
+            return cursor.fetchall() if rows is None else cursor.fetchmany(rows)
+        finally:
+            connection.close()

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sqlite3
-import tempfile
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -26,6 +24,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from gh_osworld.getters.commands import run
+from gh_osworld.reading import query_copy
 from gh_osworld.registry import getter
 
 DEVTOOLS_PORT = 9222
@@ -53,22 +52,11 @@ def _preferences() -> dict[str, Any]:
 
 
 def _query_copy(path: str, sql: str) -> list[tuple[Any, ...]] | None:
-    """Rows of a query on a copy of the SQLite file (with its journal or WAL), None when it is missing or
-    not a database."""
+    """Rows of a query on a copy of the SQLite file, None when it is missing or not a database."""
     if not os.path.isfile(path):
         return None
     try:
-        with tempfile.TemporaryDirectory() as scratch:
-            copy = os.path.join(scratch, "db")
-            shutil.copyfile(path, copy)
-            for suffix in ("-journal", "-wal"):
-                if os.path.isfile(path + suffix):
-                    shutil.copyfile(path + suffix, copy + suffix)
-            connection = sqlite3.connect(copy, timeout=10)
-            try:
-                return connection.execute(sql).fetchall()
-            finally:
-                connection.close()
+        return query_copy(path, sql)
     except (OSError, sqlite3.DatabaseError):
         return None
 

@@ -25,7 +25,7 @@ from gh_osworld import registry
 from gh_osworld.matching import matches_record, matches_rule
 from gh_osworld.metrics.pdf import pdf_bytes_text
 from gh_osworld.outcome import Fail
-from gh_osworld.reading import Embedded, agent_json, agent_text, is_ours, ours_text
+from gh_osworld.reading import Embedded, agent_json, agent_text, is_ours, ours_text, query_copy
 from gh_osworld.registry import metric
 from gh_osworld.spec import SpecError
 
@@ -265,20 +265,10 @@ def run_sqlite3(result: str | None, rules: dict[str, Any]) -> float:
     if result is None:
         return 0.0
     try:
-        with tempfile.TemporaryDirectory() as scratch:
-            # a copy: the application may hold the database open and locked
-            copy = os.path.join(scratch, "db.sqlite")
-            shutil.copyfile(result, copy)
-            for suffix in ("-wal", "-journal"):
-                if os.path.exists(result + suffix):
-                    shutil.copyfile(result + suffix, copy + suffix)
-            connection = sqlite3.connect(copy, timeout=10)
-            try:
-                row = connection.execute(rules["sql"]).fetchone()
-            finally:
-                connection.close()
+        found = query_copy(result, rules["sql"], rows=1)
     except (OSError, sqlite3.DatabaseError) as e:
         raise Fail(f"the database {result} cannot be queried: {e}") from None
+    row = found[0] if found else None
     return float(row[0] or 0) if row else 0.0
 
 
