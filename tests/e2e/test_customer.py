@@ -113,9 +113,10 @@ def test_the_secret_reaches_the_guest_and_nothing_else(outcome: dict[str, Any]) 
     assert SECRET not in outcome["logs"]
     (page,) = outcome["pages"]
     assert SECRET not in page
-    # The first masked frame says so ("masked": true, gh_runner/replay.py): what was typed is the rest.
+    # The first masked frame says so ("masked": true, gh_runner/replay.py; when that frame is a screen change,
+    # the marker is its whole event): what was typed is the rest.
     typed = [{k: v for k, v in f["event"].items() if k != "masked"} for f in replay_data(page)["frames"]
-             if f["event"] and f["event"]["type"] == "type"]
+             if f["event"] and f["event"].get("type") == "type"]
     assert {"type": "type", "text": "cat > /root/typed\n"} in typed  # the agent's own typing is shown
     assert {"type": "type", "text": "•••"} in typed  # the customer's is not
 

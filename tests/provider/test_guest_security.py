@@ -31,6 +31,7 @@ import pytest
 import pytest_asyncio
 import yaml
 from kit.libvirt import started
+from kit.poll import until
 from kit.scratch import traversable_tmpdir
 
 from providers.base import MachineSource
@@ -248,6 +249,9 @@ async def test_console_log_is_capped_and_read_by_its_tail(machines: Machines) ->
     r = await m.run_script("head -c 5000000 /dev/zero | tr '\\0' 'x' > /dev/ttyS0; echo END-OF-FLOOD > /dev/ttyS0; "
                            "echo done", timeout=600)
     assert r.stdout.strip() == "done", r.stderr
+    # The guest's serial bytes reach virtlogd's file after the script has returned (QEMU's chardev, then
+    # virtlogd's own write): wait for the last line, as a reader of the log would.
+    await until(lambda: m.console_tail(300).endswith("END-OF-FLOOD"), 60, "the flood's last line in the log")
     files = sorted(p.name for p in m.dir.iterdir() if p.name.startswith("console.log"))
     sizes = {p.name: p.stat().st_size for p in m.dir.iterdir() if p.name.startswith("console.log")}
     assert "console.log.0" in files, sizes  # rotated
