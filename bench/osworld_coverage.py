@@ -50,7 +50,8 @@ def main() -> None:
         for attr in ("METRICS", "GETTERS", "TABLE_RULES"):
             setattr(check.guest_names, attr, everything)
     tasks = load_tasks(args.paths)
-    domain = {t.task.id: t.domain or "?" for t in tasks}
+    # By position, not by id: OSWorld's index lists 11 chrome tasks under thunderbird as well.
+    domains = [t.domain or "?" for t in tasks]
     with tempfile.TemporaryDirectory(prefix="gh-osworld-coverage-") as files:
         for start_state in args.start_state or ["osworld-desktop", "linux-desktop", "linux-tiny"]:
             fetcher = OfflineFetcher(Path(files))
@@ -58,8 +59,8 @@ def main() -> None:
             if args.markdown:
                 print(f"\n**{start_state}**: {report.totals()}\n")
                 print("| domain | tasks | imported | skipped, by reason |\n|---|---|---|---|")
-                for d in dict.fromkeys(domain.values()):
-                    rs = [r for r in report.results if domain[r.task_id] == d]
+                for d in dict.fromkeys(domains):
+                    rs = [r for r, rd in zip(report.results, domains, strict=True) if rd == d]
                     why = collections.Counter(str(r.reason) for r in rs if r.reason is not None)
                     print(f"| {d} | {len(rs)} | {sum(r.reason is None for r in rs)} | "
                           + ", ".join(f"{k} {n}" for k, n in why.most_common()) + " |")
