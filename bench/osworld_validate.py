@@ -135,6 +135,36 @@ def _archive(ext: str, token: str) -> bytes:
     return buf.getvalue()
 
 
+_ODF_NS = ('xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" '
+           'xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0" '
+           'xmlns:table="urn:oasis:names:tc:opendocument:xmlns:table:1.0" office:version="1.2"')
+
+
+def _odf(ext: str, token: str) -> bytes:
+    """A one-paragraph .odt or one-cell .ods: the least an ODF package is (its mimetype first and stored,
+    a manifest, content.xml), which LibreOffice opens and an .odt reader parses."""
+    mime = {"odt": "application/vnd.oasis.opendocument.text",
+            "ods": "application/vnd.oasis.opendocument.spreadsheet"}[ext]
+    para = f"<text:p>stand-in {token}</text:p>"
+    body = (f"<office:text>{para}</office:text>" if ext == "odt" else
+            f'<office:spreadsheet><table:table table:name="Sheet1"><table:table-row>'
+            f'<table:table-cell office:value-type="string">{para}</table:table-cell>'
+            f"</table:table-row></table:table></office:spreadsheet>")
+    manifest = ('<?xml version="1.0" encoding="UTF-8"?><manifest:manifest '
+                'xmlns:manifest="urn:oasis:names:tc:opendocument:xmlns:manifest:1.0" manifest:version="1.2">'
+                f'<manifest:file-entry manifest:full-path="/" manifest:media-type="{mime}"/>'
+                '<manifest:file-entry manifest:full-path="content.xml" manifest:media-type="text/xml"/>'
+                "</manifest:manifest>")
+    content = (f'<?xml version="1.0" encoding="UTF-8"?><office:document-content {_ODF_NS}>'
+               f"<office:body>{body}</office:body></office:document-content>")
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr(zipfile.ZipInfo("mimetype"), mime, compress_type=zipfile.ZIP_STORED)
+        z.writestr("META-INF/manifest.xml", manifest)
+        z.writestr("content.xml", content)
+    return buf.getvalue()
+
+
 def _text(ext: str, token: str) -> bytes:
     if ext in ("json", "code-workspace"):
         return json.dumps({"stand_in": token}).encode() + b"\n"
@@ -203,6 +233,8 @@ def fill_stand_ins(wanted: list[Wanted], files_dir: Path, scratch: Path) -> coll
             path.write_bytes(_pdf(token))
         elif ext in ("zip", "epub", "vsix", "tar.gz", "tar.xz", "tar.bz2"):
             path.write_bytes(_archive(ext, token))
+        elif ext in ("odt", "ods"):
+            path.write_bytes(_odf(ext, token))
         elif ext in _TEXT:
             path.write_bytes(_text(ext, token))
         else:  # audio, video, .xcf, ...: nothing here can write them
@@ -401,9 +433,9 @@ def main() -> None:
     infeasible = [c for c in chosen if "reference_answer" in c["metadata"]]
     feasible = [c for c in chosen if "reference_answer" not in c["metadata"]]
     tallies: dict[str, Tally] = collections.defaultdict(Tally)
-    for c in chosen:
-        tallies[c["category"]].sampled += 1
-    keyed = {c["key"]: c for c in chosen}
+    for case in chosen:
+        tallies[case["category"]].sampled += 1
+    keyed = {case["key"]: case for case in chosen}
     tally(run_cases(feasible, ["noop"], work, "feasible", args), keyed, tallies)
     tally(run_cases(infeasible, ["noop", "reference"], work, "infeasible", args), keyed, tallies)
 
