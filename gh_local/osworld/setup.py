@@ -2,7 +2,8 @@
 
 | step | becomes |
 |---|---|
-| execute, command | the command, waited for; a non-zero exit does not stop the setup (OSWorld goes on too) |
+| execute, command | the command, waited for up to 120 s (then ended, as OSWorld's own server ends it); a non-zero exit
+  or an end at 120 s does not stop the setup (OSWorld goes on too) |
 | launch | the command started in its own session, left running (in the user's desktop on linux-desktop) |
 | open | `xdg-open PATH` (or `exo-open`), then a wait (bounded) for a window named after the file |
 | activate_window | `xdotool search` for the window (by name or class, strict or not), activated; a wait, bounded |
@@ -35,6 +36,10 @@ EMBED_MAX = SCRIPT_MAX - 10_000
 _GIO_TRASH = re.compile(r"^\s*gio trash (/[^\s'\"$`;&|<>]+)\s*$")
 UNTIL_WAIT = 60  # seconds an `execute` with `until` is retried before the setup fails
 WINDOW_WAIT = 30  # seconds a step waits for a window to appear, as OSWorld's own setup does
+# OSWorld's server runs an `execute` with subprocess.run(timeout=120): a command still running then (an
+# `xdg-open` whose viewer stays in the foreground) is ended and the setup goes on. Unbounded here, such a step
+# held the whole setup until its 600 s bound, an error for a step OSWorld gets past.
+EXECUTE_WAIT = 120
 
 
 def _seconds(value: Any, where: str) -> str:
@@ -113,14 +118,19 @@ def translate_step(step: ConfigStep, fetcher: Fetcher, target: Target, where: st
             if not where.startswith("evaluator.") or not isinstance(name, str) or "/" in name or name in (".", ".."):
                 raise Skip(SkipReason.UNSUPPORTED_OPTION, f"{where}: {kind} with {stream} {name!r}"[:300])
             redirects += f' {fd}> "$gh_w/cache/"{quote(name)}'
+        # `timeout -k` in GNU's coreutils and in BusyBox (linux-tiny) alike; 124 is its exit when it ended it.
+        bounded = f"timeout -k 5 {EXECUTE_WAIT} {cmd}{redirects}"
+        ended = (f'{{ [ $? = 124 ] && echo "gh-runner import osworld: {where}: still running after {EXECUTE_WAIT} s, '
+                 f'ended as OSWorld ends it; the setup goes on" >&2; :; }}')
         trashed = _GIO_TRASH.match(p["command"]) if isinstance(p.get("command"), str) else None
         if trashed and not redirects:
             # The file in the trash is what the task starts from: a trash that failed leaves it where the check
             # looks for it, and the check would pass untouched. The setup fails instead (the case's error).
             trash = quote(trashed.group(1))
-            return Piece([f"{cmd} || :", f"if [ -e {trash} ]; then echo \"gh-runner import osworld: the setup could "
+            return Piece([f"{bounded} || {ended}",
+                          f"if [ -e {trash} ]; then echo \"gh-runner import osworld: the setup could "
                           f"not put {trash} in the trash\" >&2; exit 1; fi"], needs)
-        return Piece([f"{cmd}{redirects} || :"], needs)
+        return Piece([f"{bounded} || {ended}"], needs)
     if kind == "launch":
         cmd, needs = command_text(p.get("command"), p.get("shell", False), where)
         return Piece([f"setsid {cmd} >/dev/null 2>&1 </dev/null &"], needs | {Need.SESSION})

@@ -181,6 +181,21 @@ def test_execute_until_retries_until_the_output_says_so(fetcher: Fetcher, home: 
         assert (home / "n").read_text().strip() == "3" and (home / "after").is_file()
 
 
+@pytest.mark.parametrize("shell", SHELLS)
+def test_an_execute_still_running_is_ended_as_osworld_ends_it_and_the_setup_goes_on(
+        fetcher: Fetcher, home: Path, shell: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """OSWorld's server gives an execute 120 s (an xdg-open whose viewer stays in the foreground never
+    returns): then it is ended, and the steps after it run."""
+    from gh_local.osworld import setup
+    monkeypatch.setattr(setup, "EXECUTE_WAIT", 1)
+    script = setup_of([step("execute", command="echo started > ~/first; exec sleep 300", shell=True),
+                       step("execute", command="echo after > ~/after", shell=True)], fetcher, "linux-tiny")
+    ran = run_script(script, home, shell=shell)
+    assert ran.code == 0, ran.err
+    assert (home / "first").read_text() == "started\n" and (home / "after").read_text() == "after\n"
+    assert "config[0]: still running after 1 s, ended as OSWorld ends it; the setup goes on" in ran.err
+
+
 def test_execute_until_that_never_comes_fails_the_setup(fetcher: Fetcher, home: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     from gh_local.osworld import setup
