@@ -31,6 +31,11 @@ BASELINES = (
               "pactl set-sink-volume @DEFAULT_SINK@ 50% >/dev/null 2>&1 || :",
               "pactl set-sink-mute @DEFAULT_SINK@ 0 >/dev/null 2>&1 || :"),
              "the sink below 100% (50%, unmuted): the task says the volume is too small"),
+    Baseline("timedatectl status",
+             ("sudo -n timedatectl set-timezone America/Los_Angeles >/dev/null 2>&1 || "
+              "sudo -n ln -sf /usr/share/zoneinfo/America/Los_Angeles /etc/localtime >/dev/null 2>&1 || :",),
+             "a time zone other than UTC (America/Los_Angeles, chosen here): the task asks to set UTC+0, and "
+             "our images run in UTC"),
     Baseline("org.gnome.desktop.screensaver lock-enabled",
              ("gsettings set org.gnome.desktop.screensaver lock-enabled false >/dev/null 2>&1 || :",),
              "the screen lock off: the task asks to turn it on"),

@@ -133,6 +133,31 @@ def test_the_setup_establishes_the_snapshots_volume(fetcher: Fetcher, home: Path
     assert run_script(check, home, path_prefix=bin_dir).verdict == "False"
 
 
+UTC = task(id="utc", instruction="I want to set my current time zone to UTC+0.", evaluator={
+    "func": "is_utc_0", "result": {"type": "vm_command_line", "command": "timedatectl status", "shell": True}})
+
+
+def test_the_setup_leaves_utc_for_a_task_that_asks_for_it(fetcher: Fetcher, home: Path, tmp_path: Path) -> None:
+    """Our images run in UTC: the check of "set the time zone to UTC+0" printed True on osworld-desktop before
+    the agent acted. The setup moves the zone away first, through sudo as the session's user has it."""
+    zone = tmp_path / "zone"
+    zone.write_text("Etc/UTC (UTC, +0000)")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sudo").write_text('#!/bin/sh\n[ "$1" = -n ] && shift\nexec "$@"\n')
+    (bin_dir / "timedatectl").write_text(
+        f'#!/bin/sh\ncase "$1" in\n  set-timezone) [ "$2" = America/Los_Angeles ] && '
+        f'echo "America/Los_Angeles (PST, -0800)" > {zone} ;;\n'
+        f'  status) printf "Local time: x\\nUniversal time: x\\nRTC time: x\\nTime zone: %s\\n" "$(cat {zone})" ;;\n'
+        f'esac\n')
+    for tool in ("sudo", "timedatectl"):
+        (bin_dir / tool).chmod(0o755)
+    case = case_of(UTC, fetcher, "osworld-desktop")
+    assert "OSWorld's snapshot: a time zone other than UTC" in case["setup_script"]
+    assert run_script(case["setup_script"], home, path_prefix=bin_dir).code == 0
+    assert zone.read_text() == "America/Los_Angeles (PST, -0800)\n"
+
+
 def test_a_trash_that_fails_fails_the_setup(fetcher: Fetcher, home: Path, tmp_path: Path) -> None:
     poster = home / "Desktop" / "poster.webp"
     poster.parent.mkdir()
