@@ -28,6 +28,9 @@ def test_osworld_desktop_adds_its_packages_and_linux_desktop_stays_lean() -> Non
     assert {"libreoffice-calc", "chromium", "locales", "python3-openpyxl", "wmctrl"} <= added
     assert not added & set(linux_desktop.PACKAGES)
     assert {"libglib2.0-bin", "xdg-utils"} <= set(lean)
+    # What OSWorld's setups `apt install` from the network (jq, expect, zsh, astyle, sysstat, xsel): a machine
+    # here has none, so the image carries them and the setup's install finds them present.
+    assert {"jq", "xsel", "expect", "astyle", "sysstat", "zsh"} <= added
 
 
 def test_linux_desktops_version_does_not_read_osworld_desktops_inputs(
