@@ -118,10 +118,11 @@ def translate_step(step: ConfigStep, fetcher: Fetcher, target: Target, where: st
             if not where.startswith("evaluator.") or not isinstance(name, str) or "/" in name or name in (".", ".."):
                 raise Skip(SkipReason.UNSUPPORTED_OPTION, f"{where}: {kind} with {stream} {name!r}"[:300])
             redirects += f' {fd}> "$gh_w/cache/"{quote(name)}'
-        # `timeout -k` in GNU's coreutils and in BusyBox (linux-tiny) alike; 124 is its exit when it ended it.
+        # `timeout -k` in GNU's coreutils and in BusyBox (linux-tiny) alike. When it ended the command, GNU's exits
+        # 124 (137 after the KILL), BusyBox's with the signal's 143.
         bounded = f"timeout -k 5 {EXECUTE_WAIT} {cmd}{redirects}"
-        ended = (f'{{ [ $? = 124 ] && echo "gh-runner import osworld: {where}: still running after {EXECUTE_WAIT} s, '
-                 f'ended as OSWorld ends it; the setup goes on" >&2; :; }}')
+        ended = (f'{{ case $? in 124|137|143) echo "gh-runner import osworld: {where}: still running after '
+                 f'{EXECUTE_WAIT} s, ended as OSWorld ends it; the setup goes on" >&2 ;; esac; }}')
         trashed = _GIO_TRASH.match(p["command"]) if isinstance(p.get("command"), str) else None
         if trashed and not redirects:
             # The file in the trash is what the task starts from: a trash that failed leaves it where the check
