@@ -63,4 +63,10 @@ JS
   fi
 done
 
+# Chromium: a profile that exists before its first start, as OSWorld's snapshot's does. Its setups edit
+# ~/.config/google-chrome/Default/Preferences with jq before they start Chrome; with no file the edit
+# failed and a check of the startup page printed True untouched. Chrome fills in the rest of `{}`.
+mkdir -p "$home/.config/google-chrome/Default"
+printf '{}\n' > "$home/.config/google-chrome/Default/Preferences"
+
 chown -R 1000:1000 "$home"
