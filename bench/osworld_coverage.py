@@ -50,7 +50,7 @@ def main() -> None:
         for attr in ("METRICS", "GETTERS", "TABLE_RULES"):
             setattr(check.guest_names, attr, everything)
     tasks = load_tasks(args.paths)
-    # By position, not by id: OSWorld's index lists 11 chrome tasks under thunderbird as well.
+    # By position, not by id: OSWorld's index lists 11 ids under both chrome and thunderbird, a different task in each.
     domains = [t.domain or "?" for t in tasks]
     with tempfile.TemporaryDirectory(prefix="gh-osworld-coverage-") as files:
         for start_state in args.start_state or ["osworld-desktop", "linux-desktop", "linux-tiny"]:
