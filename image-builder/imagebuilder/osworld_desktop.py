@@ -163,7 +163,10 @@ def proofs(as_user):  # type: ignore[no-untyped-def]
         ),
         Script(
             "check Chromium answers on 127.0.0.1:9222 when started as google-chrome; measure it with LibreOffice Calc",
-            as_user("setsid google-chrome about:blank >/tmp/gh-chrome.log 2>&1 &") + "\n"
+            # The profile customize.sh seeded is set aside for the proof's own start and put back
+            # after it: the image keeps OSWorld's untouched profile, never one Chromium has filled in.
+            "mv /home/user/.config/google-chrome /tmp/gh-chrome-seed\n"
+            + as_user("setsid google-chrome about:blank >/tmp/gh-chrome.log 2>&1 &") + "\n"
             f"i=0; until {chrome_up}; do i=$((i + 1)); if [ $i -gt {CHROME_WAIT_S} ]; then "
             "echo 'Chromium never answered on 127.0.0.1:9222' >&2; tail -20 /tmp/gh-chrome.log >&2; exit 1; fi; "
             "sleep 1; done\n"
@@ -180,11 +183,13 @@ def proofs(as_user):  # type: ignore[no-untyped-def]
             + as_user("wmctrl -c 'LibreOffice Calc'") + "\n"
             "i=0; while pgrep -u user -x soffice.bin >/dev/null; do i=$((i + 1)); "
             "if [ $i -gt 60 ]; then echo 'LibreOffice did not close' >&2; exit 1; fi; sleep 1; done\n"
-            # Stopped, and its profile removed: every machine's first start is a clean one.
+            # Stopped, and the profile it made replaced by the seeded one: every machine's first start
+            # is a clean one, on the profile OSWorld's setups edit.
             "pkill -u user -f /usr/lib/chromium/chromium; i=0; "
             "while pgrep -u user -f /usr/lib/chromium/chromium >/dev/null; do i=$((i + 1)); "
             "[ $i -gt 30 ] && pkill -9 -u user -f /usr/lib/chromium/chromium; sleep 1; done\n"
-            "rm -rf /home/user/.config/google-chrome /tmp/gh-chrome.log /tmp/gh-soffice.log\n",
+            "rm -rf /home/user/.config/google-chrome /tmp/gh-chrome.log /tmp/gh-soffice.log\n"
+            "mv /tmp/gh-chrome-seed /home/user/.config/google-chrome\n",
             CHROME_WAIT_S * 2 + 180, report=True,
         ),
         Script("check LibreOffice runs", as_user("soffice --version | grep -q LibreOffice") + "\n", 180),

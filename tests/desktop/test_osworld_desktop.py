@@ -80,6 +80,30 @@ async def test_scripts_and_the_session_run_in_en_us_utf8(osworld: QemuMachine) -
     assert order.split() == ["a", "b", "B"]  # en_US collation; C would put B first
 
 
+async def test_a_setups_startup_page_edit_of_the_seeded_profile_holds_once_chrome_starts(
+        osworld: QemuMachine) -> None:
+    # OSWorld's snapshot has a Chrome profile before Chrome's first start, and its chrome setups edit
+    # its Preferences with jq, then start Chrome. With no profile the edit failed and the startup-page
+    # check (chrome 3299584d) printed True on the untouched start.
+    prefs = "~/.config/google-chrome/Default/Preferences"
+    assert (await sh(osworld, f"cat {prefs}")).strip() == "{}"
+    spec = json.dumps({"conj": "and", "metrics": [{
+        "func": "exact_match", "result": {"type": "new_startup_page"},
+        "expected": {"type": "rule", "rules": {"expected": "true"}}}]})
+    await sh(osworld, f"cat > /tmp/gh-spec-startup.json <<'JSON'\n{spec}\nJSON\n"
+                      "cd ~/.config/google-chrome/Default && jq '. + {\"session\":{\"restore_on_startup\":4, "
+                      "\"startup_urls\":[\"http://funbrain.com/\"]}}' Preferences > temp && mv temp Preferences\n"
+                      "setsid google-chrome --remote-debugging-port=1337 >/dev/null 2>&1 &")
+    try:
+        await until(osworld, "curl -sf --max-time 5 http://127.0.0.1:1337/json/version >/dev/null", CHROME_TIMEOUT,
+                    "Chromium on the task's own port")
+        verdict = await sh(osworld, "python3 -m gh_osworld /tmp/gh-spec-startup.json", timeout=180)
+    finally:
+        await sh(osworld, "rm -f /tmp/gh-spec-startup.json")
+        await _stop_chromium(osworld)
+    assert verdict.strip() == "False"
+
+
 async def test_google_chrome_answers_on_the_devtools_port_with_osworlds_profile(osworld: QemuMachine) -> None:
     await sh(osworld, "setsid google-chrome about:blank >/dev/null 2>&1 &")
     try:
@@ -109,4 +133,6 @@ async def test_osworlds_own_chrome_launch_with_socat_reaches_the_same_port(oswor
 async def _stop_chromium(m: QemuMachine) -> None:
     await sh(m, "pkill -f /usr/lib/chromium/chromium; true")
     await until(m, "! pgrep -f /usr/lib/chromium/chromium >/dev/null", 60, "Chromium stopping")
-    await sh(m, "rm -rf ~/.config/google-chrome")
+    # Back to the image's profile (customize.sh's seed), for the next test's first start.
+    await sh(m, "rm -rf ~/.config/google-chrome && mkdir -p ~/.config/google-chrome/Default && "
+                "echo '{}' > ~/.config/google-chrome/Default/Preferences")
