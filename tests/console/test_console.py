@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 import httpx
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 from server.conftest import Server, case_body
 from sqlalchemy import delete
 
@@ -304,4 +304,22 @@ def test_a_start_state_that_goes_away_says_so_on_its_page(page: Page, server: Se
         s.execute(delete(StartStateVersion).where(StartStateVersion.start_state_id == sid))
         s.execute(delete(StartState).where(StartState.id == sid))
     expect(page.get_by_role("heading", name="Deleted")).to_be_visible()
+    expect(page.get_by_role("button", name="Save", exact=True)).to_have_count(0)
+
+
+def test_a_start_state_that_goes_away_while_its_page_first_draws_says_so(page: Page, server: Server) -> None:
+    """The race CI met: the page's first draw had shown the name when the state went away, and its next
+    request (the versions) found none. The route holds that request until the state is gone."""
+    sid = open_start_state(server)
+
+    def delete_then_answer(route: Route) -> None:
+        with server.state.db.begin() as s:
+            s.execute(delete(StartStateVersion).where(StartStateVersion.start_state_id == sid))
+            s.execute(delete(StartState).where(StartState.id == sid))
+        route.continue_()
+
+    page.route(f"**/v1/start_states/{sid}/versions", delete_then_answer)
+    sign_in(page, server.admin_key, f"/start_states/{sid}")
+    expect(page.get_by_role("heading", name="Deleted")).to_be_visible()
+    expect(page.get_by_role("alert")).to_have_count(0)
     expect(page.get_by_role("button", name="Save", exact=True)).to_have_count(0)

@@ -99,17 +99,21 @@ export async function show(page, [id]) {
       else live.replaceChildren();
     }
   };
-  await draw();
-  poll(page, POLL_MS, async () => {
+  // The state can go away between any two of draw's requests, the page's first draw included (its name
+  // shown, its versions not yet read): a 404 from any of them says so on the page, which stops polling.
+  const drawUnlessGone = async () => {
     try {
       await draw();
+      return true;
     } catch (e) {
       if (!(e instanceof ApiError && e.status === 404)) throw e;
       if (rfb) rfb.disconnect();
+      rfb = null;
       head.replaceChildren(h("h1", {}, "Deleted"), h("p", {}, "This start state no longer exists (closed before it was ever saved, or deleted). ", link("/start_states", "All start states")));
       live.replaceChildren();
       versions.replaceChildren();
       return false;
     }
-  });
+  };
+  if (await drawUnlessGone()) poll(page, POLL_MS, drawUnlessGone);
 }
