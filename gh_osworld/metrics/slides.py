@@ -214,7 +214,11 @@ def check_image_stretch_and_center(result: Any, expected: str, **_: Any) -> bool
     mine, original = agents_pptx(result), Presentation(expected)
     if not mine.slides:
         raise Fail("the presentation has no slides")
-    wanted = next(s for s in original.slides[0].shapes if _shape_type(s) == _PICTURE)
+    # The original is the case's document, not the agent's: one without a picture to look for is no verdict.
+    wanted = next((s for s in original.slides[0].shapes if _shape_type(s) == _PICTURE), None) \
+        if original.slides else None
+    if wanted is None:
+        raise ValueError("the original presentation (the case's) has no picture on its first slide")
     found = [s for s in mine.slides[0].shapes if _shape_type(s) == _PICTURE and s.image.blob == wanted.image.blob]
     if not found:
         raise Fail("the picture is not on the first slide")
