@@ -8,6 +8,14 @@ test_names.py proves every module registers exactly the names listed under it.
 Keep this module free of imports: the host imports it without the guest's libraries.
 """
 
+# The video types whose default application OSWorld asks xdg-mime about (the default_video_player getter);
+# the importer's baseline gives OSWorld's snapshot's player the same types (gh_local/osworld/baseline.py).
+VIDEO_TYPES = ("3gp", "3gpp", "3gpp2", "avi", "divx", "dv", "fli", "flv", "mp2t", "mp4", "mp4v-es", "mpeg",
+               "mpeg-system", "msvideo", "ogg", "quicktime", "vnd.divx", "vnd.mpegurl", "vnd.rn-realvideo", "webm",
+               "x-anim", "x-avi", "x-flc", "x-fli", "x-flv", "x-m4v", "x-matroska", "x-mpeg", "x-mpeg-system",
+               "x-mpeg2", "x-ms-asf", "x-ms-asf-plugin", "x-ms-asx", "x-ms-wm", "x-ms-wmv", "x-ms-wmx", "x-ms-wvx",
+               "x-msvideo", "x-nsv", "x-ogm", "x-ogm+ogg", "x-theora", "x-theora+ogg")
+
 METRIC_MODULES: dict[str, frozenset[str]] = {
     "metrics.a11y": frozenset({
         "check_accessibility_tree"

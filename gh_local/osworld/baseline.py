@@ -16,11 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gh_local.osworld.task import Task
+from gh_osworld.names import VIDEO_TYPES
 
 
 @dataclass(frozen=True)
 class Baseline:
-    reads: str  # the text in a check's command that says it reads this state
+    reads: str  # the text in a check's command, or the type of a getter, that says it reads this state
     lines: tuple[str, ...]
     why: str  # what OSWorld's snapshot is taken to have, and why
 
@@ -48,20 +49,30 @@ BASELINES = (
     Baseline("org.gnome.desktop.notifications show-banners",
              ("gsettings set org.gnome.desktop.notifications show-banners true >/dev/null 2>&1 || :",),
              "banners shown (GNOME's default): the task asks for do-not-disturb"),
+    # xdg-mime answers nothing for a default whose desktop file is missing, as GNOME's Videos is here: the
+    # getter then reads "unknown", not VLC (which our image, with no other player, answers otherwise).
+    Baseline("default_video_player",
+             ("xdg-mime default org.gnome.Totem.desktop " + " ".join(f"video/{t}" for t in VIDEO_TYPES)
+              + " >/dev/null 2>&1 || :",),
+             "GNOME's Videos (Totem) as the default video player, Ubuntu's: the task asks to make it VLC"),
 )
 
 
-def _check_commands(task: Task) -> str:
-    out = []
+def _check_reads(task: Task) -> tuple[str, set[str]]:
+    """The check's commands (one line, spaces collapsed) and its getters' types."""
+    commands, getters = [], set()
     for call in task.evaluator.calls():
         for g in (call.result, call.expected):
-            if g is not None and g.type in ("vm_command_line", "vm_command_error"):
+            if g is None:
+                continue
+            getters.add(g.type)
+            if g.type in ("vm_command_line", "vm_command_error"):
                 cmd = g.params.get("command")
-                out.append(" ".join(cmd) if isinstance(cmd, list) else str(cmd))
-    return "\n".join(out)
+                commands.append(" ".join(cmd) if isinstance(cmd, list) else str(cmd))
+    return " ".join(" ".join(commands).split()), getters
 
 
 def baselines_for(task: Task) -> list[Baseline]:
     """The baselines the task's check reads."""
-    commands = " ".join(_check_commands(task).split())
-    return [b for b in BASELINES if b.reads in commands]
+    commands, getters = _check_reads(task)
+    return [b for b in BASELINES if b.reads in commands or b.reads in getters]

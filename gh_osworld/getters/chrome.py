@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from gh_osworld.getters.commands import run
+from gh_osworld.names import VIDEO_TYPES
 from gh_osworld.reading import query_copy
 from gh_osworld.registry import getter
 
@@ -254,20 +255,12 @@ def shortcuts_on_desktop(spec: dict[str, Any]) -> dict[str, str]:
     return found
 
 
-# The video types whose default application OSWorld asks xdg-mime about.
-_VIDEO_TYPES = ("3gp", "3gpp", "3gpp2", "avi", "divx", "dv", "fli", "flv", "mp2t", "mp4", "mp4v-es", "mpeg",
-                "mpeg-system", "msvideo", "ogg", "quicktime", "vnd.divx", "vnd.mpegurl", "vnd.rn-realvideo", "webm",
-                "x-anim", "x-avi", "x-flc", "x-fli", "x-flv", "x-m4v", "x-matroska", "x-mpeg", "x-mpeg-system",
-                "x-mpeg2", "x-ms-asf", "x-ms-asf-plugin", "x-ms-asx", "x-ms-wm", "x-ms-wmv", "x-ms-wmx", "x-ms-wvx",
-                "x-msvideo", "x-nsv", "x-ogm", "x-ogm+ogg", "x-theora", "x-theora+ogg")
-
-
 @getter("default_video_player")
 def default_video_player(spec: dict[str, Any]) -> str:
     """The desktop file most video types open with (`xdg-mime query default video/...`), "unknown" when
     none is set."""
     apps: Counter[str] = Counter()
-    for kind in _VIDEO_TYPES:
+    for kind in VIDEO_TYPES:
         done = run({"type": "default_video_player", "command": ["xdg-mime", "query", "default", f"video/{kind}"],
                     "timeout": 20})
         if done is not None and done.stdout:

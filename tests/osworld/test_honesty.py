@@ -6,10 +6,12 @@ network imports from --files-dir alone. Scripts run with the host's dash and bas
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from osworld_guest.kit import guest_env
 
 from gh_local.cli import main
 from gh_local.osworld.fetch import Fetcher
@@ -156,6 +158,40 @@ def test_the_setup_leaves_utc_for_a_task_that_asks_for_it(fetcher: Fetcher, home
     assert "OSWorld's snapshot: a time zone other than UTC" in case["setup_script"]
     assert run_script(case["setup_script"], home, path_prefix=bin_dir).code == 0
     assert zone.read_text() == "America/Los_Angeles (PST, -0800)\n"
+
+
+VLC = task(id="vlc", instruction="Could you help me set the default video player as VLC?", evaluator={
+    "func": "check_include_exclude", "result": {"type": "default_video_player"},
+    "expected": {"type": "rule", "rules": {"include": ["vlc.desktop"]}}})
+
+
+def test_the_setup_makes_a_player_other_than_vlc_the_default(fetcher: Fetcher, home: Path, tmp_path: Path) -> None:
+    """osworld-desktop has VLC as its only player, so xdg-mime answered vlc.desktop and "make VLC the default"
+    printed True before the agent acted (multi_apps 937087b6). The setup makes Ubuntu's player the default
+    first; its desktop file is missing here, so xdg-mime answers nothing for it, as the real one does."""
+    defaults = tmp_path / "defaults"
+    defaults.mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # xdg-mime as it behaves: `default APP TYPE...` records APP; `query default TYPE` names the recorded
+    # application only when its desktop file exists (vlc.desktop does, org.gnome.Totem.desktop does not)
+    (bin_dir / "xdg-mime").write_text(
+        f'#!/bin/sh\nd={defaults}\ncase "$1" in\n'
+        f'  default) app=$2; shift 2; for t; do echo "$app" > "$d/$(echo "$t" | tr / _)"; done ;;\n'
+        f'  query) f="$d/$(echo "$3" | tr / _)"; app=vlc.desktop; [ -f "$f" ] && app=$(cat "$f"); '
+        f'[ "$app" = vlc.desktop ] && echo "$app" ;;\nesac\nexit 0\n')
+    (bin_dir / "xdg-mime").chmod(0o755)
+    (bin_dir / "python3").symlink_to("/usr/bin/python3")  # gh_osworld on the guest's Python, as there
+    env = {"PYTHONPATH": guest_env()["PYTHONPATH"]}
+    case = case_of(VLC, fetcher, "osworld-desktop")
+    check = case["success"]["check_script"]
+    assert run_script(check, home, path_prefix=bin_dir, env=env).verdict == "True"  # untouched, without it
+    assert "OSWorld's snapshot: GNOME's Videos (Totem) as the default video player" in case["setup_script"]
+    assert run_script(case["setup_script"], home, path_prefix=bin_dir).code == 0
+    assert (defaults / "video_mp4").read_text() == "org.gnome.Totem.desktop\n"
+    assert run_script(check, home, path_prefix=bin_dir, env=env).verdict == "False"
+    subprocess.run([str(bin_dir / "xdg-mime"), "default", "vlc.desktop", "video/mp4"], check=True)  # the agent's fix
+    assert run_script(check, home, path_prefix=bin_dir, env=env).verdict == "True"
 
 
 def test_a_trash_that_fails_fails_the_setup(fetcher: Fetcher, home: Path, tmp_path: Path) -> None:
