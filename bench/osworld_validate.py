@@ -276,7 +276,11 @@ def run_import(index: Path, out: Path, files_dir: Path, start_state: str) -> Imp
         sys.exit(f"gh-runner import osworld failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
     got = Imported([], [])
     for line in p.stdout.splitlines():
-        if (m := _LINE.match(line)) is not None:
+        if "too large to embed" in line or line.startswith("build it with:"):
+            # their setups fail on an image built without these files: say so before hours of runs
+            print(f"{line}  (GH_OSWORLD_FILES_DIR={files_dir} bash scripts/osworld-image.sh)"
+                  if line.startswith("build it with:") else line, flush=True)
+        elif (m := _LINE.match(line)) is not None:
             got.outcome.append((m["id"], m["reason"] or "imported"))
         elif (w := _WARNED.match(line)) is not None and got.outcome and got.outcome[-1][0] == w["id"]:
             got.warned.append(len(got.outcome) - 1)

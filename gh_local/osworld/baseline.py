@@ -49,8 +49,8 @@ BASELINES = (
     Baseline("org.gnome.desktop.notifications show-banners",
              ("gsettings set org.gnome.desktop.notifications show-banners true >/dev/null 2>&1 || :",),
              "banners shown (GNOME's default): the task asks for do-not-disturb"),
-    # xdg-mime answers nothing for a default whose desktop file is missing, as GNOME's Videos is here: the
-    # getter then reads "unknown", not VLC (which our image, with no other player, answers otherwise).
+    # osworld-desktop carries Totem for this (image-builder/imagebuilder/osworld_desktop.py): xdg-mime skips a
+    # default whose desktop file is missing and falls back to whichever player the system lists.
     Baseline("default_video_player",
              ("xdg-mime default org.gnome.Totem.desktop " + " ".join(f"video/{t}" for t in VIDEO_TYPES)
               + " >/dev/null 2>&1 || :",),

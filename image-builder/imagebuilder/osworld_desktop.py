@@ -56,6 +56,9 @@ PACKAGES = [
     # the setup's install finds them present (chrome's jq edit of the Preferences, os's expect, zsh and astyle,
     # multi_apps' sysstat and the clipboard's xsel). Without jq, one chrome task's check printed True untouched.
     "jq", "xsel", "expect", "astyle", "sysstat", "zsh",
+    # Ubuntu's video player, the default of OSWorld's snapshot: with VLC the only player, xdg-mime answered
+    # vlc.desktop whatever the default, so "make VLC the default" (multi_apps 937087b6) passed untouched.
+    "totem",
 ]
 SESSION_ENV = {**linux_desktop.SESSION_ENV, "LANG": "en_US.UTF-8"}
 # Measured in this build's proof (docs/desktop-guests.md): the signed-in session uses about 410 MiB,

@@ -15,6 +15,7 @@ from osworld_guest.kit import guest_env
 
 from gh_local.cli import main
 from gh_local.osworld.fetch import Fetcher
+from gh_osworld.names import VIDEO_TYPES
 
 from .conftest import SHELLS, Served, case_of, run_script, task, write_task
 
@@ -166,20 +167,20 @@ VLC = task(id="vlc", instruction="Could you help me set the default video player
 
 
 def test_the_setup_makes_a_player_other_than_vlc_the_default(fetcher: Fetcher, home: Path, tmp_path: Path) -> None:
-    """osworld-desktop has VLC as its only player, so xdg-mime answered vlc.desktop and "make VLC the default"
-    printed True before the agent acted (multi_apps 937087b6). The setup makes Ubuntu's player the default
-    first; its desktop file is missing here, so xdg-mime answers nothing for it, as the real one does."""
+    """With VLC osworld-desktop's only player, xdg-mime answered vlc.desktop and "make VLC the default"
+    printed True before the agent acted (multi_apps 937087b6). The setup makes Ubuntu's player, Totem (in
+    the image), the default first."""
     defaults = tmp_path / "defaults"
     defaults.mkdir()
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     # xdg-mime as it behaves: `default APP TYPE...` records APP; `query default TYPE` names the recorded
-    # application only when its desktop file exists (vlc.desktop does, org.gnome.Totem.desktop does not)
+    # application, or with none recorded the one the system lists (VLC)
     (bin_dir / "xdg-mime").write_text(
         f'#!/bin/sh\nd={defaults}\ncase "$1" in\n'
         f'  default) app=$2; shift 2; for t; do echo "$app" > "$d/$(echo "$t" | tr / _)"; done ;;\n'
-        f'  query) f="$d/$(echo "$3" | tr / _)"; app=vlc.desktop; [ -f "$f" ] && app=$(cat "$f"); '
-        f'[ "$app" = vlc.desktop ] && echo "$app" ;;\nesac\nexit 0\n')
+        f'  query) f="$d/$(echo "$3" | tr / _)"; if [ -f "$f" ]; then cat "$f"; else echo vlc.desktop; fi ;;\n'
+        f'esac\nexit 0\n')
     (bin_dir / "xdg-mime").chmod(0o755)
     (bin_dir / "python3").symlink_to("/usr/bin/python3")  # gh_osworld on the guest's Python, as there
     env = {"PYTHONPATH": guest_env()["PYTHONPATH"]}
@@ -190,7 +191,8 @@ def test_the_setup_makes_a_player_other_than_vlc_the_default(fetcher: Fetcher, h
     assert run_script(case["setup_script"], home, path_prefix=bin_dir).code == 0
     assert (defaults / "video_mp4").read_text() == "org.gnome.Totem.desktop\n"
     assert run_script(check, home, path_prefix=bin_dir, env=env).verdict == "False"
-    subprocess.run([str(bin_dir / "xdg-mime"), "default", "vlc.desktop", "video/mp4"], check=True)  # the agent's fix
+    subprocess.run([str(bin_dir / "xdg-mime"), "default", "vlc.desktop", *(f"video/{t}" for t in VIDEO_TYPES)],
+                   check=True)  # the agent's fix
     assert run_script(check, home, path_prefix=bin_dir, env=env).verdict == "True"
 
 
