@@ -20,6 +20,10 @@ IMAGES_DIR = Path(os.environ.get("GH_IMAGES_DIR", "/var/tmp/gh-runner/images"))
 # are a cache, like the images, not something a test left behind.
 _KEPT_STATE = os.environ.get("GH_TEST_DESKTOP_STATE_DIR")
 KEPT_WARM = Path(_KEPT_STATE) / "warm" if _KEPT_STATE else None
+# Every images dir is a cache, not a leftover: scripts/test.sh builds linux-desktop into its own while the
+# suite runs, so on a host without it (a fresh one, or new build inputs) its disk is new during the session.
+IMAGE_DIRS = [IMAGES_DIR, *(Path(os.environ[v]) for v in ("GH_DESKTOP_IMAGES_DIR", "GH_OSWORLD_IMAGES_DIR")
+                            if os.environ.get(v))]
 
 
 @pytest.fixture(scope="session")
@@ -47,7 +51,7 @@ def _new_disks(since: float) -> list[Path]:
                 continue
             p = Path(root) / name
             try:
-                if IMAGES_DIR in p.parents or KEPT_WARM in p.parents or p.stat().st_mtime < since:
+                if any(d in p.parents for d in IMAGE_DIRS) or KEPT_WARM in p.parents or p.stat().st_mtime < since:
                     continue
             except OSError:
                 continue  # removed while we looked
