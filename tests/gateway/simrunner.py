@@ -7,11 +7,14 @@ results, machine responses), with behaviour the test chooses. Every wait has a d
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import websockets
 from websockets.asyncio.client import ClientConnection
@@ -19,16 +22,55 @@ from websockets.asyncio.client import ClientConnection
 from gh_wire import protocol
 
 DEFAULT_WAIT = 30.0
+T = TypeVar("T")
 
 
 def now() -> datetime:
     return datetime.now(UTC)
 
 
+@dataclass(frozen=True)
+class _Closed:
+    """The socket closed, with this code: the last thing handed to the test's loop."""
+    code: int | None
+
+
+class _IoThread:
+    """An event loop of the simulated runner's own, in a thread: its socket is read, and the server's
+    heartbeats answered, while the test's loop is busy (a test's synchronous database write on a loaded
+    host took seconds in CI, and a runner that answered from the test's loop went silent past the
+    dead-peer bound: close 4008 in a test about something else)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="simrunner-io", daemon=True)
+        self._thread.start()
+
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run `coro` on the runner's loop and wait for it from the caller's."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+
+    def start(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
 class SimRunner:
+    """The protocol side of gh-runner, driven by a test. Its socket lives on a loop of its own
+    (`_IoThread`), where it answers each server heartbeat with one of its own, as a live runner
+    keeps itself alive; `answer_heartbeats=False` makes a runner that goes silent after hello (the
+    dead-peer test). What arrives is handed to the test's loop in order: `on_message`, then `expect`."""
+
     def __init__(self, ws_url: str, token: str, *, name: str = "sim", slots: int = 2, labels: list[str] | None = None,
                  images: list[str] | None = None, held: list[tuple[str, int]] | None = None,
-                 in_flight: list[str] | None = None) -> None:
+                 in_flight: list[str] | None = None, answer_heartbeats: bool = True) -> None:
         self.ws_url = ws_url
         self.token = token
         self.hello = protocol.Hello(
@@ -37,50 +79,82 @@ class SimRunner:
             start_states=[protocol.HeldVersion(start_state_id=s, version=v) for s, v in (held or [])],
             in_flight=in_flight or [],
         )
+        self.answer_heartbeats = answer_heartbeats
+        self._last_beat = protocol.Heartbeat(at=now(), slots=slots)
         self.ws: ClientConnection | None = None
         self.inbox: asyncio.Queue[Any] = asyncio.Queue()
         self.stash: list[Any] = []
         self.welcome: protocol.Welcome | None = None
         self.close_code: int | None = None
         self.closed = asyncio.Event()
-        self._reader: asyncio.Task[None] | None = None
-        self._heartbeats: asyncio.Task[None] | None = None
+        self._io: _IoThread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._arrivals: asyncio.Queue[Any] = asyncio.Queue()  # on the test's loop, in the order read
+        self._reader: concurrent.futures.Future[Any] | None = None
+        self._deliverer: asyncio.Task[None] | None = None
+        self._heartbeats: concurrent.futures.Future[Any] | None = None
         self.on_message: Callable[[Any], Any] | None = None  # return True to swallow the message
 
     async def connect(self, send_hello: bool = True) -> SimRunner:
-        self.ws = await websockets.connect(self.ws_url, additional_headers={"Authorization": f"Bearer {self.token}"},
-                                           open_timeout=DEFAULT_WAIT, max_size=protocol.MAX_FRAME_BYTES)
-        self._reader = asyncio.create_task(self._read())
+        self._loop = asyncio.get_running_loop()
+        self._io = _IoThread()
+
+        async def dial() -> ClientConnection:
+            return await websockets.connect(self.ws_url, additional_headers={"Authorization": f"Bearer {self.token}"},
+                                            open_timeout=DEFAULT_WAIT, max_size=protocol.MAX_FRAME_BYTES)
+        self.ws = await self._io.run(dial())
+        self._deliverer = asyncio.create_task(self._deliver())
+        self._reader = self._io.start(self._read())
         if send_hello:
             await self.send(self.hello)
             self.welcome = await self.expect("welcome")
         return self
 
     async def _read(self) -> None:
-        assert self.ws is not None
+        """On the runner's loop: read, answer heartbeats, hand every message to the test's loop."""
+        assert self.ws is not None and self._loop is not None
         try:
             async for raw in self.ws:
                 msg = protocol.parse_server_message(raw)
-                if self.on_message is not None:
-                    handled = self.on_message(msg)
-                    if asyncio.iscoroutine(handled):
-                        handled = await handled
-                    if handled:
-                        continue
-                self.inbox.put_nowait(msg)
+                if self.answer_heartbeats and msg.type == "heartbeat":
+                    await self.ws.send(protocol.encode(self._beat()))
+                self._loop.call_soon_threadsafe(self._arrivals.put_nowait, msg)
         except websockets.ConnectionClosed:
             pass
         finally:
-            self.close_code = self.ws.close_code
-            self.closed.set()
+            code = self.ws.close_code
+            with contextlib.suppress(RuntimeError):  # the test's loop already closed
+                self._loop.call_soon_threadsafe(self._arrivals.put_nowait, _Closed(code))
+
+    async def _deliver(self) -> None:
+        """On the test's loop: each message to `on_message` (awaited, in order), then to the inbox."""
+        while True:
+            msg = await self._arrivals.get()
+            if isinstance(msg, _Closed):
+                self.close_code = msg.code
+                self.closed.set()
+                return
+            if self.on_message is not None:
+                handled = self.on_message(msg)
+                if asyncio.iscoroutine(handled):
+                    handled = await handled
+                if handled:
+                    continue
+            self.inbox.put_nowait(msg)
+
+    def _beat(self) -> protocol.Heartbeat:
+        """A heartbeat that repeats what the test's last one said (busy, draining, paused): an answer
+        must keep the runner alive without undoing a drain or a pause the test declared."""
+        return self._last_beat.model_copy(update={"at": now()})
 
     async def send(self, msg: Any) -> None:
-        assert self.ws is not None
-        await self.ws.send(protocol.encode(msg))
+        if isinstance(msg, protocol.Heartbeat):
+            self._last_beat = msg
+        await self.send_raw(protocol.encode(msg))
 
     async def send_raw(self, raw: str | bytes) -> None:
-        assert self.ws is not None
-        await self.ws.send(raw)
+        assert self.ws is not None and self._io is not None
+        await self._io.run(self.ws.send(raw))
 
     async def expect(self, mtype: str, timeout: float = DEFAULT_WAIT,
                      where: Callable[[Any], bool] | None = None) -> Any:
@@ -112,28 +186,39 @@ class SimRunner:
         return self.close_code
 
     def keep_alive(self, every: float = 0.5) -> SimRunner:
-        """Send heartbeats every `every` seconds until closed, as gh-runner does: for a test that waits
-        longer than the server's dead-peer bound for something to arrive (the test servers declare a
-        runner silent for 3 s dead)."""
+        """Send heartbeats every `every` seconds until closed, as gh-runner does, besides the answers
+        to the server's: for a test whose server sends its own rarely."""
+        assert self._io is not None
+
         async def beat() -> None:
+            assert self.ws is not None
             while True:
-                await self.send(protocol.Heartbeat(at=now(), busy=0, slots=self.hello.slots))
+                await self.ws.send(protocol.encode(self._beat()))
                 await asyncio.sleep(every)
-        self._heartbeats = asyncio.create_task(beat())
+        self._heartbeats = self._io.start(beat())
         return self
 
     async def close(self) -> None:
-        if self._heartbeats is not None:
-            self._heartbeats.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._heartbeats
+        io = self._io
+        if io is None:
+            return
+        for fut in (self._heartbeats, self._reader):
+            if fut is not None:
+                io.loop.call_soon_threadsafe(fut.cancel)
         if self.ws is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.ws.close(), 10)
-        if self._reader is not None:
-            self._reader.cancel()
+                await asyncio.wait_for(io.run(self.ws.close()), 10)
+        for fut in (self._heartbeats, self._reader):
+            if fut is not None:
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(asyncio.wrap_future(fut), 10)
+        if self._deliverer is not None:
+            if not self.closed.is_set():
+                self._deliverer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._reader
+                await self._deliverer
+        io.stop()
+        self._io = None
 
     # -- attempt helpers ----------------------------------------------------------------------
 

@@ -66,7 +66,7 @@ async def test_second_connection_replaces_first_with_4003(server: GwServer) -> N
 
 async def test_silent_runner_is_closed_after_dead_after(server: GwServer) -> None:
     rid, token = server.add_runner()
-    r = SimRunner(server.ws_url, token)
+    r = SimRunner(server.ws_url, token, answer_heartbeats=False)
     await r.connect()
     # We never send anything after hello: the server must give up after dead_after (3 s here).
     code = await r.wait_closed(timeout=30)
