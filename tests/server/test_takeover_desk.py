@@ -26,7 +26,7 @@ from gh_server.live.rfb import Kind, Message
 from gh_server.models import Attempt, Base, MachineGrant
 from gh_server.takeovers import Refused, TakeoverDesk
 from gh_wire import protocol
-from gh_wire.vocab import TakeoverEnd
+from gh_wire.vocab import TakeoverEnd, ViewEndReason
 
 CAP_S, IDLE_S = 600.0, 60.0
 
@@ -319,3 +319,32 @@ async def test_a_request_turned_back_by_the_holding_process_waits_here_then_goes
     with pytest.raises(MachineError) as refused:
         await action
     assert refused.value.refusal == protocol.MachineRefusal.TAKEN_OVER and relayed == ["screen"]
+
+
+async def test_a_takeover_whose_view_fails_leaves_no_hold(desk: Any) -> None:
+    """The holder's view refused (`too_many_views`, no screen...) before any input: the hold is undone, so
+    the attempt is not left assisted with its agent paused and no screen for anyone. An earlier takeover's
+    entry stays, and a hold whose holder drove already is not undone by a reload's failed view."""
+    d, link, clock = desk
+    first = await d.take("at_run", "k_a", "alice")
+    d.human_input(first, Message(Kind.KEY, struct.pack(">BBxxI", 4, 1, 0xFF0D), key_down=True))
+    assert not await d.view_failed(first, ViewEndReason.TOO_MANY_VIEWS)  # it drove: a reload's failure
+    assert d.held("at_run")
+    await d.hand_back("at_run")
+    clock.now += 5
+    hold = await d.take("at_run", "k_b", "bob")
+    assert len(row(link).takeovers) == 2
+    assert await d.view_failed(hold, ViewEndReason.TOO_MANY_VIEWS)
+    assert not d.held("at_run") and hold.ended.is_set()
+    assert link.sent[-1] == protocol.TaskHold(attempt_id="at_run", held=False) and link.clock_held["at_run"] is False
+    a = row(link)
+    assert [t["by"] for t in a.takeovers] == ["alice"] and a.assisted is True
+
+    with link.db.begin() as s:  # an attempt never taken over before
+        s.add(Attempt(id="at_two", test_run_id="tr_1", run_case_id=2, test_case_id="tc_1", agent_id="cmd",
+                      try_number=1, status="running", runner_id="rn_1"))
+    only = await d.take("at_two", "k_b", "bob")
+    assert row(link, "at_two").assisted is True
+    assert await d.view_failed(only, ViewEndReason.NO_SCREEN)
+    a = row(link, "at_two")
+    assert a.assisted is False and not a.takeovers
