@@ -9,6 +9,7 @@ import asyncio
 import struct
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pydantic
@@ -22,8 +23,9 @@ from gh_server.agents import grants
 from gh_server.agents.base import TAKEN_OVER, Machine, MachineError
 from gh_server.dbqueue import DbQueue
 from gh_server.live.human_steps import MAX_EVENTS, HumanSteps
+from gh_server.live.relay import LiveRelay
 from gh_server.live.rfb import Kind, Message
-from gh_server.models import Attempt, Base, MachineGrant
+from gh_server.models import ApiKey, Attempt, Base, MachineGrant
 from gh_server.takeovers import Refused, TakeoverDesk
 from gh_wire import protocol
 from gh_wire.vocab import TakeoverEnd, ViewEndReason
@@ -348,3 +350,56 @@ async def test_a_takeover_whose_view_fails_leaves_no_hold(desk: Any) -> None:
     assert await d.view_failed(only, ViewEndReason.NO_SCREEN)
     a = row(link, "at_two")
     assert a.assisted is False and not a.takeovers
+
+
+class _Gateway:
+    """The runner as the live relay sees it: it takes views, and refuses each `view_open` with `reason`."""
+
+    def __init__(self, relay: Any, reason: ViewEndReason) -> None:
+        self.relay, self.reason = relay, reason
+
+    def takes_views(self, runner_id: str) -> bool:
+        return True
+
+    async def send(self, runner_id: str, msg: pydantic.BaseModel) -> bool:
+        if isinstance(msg, protocol.ViewOpen):
+            refusal = protocol.ViewRefused(view_id=msg.view_id, reason=self.reason, message="full")
+            asyncio.get_running_loop().call_soon(self.relay.refused, runner_id, refusal)
+        return True
+
+
+class _Socket:
+    """The holder's browser: it opens the view's WebSocket and is told how it closed."""
+
+    headers: dict[str, str] = {}
+    scope: dict[str, Any] = {"subprotocols": ["binary"]}
+
+    def __init__(self) -> None:
+        self.closed: tuple[int, str] | None = None
+
+    async def accept(self, subprotocol: str | None = None) -> None:
+        pass
+
+    async def close(self, code: int, reason: str) -> None:
+        self.closed = (code, reason)
+
+
+async def test_the_holders_view_refused_by_the_runner_undoes_the_hold_through_the_relay(desk: Any) -> None:
+    """The chain the issue tried: the takeover's view closed at once with `too_many_views`; the relay hands
+    that to the desk, and the hold is gone (before: the attempt stayed assisted and its agent paused)."""
+    d, link, _ = desk
+    with link.db.begin() as s:
+        s.add(ApiKey(id="k_a", name="alice", role="admin", key_hash="0" * 64, prefix="gh_"))
+    st = SimpleNamespace(db=link.db, gateway=None)
+    relay = LiveRelay(st, takeovers=d)  # type: ignore[arg-type]
+    st.gateway = _Gateway(relay, ViewEndReason.TOO_MANY_VIEWS)
+    ticket = relay.tickets.issue(key_id="k_a", key_name="alice", read_only=False, attempt_id="at_run")
+    await d.take("at_run", "k_a", "alice")
+    ws = _Socket()
+    async with asyncio.timeout(30):
+        await relay.viewer_endpoint(ws, ticket.value)  # type: ignore[arg-type]
+    assert ws.closed == (protocol.CLOSE_VIEW_ENDED, ViewEndReason.TOO_MANY_VIEWS)
+    assert not d.held("at_run")
+    a = row(link)
+    assert a.assisted is False and not a.takeovers
+    assert link.sent[-1] == protocol.TaskHold(attempt_id="at_run", held=False)
