@@ -456,6 +456,7 @@ class LocalRun:
         import uvicorn
 
         from gh_server.app import HTTP_KEEP_ALIVE_S, create_app
+        from gh_server.live.sockets import LiveBoundedWebSockets
         from gh_server.settings import Settings
 
         assert self._tmp is not None
@@ -474,7 +475,7 @@ class LocalRun:
             if not any(getattr(r, "path", "") == "/v1/attempts/{attempt_id}/replay" for r in app.routes):
                 replays.install(app, app.state.gh)
         self.state = app.state.gh
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False, ws="websockets-sansio",
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False, ws=LiveBoundedWebSockets,
                                 ws_ping_interval=None, ws_ping_timeout=None,  # dead_after is the one bound
                                 timeout_keep_alive=HTTP_KEEP_ALIVE_S)
         self.server = _quiet_server(config)

@@ -8,7 +8,9 @@ until one side ends. What it guarantees:
 - The control connection never carries a screen byte, and no view awaits anything the session,
   a lease, a heartbeat or a result waits on: each view is a task of its own.
 - Bounded: at most `max_views` views on the runner and `max_per_machine` on one machine (more are
-  refused with `too_many_views`); a chunk of at most CHUNK bytes is in flight each way; every send
+  refused with `too_many_views`). Watchers (`watch_only`) never take the last `driver_seats` of either:
+  the person holding a takeover, or an admin at a start state, always finds a seat, however many
+  members watch. A chunk of at most CHUNK bytes is in flight each way; every send
   (to the server, to the display) must finish within SEND_TIMEOUT_S or the view ends with
   `send_timeout`. Waiting for the next screen bytes is not bounded: an idle screen sends nothing.
 - A view ends with one reason (a `ViewEndReason`): it is the close reason of its socket, or a
@@ -46,9 +48,11 @@ from providers.errors import NoScreenStream, ProviderError
 
 log = get_logger("gh_runner.live_views")
 
-# One attempt's machine: 8 watchers, the person holding it, and slack for views ending as new ones open.
+# One attempt's machine: 10 watchers, the person holding it, and a seat for the holder's reload (its old
+# view ending as the new one opens).
 MAX_VIEWS_PER_MACHINE = 12
 MAX_VIEWS = 32  # a runner of a few slots, each machine watched
+DRIVER_SEATS = 2  # of each bound, the views watchers never take
 CHUNK = 64 * 1024  # bytes read from the display per send
 MACHINE_WAIT_S = 90.0  # a start state's machine still being made (the first on a runner builds a warm snapshot)
 OPEN_TIMEOUT_S = 8.0  # opening the screen stream; dialling the server
@@ -60,6 +64,7 @@ CLOSE_TIMEOUT_S = 2.0
 class _View:
     view_id: str
     machine_id: str
+    watch_only: bool = False
     task: asyncio.Task[None] | None = None
     ended: ViewEndReason | None = None  # set by `close` before the task is cancelled
 
@@ -82,7 +87,7 @@ class LiveViews:
                  control_url: Callable[[], str], token: str, send: Callable[[BaseModel], Awaitable[bool]], *,
                  masked_of: Callable[[str], asyncio.Event | None] = lambda _attempt_id: None,
                  max_views: int = MAX_VIEWS, max_per_machine: int = MAX_VIEWS_PER_MACHINE,
-                 send_timeout: float = SEND_TIMEOUT_S) -> None:
+                 driver_seats: int = DRIVER_SEATS, send_timeout: float = SEND_TIMEOUT_S) -> None:
         self._machine_for = machine_for
         self._masked_of = masked_of
         self._control_url = control_url
@@ -90,6 +95,7 @@ class LiveViews:
         self._send = send
         self.max_views = max_views
         self.max_per_machine = max_per_machine
+        self.driver_seats = driver_seats
         self.send_timeout = send_timeout
         self.views: dict[str, _View] = {}
         self._refusals: set[asyncio.Task[None]] = set()
@@ -100,11 +106,12 @@ class LiveViews:
         if msg.view_id in self.views:
             self._spawn_refusal(msg.view_id, ViewEndReason.CLOSED, "a view with this id is open already")
             return
-        if len(self.views) >= self.max_views:
+        if _full(list(self.views.values()), self.max_views, self.driver_seats, msg.watch_only):
             self._spawn_refusal(msg.view_id, ViewEndReason.TOO_MANY_VIEWS,
-                                f"this runner serves at most {self.max_views} views")
+                                f"this runner serves at most {self.max_views} views, "
+                                f"{self.driver_seats} of them kept for the person driving a machine")
             return
-        view = _View(msg.view_id, "")
+        view = _View(msg.view_id, "", watch_only=msg.watch_only)
         self.views[msg.view_id] = view
         view.task = asyncio.create_task(self._serve(view, msg), name=f"view-{msg.view_id}")
 
@@ -158,9 +165,11 @@ class LiveViews:
                 await self._refuse(view, ViewEndReason.MASKED, f"a secret was typed in attempt {msg.attempt_id}: "
                                    "its watchers see its replay's masked frames, not the screen")
                 return
-            if sum(v.machine_id == machine.machine_id for v in self.views.values()) >= self.max_per_machine:
+            on_machine = [v for v in self.views.values() if v.machine_id == machine.machine_id]
+            if _full(on_machine, self.max_per_machine, self.driver_seats, msg.watch_only):
                 await self._refuse(view, ViewEndReason.TOO_MANY_VIEWS,
-                                   f"a machine has at most {self.max_per_machine} views")
+                                   f"a machine has at most {self.max_per_machine} views, {self.driver_seats} of "
+                                   "them kept for the person driving it")
                 return
             view.machine_id = machine.machine_id
             try:
@@ -266,6 +275,13 @@ class LiveViews:
                     await t
 
 
+def _full(views: list[_View], bound: int, driver_seats: int, watch_only: bool) -> bool:
+    """Whether a new view (a watcher's when `watch_only`) finds `views` at its bound."""
+    if len(views) >= bound:
+        return True
+    return watch_only and sum(v.watch_only for v in views) >= bound - driver_seats
+
+
 def _said(ws: ClientConnection) -> ViewEndReason | None:
     """The reason the server gave in its close frame (the viewer's end: `viewer_too_slow`, ...)."""
     frame = ws.protocol.close_rcvd
@@ -275,4 +291,4 @@ def _said(ws: ClientConnection) -> ViewEndReason | None:
         return None
 
 
-__all__ = ["MAX_VIEWS", "MAX_VIEWS_PER_MACHINE", "LiveViews", "view_url"]
+__all__ = ["DRIVER_SEATS", "MAX_VIEWS", "MAX_VIEWS_PER_MACHINE", "LiveViews", "view_url"]

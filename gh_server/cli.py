@@ -161,6 +161,7 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gh_server.app import HTTP_KEEP_ALIVE_S, create_app
+    from gh_server.live.sockets import LiveBoundedWebSockets
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -186,8 +187,10 @@ def serve(args: argparse.Namespace) -> int:
         print(f"gh-server: cannot start: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_USAGE
     # No websocket pings from uvicorn (its defaults drop a silent runner after about 36 s): the
-    # protocol's heartbeats and `dead_after` (45 s) are the one dead-peer bound, as documented.
-    config = uvicorn.Config(app, log_level=args.log_level, lifespan="on", ws_ping_interval=None,
+    # protocol's heartbeats and `dead_after` (45 s) are the one dead-peer bound, as documented. A live
+    # viewer's socket gets its bounds in the protocol (gh_server/live/sockets.py).
+    config = uvicorn.Config(app, log_level=args.log_level, lifespan="on", ws=LiveBoundedWebSockets,
+                            ws_ping_interval=None,
                             ws_ping_timeout=None, timeout_keep_alive=HTTP_KEEP_ALIVE_S)
     server = uvicorn.Server(config)
     server.run(sockets=[sock])

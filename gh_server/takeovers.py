@@ -24,6 +24,8 @@ back there (`answer_relayed` in gh_server/gateway.py) and waits the same way. On
         cap            `takeover_cap_minutes` since the take
         attempt_ended  the attempt left its task (task_end, checking/done, cancel), or the runner's
                        connection the hold was taken on closed (a reconnect's new session keeps its own)
+        view_failed    the holder's view failed to open before any input (gh_server/live/relay.py): the
+                       hold is undone, its entry taken off the row and `assisted` as the other entries say
       The entry is finished (ended_at, ended_by, held_seconds, counts, events), the runner is sent
       `task_hold` not held, the clocks run again, and the waiting requests are answered (a screen
       fresh, an input or exec `taken_over`).
@@ -57,7 +59,7 @@ from gh_server.live.rfb import Message
 from gh_server.models import Attempt, utcnow
 from gh_server.timestamps import ts
 from gh_wire import protocol
-from gh_wire.vocab import AttemptStatus, TakeoverEnd
+from gh_wire.vocab import AttemptStatus, TakeoverEnd, ViewEndReason
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +127,7 @@ class Hold:
     session_id: str = ""  # the runner's connection it was taken on: that connection's close ends it
     recorded: bool = False  # its entry is on the attempt's row (other processes see it)
     steps: HumanSteps = field(default_factory=HumanSteps)
+    driven: bool = False  # the holder's view sent input
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     ended_by: TakeoverEnd | None = None
     held_seconds: float | None = None
@@ -236,7 +239,17 @@ class TakeoverDesk:
     def human_input(self, hold: Hold, msg: Message) -> None:
         """An input message from the holder's view: the idle clock moves, and it becomes a human step."""
         hold.last_input = self._now()
+        hold.driven = True
         hold.steps.add(msg, datetime.now(UTC))
+
+    async def view_failed(self, hold: Hold, reason: ViewEndReason) -> bool:
+        """The holder's view failed to open (`reason`): the hold is undone, unless its holder drove the
+        machine already (a reload's view that failed; the hold goes on to its idle bound). Whether undone."""
+        if hold.driven or hold.ended_by is not None or self.holds.get(hold.attempt_id) is not hold:
+            return False
+        log.warning("the takeover view of %s failed (%s): the hold is undone", hold.attempt_id, reason.value)
+        await self.end(hold, TakeoverEnd.VIEW_FAILED)
+        return True
 
     async def passage(self, attempt_id: str, runner_id: str) -> bool:
         """Return once nobody holds the attempt's machine, here or (a shared database, its runner not
@@ -363,9 +376,10 @@ class TakeoverDesk:
         finally:
             hold.ended.set()
         entry = hold.entry()
+        undone = reason is TakeoverEnd.VIEW_FAILED
         try:
             await asyncio.shield(self.link.dbq.run(
-                lambda s: _persist_end(s, hold.attempt_id, entry, hold.held_seconds or 0.0, hold.cap_s)))
+                lambda s: _persist_end(s, hold.attempt_id, entry, hold.held_seconds or 0.0, hold.cap_s, undone)))
         except Exception:
             log.exception("could not record the end of the takeover of %s", hold.attempt_id)
         log.info("takeover of %s ended: %s after %.1f s (%d keys, %d clicks, %d typed)", hold.attempt_id,
@@ -461,11 +475,18 @@ def _persist_begin(session: Session, attempt_id: str, entry: dict[str, Any],
     return None
 
 
-def _persist_end(session: Session, attempt_id: str, entry: dict[str, Any], held_s: float, cap_s: float) -> None:
+def _persist_end(session: Session, attempt_id: str, entry: dict[str, Any], held_s: float, cap_s: float,
+                 undone: bool = False) -> None:
+    """Finish the hold's entry (`undone`: take it off, and the attempt is assisted only by the others)."""
     a = session.get(Attempt, attempt_id)
     if a is not None:
-        a.takeovers = [entry if (t.get("started_at"), t.get("by_key_id")) == (entry["started_at"], entry["by_key_id"])
-                       else t for t in (a.takeovers or [])]
+        same = (entry["started_at"], entry["by_key_id"])
+        if undone:
+            a.takeovers = [t for t in (a.takeovers or []) if (t.get("started_at"), t.get("by_key_id")) != same]
+            a.assisted = bool(a.takeovers)
+        else:
+            a.takeovers = [entry if (t.get("started_at"), t.get("by_key_id")) == same else t
+                           for t in (a.takeovers or [])]
     grants.extend(session, attempt_id, held_s - cap_s)
 
 

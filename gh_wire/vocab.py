@@ -100,6 +100,10 @@ class ViewEndReason(StrEnum):
     RFB_PROTOCOL = "rfb_protocol"  # the viewer sent something that is not RFB 3.8 as we accept it
     CLOSED = "closed"  # the server ended it (view_close), or the runner is shutting down
     KEY_REVOKED = "key_revoked"  # the viewer's API key was revoked (DELETE /v1/api_keys/{id})
+    # The viewer sent more than a view's share (bytes or messages a second, gh_server/live/budget.py),
+    # or a message over the live socket's bound (gh_server/live/sockets.py).
+    VIEWER_TOO_FAST = "viewer_too_fast"
+    WATCH_IDLE = "watch_idle"  # a watcher sent nothing for the server's bound (a driver's view never idles out)
     # A secret was typed in the attempt: from then on its watchers see what its replay shows (masked
     # frames), never the display as it is. Ends a watch-only view, and refuses a new one.
     MASKED = "masked"
@@ -112,6 +116,9 @@ class TakeoverEnd(StrEnum):
     IDLE = "idle"  # no input for the server's takeover_idle_seconds (the browser closed, the person left)
     CAP = "cap"  # the hold reached the server's takeover_cap_minutes
     ATTEMPT_ENDED = "attempt_ended"  # the attempt left its task (cancelled, its runner's link lost, an error)
+    # The holder's view failed to open before any input (the runner refused it, no screen): the hold is
+    # undone, its entry removed and the attempt not assisted by it. Never on an attempt's row.
+    VIEW_FAILED = "view_failed"
 
 
 class AgentFault(StrEnum):

@@ -8,12 +8,19 @@
    with its runner token within OPEN_TIMEOUT_S, or says `view_refused` with a reason.
 3. Bytes flow. Runner to viewer through a queue of QUEUE_CHUNKS chunks: a viewer that leaves it full
    for VIEWER_SLOW_S (or does not take one chunk in that time) is dropped with `viewer_too_slow`, and
-   the runner's socket is never left unread longer than that. Viewer to runner through the RFB
-   parser (gh_server/live/rfb.py): a read-only viewer's input is dropped here; a start state's
-   admin's is counted (gh_server/live/inputs.py) and moves its idle clock; an attempt's passes only
-   while that view's key holds the attempt's takeover (gh_server/takeovers.py), and becomes the
+   the runner's socket is never left unread longer than that. Viewer to runner: each WebSocket message
+   is first counted against the view's share (gh_server/live/budget.py; past it, `viewer_too_fast`),
+   then goes through the RFB parser (gh_server/live/rfb.py): a read-only viewer's key and pointer
+   events are cut out unparsed and the rest of its input dropped here; a watcher's messages that make
+   QEMU send the display again are paced, and a watcher silent for WATCH_IDLE_S ends (`watch_idle`);
+   a start state's admin's is counted (gh_server/live/inputs.py) and moves its idle clock; an
+   attempt's passes only while that view's key holds the attempt's takeover (gh_server/takeovers.py), and becomes the
    hold's human steps and moves its idle clock. The holder's view is opened on the runner as not
    watch-only; every other view of an attempt is watch-only. A hold's end ends its holder's views.
+   A key has at most MAX_WATCHES_PER_KEY watchers' views open here; the views that drive (a holder's, a
+   start state admin's) are never counted against it, nor against the runner's watcher seats
+   (gh_runner/live_views.py). A holder's view that fails to open before its hold had any input undoes
+   the hold (TakeoverDesk.view_failed): no attempt is left assisted and paused with no screen.
 4. Either end closes both, with one `ViewEndReason` as the close reason (code 4010). The server ends
    them too: the views of a key are kept by its id, and its revocation ends them with `key_revoked`
    (ServerState.key_revoked, from DELETE /v1/api_keys/{id}).
@@ -38,8 +45,10 @@ from fastapi.concurrency import run_in_threadpool
 from gh_common.timeouts import within
 from gh_server import runner_rows
 from gh_server.live import inputs
+from gh_server.live.budget import DRIVER, WATCHER, Budget
 from gh_server.live.inputs import InputCount
-from gh_server.live.rfb import INPUT_KINDS, ClientStream, Kind, RfbError
+from gh_server.live.rfb import DISPLAY_WORK_KINDS, INPUT_KINDS, ClientStream, Kind, RfbError
+from gh_server.live.sockets import MAX_MESSAGE
 from gh_server.live.tickets import Ticket, Tickets
 from gh_server.models import ApiKey, Attempt, StartState
 from gh_server.state import ServerState
@@ -54,14 +63,22 @@ OPEN_TIMEOUT_S = 120.0  # view_open to the runner's socket (the runner's own bou
 QUEUE_CHUNKS = 64  # runner -> viewer; a runner chunk is at most 64 KiB (gh_runner/live_views.py)
 VIEWER_SLOW_S = 5.0  # a viewer that takes nothing for this long is dropped
 SEND_TIMEOUT_S = 10.0  # one viewer message to the runner
-# A watcher's framebuffer update requests reach the runner at most this often (5 a second). QEMU encodes
-# and sends a screen change for each client that asks: 8 watchers of a machine whose screen changes all
-# the time, each asking again at once after every update as noVNC does, made the agent's step 20-30%
-# slower on 2 cores; paced to 5 a second, within the noise (bench/agent_step.py, "8 viewers zrle 5/s").
-# The person holding the machine, and an admin at an open start state, are not paced: they drive it.
+# A watcher's framebuffer update requests, and every other message that makes QEMU send or encode the
+# display again (rfb.DISPLAY_WORK_KINDS: SetPixelFormat, SetEncodings...), reach the runner at most this
+# often (5 a second). QEMU encodes and sends a screen change for each client that asks: 8 watchers of a
+# machine whose screen changes all the time, each asking again at once after every update as noVNC does,
+# made the agent's step 20-30% slower on 2 cores; paced to 5 a second, within the noise
+# (bench/agent_step.py, "8 viewers zrle 5/s"). The person holding the machine, and an admin at an open
+# start state, are not paced: they drive it.
 WATCH_UPDATE_GAP_S = 0.2
 VIEWER_BACKLOG = 16  # viewer -> runner messages waiting for their turn (a watcher's paced requests)
-MAX_VIEWER_MESSAGE = 2 * 1024 * 1024  # one WebSocket message from the viewer
+MAX_VIEWER_MESSAGE = MAX_MESSAGE  # one WebSocket message from the viewer (the transport's bound, checked again)
+WATCH_IDLE_S = 300.0  # a watcher that sends nothing (not even an update request) this long is ended
+MAX_WATCHES_PER_KEY = 16  # watchers' views of one key open here at once (noVNC: one per watch page)
+# A holder's view that ends so before it ever piped was never a screen: its hold is undone.
+OPEN_FAILURES = frozenset({ViewEndReason.NO_MACHINE, ViewEndReason.NO_SCREEN, ViewEndReason.TOO_MANY_VIEWS,
+                           ViewEndReason.SCREEN_FAILED, ViewEndReason.DIAL_FAILED,
+                           ViewEndReason.RUNNER_UNAVAILABLE})
 TOUCH_EVERY_S = 10.0  # input moves the start state's last_input_at at most this often
 CLOSE_TIMEOUT_S = 2.0
 # An attempt whose machine is up (or being made): its view may open.
@@ -74,6 +91,7 @@ class _Pending:
     arrived: asyncio.Future[WebSocket | protocol.ViewRefused]
     attempt_id: str | None = None
     holds: bool = False  # the holder's view of an attempt taken over
+    watching: bool = False  # a watcher's view (read-only): counted against its key's MAX_WATCHES_PER_KEY
     runner_id: str = ""  # known once the machine is found
     done: asyncio.Event = field(default_factory=asyncio.Event)
     reason: ViewEndReason = ViewEndReason.CLOSED
@@ -166,14 +184,24 @@ class LiveRelay:
         if t is None:
             await _close(ws, protocol.CLOSE_VIEW_ENDED, ViewEndReason.TICKET_INVALID)
             return
+        watches = sum(self._pending[v].watching for v in self._by_key.get(t.key_id, ()))
+        if t.read_only and watches >= MAX_WATCHES_PER_KEY:
+            self.ended[ViewEndReason.TOO_MANY_VIEWS] += 1
+            await _close(ws, protocol.CLOSE_VIEW_ENDED, ViewEndReason.TOO_MANY_VIEWS)
+            return
         view_id = secrets.token_urlsafe(16)
-        p = _Pending(t.key_id, asyncio.get_running_loop().create_future(), attempt_id=t.attempt_id)
+        p = _Pending(t.key_id, asyncio.get_running_loop().create_future(), attempt_id=t.attempt_id,
+                     watching=t.read_only)
         # Kept by its key before the key is checked, so a revocation from here on ends it.
         self._pending[view_id] = p
         self._by_key.setdefault(t.key_id, set()).add(view_id)
         count = InputCount(key_id=t.key_id, key_name=t.key_name)
         try:
             p.reason = await self._view(ws, t, view_id, p, count)
+            if p.holds and p.reason in OPEN_FAILURES and self.takeovers is not None:
+                hold = self._holder(t)
+                if hold is not None:
+                    await self.takeovers.view_failed(hold, p.reason)
         finally:
             p.done.set()
             self._pending.pop(view_id, None)
@@ -236,9 +264,10 @@ class LiveRelay:
     async def _pipe(self, viewer: WebSocket, runner: WebSocket, t: Ticket, p: _Pending,
                     count: InputCount) -> ViewEndReason:
         queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=QUEUE_CHUNKS)
-        # Viewer -> runner, in order; each item says whether it carries an update request (paced for watchers).
+        # Viewer -> runner, in order; each item says whether it makes QEMU work (paced for watchers).
         outbound: asyncio.Queue[tuple[bytes, bool]] = asyncio.Queue(maxsize=VIEWER_BACKLOG)
-        gap = WATCH_UPDATE_GAP_S if t.attempt_id is not None and not p.holds else 0.0
+        watcher = t.attempt_id is not None and not p.holds
+        gap = WATCH_UPDATE_GAP_S if watcher else 0.0
 
         async def from_runner() -> ViewEndReason:
             while True:
@@ -262,15 +291,25 @@ class LiveRelay:
                     return ViewEndReason.VIEWER_TOO_SLOW
 
         async def from_viewer() -> ViewEndReason:
-            parser = ClientStream()
+            parser = ClientStream(drop_input=t.read_only)
+            budget = Budget(WATCHER if watcher else DRIVER)
             last_touch = 0.0
             while True:
-                m = await viewer.receive()
+                if watcher:
+                    try:
+                        m = await within(WATCH_IDLE_S, viewer.receive())
+                    except TimeoutError:
+                        return ViewEndReason.WATCH_IDLE
+                else:
+                    m = await viewer.receive()
                 if m["type"] == "websocket.disconnect":
                     return ViewEndReason.VIEWER_CLOSED
                 data = m.get("bytes")
-                if data is None or len(data) > MAX_VIEWER_MESSAGE:
+                if data is None:
                     return ViewEndReason.RFB_PROTOCOL
+                # Counted before a byte of it is parsed: the parse is what costs the server's one loop.
+                if len(data) > MAX_VIEWER_MESSAGE or not budget.spend(len(data)):
+                    return ViewEndReason.VIEWER_TOO_FAST
                 try:
                     messages = parser.feed(data)
                 except RfbError as e:
@@ -291,7 +330,7 @@ class LiveRelay:
                             self.takeovers.human_input(hold, msg)
                         sent_input = True
                         _count(count, msg.kind, msg.key_down)
-                    asks = asks or msg.kind is Kind.UPDATE_REQUEST
+                    asks = asks or msg.kind in DISPLAY_WORK_KINDS
                     out += msg.data
                 if out:
                     try:

@@ -50,6 +50,12 @@ class Kind(StrEnum):
 
 # What changes the machine rather than the view of it: dropped for a read-only viewer.
 INPUT_KINDS = frozenset({Kind.KEY, Kind.POINTER, Kind.CUT_TEXT, Kind.QEMU_KEY, Kind.SET_DESKTOP_SIZE})
+# What makes QEMU encode or send the display again for this client: a watcher's are paced
+# (gh_server/live/relay.py, WATCH_UPDATE_GAP_S), whatever their kind.
+DISPLAY_WORK_KINDS = frozenset({Kind.SET_PIXEL_FORMAT, Kind.SET_ENCODINGS, Kind.UPDATE_REQUEST,
+                                Kind.CONTINUOUS_UPDATES, Kind.SET_DESKTOP_SIZE})
+# The fixed-size input messages a read-only stream drops in runs, without a Message each: type -> size.
+_DROPPED_RUNS = {4: 8, 5: 6}
 
 
 @dataclass(frozen=True)
@@ -67,12 +73,18 @@ class _Phase(Enum):
 
 
 class ClientStream:
-    """Splits the viewer's byte stream into messages. After an `RfbError` the stream is unusable."""
+    """Splits the viewer's byte stream into messages. After an `RfbError` the stream is unusable.
 
-    def __init__(self, max_cut_text: int = MAX_CUT_TEXT) -> None:
+    A read-only stream (`drop_input`) cuts runs of key and pointer events out of its buffer in one go and
+    counts them in `dropped`: they never become messages. Its other input still does (the relay drops it).
+    """
+
+    def __init__(self, max_cut_text: int = MAX_CUT_TEXT, drop_input: bool = False) -> None:
         self._buf = bytearray()
         self._phase = _Phase.VERSION
         self._max_cut_text = max_cut_text
+        self._drop_input = drop_input
+        self.dropped = 0
 
     def feed(self, data: bytes) -> list[Message]:
         """The whole messages `data` completes, in order.
@@ -83,6 +95,8 @@ class ClientStream:
         self._buf += data
         out: list[Message] = []
         while True:
+            if self._drop_input and self._phase is _Phase.MESSAGES:
+                self._drop_runs()
             msg = self._next()
             if msg is None:
                 return out
@@ -91,6 +105,15 @@ class ClientStream:
     @property
     def buffered(self) -> int:
         return len(self._buf)
+
+    def _drop_runs(self) -> None:
+        buf, at, n, dropped = self._buf, 0, len(self._buf), 0
+        while at < n and (size := _DROPPED_RUNS.get(buf[at])) is not None and at + size <= n:
+            at += size
+            dropped += 1
+        if at:
+            del buf[:at]
+            self.dropped += dropped
 
     def _take(self, n: int) -> bytes:
         chunk = bytes(self._buf[:n])
@@ -189,4 +212,4 @@ class ClientStream:
         raise RfbError(f"RFB client message type {mtype} is not accepted")
 
 
-__all__ = ["INPUT_KINDS", "ClientStream", "Kind", "Message", "RfbError"]
+__all__ = ["DISPLAY_WORK_KINDS", "INPUT_KINDS", "ClientStream", "Kind", "Message", "RfbError"]

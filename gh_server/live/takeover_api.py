@@ -1,7 +1,9 @@
 """The takeover routes (admin): `POST /v1/attempts/{id}/takeover` and `POST /v1/attempts/{id}/handback`
 (docs/server-api.md, "Takeovers"). The hold itself is the desk's (gh_server/takeovers.py); the holder
 drives through a writable live view of the attempt (gh_server/live/relay.py), whose ticket the
-takeover's answer carries. The holder may ask again (a reload): its hold, and a new view.
+takeover's answer carries. The ticket is issued before the hold is taken (no hold without a view to
+drive it; a refused take drops the ticket), and a view of it that fails to open undoes the hold
+(TakeoverDesk.view_failed). The holder may ask again (a reload): its hold, and a new view.
 """
 
 from __future__ import annotations
@@ -36,14 +38,16 @@ def install(app: FastAPI, st: ServerState, relay: LiveRelay, desk: TakeoverDesk)
                  summary="Take over a running attempt's machine: its agent waits, its time limit stops (admin)")
     async def take(attempt_id: str, p: Principal = Depends(require_admin)) -> dict[str, Any]:
         name = await run_in_threadpool(key_name, p)
+        view = view_object(lambda: relay.tickets.issue(key_id=p.key_id, key_name=name, read_only=False,
+                                                       attempt_id=attempt_id))
         try:
             hold = await desk.take(attempt_id, p.key_id, name)
         except Refused as e:
+            relay.tickets.discard(view["ticket"])
             raise _refused(e) from None
         except NoAttempt:
+            relay.tickets.discard(view["ticket"])
             raise not_found("attempt", attempt_id) from None
-        view = view_object(lambda: relay.tickets.issue(key_id=p.key_id, key_name=name, read_only=False,
-                                                       attempt_id=attempt_id))
         return {"object": "takeover", "attempt_id": attempt_id, **hold.in_progress(),
                 "idle_seconds": hold.idle_s, "view": view}
 

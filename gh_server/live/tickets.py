@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 TICKET_PREFIX = "lv_"
 TICKET_TTL_S = 30.0
 MAX_TICKETS = 4096  # unexpired at once, across every key: past this, new ones are refused
+MAX_TICKETS_PER_KEY = 32  # unexpired at once for one key: one key cannot take the others' tickets
 
 
 @dataclass(frozen=True)
@@ -33,15 +34,16 @@ class Ticket:
 
 
 class TooManyTickets(Exception):
-    """MAX_TICKETS unexpired tickets are out already."""
+    """MAX_TICKETS unexpired tickets are out already, or MAX_TICKETS_PER_KEY of the asking key's."""
 
 
 class Tickets:
     def __init__(self, ttl: float = TICKET_TTL_S, clock: Callable[[], float] = time.monotonic,
-                 limit: int = MAX_TICKETS) -> None:
+                 limit: int = MAX_TICKETS, per_key: int = MAX_TICKETS_PER_KEY) -> None:
         self.ttl = ttl
         self._clock = clock
         self._limit = limit
+        self._per_key = per_key
         self._live: dict[str, Ticket] = {}
 
     def issue(self, *, key_id: str, key_name: str, read_only: bool, start_state_id: str | None = None,
@@ -56,6 +58,9 @@ class Tickets:
         self._prune()
         if len(self._live) >= self._limit:
             raise TooManyTickets(f"{self._limit} live-view tickets are out; try again in {self.ttl:g} s")
+        if sum(t.key_id == key_id for t in self._live.values()) >= self._per_key:
+            raise TooManyTickets(f"this key has {self._per_key} unused live-view tickets out; open them, or try "
+                                 f"again in {self.ttl:g} s")
         now = self._clock()
         ticket = Ticket(value=TICKET_PREFIX + secrets.token_urlsafe(32), key_id=key_id, key_name=key_name,
                         read_only=read_only, expires_at=datetime.now(UTC) + timedelta(seconds=self.ttl),
@@ -70,10 +75,14 @@ class Tickets:
             return None
         return ticket
 
+    def discard(self, value: str) -> None:
+        """The ticket will not be used (what it was for was refused)."""
+        self._live.pop(value, None)
+
     def _prune(self) -> None:
         now = self._clock()
         for value in [v for v, t in self._live.items() if now >= t.deadline]:
             del self._live[value]
 
 
-__all__ = ["MAX_TICKETS", "TICKET_TTL_S", "Ticket", "Tickets", "TooManyTickets"]
+__all__ = ["MAX_TICKETS", "MAX_TICKETS_PER_KEY", "TICKET_TTL_S", "Ticket", "Tickets", "TooManyTickets"]

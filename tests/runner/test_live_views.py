@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
-from gh_runner.live_views import LiveViews
+from gh_runner.live_views import DRIVER_SEATS, MAX_VIEWS_PER_MACHINE, LiveViews
 from gh_wire.protocol import CLOSE_VIEW_ENDED, ViewOpen, ViewRefused
 from gh_wire.vocab import ViewEndReason
 from providers.errors import NoScreenStream
@@ -185,3 +185,23 @@ async def test_a_secret_typed_ends_the_watchers_views_and_refuses_new_ones(env: 
     refused = await refusal(env["sent"])
     assert (refused.view_id, refused.reason) == ("watch002", ViewEndReason.MASKED)
     assert env["server"].paths.count("/v1/runners/views/watch002") == 0
+
+
+async def test_twelve_watchers_leave_the_driver_its_seat(env: dict[str, Any]) -> None:
+    """The issue's attack: 12 idle member watchers of one machine shut the admin's takeover view out with
+    `too_many_views`. Watchers now take at most MAX_VIEWS_PER_MACHINE - DRIVER_SEATS; the holder's view opens."""
+    watched: LiveViews = env["watched"]
+    for n in range(MAX_VIEWS_PER_MACHINE):
+        watched.open(ViewOpen(view_id=f"watch{n:03d}", attempt_id="at_w", watch_only=True))
+    seated = MAX_VIEWS_PER_MACHINE - DRIVER_SEATS
+    async with asyncio.timeout(20):
+        for _ in range(seated):
+            await env["server"].sockets.get()
+        refused = [await refusal(env["sent"]) for _ in range(DRIVER_SEATS)]
+    assert {r.reason for r in refused} == {ViewEndReason.TOO_MANY_VIEWS}
+    watched.open(ViewOpen(view_id="holder01", attempt_id="at_w"))
+    async with asyncio.timeout(10):
+        holder = await env["server"].sockets.get()
+        assert holder.request is not None and holder.request.path == "/v1/runners/views/holder01"
+        assert await holder.recv() == b"RFB 003.008\n"
+    assert env["sent"].empty()

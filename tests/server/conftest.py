@@ -18,6 +18,7 @@ from kit.net import free_port
 
 from gh_server.app import HTTP_KEEP_ALIVE_S, create_app
 from gh_server.auth import create_key
+from gh_server.live.sockets import LiveBoundedWebSockets
 from gh_server.settings import Settings
 from gh_server.state import ServerState
 
@@ -51,7 +52,7 @@ class RunningServer:
         self.settings = settings
         self.app = create_app(settings)
         cfg = uvicorn.Config(self.app, host=settings.host, port=settings.port, log_level="warning", lifespan="on",
-                             timeout_keep_alive=HTTP_KEEP_ALIVE_S)  # as gh-server's own
+                             ws=LiveBoundedWebSockets, timeout_keep_alive=HTTP_KEEP_ALIVE_S)  # as gh-server's own
         self.server = uvicorn.Server(cfg)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -119,3 +119,27 @@ def test_a_ticket_is_for_one_machine() -> None:
         Tickets().issue(key_id="ak_1", key_name="me", read_only=False)
     with pytest.raises(ValueError):
         Tickets().issue(key_id="ak_1", key_name="me", read_only=False, start_state_id="ss_1", attempt_id="at_1")
+
+
+def test_tickets_are_bounded_per_key() -> None:
+    """One key cannot take the others' tickets: its own run out at MAX_TICKETS_PER_KEY (the pool was one
+    4,096 across every key), and a ticket whose purpose was refused is discarded."""
+    t = Tickets(per_key=3)
+    issued = [t.issue(key_id="ak_1", key_name="me", read_only=True, attempt_id="at_1") for _ in range(3)]
+    with pytest.raises(TooManyTickets):
+        t.issue(key_id="ak_1", key_name="me", read_only=True, attempt_id="at_1")
+    t.issue(key_id="ak_2", key_name="you", read_only=True, attempt_id="at_1")
+    t.discard(issued[0].value)
+    assert t.take(issued[0].value) is None
+    t.issue(key_id="ak_1", key_name="me", read_only=True, attempt_id="at_1")
+
+
+def test_tickets_per_key_default_leaves_room_for_other_keys() -> None:
+    from gh_server.live.tickets import MAX_TICKETS_PER_KEY
+
+    t = Tickets()
+    for _ in range(MAX_TICKETS_PER_KEY):
+        t.issue(key_id="ak_1", key_name="me", read_only=True, attempt_id="at_1")
+    with pytest.raises(TooManyTickets):
+        t.issue(key_id="ak_1", key_name="me", read_only=True, attempt_id="at_1")
+    assert MAX_TICKETS_PER_KEY < 4096

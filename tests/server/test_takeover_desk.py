@@ -9,6 +9,7 @@ import asyncio
 import struct
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pydantic
@@ -22,11 +23,12 @@ from gh_server.agents import grants
 from gh_server.agents.base import TAKEN_OVER, Machine, MachineError
 from gh_server.dbqueue import DbQueue
 from gh_server.live.human_steps import MAX_EVENTS, HumanSteps
+from gh_server.live.relay import LiveRelay
 from gh_server.live.rfb import Kind, Message
-from gh_server.models import Attempt, Base, MachineGrant
+from gh_server.models import ApiKey, Attempt, Base, MachineGrant
 from gh_server.takeovers import Refused, TakeoverDesk
 from gh_wire import protocol
-from gh_wire.vocab import TakeoverEnd
+from gh_wire.vocab import TakeoverEnd, ViewEndReason
 
 CAP_S, IDLE_S = 600.0, 60.0
 
@@ -319,3 +321,85 @@ async def test_a_request_turned_back_by_the_holding_process_waits_here_then_goes
     with pytest.raises(MachineError) as refused:
         await action
     assert refused.value.refusal == protocol.MachineRefusal.TAKEN_OVER and relayed == ["screen"]
+
+
+async def test_a_takeover_whose_view_fails_leaves_no_hold(desk: Any) -> None:
+    """The holder's view refused (`too_many_views`, no screen...) before any input: the hold is undone, so
+    the attempt is not left assisted with its agent paused and no screen for anyone. An earlier takeover's
+    entry stays, and a hold whose holder drove already is not undone by a reload's failed view."""
+    d, link, clock = desk
+    first = await d.take("at_run", "k_a", "alice")
+    d.human_input(first, Message(Kind.KEY, struct.pack(">BBxxI", 4, 1, 0xFF0D), key_down=True))
+    assert not await d.view_failed(first, ViewEndReason.TOO_MANY_VIEWS)  # it drove: a reload's failure
+    assert d.held("at_run")
+    await d.hand_back("at_run")
+    clock.now += 5
+    hold = await d.take("at_run", "k_b", "bob")
+    assert len(row(link).takeovers) == 2
+    assert await d.view_failed(hold, ViewEndReason.TOO_MANY_VIEWS)
+    assert not d.held("at_run") and hold.ended.is_set()
+    assert link.sent[-1] == protocol.TaskHold(attempt_id="at_run", held=False) and link.clock_held["at_run"] is False
+    a = row(link)
+    assert [t["by"] for t in a.takeovers] == ["alice"] and a.assisted is True
+
+    with link.db.begin() as s:  # an attempt never taken over before
+        s.add(Attempt(id="at_two", test_run_id="tr_1", run_case_id=2, test_case_id="tc_1", agent_id="cmd",
+                      try_number=1, status="running", runner_id="rn_1"))
+    only = await d.take("at_two", "k_b", "bob")
+    assert row(link, "at_two").assisted is True
+    assert await d.view_failed(only, ViewEndReason.NO_SCREEN)
+    a = row(link, "at_two")
+    assert a.assisted is False and not a.takeovers
+
+
+class _Gateway:
+    """The runner as the live relay sees it: it takes views, and refuses each `view_open` with `reason`."""
+
+    def __init__(self, relay: Any, reason: ViewEndReason) -> None:
+        self.relay, self.reason = relay, reason
+
+    def takes_views(self, runner_id: str) -> bool:
+        return True
+
+    async def send(self, runner_id: str, msg: pydantic.BaseModel) -> bool:
+        if isinstance(msg, protocol.ViewOpen):
+            refusal = protocol.ViewRefused(view_id=msg.view_id, reason=self.reason, message="full")
+            asyncio.get_running_loop().call_soon(self.relay.refused, runner_id, refusal)
+        return True
+
+
+class _Socket:
+    """The holder's browser: it opens the view's WebSocket and is told how it closed."""
+
+    headers: dict[str, str] = {}
+    scope: dict[str, Any] = {"subprotocols": ["binary"]}
+
+    def __init__(self) -> None:
+        self.closed: tuple[int, str] | None = None
+
+    async def accept(self, subprotocol: str | None = None) -> None:
+        pass
+
+    async def close(self, code: int, reason: str) -> None:
+        self.closed = (code, reason)
+
+
+async def test_the_holders_view_refused_by_the_runner_undoes_the_hold_through_the_relay(desk: Any) -> None:
+    """The chain the issue tried: the takeover's view closed at once with `too_many_views`; the relay hands
+    that to the desk, and the hold is gone (before: the attempt stayed assisted and its agent paused)."""
+    d, link, _ = desk
+    with link.db.begin() as s:
+        s.add(ApiKey(id="k_a", name="alice", role="admin", key_hash="0" * 64, prefix="gh_"))
+    st = SimpleNamespace(db=link.db, gateway=None)
+    relay = LiveRelay(st, takeovers=d)  # type: ignore[arg-type]
+    st.gateway = _Gateway(relay, ViewEndReason.TOO_MANY_VIEWS)
+    ticket = relay.tickets.issue(key_id="k_a", key_name="alice", read_only=False, attempt_id="at_run")
+    await d.take("at_run", "k_a", "alice")
+    ws = _Socket()
+    async with asyncio.timeout(30):
+        await relay.viewer_endpoint(ws, ticket.value)  # type: ignore[arg-type]
+    assert ws.closed == (protocol.CLOSE_VIEW_ENDED, ViewEndReason.TOO_MANY_VIEWS)
+    assert not d.held("at_run")
+    a = row(link)
+    assert a.assisted is False and not a.takeovers
+    assert link.sent[-1] == protocol.TaskHold(attempt_id="at_run", held=False)
