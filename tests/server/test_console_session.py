@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import select, update
 
 from gh_server.auth import create_key
+from gh_server.console_page import CSP
 from gh_server.models import ConsoleSession, StartState, StartStateVersion, new_id, utcnow
 
 from .conftest import RunningServer, Server, case_body, make_settings
@@ -214,6 +215,12 @@ def test_the_console_shadows_no_api_route(server: Server) -> None:
 def novnc_server(tmp_path: Path) -> Iterator[str]:
     (tmp_path / "core").mkdir()
     (tmp_path / "core" / "rfb.js").write_text("export default class RFB {}\n")
+    # What else Debian's noVNC holds: its own client, which connects wherever its query string says.
+    (tmp_path / "vnc.html").write_text("<html>noVNC</html>\n")
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "ui.js").write_text("export default {}\n")
+    (tmp_path / "vendor" / "pako" / "lib").mkdir(parents=True)
+    (tmp_path / "vendor" / "pako" / "lib" / "inflate.js").write_text("export const inflate = 1;\n")
     settings, data_dir = make_settings(None, novnc_dir=tmp_path)
     running = RunningServer(settings)
     running.start()
@@ -228,3 +235,17 @@ def test_novnc_is_served_from_the_configured_directory(novnc_server: str) -> Non
     r = httpx.get(f"{novnc_server}/console/novnc/core/rfb.js", timeout=30)
     assert r.status_code == 200 and r.text == "export default class RFB {}\n"
     assert httpx.get(f"{novnc_server}/console/novnc/core/nothing.js", timeout=30).status_code == 404
+
+
+def test_only_novncs_core_is_served_and_under_the_consoles_policy(novnc_server: str) -> None:
+    for part in ("core/rfb.js", "vendor/pako/lib/inflate.js"):  # what the live screen's import reaches
+        r = httpx.get(f"{novnc_server}/console/novnc/{part}", timeout=30)
+        assert r.status_code == 200, part
+        assert r.headers["content-security-policy"] == CSP and r.headers["x-content-type-options"] == "nosniff"
+    for path in ("vnc.html", "vnc.html?host=evil.example&port=443&autoconnect=1", "app/ui.js", "",
+                 "core/..%2fvnc.html", "core/%2e%2e/vnc.html", "vendor/pako/../../vnc.html"):
+        r = httpx.get(f"{novnc_server}/console/novnc/{path}", timeout=30)
+        assert r.status_code == 404, (path, r.status_code)
+        assert "noVNC" not in r.text
+    js = httpx.get(f"{novnc_server}/console/assets/api.js", timeout=30)
+    assert js.status_code == 200 and js.headers["content-security-policy"] == CSP
