@@ -22,6 +22,7 @@ from gh_server.models import ConsoleSession, StartState, StartStateVersion, new_
 from .conftest import RunningServer, Server, case_body, make_settings
 
 COOKIE = "gh_console"
+SECURE_COOKIE = "__Host-gh_console"
 
 
 def sign_in(server: Server, key: str, **headers: str) -> tuple[httpx.Client, dict[str, str], httpx.Response]:
@@ -58,9 +59,56 @@ def test_sign_in_sets_a_strict_httponly_cookie_and_stores_only_its_hash(server: 
 
 
 def test_secure_when_the_request_came_over_https_through_a_trusted_proxy(server: Server) -> None:
-    # uvicorn trusts X-Forwarded-Proto from loopback (its forwarded_allow_ips): a TLS proxy in front.
+    # trusted_proxies is loopback by default: a TLS proxy on this host in front.
     _c, _csrf, r = sign_in(server, server.admin_key, **{"X-Forwarded-Proto": "https"})
-    assert cookie_flags(r)[COOKIE]["secure"]
+    morsel = cookie_flags(r)[SECURE_COOKIE]
+    assert morsel["secure"] and morsel["path"] == "/" and not morsel["domain"] and morsel["httponly"]
+    assert COOKIE not in cookie_flags(r)
+
+
+def proxy_client(server: str, source: str) -> httpx.Client:
+    """A client whose connections come from `source` (any 127.0.0.0/8 address is this host's): a proxy there."""
+    return httpx.Client(base_url=server, timeout=30, transport=httpx.HTTPTransport(local_address=source))
+
+
+@pytest.fixture
+def behind_a_proxy() -> Iterator[tuple[str, str]]:
+    """A gh-server that trusts a TLS proxy at 127.0.0.2 (not the loopback default): its url and admin key."""
+    settings, data_dir = make_settings(None, trusted_proxies=["127.0.0.2"])
+    running = RunningServer(settings)
+    running.start()
+    try:
+        yield f"http://127.0.0.1:{settings.port}", (data_dir / "admin-api-key").read_text().strip()
+    finally:
+        running.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_the_cookie_is_host_prefixed_and_secure_when_a_configured_proxy_says_https(
+        behind_a_proxy: tuple[str, str]) -> None:
+    url, key = behind_a_proxy
+    https = {"X-Forwarded-Proto": "https", "X-Forwarded-For": "203.0.113.7"}
+    with proxy_client(url, "127.0.0.2") as proxy:
+        r = proxy.post("/v1/console/session", json={"api_key": key}, headers=https)
+        assert r.status_code == 200, r.text
+        morsel = cookie_flags(r)[SECURE_COOKIE]
+        assert morsel["secure"] and morsel["path"] == "/" and not morsel["domain"]
+        csrf = {"X-CSRF-Token": r.json()["csrf_token"]}
+        # The browser sends it back through the proxy (over https: by hand here, httpx keeps Secure to https).
+        cookie = {"Cookie": f"{SECURE_COOKIE}={morsel.value}"}
+        assert proxy.get("/v1/test_cases", headers={**https, **cookie}).status_code == 200
+        # The plain name over https is not read: anything on plain http to this host could have set it.
+        plain = proxy.get("/v1/test_cases", headers={**https, "Cookie": f"{COOKIE}={morsel.value}"})
+        assert plain.status_code == 401
+        # Over plain http (through the same proxy) the prefixed cookie is not read either.
+        assert proxy.get("/v1/test_cases", headers={"X-Forwarded-Proto": "http", **cookie}).status_code == 401
+        out = proxy.delete("/v1/console/session", headers={**https, **cookie, **csrf})
+        assert out.status_code == 200 and cookie_flags(out)[SECURE_COOKIE]["max-age"] == "0"
+    # Anyone else saying https is not believed: the plain cookie, without Secure.
+    with proxy_client(url, "127.0.0.3") as other:
+        r = other.post("/v1/console/session", json={"api_key": key}, headers=https)
+        assert r.status_code == 200 and SECURE_COOKIE not in cookie_flags(r)
+        assert not cookie_flags(r)[COOKIE]["secure"]
 
 
 def test_the_cookie_authenticates_reads_and_changes_need_the_csrf_token(server: Server) -> None:
