@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from gh_server import accesslog, api, console_page, db, errors, queue_wait, replays, start_state_jobs, webhooks
 from gh_server.agents.machine_api import router as machine_router
@@ -76,6 +77,10 @@ def create_app(settings: Settings, state: ServerState | None = None) -> FastAPI:
     app.add_middleware(YamlBody)
     app.add_middleware(InFlightLimit, prefix=MACHINE_API_PATH, limit=settings.machine_api_max_in_flight)
     app.add_middleware(BodyLimit, max_body=settings.max_body_bytes, max_batch_body=settings.max_batch_body_bytes)
+    # Outermost: a trusted proxy's X-Forwarded-Proto and -For become the request's scheme and client for
+    # everything inside (the console's cookie, gh_server/console_sessions.py; the access log; rate limits).
+    # The one decision: gh-server's uvicorn runs without its own (gh_server/cli.py).
+    app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)
     return app
 
 

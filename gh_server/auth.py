@@ -120,7 +120,7 @@ def authenticate(request: Request) -> Principal:
     """The Bearer key, or (with no Authorization header) the console's session cookie, whose requests that
     may change state must carry its CSRF token. The cookie stands for an API key, never a runner token."""
     st: ServerState = request.app.state.gh
-    cookie = request.cookies.get(console_sessions.COOKIE)
+    cookie = console_sessions.cookie_secret(request)
     if cookie and not request.headers.get("authorization"):
         return _from_cookie(st, request, cookie)
     token = _bearer(request)

@@ -189,9 +189,10 @@ def serve(args: argparse.Namespace) -> int:
     # No websocket pings from uvicorn (its defaults drop a silent runner after about 36 s): the
     # protocol's heartbeats and `dead_after` (45 s) are the one dead-peer bound, as documented. A live
     # viewer's socket gets its bounds in the protocol (gh_server/live/sockets.py).
+    # No proxy headers here: the app believes only `trusted_proxies` (gh_server/app.py).
     config = uvicorn.Config(app, log_level=args.log_level, lifespan="on", ws=LiveBoundedWebSockets,
-                            ws_ping_interval=None,
-                            ws_ping_timeout=None, timeout_keep_alive=HTTP_KEEP_ALIVE_S)
+                            ws_ping_interval=None, ws_ping_timeout=None, timeout_keep_alive=HTTP_KEEP_ALIVE_S,
+                            proxy_headers=False)
     server = uvicorn.Server(config)
     server.run(sockets=[sock])
     return EXIT_OK if server.started else EXIT_FAILED

@@ -4,8 +4,11 @@ signed in with a session cookie (gh_server/console_sessions.py). See docs/consol
 Every page of the console has its own URL, and a reload or a pasted link serves the same HTML, whose
 script reads the path: `/`, `/test_cases...`, `/test_sets...`, `/test_runs...`, `/attempts/...`,
 `/runners...`, `/start_states...`. None of these shadows /v1, /healthz, /metrics or the report and
-replay pages, which all live under /v1. The page's code is public (it holds no data); Debian's noVNC is
-served beside it at /console/novnc/ for the live screen.
+replay pages, which all live under /v1. The page's code is public (it holds no data). Of Debian's noVNC
+only the core is served, at /console/novnc/core/ (and the pako modules it imports, at
+/console/novnc/vendor/pako/): the ES modules the live screen imports (static/console/live_screen.js).
+noVNC's own client (vnc.html, which connects wherever its query string says) and the rest are a 404.
+Every response here carries the console's Content-Security-Policy.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.responses import Response
+from starlette.types import Scope
 
 CONSOLE_DIR = Path(__file__).parent / "static" / "console"
 PAGE_PREFIXES = ("test_cases", "test_sets", "test_runs", "attempts", "runners", "start_states")
@@ -26,12 +31,25 @@ HEADERS = {"Content-Security-Policy": CSP, "Cache-Control": "no-cache", "X-Conte
            "Referrer-Policy": "same-origin"}
 
 
+# noVNC's parts the live screen imports, below its directory: core/rfb.js and what it imports.
+NOVNC_PARTS = ("core", "vendor/pako")
+
+
+class _ConsoleFiles(StaticFiles):
+    """Static files with the console's headers: its policy, no sniffing, no-cache."""
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        response = await super().get_response(path, scope)
+        response.headers.update(HEADERS)
+        return response
+
+
 def _page() -> HTMLResponse:
     return HTMLResponse((CONSOLE_DIR / "index.html").read_text(encoding="utf-8"), headers=HEADERS)
 
 
 def install(app: FastAPI, novnc_dir: Path) -> None:
-    """Routes for the console's pages and files, and noVNC's (a missing noVNC answers 404, never fails
+    """Routes for the console's pages and files, and noVNC's core (a missing noVNC answers 404, never fails
     the server's start: the console works without the live screen)."""
 
     async def page() -> HTMLResponse:
@@ -44,5 +62,7 @@ def install(app: FastAPI, novnc_dir: Path) -> None:
     for prefix in PAGE_PREFIXES:
         app.add_api_route(f"/{prefix}", page, methods=["GET"], include_in_schema=False)
         app.add_api_route(f"/{prefix}/{{rest:path}}", page_below, methods=["GET"], include_in_schema=False)
-    app.mount("/console/assets", StaticFiles(directory=CONSOLE_DIR), name="console-assets")
-    app.mount("/console/novnc", StaticFiles(directory=novnc_dir, check_dir=False), name="novnc")
+    app.mount("/console/assets", _ConsoleFiles(directory=CONSOLE_DIR), name="console-assets")
+    for part in NOVNC_PARTS:
+        app.mount(f"/console/novnc/{part}", _ConsoleFiles(directory=novnc_dir / part, check_dir=False),
+                  name=f"novnc-{part}")

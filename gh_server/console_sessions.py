@@ -1,9 +1,14 @@
 """The console's sign-in: an API key traded once for a session cookie and a CSRF token.
 
 The browser sends its key once (POST /v1/console/session); the page never keeps it. What it gets back:
-- the cookie `gh_console`, HttpOnly (no script reads it), SameSite=Strict (no other site's page sends
-  it), Path=/, Max-Age the session's life, and Secure when the request came over https (uvicorn's
-  proxy_headers turn a trusted proxy's X-Forwarded-Proto into the request's scheme);
+- the cookie, HttpOnly (no script reads it), SameSite=Strict (no other site's page sends it), Path=/,
+  Max-Age the session's life. Its name goes by the request's scheme (a trusted proxy's X-Forwarded-Proto
+  counts: the setting `trusted_proxies`, gh_server/app.py): over https it is `__Host-gh_console`, with
+  Secure and no Domain, which a browser takes only from a secure origin for this host alone, so a page
+  on plain http or on a sibling host cannot plant a session of its own choosing; over http (a lab's
+  127.0.0.1, where a browser refuses a `__Host-` cookie without Secure) it is `gh_console`. Each
+  scheme reads only its own name: an https request never takes the plain cookie, which anything on
+  plain http to this host could have set;
 - a CSRF token the page sends as `X-CSRF-Token` on every request that is not GET, HEAD or OPTIONS.
 
 Only the sha256 of the cookie's secret is stored (as API keys are, gh_server/auth.py), beside the key it
@@ -26,7 +31,8 @@ from sqlalchemy.orm import Session
 from gh_server.models import ApiKey, ConsoleSession, utcnow
 from gh_server.timestamps import ts
 
-COOKIE = "gh_console"
+COOKIE = "gh_console"  # over plain http
+SECURE_COOKIE = "__Host-" + COOKIE  # over https: Secure, Path=/, no Domain (the prefix's rules)
 CSRF_HEADER = "X-CSRF-Token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # A working day: a person signs in once in the morning; a forgotten tab stops working by the next one.
@@ -91,11 +97,22 @@ def csrf_ok(request: Request, signed_in: ConsoleSignIn) -> bool:
     return bool(sent) and hmac.compare_digest(sent.encode(), signed_in.csrf_token.encode())
 
 
+def cookie_name(request: Request) -> str:
+    """The session cookie's name for this request's scheme (after the trusted proxy's word)."""
+    return SECURE_COOKIE if request.url.scheme == "https" else COOKIE
+
+
+def cookie_secret(request: Request) -> str | None:
+    """The session's secret this request carries, under its scheme's name only."""
+    return request.cookies.get(cookie_name(request)) or None
+
+
 def set_cookie(response: Response, request: Request, secret: str) -> None:
-    response.set_cookie(COOKIE, secret, max_age=int(LIFETIME.total_seconds()), path="/", httponly=True,
-                        samesite="strict", secure=request.url.scheme == "https")
+    name = cookie_name(request)
+    response.set_cookie(name, secret, max_age=int(LIFETIME.total_seconds()), path="/", httponly=True,
+                        samesite="strict", secure=name == SECURE_COOKIE)
 
 
 def clear_cookie(response: Response, request: Request) -> None:
-    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict",
-                           secure=request.url.scheme == "https")
+    name = cookie_name(request)
+    response.delete_cookie(name, path="/", httponly=True, samesite="strict", secure=name == SECURE_COOKIE)

@@ -324,7 +324,7 @@ def _authorize(request: Request, attempt_id: str) -> str | None:
     if token and verify_token(signing_key(state.settings), attempt_id, token):
         return token
     auth = request.headers.get("authorization", "")
-    cookie = request.cookies.get(console_sessions.COOKIE)
+    cookie = console_sessions.cookie_secret(request)
     if cookie and not auth:
         with state.db() as session:
             if console_sessions.lookup(session, cookie) is not None:

@@ -261,12 +261,22 @@ class Settings(BaseModel):
     webhook_allow: list[str] = Field(default_factory=list)
     # How long a request waits for a locked SQLite database before it answers 503 (Retry-After).
     db_busy_timeout: float = Field(default=5.0, gt=0)
+    # Proxies whose X-Forwarded-Proto and X-Forwarded-For gh-server believes (addresses or CIDRs, `*` any):
+    # a TLS proxy in front. Its https is the request's scheme: the console's cookie is then `__Host-` and
+    # Secure (gh_server/console_sessions.py). Loopback by default; env GH_SERVER_TRUSTED_PROXIES (comma-
+    # separated), else uvicorn's FORWARDED_ALLOW_IPS.
+    trusted_proxies: list[str] = Field(default_factory=lambda: ["127.0.0.1", "::1"])
     # Debian's noVNC (the `novnc` package), served to the console's live screen at /console/novnc/.
     novnc_dir: Path = Path("/usr/share/novnc")
     # A person's takeover of an attempt's machine (gh_server/takeovers.py): at most this long, and it
     # ends on its own after this long without input (the browser closed); the agent then goes on.
     takeover_cap_minutes: float = Field(default=30.0, gt=0, le=24 * 60)
     takeover_idle_seconds: float = Field(default=300.0, gt=0)
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _comma_separated(cls, v: Any) -> Any:
+        return [p.strip() for p in v.split(",") if p.strip()] if isinstance(v, str) else v
 
     @field_validator("agents", mode="before")
     @classmethod
@@ -307,7 +317,7 @@ class Settings(BaseModel):
         """Defaults < config file (--config / GH_SERVER_CONFIG) < GH_SERVER_* env < `overrides` (flags).
 
         Env: GH_SERVER_DATA_DIR, GH_SERVER_DATABASE_URL, GH_SERVER_HOST, GH_SERVER_PORT, GH_SERVER_API_KEY,
-        GH_SERVER_PUBLIC_URL, GH_SERVER_RUNNER_GRACE_SECONDS, GH_SERVER_NOVNC_DIR."""
+        GH_SERVER_PUBLIC_URL, GH_SERVER_RUNNER_GRACE_SECONDS, GH_SERVER_NOVNC_DIR, GH_SERVER_TRUSTED_PROXIES."""
         env: dict[str, Any] = {}
         path = config_file or os.environ.get("GH_SERVER_CONFIG")
         if path:
@@ -323,7 +333,10 @@ class Settings(BaseModel):
             "novnc_dir": "GH_SERVER_NOVNC_DIR",
             "takeover_cap_minutes": "GH_SERVER_TAKEOVER_CAP_MINUTES",
             "takeover_idle_seconds": "GH_SERVER_TAKEOVER_IDLE_SECONDS",
+            "trusted_proxies": "GH_SERVER_TRUSTED_PROXIES",
         }
+        if os.environ.get("FORWARDED_ALLOW_IPS") and "trusted_proxies" not in env:
+            env["trusted_proxies"] = os.environ["FORWARDED_ALLOW_IPS"]  # what uvicorn read before this setting
         for field, var in mapping.items():
             if os.environ.get(var):
                 env[field] = os.environ[var]

@@ -121,6 +121,48 @@ class TakeoverEnd(StrEnum):
     VIEW_FAILED = "view_failed"
 
 
+class HumanKey(StrEnum):
+    """The keys a takeover's record may name (`attempts.takeovers[].events[]` of kind `key`,
+    gh_server/live/human_steps.py): a closed list of keys that type no character. A chord
+    (ctrl, alt, super or meta held) names its key from this list, a letter a-z, a digit 0-9 or `space`;
+    any other key of a chord, and a key that types nothing and is not listed, is `other`."""
+
+    BACKSPACE = "BackSpace"
+    TAB = "Tab"
+    RETURN = "Return"
+    KP_ENTER = "KP_Enter"
+    ESCAPE = "Escape"
+    DELETE = "Delete"
+    INSERT = "Insert"
+    HOME = "Home"
+    END = "End"
+    PAGE_UP = "Page_Up"
+    PAGE_DOWN = "Page_Down"
+    LEFT = "Left"
+    UP = "Up"
+    RIGHT = "Right"
+    DOWN = "Down"
+    PRINT = "Print"
+    PAUSE = "Pause"
+    SCROLL_LOCK = "Scroll_Lock"
+    CAPS_LOCK = "Caps_Lock"
+    NUM_LOCK = "Num_Lock"
+    MENU = "Menu"
+    F1 = "F1"
+    F2 = "F2"
+    F3 = "F3"
+    F4 = "F4"
+    F5 = "F5"
+    F6 = "F6"
+    F7 = "F7"
+    F8 = "F8"
+    F9 = "F9"
+    F10 = "F10"
+    F11 = "F11"
+    F12 = "F12"
+    OTHER = "other"  # a key of a chord not named above, or a key that types nothing and is not listed
+
+
 class AgentFault(StrEnum):
     """What the agent sent that broke its contract (docs/agents.md, "The answer"): the task ends as
     `agent_failed` with this as `task_end.fault`, before any check reads it. Never retried, never ours."""

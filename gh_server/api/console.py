@@ -41,7 +41,7 @@ def sign_in(body: ConsoleSignInBody, request: Request, response: Response, s: Se
 
 @router.get("/v1/console/session", summary="The console session of this browser (role, CSRF token, expiry)")
 def current(request: Request, response: Response, s: Session = DB) -> dict[str, Any]:
-    secret = request.cookies.get(console_sessions.COOKIE)
+    secret = console_sessions.cookie_secret(request)
     signed_in = console_sessions.lookup(s, secret) if secret else None
     if signed_in is None:
         raise ApiError(401, SIGNED_OUT)
@@ -51,7 +51,7 @@ def current(request: Request, response: Response, s: Session = DB) -> dict[str, 
 
 @router.delete("/v1/console/session", summary="Sign out of the console: ends the session, clears the cookie")
 def sign_out(request: Request, response: Response, s: Session = DB) -> dict[str, Any]:
-    secret = request.cookies.get(console_sessions.COOKIE)
+    secret = console_sessions.cookie_secret(request)
     if not secret:
         raise ApiError(401, SIGNED_OUT)
     signed_in = console_sessions.lookup(s, secret)

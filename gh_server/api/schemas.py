@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gh_server.counts import RerunOnly
 from gh_server.ids import unaddressable
 
 KEY_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -244,7 +245,7 @@ class TestRunCreate(_Body):
 
 
 class Rerun(_Body):
-    only: Literal["failed", "error", "all"] | None = None
+    only: RerunOnly | None = None
     agent_version: str | None = None
 
 

@@ -9,14 +9,14 @@ attempt (`queued`). The scheduler picks them up after `state.wake()`.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import delete, insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from gh_server import queue_wait, serialize, webhooks
+from gh_server import counts, queue_wait, serialize, webhooks
 from gh_server import results as res
 from gh_server.api.common import DB, Admin, Member, PageParams, like, page_body, paginate, state_of
 from gh_server.api.schemas import Rerun, TestRunCreate
@@ -339,14 +339,14 @@ def rerun_test_run(
     run = get_run(s, test_run_id)
     only = (body.only if body else None) or "failed"
     rows = s.execute(
-        select(RunCase, Attempt.agent_id, Attempt.outcome)
+        select(RunCase, Attempt.agent_id, Attempt.status, Attempt.outcome, Attempt.assisted)
         .join(Attempt, Attempt.run_case_id == RunCase.id)
         .where(RunCase.test_run_id == run.id, Attempt.is_last.is_(True))
         .order_by(RunCase.position)
     ).all()
     wanted: dict[int, tuple[RunCase, list[str]]] = {}
-    for rc, agent, outcome in rows:
-        if only == "all" or outcome == only:
+    for rc, agent, status, outcome, assisted in rows:
+        if counts.in_rerun(only, counts.counted_as(status, outcome, assisted)):
             entry = wanted.setdefault(rc.id, (rc, []))
             if agent not in entry[1]:
                 entry[1].append(agent)
@@ -447,9 +447,10 @@ def run_attempts(
     if agent_id is not None:
         stmt = stmt.where(Attempt.agent_id == agent_id)
     if outcome is not None:
-        if outcome not in ("passed", "failed", "error"):
-            raise invalid("outcome", "must be passed, failed or error")
-        stmt = stmt.where(Attempt.outcome == outcome)
+        if outcome not in counts.COUNTED:
+            raise invalid("outcome", "must be passed, failed, error or assisted")
+        stmt = stmt.where(counts.where_counted(cast(counts.Counted, outcome), Attempt.status, Attempt.outcome,
+                                               Attempt.assisted))
     rows, has_more, nxt, total = paginate(s, stmt, Attempt.created_at, Attempt.id, page, newest_first=False)
     st = state_of(request)
     base = st.settings.base_url

@@ -117,6 +117,52 @@ def test_results_count_assisted_tries_apart(server: Server) -> None:
         assert run_summary(s, rid) == (run["progress"], run["pass_rate"])
 
 
+def test_the_outcome_filter_and_rerun_keep_assisted_tries_apart(server: Server) -> None:
+    """The attempts' `outcome` filter counts as results do: `passed` and `failed` leave assisted attempts out,
+    `assisted` has them. `rerun only=failed` takes a pair whose try was assisted, passed or failed (the agent
+    never earned it); `only=assisted` only those."""
+    rid = _two_agent_run(server, "AF")
+    c = _http(server)
+
+    def listed(outcome: str) -> list[dict[str, object]]:
+        r = c.get(f"/v1/test_runs/{rid}/attempts", params={"outcome": outcome, "limit": 100})
+        assert r.status_code == 200, r.text
+        return list(r.json()["data"])
+
+    passed, failed, error, assisted = (listed(o) for o in ("passed", "failed", "error", "assisted"))
+    assert len(passed) == 4 and not any(a["assisted"] for a in passed)
+    assert len(failed) == 5 and not any(a["assisted"] for a in failed)
+    assert len(error) == 1 and error[0]["assisted"] is True  # an assisted error stays an error
+    assert sorted((a["agent_id"], a["outcome"]) for a in assisted) == [
+        ("noop", "failed"), ("reference", "failed"), ("reference", "passed")]
+    assert all(a["assisted"] is True for a in assisted)
+    bad = c.get(f"/v1/test_runs/{rid}/attempts", params={"outcome": "bogus"})
+    assert bad.status_code == 400 and "assisted" in bad.json()["error"]["message"]
+
+    again = c.post(f"/v1/test_runs/{rid}/rerun", json={"only": "assisted"})
+    assert again.status_code == 200, again.text
+    # (A, reference) and (B, noop): 3 tries each.
+    assert again.json()["agents"] == ["noop", "reference"] and again.json()["progress"]["total"] == 6
+
+    # A pair whose only try not passed on its own is an assisted pass: only=failed reruns it.
+    _case(server, "AF-P")
+    one = server.admin.test_runs.create(test_case_ids=["AF-P"], agents=["reference"], repeat=2)["test_run_id"]
+    first, second = _attempts(server, one)
+    _finish(server, first.id, "passed")
+    _assisted(server, second.id, "passed")
+    _complete(server, one)
+    re_failed = c.post(f"/v1/test_runs/{one}/rerun", json={"only": "failed"})
+    assert re_failed.status_code == 200, re_failed.text
+    assert re_failed.json()["agents"] == ["reference"] and re_failed.json()["progress"]["total"] == 2
+    assert listed_in(c, one, "passed") == [first.id] and listed_in(c, one, "assisted") == [second.id]
+
+
+def listed_in(c: httpx.Client, run_id: str, outcome: str) -> list[str]:
+    r = c.get(f"/v1/test_runs/{run_id}/attempts", params={"outcome": outcome})
+    assert r.status_code == 200, r.text
+    return [a["attempt_id"] for a in r.json()["data"]]
+
+
 def test_an_assisted_try_is_no_pair_across_runs(server: Server) -> None:
     c = server.admin
     _case(server, "AS-C")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 from kit.net import free_port, wait_healthy
 
 BIN = Path(sys.executable).parent
@@ -95,5 +96,34 @@ def test_serves_on_the_socket_it_bound_and_stops_on_sigterm(tmp_path: Path) -> N
         assert proc.wait(timeout=60) in (0, -signal.SIGTERM)
     finally:
         if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def test_only_the_configured_proxies_say_https(tmp_path: Path) -> None:
+    """GH_SERVER_TRUSTED_PROXIES is the one list believed: a proxy there saying https gets the `__Host-` Secure
+    cookie; loopback, trusted by uvicorn's own default, is not once the list leaves it out."""
+    port = free_port()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GH_SERVER_")},
+           "GH_SERVER_TRUSTED_PROXIES": "127.0.0.2"}
+    env.pop("FORWARDED_ALLOW_IPS", None)
+    proc = subprocess.Popen([str(BIN / "gh-server"), "--data-dir", str(tmp_path), "--port", str(port),
+                             "--log-level", "warning"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc=proc, timeout=90)
+        key = (tmp_path / "admin-api-key").read_text().strip()
+        names = {}
+        for source in ("127.0.0.2", "127.0.0.1"):
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
+                              transport=httpx.HTTPTransport(local_address=source)) as c:
+                r = c.post("/v1/console/session", json={"api_key": key}, headers={"X-Forwarded-Proto": "https"})
+                assert r.status_code == 200, r.text
+                names[source] = r.headers["set-cookie"].split("=", 1)[0], "secure" in r.headers["set-cookie"].lower()
+        assert names == {"127.0.0.2": ("__Host-gh_console", True), "127.0.0.1": ("gh_console", False)}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=30)

@@ -16,11 +16,13 @@ import pytest
 from sqlalchemy import select, update
 
 from gh_server.auth import create_key
+from gh_server.console_page import CSP
 from gh_server.models import ConsoleSession, StartState, StartStateVersion, new_id, utcnow
 
 from .conftest import RunningServer, Server, case_body, make_settings
 
 COOKIE = "gh_console"
+SECURE_COOKIE = "__Host-gh_console"
 
 
 def sign_in(server: Server, key: str, **headers: str) -> tuple[httpx.Client, dict[str, str], httpx.Response]:
@@ -57,9 +59,56 @@ def test_sign_in_sets_a_strict_httponly_cookie_and_stores_only_its_hash(server: 
 
 
 def test_secure_when_the_request_came_over_https_through_a_trusted_proxy(server: Server) -> None:
-    # uvicorn trusts X-Forwarded-Proto from loopback (its forwarded_allow_ips): a TLS proxy in front.
+    # trusted_proxies is loopback by default: a TLS proxy on this host in front.
     _c, _csrf, r = sign_in(server, server.admin_key, **{"X-Forwarded-Proto": "https"})
-    assert cookie_flags(r)[COOKIE]["secure"]
+    morsel = cookie_flags(r)[SECURE_COOKIE]
+    assert morsel["secure"] and morsel["path"] == "/" and not morsel["domain"] and morsel["httponly"]
+    assert COOKIE not in cookie_flags(r)
+
+
+def proxy_client(server: str, source: str) -> httpx.Client:
+    """A client whose connections come from `source` (any 127.0.0.0/8 address is this host's): a proxy there."""
+    return httpx.Client(base_url=server, timeout=30, transport=httpx.HTTPTransport(local_address=source))
+
+
+@pytest.fixture
+def behind_a_proxy() -> Iterator[tuple[str, str]]:
+    """A gh-server that trusts a TLS proxy at 127.0.0.2 (not the loopback default): its url and admin key."""
+    settings, data_dir = make_settings(None, trusted_proxies=["127.0.0.2"])
+    running = RunningServer(settings)
+    running.start()
+    try:
+        yield f"http://127.0.0.1:{settings.port}", (data_dir / "admin-api-key").read_text().strip()
+    finally:
+        running.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_the_cookie_is_host_prefixed_and_secure_when_a_configured_proxy_says_https(
+        behind_a_proxy: tuple[str, str]) -> None:
+    url, key = behind_a_proxy
+    https = {"X-Forwarded-Proto": "https", "X-Forwarded-For": "203.0.113.7"}
+    with proxy_client(url, "127.0.0.2") as proxy:
+        r = proxy.post("/v1/console/session", json={"api_key": key}, headers=https)
+        assert r.status_code == 200, r.text
+        morsel = cookie_flags(r)[SECURE_COOKIE]
+        assert morsel["secure"] and morsel["path"] == "/" and not morsel["domain"]
+        csrf = {"X-CSRF-Token": r.json()["csrf_token"]}
+        # The browser sends it back through the proxy (over https: by hand here, httpx keeps Secure to https).
+        cookie = {"Cookie": f"{SECURE_COOKIE}={morsel.value}"}
+        assert proxy.get("/v1/test_cases", headers={**https, **cookie}).status_code == 200
+        # The plain name over https is not read: anything on plain http to this host could have set it.
+        plain = proxy.get("/v1/test_cases", headers={**https, "Cookie": f"{COOKIE}={morsel.value}"})
+        assert plain.status_code == 401
+        # Over plain http (through the same proxy) the prefixed cookie is not read either.
+        assert proxy.get("/v1/test_cases", headers={"X-Forwarded-Proto": "http", **cookie}).status_code == 401
+        out = proxy.delete("/v1/console/session", headers={**https, **cookie, **csrf})
+        assert out.status_code == 200 and cookie_flags(out)[SECURE_COOKIE]["max-age"] == "0"
+    # Anyone else saying https is not believed: the plain cookie, without Secure.
+    with proxy_client(url, "127.0.0.3") as other:
+        r = other.post("/v1/console/session", json={"api_key": key}, headers=https)
+        assert r.status_code == 200 and SECURE_COOKIE not in cookie_flags(r)
+        assert not cookie_flags(r)[COOKIE]["secure"]
 
 
 def test_the_cookie_authenticates_reads_and_changes_need_the_csrf_token(server: Server) -> None:
@@ -214,6 +263,12 @@ def test_the_console_shadows_no_api_route(server: Server) -> None:
 def novnc_server(tmp_path: Path) -> Iterator[str]:
     (tmp_path / "core").mkdir()
     (tmp_path / "core" / "rfb.js").write_text("export default class RFB {}\n")
+    # What else Debian's noVNC holds: its own client, which connects wherever its query string says.
+    (tmp_path / "vnc.html").write_text("<html>noVNC</html>\n")
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "ui.js").write_text("export default {}\n")
+    (tmp_path / "vendor" / "pako" / "lib").mkdir(parents=True)
+    (tmp_path / "vendor" / "pako" / "lib" / "inflate.js").write_text("export const inflate = 1;\n")
     settings, data_dir = make_settings(None, novnc_dir=tmp_path)
     running = RunningServer(settings)
     running.start()
@@ -228,3 +283,17 @@ def test_novnc_is_served_from_the_configured_directory(novnc_server: str) -> Non
     r = httpx.get(f"{novnc_server}/console/novnc/core/rfb.js", timeout=30)
     assert r.status_code == 200 and r.text == "export default class RFB {}\n"
     assert httpx.get(f"{novnc_server}/console/novnc/core/nothing.js", timeout=30).status_code == 404
+
+
+def test_only_novncs_core_is_served_and_under_the_consoles_policy(novnc_server: str) -> None:
+    for part in ("core/rfb.js", "vendor/pako/lib/inflate.js"):  # what the live screen's import reaches
+        r = httpx.get(f"{novnc_server}/console/novnc/{part}", timeout=30)
+        assert r.status_code == 200, part
+        assert r.headers["content-security-policy"] == CSP and r.headers["x-content-type-options"] == "nosniff"
+    for path in ("vnc.html", "vnc.html?host=evil.example&port=443&autoconnect=1", "app/ui.js", "",
+                 "core/..%2fvnc.html", "core/%2e%2e/vnc.html", "vendor/pako/../../vnc.html"):
+        r = httpx.get(f"{novnc_server}/console/novnc/{path}", timeout=30)
+        assert r.status_code == 404, (path, r.status_code)
+        assert "noVNC" not in r.text
+    js = httpx.get(f"{novnc_server}/console/assets/api.js", timeout=30)
+    assert js.status_code == 200 and js.headers["content-security-policy"] == CSP

@@ -6,6 +6,7 @@ database: two takes at once, the cap, the idle end, an attempt not in its task, 
 from __future__ import annotations
 
 import asyncio
+import json
 import struct
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -28,7 +29,7 @@ from gh_server.live.rfb import Kind, Message
 from gh_server.models import ApiKey, Attempt, Base, MachineGrant
 from gh_server.takeovers import Refused, TakeoverDesk
 from gh_wire import protocol
-from gh_wire.vocab import TakeoverEnd, ViewEndReason
+from gh_wire.vocab import HumanKey, TakeoverEnd, ViewEndReason
 
 CAP_S, IDLE_S = 600.0, 60.0
 
@@ -231,6 +232,36 @@ def test_human_steps_count_typing_and_name_keys_chords_and_clicks() -> None:
         steps.add(key(0xFF09), at)
     assert len(steps.events) == MAX_EVENTS and steps.keys == 2 + MAX_EVENTS + 5
     assert steps.dropped == 4 + 5  # 4 kept before: 200 - 4 Tabs fit
+
+
+def test_every_key_that_types_is_counted_and_only_listed_keys_are_named() -> None:
+    """What a person's browser (noVNC) sends for keys outside ASCII: the euro sign, a Cyrillic letter, the
+    keypad's digits and arrows, a Unicode keysym, a dead key's accent. Each is counted as typed; a chord
+    names only a letter, a digit or a listed key; no keysym is stored in any form."""
+    steps = HumanSteps()
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    secret = (0x20AC, 0x06D6, 0xFFB4, 0xFFB2, 0xFF96, 0x1000416, 0xFE51, ord("e"), 0x13BD, 0x07E1)
+    for sym in secret:  # the euro sign, Cyrillic zhe, KP_4, KP_2, KP_Left, U+0416, dead_acute + e, OE, Greek
+        steps.add(key(sym), at)
+        steps.add(key(sym, down=False), at)
+    steps.add(Message(Kind.QEMU_KEY, struct.pack(">BBHII", 255, 0, 1, 0xFFB7, 0x47), key_down=True), at)  # KP_7
+    steps.add(key(0xFFE3), at)  # ctrl held: a Cyrillic letter, a keypad digit and a euro sign are chords of `other`
+    for sym in (0x06C3, 0xFFB1, 0x20AC, ord("C"), 0xFF51):
+        steps.add(key(sym), at)
+        steps.add(key(sym, down=False), at)
+    steps.add(key(0xFFE3, down=False), at)
+    for sym in (0x1008FF12, 0xFFCA, 0xFF0D):  # a media key, F13: keys that type nothing and are not listed
+        steps.add(key(sym), at)
+    assert steps.as_counts() == {"keys": 8, "clicks": 0, "typed": len(secret) + 1}
+    assert [{k: v for k, v in e.items() if k != "at"} for e in steps.events] == [
+        {"kind": "typed", "count": len(secret) + 1},
+        *({"kind": "key", "keys": k} for k in ("ctrl+other", "ctrl+other", "ctrl+other", "ctrl+c", "ctrl+Left",
+                                              "other", "other", "Return"))]
+    shown = json.dumps(steps.events)
+    for sym in (*secret, 0xFFB7, 0x06C3, 0xFFB1, 0x1008FF12, 0xFFCA):
+        assert f"{sym:x}" not in shown.lower() and str(sym) not in shown, hex(sym)
+    assert not {"€", "ж", "Ж", "4", "2", "7", "1"} & set("".join(e.get("keys", "") for e in steps.events))
+    assert {e["keys"].split("+")[-1] for e in steps.events if e["kind"] == "key"} <= {*HumanKey, "c"}
 
 
 async def test_a_hold_ends_with_the_runners_connection_it_was_taken_on_not_an_older_one(desk: Any) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import struct
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -18,11 +19,15 @@ import pytest
 from guidinghand import Eager
 from kit.rfb import Viewer
 
+from gh_wire.vocab import HumanKey
+
 from .conftest import Stack, await_for
 from .test_live_view import new_key, on_attempt, ws_url
 from .test_start_states import check_after
 
 pytestmark = pytest.mark.timeout(1800)
+
+EURO, ZHE, KP_4, KP_2 = 0x20AC, 0x06D6, 0xFFB4, 0xFFB2  # keysyms (X11 keysymdef.h)
 
 
 def api(stack: Stack, method: str, path: str, key: str | None = None, **kw: Any) -> httpx.Response:
@@ -135,6 +140,12 @@ def test_a_takeover_holds_the_agent_and_its_time_and_hands_back(stack: Stack, lo
                     continue
             else:
                 raise AssertionError("the person's command never ran")
+            # What a person's browser (noVNC) sends for keys beyond ASCII: the euro sign, Cyrillic zhe, keypad 4,
+            # and keypad 2 as QEMU's extended key event. Each types (or is typed), so each is counted, never kept.
+            for sym in (EURO, ZHE, KP_4):
+                v.press(sym)
+            for down in (1, 0):
+                v.send(struct.pack(">BBHII", 255, 0, down, KP_2, 0x50))
             v.pointer(10, 10, 1)
             v.pointer(10, 10, 0)
             # Held past the task's whole limit, on the runner's clock, and the task runs on.
@@ -152,7 +163,9 @@ def test_a_takeover_holds_the_agent_and_its_time_and_hands_back(stack: Stack, lo
         assert entry["counts"]["typed"] >= len("touch /tmp/by-human") and entry["counts"]["clicks"] == 1
         assert {"kind": "key", "keys": "Return"} in [{k: e[k] for k in ("kind", "keys")} for e in entry["events"]
                                                      if e["kind"] == "key"]
+        assert entry["counts"]["typed"] >= len("touch /tmp/by-human") + 4
         assert "touch" not in json.dumps(entry)  # what was typed is counted, never kept
+        assert {e["keys"].split("+")[-1] for e in entry["events"] if e["kind"] == "key"} <= set(HumanKey)
         seen = screen.result(timeout=120)
         assert seen.status_code == 200 and seen.content.startswith(b"\x89PNG")
         refused_input = typed.result(timeout=120)
@@ -174,6 +187,12 @@ def test_a_takeover_holds_the_agent_and_its_time_and_hands_back(stack: Stack, lo
     assert final["task_end"]["reason"] == "finished"  # not its time limit: the hold was not its time
     assert final["metrics"]["held_seconds"] > 70 and final["takeover"] is None and final["live_url"] is None
     assert [t["ended_by"] for t in final["takeovers"]] == ["handed_back"]
+    # No member reads a keysym of what the person typed: not in the attempt, not in its replay's page.
+    replay = httpx.get(final["replay_url"], timeout=60)
+    assert replay.status_code == 200 and "handed_back" in replay.text
+    for shown in (json.dumps(final), replay.text):
+        for sym in (EURO, ZHE, KP_4, KP_2):
+            assert f"0x{sym:04x}" not in shown.lower() and f'"{sym}"' not in shown, hex(sym)
     # The replay marks the span: a frame where the person took the machine, and one where they gave it back.
     assert replay_marks(stack, aid) == [("takeover", {"human": "takeover"}), ("handback", {"human": "handback"})]
     again = api(stack, "POST", f"/v1/attempts/{aid}/takeover")
