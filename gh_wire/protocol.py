@@ -179,9 +179,8 @@ class FrozenCase(_Msg):
     setup_script: str | None = None
     check_script: str | None = None
     # Added without a protocol bump: the case's checkpoints, its check_script first as `check` when it
-    # has both (gh_server/attempts/lease.py). A runner that sends `CheckpointScore`s runs these in place
-    # of check_script; the server refuses a result without them from an older runner, which ignores
-    # this field (gh_server/attempts/intake.py).
+    # has both (gh_server/attempts/lease.py). This runner runs these in place of check_script; an older
+    # one ignores the field and scores check_script alone (docs/protocol.md, "Scores").
     checkpoints: list[Checkpoint] = Field(default_factory=list)
     limits: Limits = Field(default_factory=Limits)
     runs_on: str = "vm"

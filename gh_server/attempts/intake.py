@@ -95,10 +95,26 @@ _APPLY_RESULT = (
                 "finished_at",
                 "seconds",
                 "judge",
+                "score",
+                "checkpoints",
             )
         }
     )
 )
+
+
+def score_of(result: protocol.AttemptResult, outcome: Outcome, judge: dict[str, Any] | None) -> float | None:
+    """The try's score in [0, 1] (docs/agents.md, "Scores"): the check's, or its checkpoints' weighted
+    mean; a failed rubric makes it 0 and a rubric-only case scores 1 or 0, so a try passes exactly at 1.
+    None for an error (counted in no mean); 0 for a `failed` by a rule, which has no check score."""
+    if outcome == Outcome.ERROR:
+        return None
+    if result.check_absent:
+        return 1.0 if outcome == Outcome.PASSED else 0.0
+    checked = result.check_after.scored() if result.check_after else None
+    if checked is None or (judge is not None and not judge.get("passed")):
+        return 0.0
+    return checked
 
 
 def error_phase_of(result: protocol.AttemptResult, error: str | None, *, judged_error: bool) -> str | None:
@@ -141,6 +157,7 @@ def apply_result(
     elif result.check_absent and outcome != Outcome.ERROR:
         outcome, error = Outcome.ERROR, "this case has only a rubric and it was not judged (no judge model configured)"
     after_verdict = result.check_after.verdict if result.check_after else None
+    before_score = result.check_before.scored() if result.check_before else None
     m = result.metrics
     started = row.started_at or result.started_at or row.leased_at
     finished = result.finished_at or now
@@ -149,7 +166,12 @@ def apply_result(
             "before": _check_text(result.check_before),
             "after": _check_text(result.check_after),
             "passed": None if after_verdict is None else after_verdict == "True",
+            # Partial credit the untouched machine already earned (validation flags it above 0).
+            "before_score": before_score,
         },
+        "score": score_of(result, outcome, judge),
+        "checkpoints": None if outcome == Outcome.ERROR or result.checkpoints is None
+        else [c.model_dump(exclude_none=True) for c in result.checkpoints],
         "metrics": {
             "active_seconds": round(m.active_seconds),
             "steps": m.steps,
