@@ -48,6 +48,9 @@ export async function list(page) {
   poll(page, POLL_MS * 2, draw);
 }
 
+// A try's score in [0, 1], passed at 1 (docs/agents.md, "Scores"): a number, not a percentage.
+const score = (x) => (x === null || x === undefined ? "—" : Number(x).toFixed(3));
+
 export async function show(page, [id]) {
   const head = h("div");
   const attempts = h("div");
@@ -68,9 +71,10 @@ export async function show(page, [id]) {
       h("div", { class: "toolbar" },
         live ? h("button", { type: "button", class: "danger", onclick: () => act("cancel") }, "Cancel run") : null,
         !live ? h("button", { type: "button", onclick: () => act("rerun") }, "Rerun") : null));
-    attempts.replaceChildren(h("h2", {}, "Attempts"), table(["Attempt", "Case", "Agent", "Try", "Status", "Outcome", "Why queued", ""],
+    attempts.replaceChildren(h("h2", {}, "Attempts"), table(["Attempt", "Case", "Agent", "Try", "Status", "Outcome", "Score",
+      "Why queued", ""],
       atts.data.map((a) => [link(`/attempts/${a.attempt_id}`, a.attempt_id), a.key || a.test_case_id, a.agent_id, a.try,
-        status(a.status), a.outcome ? status(a.outcome) : "—", a.queued_reason ? a.queued_reason.message : "",
+        status(a.status), a.outcome ? status(a.outcome) : "—", score(a.score), a.queued_reason ? a.queued_reason.message : "",
         LIVE_ATTEMPT.has(a.status) ? h("a", { href: `/attempts/${a.attempt_id}`, "data-route": "",
           "aria-label": `Watch ${a.attempt_id}` }, "Watch") : ""])));
     return live;
@@ -129,7 +133,10 @@ export async function attempt(page, [id]) {
     body.replaceChildren(h("h1", {}, `Attempt ${a.attempt_id}`), definitions([
       ["Run", a.test_run_id ? link(`/test_runs/${a.test_run_id}`, a.test_run_id) : "—"],
       ["Case", a.key || a.test_case_id], ["Agent", a.agent_id], ["Try", a.try], ["Status", status(a.status)],
-      ["Outcome", a.outcome ? status(a.outcome) : "—"], ["Why queued", a.queued_reason ? a.queued_reason.message : "—"],
+      ["Outcome", a.outcome ? status(a.outcome) : "—"], ["Score", score(a.score)],
+      ["Checkpoints", a.checkpoints ? a.checkpoints.map((c) => `${c.name} ${score(c.score)} (weight ${c.weight})`).join(" · ")
+        : "—"],
+      ["Score before the task", a.check ? score(a.check.before_score) : "—"], ["Why queued", a.queued_reason ? a.queued_reason.message : "—"],
       ["Error", a.error ? h("span", { class: "error" }, a.error) : "—"], ["Runner", a.runner_id],
       ["Started", when(a.started_at)], ["Finished", when(a.finished_at)]]));
     if (LIVE_ATTEMPT.has(a.status)) {
