@@ -123,3 +123,30 @@ def test_compare_pairs_scores(server: Server) -> None:
     assert p["mean_difference"] == 0.0  # no pass on either side: the pass rates are the same
     assert p["score"]["compared"] == 2 and p["score"]["mean_difference"] == 0.5
     assert p["score"]["ci95"] == [0.5, 0.5]
+
+
+def test_an_older_runners_verdict_is_its_score_and_an_error_has_none(server: Server) -> None:
+    """A runner before scores sends `verdict` only: the server scores True 1 and False 0."""
+    c = server.admin
+    c.test_cases.create("OLD", "p", "linux-tiny", {"check_script": "echo False"}, key="SC-OLD")
+    rid = c.test_runs.create(test_case_ids=["SC-OLD"], agents=["noop"], repeat=3)["test_run_id"]
+    passed, failed, broken = _attempts(server, rid)
+    for a in (passed, failed, broken):
+        with server.state.db.begin() as s:
+            row = s.get(Attempt, a.id)
+            assert row is not None
+            row.status, row.runner_id = "checking", "rn_old"
+    old = {"exit_code": 0, "stdout_tail": "False", "verdict": "False"}
+    raw = [{"attempt_id": passed.id, "outcome": "passed", "check_before": old,
+            "check_after": {**old, "stdout_tail": "True", "verdict": "True"}},
+           {"attempt_id": failed.id, "outcome": "failed", "check_before": old, "check_after": old},
+           {"attempt_id": broken.id, "outcome": "error", "error": "the check script printed 'x'",
+            "check_before": old, "check_after": {"exit_code": 0, "stdout_tail": "x"}}]
+    for r in raw:
+        with server.state.db.begin() as s:
+            assert apply_result(s, "rn_old", protocol.AttemptResult.model_validate(r)).applied
+    assert [c.attempts.retrieve(a.id)["score"] for a in (passed, failed)] == [1.0, 0.0]
+    assert c.attempts.retrieve(passed.id)["check"]["before_score"] == 0.0
+    with server.state.db() as s:
+        row = s.get(Attempt, broken.id)
+        assert row is not None and row.score is None and row.checkpoints is None
