@@ -21,7 +21,7 @@ from gh_server.models import Attempt, RunCase, utcnow
 from gh_server.ports import AttemptEvents, RunnerLink
 from gh_server.workpool import PoolTimeout, WorkPool
 from gh_wire import protocol
-from gh_wire.vocab import FINISHED, AttemptStatus, Outcome
+from gh_wire.vocab import FINISHED, AttemptStatus, ErrorCause, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,30 @@ def rubric_of(case: dict[str, Any]) -> str | None:
 
 def rubric_case(session: Session, runner_id: str, attempt_id: str) -> dict[str, Any] | None:
     """The frozen case of this runner's unfinished attempt when it has a rubric (the result is judged)."""
+    case = _unfinished_case(session, runner_id, attempt_id)
+    return case if case is not None and rubric_of(case) is not None else None
+
+
+def unscored_checkpoints(result: protocol.AttemptResult) -> bool:
+    """A result that may come from a runner before scores (docs/protocol.md, "Scores"): it scored no
+    checkpoints and its check has no score (or it ran none). Such a runner ignores a lease's
+    checkpoints, so its score would leave them out; `checkpoints_ignored` looks at the case."""
+    if result.outcome == Outcome.ERROR or result.checkpoints is not None:
+        return False
+    return result.check_absent or (result.check_after is not None and result.check_after.score is None)
+
+
+def checkpoints_ignored(session: Session, runner_id: str, attempt_id: str) -> bool:
+    """The attempt's case has checkpoints, which the runner did not score."""
+    case = _unfinished_case(session, runner_id, attempt_id)
+    return case is not None and bool((case.get("success") or {}).get("checkpoints"))
+
+
+IGNORED_CHECKPOINTS = ("the runner did not score this case's checkpoints: it is older than checkpoints "
+                       "(docs/protocol.md, \"Scores\"); upgrade it")
+
+
+def _unfinished_case(session: Session, runner_id: str, attempt_id: str) -> dict[str, Any] | None:
     row = session.execute(
         select(Attempt.status, Attempt.runner_id, RunCase.case)
         .join(RunCase, RunCase.id == Attempt.run_case_id)
@@ -44,8 +68,7 @@ def rubric_case(session: Session, runner_id: str, attempt_id: str) -> dict[str, 
     ).first()
     if row is None or row.runner_id != runner_id or row.status in FINISHED:
         return None
-    case = dict(row.case or {})
-    return case if rubric_of(case) is not None else None
+    return dict(row.case or {})
 
 
 _T = cast(Table, Attempt.__table__)
@@ -252,6 +275,11 @@ class ResultIntake:
         aid = result.attempt_id
         if aid in self._judging:
             return  # the first copy is being judged; it is acked when applied
+        if unscored_checkpoints(result) and await self.dbq.run(lambda s: checkpoints_ignored(s, runner_id, aid)):
+            # Ours, not the agent's nor the author's: retried (perhaps on a runner of this version).
+            result = result.model_copy(update={
+                "outcome": Outcome.ERROR, "error": IGNORED_CHECKPOINTS, "error_phase": "check_after",
+                "error_cause": ErrorCause.INFRASTRUCTURE, "check_absent": False})
         case: dict[str, Any] | None = None
         if self.settings.judge is not None and result.outcome != Outcome.ERROR:
             case = await self.dbq.run(lambda s: rubric_case(s, runner_id, aid))

@@ -150,3 +150,30 @@ def test_an_older_runners_verdict_is_its_score_and_an_error_has_none(server: Ser
     with server.state.db() as s:
         row = s.get(Attempt, broken.id)
         assert row is not None and row.score is None and row.checkpoints is None
+
+
+def test_a_result_that_left_the_checkpoints_out_is_told_apart(server: Server) -> None:
+    """A runner before scores ignores a lease's checkpoints (docs/protocol.md, "Scores"): its result has no
+    score and no checkpoints, and the intake (gh_server/attempts/intake.py) makes it our error."""
+    from gh_server.attempts.intake import checkpoints_ignored, unscored_checkpoints
+
+    c = server.admin
+    c.test_cases.create("n", "p", "linux-tiny", {"check_script": "echo False", "checkpoints": [
+        {"name": "a", "check_script": "echo 1"}]}, key="SC-IGN")
+    c.test_cases.create("n", "p", "linux-tiny", {"check_script": "echo False"}, key="SC-PLAIN")
+    rid = c.test_runs.create(test_case_ids=["SC-IGN", "SC-PLAIN"], agents=["noop"], repeat=1)["test_run_id"]
+    ign_id = c.test_cases.retrieve("SC-IGN")["test_case_id"]
+    for a in _attempts(server, rid):
+        with server.state.db.begin() as s:
+            row = s.get(Attempt, a.id)
+            assert row is not None
+            row.status, row.runner_id = "checking", "rn_old"
+    old = protocol.CheckOutput(exit_code=0, stdout_tail="True", verdict="True")
+    new = protocol.CheckOutput(exit_code=0, stdout_tail="True", verdict="True", score=1.0)
+    assert unscored_checkpoints(protocol.AttemptResult(attempt_id="x", outcome="passed", check_after=old))
+    assert unscored_checkpoints(protocol.AttemptResult(attempt_id="x", outcome="passed", check_absent=True))
+    assert not unscored_checkpoints(protocol.AttemptResult(attempt_id="x", outcome="passed", check_after=new))
+    assert not unscored_checkpoints(protocol.AttemptResult(attempt_id="x", outcome="error", check_after=old))
+    with server.state.db() as s:
+        got = {a.test_case_id == ign_id: checkpoints_ignored(s, "rn_old", a.id) for a in _attempts(server, rid)}
+    assert got == {True: True, False: False}
