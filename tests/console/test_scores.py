@@ -37,3 +37,19 @@ def test_the_run_page_shows_each_attempts_score_and_the_agents_mean(page: Page, 
     expect(page.locator("dd").filter(has_text="files 0.667 (weight 3)")).to_have_text(
         "check 1.000 (weight 1) · files 0.667 (weight 3)")
     expect(page.locator("dt:text-is('Score') + dd")).to_have_text("0.750")
+
+
+def test_the_compare_page_pairs_scores(page: Page, server: Server) -> None:
+    key = "paired-" + secrets.token_hex(3)
+    _case(server, key)
+    runs = [server.admin.test_runs.create(test_case_ids=[key], agents=["noop"], repeat=1)["test_run_id"]
+            for _ in range(2)]
+    for rid, value in zip(runs, (0.25, 0.75), strict=True):
+        (a,) = _attempts(server, rid)
+        _scored(server, a.id, value)
+        _complete(server, rid)
+    sign_in(page, server.member_key, f"/test_runs/compare?ids={runs[0]},{runs[1]}")
+    expect(page.get_by_role("heading", name="Paired comparison")).to_be_visible()
+    row = page.get_by_role("row").filter(has_text=runs[1])
+    expect(row.get_by_role("cell", name="+0.500", exact=True)).to_be_visible()
+    expect(row.get_by_role("cell", name="+0.500 to +0.500")).to_be_visible()

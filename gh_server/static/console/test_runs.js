@@ -50,6 +50,7 @@ export async function list(page) {
 
 // A try's score in [0, 1], passed at 1 (docs/agents.md, "Scores"): a number, not a percentage.
 const score = (x) => (x === null || x === undefined ? "—" : Number(x).toFixed(3));
+const scoreDiff = (x) => (x === null || x === undefined ? "—" : (x > 0 ? "+" : "") + Number(x).toFixed(3));
 
 export async function show(page, [id]) {
   const head = h("div");
@@ -118,10 +119,13 @@ export async function compare(page, _args, query) {
   const paired = Object.entries(cmp.paired || {}).flatMap(([rid, perAgent]) =>
     Object.entries(perAgent).map(([agent, p]) => [link(`/test_runs/${rid}`, rid), agent, p.compared,
       pct(p.mean_difference), p.ci95 ? `${pct(p.ci95[0])} to ${pct(p.ci95[1])}` : "—",
-      `${p.mcnemar.baseline_only} / ${p.mcnemar.other_only}`, p.mcnemar.p_value]));
+      `${p.mcnemar.baseline_only} / ${p.mcnemar.other_only}`, p.mcnemar.p_value,
+      // The same cases on scores (docs/server-api.md, "Scores"): a difference of means in [0, 1].
+      p.score ? scoreDiff(p.score.mean_difference) : "—",
+      p.score && p.score.ci95 ? `${scoreDiff(p.score.ci95[0])} to ${scoreDiff(p.score.ci95[1])}` : "—"]));
   if (paired.length) {
     page.append(h("h2", {}, "Paired comparison"), table(["Run", "Agent", "Cases", "Mean difference", "95% interval",
-      "Baseline only / this run only", "McNemar p"], paired));
+      "Baseline only / this run only", "McNemar p", "Mean score difference", "Score 95% interval"], paired));
   }
 }
 
