@@ -45,24 +45,27 @@ def mean_score(scores: list[float]) -> dict[str, Any]:
             "mean_score_ci": None if ci is None else [round(ci[0], 4), round(ci[1], 4)]}
 
 
-def progress_for(
-    session: Session, runs: Iterable[TestRun]
-) -> dict[str, tuple[dict[str, int], dict[str, float | None]]]:
-    """(progress, pass_rate) of each run, from one grouped query."""
+Computed = tuple[dict[str, int], dict[str, float | None], dict[str, float | None]]
+
+
+def progress_for(session: Session, runs: Iterable[TestRun]) -> dict[str, Computed]:
+    """(progress, pass_rate, mean_score) of each run, from one grouped query; mean_score per agent over
+    the same tries as its pass rate (a try finished before scores were stored reads as its outcome)."""
     runs = list(runs)
     ids = [r.id for r in runs]
-    out: dict[str, tuple[dict[str, int], dict[str, float | None]]] = {}
+    out: dict[str, Computed] = {}
     if not ids:
         return out
     rows = session.execute(
         select(Attempt.test_run_id, Attempt.agent_id, Attempt.status, Attempt.outcome, Attempt.assisted,
-               func.count())
+               func.count(), func.sum(Attempt.score), func.count(Attempt.score))
         .where(Attempt.test_run_id.in_(ids), Attempt.is_last.is_(True))
         .group_by(Attempt.test_run_id, Attempt.agent_id, Attempt.status, Attempt.outcome, Attempt.assisted)
     ).all()
     prog: dict[str, dict[str, int]] = {i: new_progress() for i in ids}
     per_agent: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
-    for run_id, agent, status, outcome, assisted, n in rows:
+    score_sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for run_id, agent, status, outcome, assisted, n, score_sum, with_score in rows:
         p = prog[run_id]
         p["total"] += n
         if status in QUEUED:
@@ -75,10 +78,17 @@ def progress_for(
                 per_agent[run_id][agent][0] += n
             elif counted == "failed":
                 per_agent[run_id][agent][1] += n
+            if counted in ("passed", "failed"):
+                unscored = n - int(with_score or 0)  # finished before scores: 1 passed, 0 failed
+                score_sums[run_id][agent] += float(score_sum or 0.0) + (unscored if counted == "passed" else 0)
     for r in runs:
         agents = list(r.agents or [])
         pr = {a: rate(*per_agent[r.id][a]) if a in per_agent[r.id] else None for a in agents}
-        out[r.id] = (prog[r.id], pr)
+        ms: dict[str, float | None] = {}
+        for a in agents:
+            scored = sum(per_agent[r.id][a]) if a in per_agent[r.id] else 0
+            ms[a] = round(score_sums[r.id][a] / scored, 4) if scored else None
+        out[r.id] = (prog[r.id], pr, ms)
     return out
 
 

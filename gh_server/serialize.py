@@ -66,14 +66,14 @@ def test_set(row: TestSet, cases: list[tuple[str, str | None, int | None]]) -> d
 def test_run(
     session: Session,
     row: TestRun,
-    computed: tuple[dict[str, int], dict[str, float | None]] | None = None,
+    computed: tuple[dict[str, int], dict[str, float | None], dict[str, float | None]] | None = None,
 ) -> dict[str, Any]:
     """The run with its progress and pass rates (`computed` when a list page already grouped them)."""
     if computed is None:
         from gh_server.results import progress_for
 
         computed = progress_for(session, [row])[row.id]
-    progress, pass_rate = computed
+    progress, pass_rate, mean_score = computed
     return {
         "object": "test_run",
         "test_run_id": row.id,
@@ -84,6 +84,7 @@ def test_run(
         "app_version": None,
         "progress": progress,
         "pass_rate": pass_rate,
+        "mean_score": mean_score,  # per agent, over the same tries as pass_rate (docs/server-api.md, "Scores")
         "agent_versions": {a: None for a in row.agents or []},
         "rerun_of": row.rerun_of,
         "queue_timeout": row.queue_timeout_seconds,

@@ -24,6 +24,7 @@ def test_the_run_page_shows_each_attempts_score_and_the_agents_mean(page: Page, 
     _complete(server, rid)
     sign_in(page, server.member_key, f"/test_runs/{rid}")
     expect(page.get_by_role("heading", name="Run scored run")).to_be_visible()
+    expect(page.locator("dt:text-is('Mean score') + dd")).to_have_text("noop 0.625")
     row = page.get_by_role("row").filter(has_text=half.id)
     expect(row.get_by_role("cell", name="0.500")).to_be_visible()
     expect(page.get_by_role("row").filter(has_text=parts.id).get_by_role("cell", name="0.750")).to_be_visible()

@@ -107,6 +107,10 @@ def test_scores_reach_the_attempt_and_results(server: Server) -> None:
     lo, hi = agent["mean_score_ci"]
     assert 0 < lo < agent["mean_score"] < hi < 1
     assert res["totals"]["mean_score"] == agent["mean_score"]
+    # The run object, beside its pass rate per agent (and in the list of runs).
+    assert c.test_runs.retrieve(rid)["mean_score"] == {"noop": agent["mean_score"]}
+    listed = [r for r in c.test_runs.list(limit=100)["data"] if r["test_run_id"] == rid]
+    assert listed[0]["mean_score"] == {"noop": agent["mean_score"]}
 
 
 def test_compare_pairs_scores(server: Server) -> None:

@@ -65,7 +65,9 @@ export async function show(page, [id]) {
     head.replaceChildren(
       h("h1", {}, `Run ${run.name || run.test_run_id}`),
       definitions([["Status", status(run.status)], ["Progress", h("span", { class: "progress" }, progressText(run.progress))],
-        ["Pass rate", rate(run.pass_rate)], ["Agents", run.agents.join(", ")],
+        ["Pass rate", rate(run.pass_rate)],
+        ["Mean score", Object.entries(run.mean_score || {}).map(([a, v]) => `${a} ${score(v)}`).join(", ") || "—"],
+        ["Agents", run.agents.join(", ")],
         ["Test set", run.test_set_id ? link(`/test_sets/${run.test_set_id}`, run.test_set_id) : "—"],
         ["Rerun of", run.rerun_of ? link(`/test_runs/${run.rerun_of}`, run.rerun_of) : "—"],
         ["Created", when(run.created_at)], ["Finished", when(run.finished_at)]]),
