@@ -101,8 +101,9 @@
         tries.append(el("a", { class: (at.outcome || at.status || "") + held, href: at.replay,
                                title: at.attempt_id + " " + (at.outcome || at.status) + cause +
                                  (at.assisted ? " assisted" : "") },
-                        "try " + at.try + (at.retry_of ? "r" : "") + (at.assisted ? " (assisted)" : "") +
-                          (at.score !== null && at.score !== undefined && at.outcome !== "error" ? " · " + num(at.score) : "")));
+                        "try " + at.try + (at.retry_of ? "r" : "") +
+                          (at.score !== null && at.score !== undefined && at.outcome !== "error" ? " · " + num(at.score) : "") +
+                          (at.assisted ? " (assisted)" : "")));
         if (at.queued_reason) waiting.add(at.queued_reason.message);
       }
       cell.append(tries);
