@@ -31,7 +31,6 @@ def test_the_run_page_shows_each_attempts_score_and_the_agents_mean(page: Page, 
     frame = page.frame_locator("iframe[title='Results page']")
     expect(frame.locator("#agents tr[data-agent='noop'] td.mean-score")).to_have_text("0.625")
     expect(frame.locator("#agent-rates .mean-score")).to_have_text(" · mean score 0.625")
-    page.screenshot(path="/tmp/scores-run-page.png", full_page=True)
 
     page.get_by_role("link", name=parts.id).click()
     expect(page.get_by_role("heading", name=f"Attempt {parts.id}")).to_be_visible()
