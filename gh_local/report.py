@@ -29,7 +29,7 @@ class Interval:
     high: float
 
 
-def wilson_interval(successes: int, n: int, z: float = Z_95) -> Interval | None:
+def wilson_interval(successes: float, n: int, z: float = Z_95) -> Interval | None:
     """Wilson score interval for a binomial proportion; None when there is no trial.
 
     Chosen over the normal approximation because runs are small (a few tries per case) and pass
@@ -50,6 +50,17 @@ def wilson_interval(successes: int, n: int, z: float = Z_95) -> Interval | None:
     return Interval(low, high)
 
 
+def attempt_score(a: Mapping[str, Any]) -> float | None:
+    """A scored try's score (docs/agents.md, "Scores"); from its outcome when the server sent none."""
+    if a.get("score") is not None:
+        return float(a["score"])
+    return {"passed": 1.0, "failed": 0.0}.get(str(a.get("outcome")))
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
 @dataclass(frozen=True)
 class Row:
     """One case with one agent."""
@@ -62,6 +73,8 @@ class Row:
     error: int
     median_seconds: float | None
     assisted: int = 0  # a person took the machine over: scored by the check, never the agent's verdict
+    mean_score: float | None = None  # of the passed and failed tries (no error, no assisted try)
+    score_sum: float = 0.0  # their scores' sum, for the agent's mean and interval
 
 
 @dataclass(frozen=True)
@@ -74,6 +87,8 @@ class AgentSummary:
     pass_rate: float | None  # passed / (passed + failed): errors and assisted tries are never the agent's
     ci95: Interval | None
     assisted: int = 0
+    mean_score: float | None = None  # of the passed and failed tries, like the pass rate
+    mean_score_ci: Interval | None = None  # Wilson's, with the scores' sum as the passes (as the server)
 
 
 def _median(values: Iterable[float]) -> float | None:
@@ -95,6 +110,8 @@ def rows_from_attempts(attempts: Sequence[Mapping[str, Any]], case_order: Sequen
     rows = []
     for (key, agent), items in groups.items():
         counted = [_counted(a) for a in items]
+        scores = [sc for a, c in zip(items, counted, strict=True)
+                  if c in ("passed", "failed") and (sc := attempt_score(a)) is not None]
         rows.append(Row(
             key=key, agent_id=agent, tries=len(items),
             passed=counted.count("passed"), failed=counted.count("failed"), error=counted.count("error"),
@@ -102,6 +119,7 @@ def rows_from_attempts(attempts: Sequence[Mapping[str, Any]], case_order: Sequen
             median_seconds=_median(s for a, c in zip(items, counted, strict=True)
                                    if c != "assisted" and (s := attempt_seconds(a)) is not None),
             assisted=counted.count("assisted"),
+            mean_score=_mean(scores), score_sum=sum(scores),
         ))
     rows.sort(key=lambda r: (order.get(r.key, len(order)), r.key, r.agent_id))
     return rows
@@ -129,7 +147,9 @@ def attempt_seconds(a: Mapping[str, Any]) -> float | None:
 
 def summarize_agents(rows: Sequence[Row], agents: Sequence[str] = ()) -> list[AgentSummary]:
     totals: dict[str, list[int]] = {a: [0, 0, 0, 0, 0] for a in agents}
+    score_sums: dict[str, float] = {}
     for r in rows:
+        score_sums[r.agent_id] = score_sums.get(r.agent_id, 0.0) + r.score_sum
         t = totals.setdefault(r.agent_id, [0, 0, 0, 0, 0])
         t[0] += r.tries
         t[1] += r.passed
@@ -143,6 +163,8 @@ def summarize_agents(rows: Sequence[Row], agents: Sequence[str] = ()) -> list[Ag
             agent_id=agent, tries=tries, passed=passed, failed=failed, error=error,
             pass_rate=(passed / scored) if scored else None, ci95=wilson_interval(passed, scored),
             assisted=assisted,
+            mean_score=(score_sums.get(agent, 0.0) / scored) if scored else None,
+            mean_score_ci=wilson_interval(min(float(scored), score_sums.get(agent, 0.0)), scored),
         ))
     return out
 
@@ -158,11 +180,18 @@ def _fmt_rate(s: AgentSummary) -> str:
     return f"{s.pass_rate * 100:.0f}%  ({ci}, n={s.passed + s.failed})"
 
 
+def _fmt_score(s: AgentSummary) -> str:
+    if s.mean_score is None or s.mean_score_ci is None:
+        return "n/a (no scored tries)"
+    return (f"{s.mean_score:.3f}  (95% CI {s.mean_score_ci.low:.3f}-{s.mean_score_ci.high:.3f}, "
+            f"n={s.passed + s.failed})")
+
+
 def render_table(rows: Sequence[Row], summaries: Sequence[AgentSummary]) -> str:
     """The plain-text table printed at the end of `gh-runner local`."""
-    header = ("case", "agent", "tries", "passed", "failed", "error", "assisted", "median s")
+    header = ("case", "agent", "tries", "passed", "failed", "error", "assisted", "score", "median s")
     body = [(r.key, r.agent_id, str(r.tries), str(r.passed), str(r.failed), str(r.error), str(r.assisted),
-             _fmt_seconds(r.median_seconds)) for r in rows]
+             "-" if r.mean_score is None else f"{r.mean_score:.3f}", _fmt_seconds(r.median_seconds)) for r in rows]
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
 
     def line(cells: Sequence[str]) -> str:
@@ -178,13 +207,17 @@ def render_table(rows: Sequence[Row], summaries: Sequence[AgentSummary]) -> str:
         extra = f"  [{s.error} error{'s' if s.error != 1 else ''}]" if s.error else ""
         extra += f"  [{s.assisted} assisted]" if s.assisted else ""
         out.append(f"  {s.agent_id.ljust(name_w)}  {_fmt_rate(s)}{extra}")
+    out.append("")
+    out.append("mean score per agent (a try scores in [0, 1] and passes at 1; the same tries as the pass rate):")
+    for s in summaries:
+        out.append(f"  {s.agent_id.ljust(name_w)}  {_fmt_score(s)}")
     return "\n".join(out)
 
 
 # Who an error is for (the attempt's `error_cause`): the case's author, or us (the platform). Both stay
 # errors and never count against the agent; a server that does not tell them apart leaves it unset.
 CAUSE_LABELS = {
-    "case": "your case (the setup failed, or the check's verdict was not True/False as it must be)",
+    "case": "your case (the setup failed, or the check printed no True, False or score in [0, 1] as it must)",
     "infrastructure": "ours (machine, guest channel, runner, hypervisor or model endpoint)",
     None: "cause not recorded",
 }
@@ -240,8 +273,8 @@ def render_errors(attempts: Sequence[Mapping[str, Any]]) -> str:
 
 def _attempt_entry(a: Mapping[str, Any]) -> dict[str, Any]:
     keep = ("attempt_id", "test_case_id", "key", "agent_id", "try", "retry_of", "status", "outcome", "assisted",
-            "error", "error_cause", "check", "metrics", "replay_url", "replay_path", "runner_id", "started_at",
-            "finished_at")
+            "score", "checkpoints", "error", "error_cause", "check", "metrics", "replay_url", "replay_path",
+            "runner_id", "started_at", "finished_at")
     entry = {k: a.get(k) for k in keep}
     entry["seconds"] = attempt_seconds(a)
     return entry
@@ -276,6 +309,9 @@ def build_report(
                 "tries": s.tries, "passed": s.passed, "failed": s.failed, "error": s.error,
                 "assisted": s.assisted, "pass_rate": s.pass_rate,
                 "ci95": None if s.ci95 is None else [round(s.ci95.low, 4), round(s.ci95.high, 4)],
+                "mean_score": s.mean_score,
+                "mean_score_ci": None if s.mean_score_ci is None
+                else [round(s.mean_score_ci.low, 4), round(s.mean_score_ci.high, 4)],
             }
             for s in summaries
         },

@@ -4,8 +4,8 @@ A `gh-runner local` run of the cases against the built-ins `noop` and `reference
 default), every try on a fresh machine; then the control plane's validation of that run
 (GET /v1/test_runs/{id}/validation, gh_server/validation.py): per case valid, broken, flaky or
 unvalidated with the reasons, printed after the results table and added to the JSON report as
-`validation`. A case is valid when the check before printed False on every machine (the setup broke it,
-deterministically), noop failed every try and reference passed every try.
+`validation`. A case is valid when the check before printed False (a score of 0) on every machine (the
+setup broke it, deterministically, and left no checkpoint done), noop failed every try and reference passed every try.
 
 Exit codes: those of `gh-runner local`, except that a try ending in error is a finding here (the case's
 verdict says it), not a failure: 0 when every try ran; with --strict, 3 when a case is not valid.
@@ -32,7 +32,7 @@ AGENTS = ["noop", "reference"]
 
 def render(validation: dict[str, Any]) -> str:
     """One line per case, and its reasons under it."""
-    lines = ["validation (noop must fail, reference must pass, the check before must print False):"]
+    lines = ["validation (noop must fail, reference must pass, the check before must score 0):"]
     for row in validation.get("data", []):
         v = row["validation"]
         lines.append(f"  {row.get('key') or row['test_case_id']:<10} {v['status']:<12} ({v['runs']} machines)")

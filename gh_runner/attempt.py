@@ -5,6 +5,9 @@ The phases run in the order `_lifecycle` reads, each bounded by its own timeout:
     [fetch] -> machine -> ready -> setup -> check_before -> first_screen -> task -> check_after -> last_screen
     (teardown, always, in `run`'s finally)
 
+Each check phase runs the case's checkpoints one after another (its check_script alone when it has
+none); their scores' weighted mean is the try's score (`gh_runner.outcome.weighted_mean`).
+
 `fetch` is the pull of a start-state version this runner did not hold, from the registry
 (gh_runner.library). The daemon runs it before it accepts the lease, so that a registry fault is a
 refusal (the attempt goes to a holder or waits) and never an error verdict; its seconds are the
@@ -40,6 +43,8 @@ from gh_wire.protocol import (
     AttemptMetrics,
     AttemptResult,
     CheckOutput,
+    Checkpoint,
+    CheckpointScore,
     Lease,
     MachineRequest,
     MachineResponse,
@@ -144,6 +149,8 @@ class Attempt:
         self._metrics = AttemptMetrics()
         self._check_before: CheckOutput | None = None
         self._check_after: CheckOutput | None = None
+        self._before_scores: dict[str, float] = {}  # checkpoint name -> its score before the task
+        self._checkpoints: list[CheckpointScore] | None = None  # after the task, when the case has them
         self._outcome: Outcome | None = None
         self._error: AttemptError | None = None
         self._check_absent = False
@@ -196,16 +203,10 @@ class Attempt:
             if setup is not None:
                 raise AttemptError(SETUP, setup.reason or "the setup failed", setup.cause or ErrorCause.INFRASTRUCTURE)
 
-        if case.check_script:
+        checks = self._checks()
+        if checks:
             await self._status("checking", CHECK_BEFORE)
-            env = {"GH_CHECK_PHASE": "before", "GH_AGENT_ANSWER": ""}
-            before_script = answer_file.with_answer_file(case.check_script or "", "", self._machine().shell)
-            res = await self._phase(CHECK_BEFORE, check_t, lambda: self._script(before_script, env, check_t))
-            self._check_before = rules.check_output(res)
-            before = rules.judge_before(res, check_t)
-            if before.outcome == "error":
-                raise AttemptError(CHECK_BEFORE, before.reason or "the check did not print False",
-                                   before.cause or ErrorCause.INFRASTRUCTURE)
+            await self._check_before_run(checks, check_t)
 
         await self._phase(FIRST_SCREEN, None, lambda: self._capture("first"))
 
@@ -221,22 +222,14 @@ class Attempt:
             raise AttemptError(TASK, self._ending.error)
         answer = self._ending.answer
 
-        if case.check_script:
+        if checks:
             await self._status("checking", CHECK_AFTER)
-            env = {"GH_CHECK_PHASE": "after", "GH_AGENT_ANSWER": answer}
-            script = answer_file.with_answer_file(case.check_script or "", answer, self._machine().shell)
-            after_res = await self._check_after_run(script, env, check_t)
-            if after_res is None:  # the agent left the check no channel to run on: its failure (see below)
+            if not await self._check_after_scored(checks, answer, check_t):
+                # The agent left the check no channel to run on: its failure (see _check_after_run).
                 self._outcome = "failed"
                 self._failed_reason = FailReason.CHECK_CHANNEL_LOST_IN_TASK
                 await self._phase(LAST_SCREEN, None, lambda: self._capture("last"))
                 return
-            self._check_after = rules.check_output(after_res)
-            after = rules.judge_after(after_res, check_t)
-            if after.outcome == "error":
-                raise AttemptError(CHECK_AFTER, after.reason or "the check did not print True or False",
-                                   after.cause or ErrorCause.INFRASTRUCTURE)
-            self._outcome = after.outcome
         else:
             # Rubric only: nothing for the runner to judge. `check_absent` tells the server that
             # "passed" here is provisional and the rubric decides.
@@ -386,7 +379,9 @@ class Attempt:
         except ProviderError as e:
             raise AttemptError(name, f"{_PROVIDER_WHAT.get(name, name + ' failed')}: {e}") from None
         finally:
-            self._metrics.phase_seconds[name] = round(time.monotonic() - started, 3)
+            # Summed: the check phases run once per checkpoint.
+            spent = self._metrics.phase_seconds.get(name, 0.0) + time.monotonic() - started
+            self._metrics.phase_seconds[name] = round(spent, 3)
 
     def _machine(self) -> Machine:
         if self.machine is None:
@@ -414,6 +409,78 @@ class Attempt:
 
     async def _script(self, script: str, env: dict[str, str], timeout: float) -> ScriptResult:
         return await self._machine().run_script(script, env=env, timeout=timeout, output_cap=CHECK_OUTPUT_CAP)
+
+    def _checks(self) -> list[Checkpoint]:
+        """What the check phases run: the lease's checkpoints (the server put a case's check_script among
+        them as `check`), else its check_script alone; none for a rubric-only case."""
+        case = self.lease.case
+        if case.checkpoints:
+            return list(case.checkpoints)
+        return [Checkpoint(name="check", check_script=case.check_script)] if case.check_script else []
+
+    def _scored_checks(self) -> bool:
+        return bool(self.lease.case.checkpoints)
+
+    async def _check_before_run(self, checks: list[Checkpoint], check_t: float) -> None:
+        """Each check script before the task; their weighted mean must be below 1 (the setup broke the
+        machine). A fractional score is recorded (`before_score`), the case's validation flags it."""
+        env = {"GH_CHECK_PHASE": "before", "GH_AGENT_ANSWER": ""}
+        runs: list[tuple[Checkpoint, ScriptResult]] = []
+        for c in checks:
+            script = answer_file.with_answer_file(c.check_script, "", self._machine().shell)
+            res = await self._phase(CHECK_BEFORE, check_t, lambda s=script: self._script(s, env, check_t))  # type: ignore[misc]
+            runs.append((c, res))
+            score = rules.check_score(res, check_t, self._what(c))
+            if isinstance(score, rules.Judgement):
+                self._check_before = rules.check_output(res)
+                raise AttemptError(CHECK_BEFORE, score.reason or "the check printed no score",
+                                   score.cause or ErrorCause.INFRASTRUCTURE)
+            self._before_scores[c.name] = score
+        mean = rules.weighted_mean([(self._before_scores[c.name], c.weight) for c in checks])
+        self._check_before = self._check_record(runs, mean)
+        before = rules.judge_before_score(mean, "check of every checkpoint" if self._scored_checks() else "check")
+        if before.outcome == "error":
+            raise AttemptError(CHECK_BEFORE, before.reason or "the check did not print False",
+                               before.cause or ErrorCause.INFRASTRUCTURE)
+
+    async def _check_after_scored(self, checks: list[Checkpoint], answer: str, check_t: float) -> bool:
+        """Each check script after the task, with the agent's answer; sets the outcome from their weighted
+        mean (passed only at 1). False when the agent broke the check's channel for good."""
+        env = {"GH_CHECK_PHASE": "after", "GH_AGENT_ANSWER": answer}
+        runs: list[tuple[Checkpoint, ScriptResult]] = []
+        scores: list[CheckpointScore] = []
+        for c in checks:
+            script = answer_file.with_answer_file(c.check_script, answer, self._machine().shell)
+            res = await self._check_after_run(script, env, check_t)
+            if res is None:
+                return False
+            runs.append((c, res))
+            score = rules.check_score(res, check_t, self._what(c))
+            if isinstance(score, rules.Judgement):
+                self._check_after = rules.check_output(res)
+                raise AttemptError(CHECK_AFTER, score.reason or "the check printed no score",
+                                   score.cause or ErrorCause.INFRASTRUCTURE)
+            scores.append(CheckpointScore(name=c.name, weight=c.weight, score=score,
+                                          before_score=self._before_scores.get(c.name)))
+        mean = rules.weighted_mean([(s.score, s.weight) for s in scores])
+        self._check_after = self._check_record(runs, mean)
+        if self._scored_checks():
+            self._checkpoints = scores
+        self._outcome = rules.judge_after_score(mean).outcome
+        return True
+
+    def _what(self, c: Checkpoint) -> str:
+        return f"checkpoint {c.name!r}'s check script" if self._scored_checks() else "check script"
+
+    def _check_record(self, runs: list[tuple[Checkpoint, ScriptResult]], mean: float) -> CheckOutput:
+        """One check's own record; for checkpoints, one line per checkpoint (its name and last line) and
+        their weighted mean as the score."""
+        if not self._scored_checks():
+            return rules.check_output(runs[0][1])
+        lines = [f"{c.name}: {rules.last_line(r.stdout)}" for c, r in runs]
+        return CheckOutput(exit_code=0, stdout_tail=rules.tail("\n".join(lines)), score=mean,
+                           verdict=rules.verdict_of(mean),
+                           truncated=any(r.stdout_truncated or r.stderr_truncated for _, r in runs))
 
     async def _check_after_run(self, script: str, env: dict[str, str], check_t: float) -> ScriptResult | None:
         """The check after, or None when the agent broke its channel for good.
@@ -689,6 +756,7 @@ class Attempt:
             task_note=self._ending.note if self._ending is not None else None,
             task_fault=self._ending.fault if self._ending is not None else None,
             failed_reason=self._failed_reason if outcome == "failed" else None,
+            checkpoints=self._checkpoints if outcome != "error" else None,
             # The answer the check got (never one that broke its contract: that is withheld, and the
             # fault says why).
             answer=(self._ending.answer if self._ending is not None else "") if end is not None else None,

@@ -1,13 +1,19 @@
 """The outcome rules, as pure functions over what a script gave back: the setup must exit 0; the check
-must print False before the task (the setup broke the machine) and True after it to pass (False: failed);
-anything else is `error`, with whose fault it is (docs/agents.md, "What ends a task, and what is an error").
+prints a score in [0, 1] (`True` is 1, `False` is 0); before the task it must be below 1 (the setup broke
+the machine), after it a try passes at 1 and fails below; anything else is `error`, with whose fault it
+is (docs/agents.md, "What ends a task, and what is an error"). A case's checkpoints each score the same
+way and the try's score is their weighted mean (`weighted_mean`).
 
 Kept apart from the lifecycle so the rules can be read, and tested row by row, without a machine.
 
 Decisions where the rules are silent (documented here because operators will ask):
 - The verdict is the last non-empty line of stdout with surrounding whitespace removed (so CRLF
   line ends, trailing blank lines and PowerShell's padding do not matter), compared exactly:
-  `True`/`False` only; `true`, `TRUE`, `1`, `yes` are garbage.
+  `True`, `False`, or a plain decimal number (`SCORE_GRAMMAR`: digits with at most one `.`, at least
+  one digit, an optional exponent `e-5`; `0`, `1`, `0.5`, `.25`, `1.0`, `5e-05`) whose value is in
+  [0, 1]. `true`, `TRUE`, `yes`, a sign (`+0.5`, `-0`), `nan`, `inf`, `1/2`, `50%`, a comma decimal
+  (`0,5`: PowerShell under a comma-decimal culture; print with the invariant culture) and anything out
+  of range (`1.01`) are garbage: a checker that prints them is broken, and guessing would score it.
 - A check must also exit 0. A script that printed `True` and then exited non-zero crashed after
   deciding; we cannot tell which of the two to believe, and guessing in the agent's favour (or
   against it) would make results depend on the shell's error handling, so it is `error`.
@@ -24,6 +30,8 @@ Decisions where the rules are silent (documented here because operators will ask
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -59,23 +67,57 @@ def last_line(stdout: str) -> str | None:
     return None
 
 
-def parse_verdict(stdout: str) -> Verdict | None:
+# A plain decimal, no sign: "1", "0.5", ".25", "1.", "5e-05". Python's float() alone would also take
+# "nan", "inf", "+1", "1_0" and surrounding spaces, none of which a check means as a score.
+SCORE_GRAMMAR = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+MAX_SCORE_CHARS = 64  # a longer number is not a score anyone printed on purpose
+
+
+def parse_score(stdout: str) -> float | None:
+    """The score the last non-empty line of stdout says: True 1.0, False 0.0, a number in [0, 1]
+    itself; None for anything else (garbage)."""
     line = last_line(stdout)
     if line == "True":
-        return "True"
+        return 1.0
     if line == "False":
-        return "False"
-    return None
+        return 0.0
+    if line is None or len(line) > MAX_SCORE_CHARS or not SCORE_GRAMMAR.fullmatch(line):
+        return None
+    value = float(line)
+    return value if 0.0 <= value <= 1.0 else None
+
+
+def parse_verdict(stdout: str) -> Verdict | None:
+    """The pass/fail a check's score means: True only at 1 (an older peer reads only this)."""
+    return verdict_of(parse_score(stdout))
+
+
+def verdict_of(score: float | None) -> Verdict | None:
+    if score is None:
+        return None
+    return "True" if score == 1.0 else "False"
+
+
+def weighted_mean(scores: Sequence[tuple[float, float]]) -> float:
+    """The weighted mean of (score, weight) pairs, each weight > 0; 1.0 exactly when every score is 1
+    (so a try whose checkpoints all pass passes, whatever rounding the weights bring)."""
+    if not scores:
+        raise ValueError("no scores to average")
+    if all(s == 1.0 for s, _ in scores):
+        return 1.0
+    total = sum(w for _, w in scores)
+    return min(1.0, max(0.0, sum(s * w for s, w in scores) / total))
 
 
 def check_output(res: ScriptResult) -> CheckOutput:
     """The bounded record of one check run that travels in the result."""
-    verdict = parse_verdict(res.stdout) if _clean_exit(res) else None
+    score = parse_score(res.stdout) if _clean_exit(res) else None
     return CheckOutput(
         exit_code=res.exit_code,
         stdout_tail=tail(res.stdout),
         stderr_tail=tail(res.stderr),
-        verdict=verdict,
+        verdict=verdict_of(score),
+        score=score,
         timed_out=res.timed_out,
         truncated=res.stdout_truncated or res.stderr_truncated,
     )
@@ -128,6 +170,7 @@ class Judgement:
     outcome: Outcome
     reason: str | None = None
     cause: ErrorCause | None = None
+    score: float | None = None  # what the check printed, when it printed a score
 
 
 def judge_setup(res: ScriptResult, timeout: float) -> Judgement | None:
@@ -136,42 +179,51 @@ def judge_setup(res: ScriptResult, timeout: float) -> Judgement | None:
     return Judgement("error", failed[0], failed[1]) if failed else None
 
 
-def _verdict(res: ScriptResult, timeout: float) -> Verdict | Judgement:
-    """The check's verdict, or the error judgement when it has none (crashed, timed out, garbage)."""
-    crash = script_failure_cause("check script", res, timeout)
+def check_score(res: ScriptResult, timeout: float, what: str = "check script") -> float | Judgement:
+    """The check's score, or the error judgement when it has none (crashed, timed out, garbage)."""
+    crash = script_failure_cause(what, res, timeout)
     if crash:
         return Judgement("error", crash[0], crash[1])
     if res.stdout_truncated:
-        return Judgement("error", "the check script's stdout was over the output cap, so its last line is unknown",
+        return Judgement("error", f"the {what}'s stdout was over the output cap, so its last line is unknown",
                          ErrorCause.CASE)
-    verdict = parse_verdict(res.stdout)
-    if verdict is None:
-        return Judgement("error", f"the check script {_printed(res.stdout)}; it must print exactly True or False"
-                                  f"{_output_excerpt(res)}", ErrorCause.CASE)
-    return verdict
+    score = parse_score(res.stdout)
+    if score is None:
+        return Judgement("error", f"the {what} {_printed(res.stdout)}; it must print True, False or a number "
+                                  f"in [0, 1] such as 0.5{_output_excerpt(res)}", ErrorCause.CASE)
+    return score
 
 
-def judge_before(res: ScriptResult, timeout: float) -> Judgement:
-    """Before the task the check must print False. `passed` here means "the setup broke the machine"."""
-    verdict = _verdict(res, timeout)
-    if isinstance(verdict, Judgement):
-        return verdict
-    if verdict == "True":
+def judge_before(res: ScriptResult, timeout: float, what: str = "check script") -> Judgement:
+    """Before the task the check must score below 1 (False, or partial credit the untouched machine
+    already earns: recorded as `before_score`). `passed` here means "the setup broke the machine"."""
+    score = check_score(res, timeout, what)
+    if isinstance(score, Judgement):
+        return score
+    return judge_before_score(score)
+
+
+def judge_before_score(score: float, what: str = "check") -> Judgement:
+    if score == 1.0:
         return Judgement(
             "error",
-            "the check printed True before the task: the setup did not break the machine "
-            "(before the task the check must print False)",
-            ErrorCause.CASE,
+            f"the {what} printed True before the task (a score of 1): the setup did not break the machine "
+            "(before the task the check must print False or a score below 1)",
+            ErrorCause.CASE, score,
         )
-    return Judgement("passed")
+    return Judgement("passed", score=score)
 
 
-def judge_after(res: ScriptResult, timeout: float) -> Judgement:
-    """After the task: True -> passed, False -> failed, anything else -> error."""
-    verdict = _verdict(res, timeout)
-    if isinstance(verdict, Judgement):
-        return verdict
-    return Judgement("passed" if verdict == "True" else "failed")
+def judge_after(res: ScriptResult, timeout: float, what: str = "check script") -> Judgement:
+    """After the task: score 1 (True) -> passed, below 1 (False, 0.5) -> failed, anything else -> error."""
+    score = check_score(res, timeout, what)
+    if isinstance(score, Judgement):
+        return score
+    return judge_after_score(score)
+
+
+def judge_after_score(score: float) -> Judgement:
+    return Judgement("passed" if score == 1.0 else "failed", score=score)
 
 
 @dataclass(frozen=True)

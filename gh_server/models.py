@@ -232,7 +232,10 @@ class Attempt(Base):
     status: Mapped[str] = mapped_column(String(16), default="queued")
     outcome: Mapped[str | None] = mapped_column(String(16), default=None)  # passed|failed|error
     error: Mapped[str | None] = mapped_column(Text, default=None)
-    check: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)  # {before, after, passed}
+    check: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)  # {before, after, passed, before_score}
+    # In [0, 1]: the check's score or its checkpoints' weighted mean (intake.score_of); None for an error.
+    score: Mapped[float | None] = mapped_column(Float, default=None)
+    checkpoints: Mapped[list[Any] | None] = mapped_column(JSON, default=None)  # [{name, weight, score, before_score}]
     judge: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     customer_turns: Mapped[list[Any] | None] = mapped_column(JSON, default=None)
     answer: Mapped[str | None] = mapped_column(Text, default=None)

@@ -58,6 +58,7 @@ def page_data(session: Session, run: TestRun, replay_link: Link, run_link: Link)
         attempts.setdefault(f"{a.test_case_id}|{a.agent_id}", []).append(
             {"attempt_id": a.id, "try": a.try_number, "retry_of": a.retry_of, "status": a.status,
              "outcome": a.outcome, "assisted": bool(a.assisted), "error_cause": serialize.error_cause(a),
+             "score": serialize.attempt_score(a),
              "replay": replay_link(a.id),
              "queued_reason": wait.as_dict() if wait is not None else None})
     compare = None

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gh_server import trust
+from gh_server import stats, trust
 from gh_server.counts import COUNTED, Counted, counted_as, new_progress
 from gh_server.models import Attempt, RunCase, TestRun, utcnow
 from gh_server.timestamps import ts
@@ -30,24 +30,42 @@ def rate(passed: int, failed: int) -> float | None:
     return round(passed / scored, 4) if scored else None
 
 
-def progress_for(
-    session: Session, runs: Iterable[TestRun]
-) -> dict[str, tuple[dict[str, int], dict[str, float | None]]]:
-    """(progress, pass_rate) of each run, from one grouped query."""
+def score_or_outcome(score: float | None, outcome: str | None) -> float:
+    """A scored try's score; one finished before scores were stored (migration 0012) reads as its outcome."""
+    return float(score) if score is not None else (1.0 if outcome == "passed" else 0.0)
+
+
+def mean_score(scores: list[float]) -> dict[str, Any]:
+    """`mean_score` of the scored tries (no error, no assisted try) and `mean_score_ci`, its 95% interval:
+    Wilson's, with the scores' sum as the successes (gh_server/stats.py, score_interval)."""
+    if not scores:
+        return {"mean_score": None, "mean_score_ci": None}
+    ci = stats.score_interval(scores)
+    return {"mean_score": round(sum(scores) / len(scores), 4),
+            "mean_score_ci": None if ci is None else [round(ci[0], 4), round(ci[1], 4)]}
+
+
+Computed = tuple[dict[str, int], dict[str, float | None], dict[str, float | None]]
+
+
+def progress_for(session: Session, runs: Iterable[TestRun]) -> dict[str, Computed]:
+    """(progress, pass_rate, mean_score) of each run, from one grouped query; mean_score per agent over
+    the same tries as its pass rate (a try finished before scores were stored reads as its outcome)."""
     runs = list(runs)
     ids = [r.id for r in runs]
-    out: dict[str, tuple[dict[str, int], dict[str, float | None]]] = {}
+    out: dict[str, Computed] = {}
     if not ids:
         return out
     rows = session.execute(
         select(Attempt.test_run_id, Attempt.agent_id, Attempt.status, Attempt.outcome, Attempt.assisted,
-               func.count())
+               func.count(), func.sum(Attempt.score), func.count(Attempt.score))
         .where(Attempt.test_run_id.in_(ids), Attempt.is_last.is_(True))
         .group_by(Attempt.test_run_id, Attempt.agent_id, Attempt.status, Attempt.outcome, Attempt.assisted)
     ).all()
     prog: dict[str, dict[str, int]] = {i: new_progress() for i in ids}
     per_agent: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
-    for run_id, agent, status, outcome, assisted, n in rows:
+    score_sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for run_id, agent, status, outcome, assisted, n, score_sum, with_score in rows:
         p = prog[run_id]
         p["total"] += n
         if status in QUEUED:
@@ -60,10 +78,17 @@ def progress_for(
                 per_agent[run_id][agent][0] += n
             elif counted == "failed":
                 per_agent[run_id][agent][1] += n
+            if counted in ("passed", "failed"):
+                unscored = n - int(with_score or 0)  # finished before scores: 1 passed, 0 failed
+                score_sums[run_id][agent] += float(score_sum or 0.0) + (unscored if counted == "passed" else 0)
     for r in runs:
         agents = list(r.agents or [])
         pr = {a: rate(*per_agent[r.id][a]) if a in per_agent[r.id] else None for a in agents}
-        out[r.id] = (prog[r.id], pr)
+        ms: dict[str, float | None] = {}
+        for a in agents:
+            scored = sum(per_agent[r.id][a]) if a in per_agent[r.id] else 0
+            ms[a] = round(score_sums[r.id][a] / scored, 4) if scored else None
+        out[r.id] = (prog[r.id], pr, ms)
     return out
 
 
@@ -101,6 +126,7 @@ def _attempt_rows(session: Session, run_id: str) -> list[Any]:
         metrics["steps"].as_integer(),
         metrics["cost_cents"].as_integer(),
         t.c.finished_at,
+        t.c.score,
         t.c.is_last,
         *trust.columns(t),  # what the trust additions read, in the same pass
     ).where(t.c.test_run_id == run_id).order_by(t.c["try"], t.c.created_at)
@@ -135,9 +161,10 @@ def results(session: Session, run: TestRun) -> dict[str, Any]:
     pair_cost: dict[tuple[int, str], int | None] = {}
     finished: list[tuple[datetime, Counted]] = []
     total_attempts = 0
-    trust_rows = [trust.TrustRow(r[1], *r[10:]) for r in rows]
+    trust_rows = [trust.TrustRow(r[1], *r[11:]) for r in rows]
+    pair_scores: dict[tuple[int, str], list[float]] = defaultdict(list)
     for r, tr in zip(rows, trust_rows, strict=True):
-        rc_id, agent, status, outcome, seconds, active, steps, cost, finished_at, is_last = r[:10]
+        rc_id, agent, status, outcome, seconds, active, steps, cost, finished_at, score, is_last = r[:11]
         assisted = tr.assisted
         total_attempts += 1
         k = (rc_id, agent)
@@ -157,12 +184,15 @@ def results(session: Session, run: TestRun) -> dict[str, Any]:
                 finished.append((finished_at, counted))
             # The agent's times and steps: a person's hold is not the agent's time (nor an error's).
             if counted in ("passed", "failed"):
+                pair_scores[k].append(score_or_outcome(score, outcome))
                 if seconds is not None:
                     pair_secs[k].append(float(seconds))
                 pair_steps[k].append(int(steps or 0))
     data: list[dict[str, Any]] = []
     by_agent: dict[str, dict[str, Any]] = {}
     agent_secs: dict[str, list[float]] = defaultdict(list)
+    agent_scores: dict[str, list[float]] = defaultdict(list)
+    group_scores: dict[tuple[str, str, str], list[float]] = defaultdict(list)  # (by, group, agent)
     agent_steps: dict[str, list[int]] = defaultdict(list)
     agent_active: dict[str, float] = defaultdict(float)
     by_tag: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
@@ -184,6 +214,7 @@ def results(session: Session, run: TestRun) -> dict[str, Any]:
             "all_passed": p["tries"] > 0 and p["passed"] == p["tries"],  # an assisted try is not passed
             **_stats(pair_secs[k], pair_steps[k], pair_active[k]),
             "cost_cents": pair_cost.get(k),
+            **mean_score(pair_scores[k]),
         }
         data.append(row)
         a = by_agent.setdefault(agent, {**_tally(), "cost_cents": None})
@@ -191,6 +222,7 @@ def results(session: Session, run: TestRun) -> dict[str, Any]:
             a[f] += p[f]
         if pair_cost.get(k) is not None:  # what a model agent spent (its price times its tokens), retries too
             a["cost_cents"] = (a["cost_cents"] or 0) + int(pair_cost[k] or 0)
+        agent_scores[agent].extend(pair_scores[k])
         agent_secs[agent].extend(pair_secs[k])
         agent_steps[agent].extend(pair_steps[k])
         agent_active[agent] += pair_active[k]
@@ -198,17 +230,21 @@ def results(session: Session, run: TestRun) -> dict[str, Any]:
             t = by_tag[tag].setdefault(agent, _tally())
             for f in TALLIED:
                 t[f] += p[f]
+            group_scores[("tag", tag, agent)].extend(pair_scores[k])
         if c["category"]:
             t = by_category[c["category"]].setdefault(agent, _tally())
             for f in TALLIED:
                 t[f] += p[f]
+            group_scores[("category", c["category"], agent)].extend(pair_scores[k])
     for agent, a in by_agent.items():
         a.update(_stats(agent_secs[agent], agent_steps[agent], agent_active[agent]))
         a["pass_rate"] = rate(a["passed"], a["failed"])
-    for group in (by_tag, by_category):
-        for per_agent in group.values():
-            for t in per_agent.values():
+        a.update(mean_score(agent_scores[agent]))
+    for by, group in (("tag", by_tag), ("category", by_category)):
+        for name, per_agent in group.items():
+            for agent, t in per_agent.items():
                 t["pass_rate"] = rate(t["passed"], t["failed"])
+                t.update(mean_score(group_scores[(by, name, agent)]))
     tot = _tally()
     for a in by_agent.values():
         for f in TALLIED:
@@ -221,6 +257,7 @@ def results(session: Session, run: TestRun) -> dict[str, Any]:
         **tot,
         "attempts": total_attempts,
         "pass_rate": rate(tot["passed"], tot["failed"]),
+        **mean_score([x for xs in agent_scores.values() for x in xs]),
         "active_seconds": round(sum(agent_active.values())),
         "price_cents": None,
         "started_at": ts(run.started_at),

@@ -24,7 +24,8 @@ def test_case(row: TestCase) -> dict[str, Any]:
         "prompt": row.prompt,
         "start_state": row.start_state,
         "setup_script": row.setup_script,
-        "success": {"check_script": success.get("check_script"), "rubric": success.get("rubric")},
+        "success": {"check_script": success.get("check_script"), "rubric": success.get("rubric"),
+                    "checkpoints": success.get("checkpoints")},
         "customer": row.customer,
         "operator": row.operator or {"approvals": "approve"},
         "limits": {"minutes": limits.get("minutes", 10), "steps": limits.get("steps")},
@@ -65,14 +66,14 @@ def test_set(row: TestSet, cases: list[tuple[str, str | None, int | None]]) -> d
 def test_run(
     session: Session,
     row: TestRun,
-    computed: tuple[dict[str, int], dict[str, float | None]] | None = None,
+    computed: tuple[dict[str, int], dict[str, float | None], dict[str, float | None]] | None = None,
 ) -> dict[str, Any]:
     """The run with its progress and pass rates (`computed` when a list page already grouped them)."""
     if computed is None:
         from gh_server.results import progress_for
 
         computed = progress_for(session, [row])[row.id]
-    progress, pass_rate = computed
+    progress, pass_rate, mean_score = computed
     return {
         "object": "test_run",
         "test_run_id": row.id,
@@ -83,6 +84,7 @@ def test_run(
         "app_version": None,
         "progress": progress,
         "pass_rate": pass_rate,
+        "mean_score": mean_score,  # per agent, over the same tries as pass_rate (docs/server-api.md, "Scores")
         "agent_versions": {a: None for a in row.agents or []},
         "rerun_of": row.rerun_of,
         "queue_timeout": row.queue_timeout_seconds,
@@ -138,12 +140,20 @@ def takeover_in_progress(row: Attempt, settings: Any = None, cap_s: float | None
     return {"by": t.get("by"), "started_at": t.get("started_at"), "cap_at": ts(started + timedelta(seconds=cap_s))}
 
 
+def attempt_score(row: Attempt) -> float | None:
+    """The stored score; an attempt finished before scores (migration 0012) reads as its outcome."""
+    if row.score is not None:
+        return float(row.score)
+    return {"passed": 1.0, "failed": 0.0}.get(row.outcome or "") if row.status == "done" else None
+
+
 def attempt(row: Attempt, key: str | None, base_url: str, settings: Any = None,
             queued_reason: dict[str, Any] | None = None) -> dict[str, Any]:
     """An attempt object; `queued_reason` (gh_server.queue_wait) for a queued one: why it waits."""
     check = row.check or None
     if check is not None:
-        check = {"before": check.get("before"), "after": check.get("after"), "passed": check.get("passed")}
+        check = {"before": check.get("before"), "after": check.get("after"), "passed": check.get("passed"),
+                 "before_score": check.get("before_score")}
     metrics = row.metrics
     if metrics is not None:
         m = dict(metrics)
@@ -177,6 +187,9 @@ def attempt(row: Attempt, key: str | None, base_url: str, settings: Any = None,
         # The console's attempt page, where it can be watched live (docs/console.md), while its machine is up.
         "live_url": f"{base_url.rstrip('/')}/attempts/{row.id}" if attempt_status(row.status) in _LIVE else None,
         "check": check,
+        # In [0, 1], passed exactly at 1 (docs/agents.md, "Scores"); None for an error or one not done.
+        "score": attempt_score(row),
+        "checkpoints": list(row.checkpoints) if row.checkpoints is not None else None,
         "judge": row.judge,
         "explanation": None,
         "customer": list(row.customer_turns or []),

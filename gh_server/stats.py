@@ -30,7 +30,7 @@ BOOTSTRAP_MAX_CASES = 40
 EXACT_INTEGERS_UP_TO = 200  # McNemar's discordant pairs summed as integers; beyond, in log space
 
 
-def wilson(passed: int, n: int, z: float = Z95) -> tuple[float, float] | None:
+def wilson(passed: float, n: int, z: float = Z95) -> tuple[float, float] | None:
     """The Wilson score interval of passed/n; None without a try."""
     if n <= 0:
         return None
@@ -39,6 +39,16 @@ def wilson(passed: int, n: int, z: float = Z95) -> tuple[float, float] | None:
     centre = (p + z * z / (2 * n)) / d
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def score_interval(scores: Sequence[float], z: float = Z95) -> tuple[float, float] | None:
+    """A 95% interval of the mean of scores in [0, 1]: Wilson's interval with their sum as the passes.
+    A variable in [0, 1] with mean p has variance at most p(1 - p), the Bernoulli's, so this is at least as
+    wide as it needs to be; it is Wilson's exactly when every score is 0 or 1 (the pass rate's interval),
+    and it stays inside [0, 1] and away from a zero width at n = 1, as a t interval does not."""
+    if not scores:
+        return None
+    return wilson(sum(scores), len(scores), z)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -90,6 +90,20 @@ def scored_tries(session: Session, run_ids: list[str]) -> dict[str, Scored]:
     return out
 
 
+def scored_scores(session: Session, run_ids: list[str]) -> dict[str, dict[tuple[str, str], list[float]]]:
+    """Per run, the scores of the counted tries that were scored and not assisted (errors and assisted
+    tries count in no mean), in try order; a try finished before scores were stored reads as its outcome."""
+    t = Attempt.__table__
+    stmt = (select(t.c.test_run_id, t.c.test_case_id, t.c.agent_id, t.c.outcome, t.c.score)
+            .where(t.c.test_run_id.in_(run_ids), t.c.is_last.is_(True), t.c.status == "done",
+                   t.c.outcome.in_(("passed", "failed")), t.c.assisted.is_not(True))
+            .order_by(t.c["try"], t.c.created_at))
+    out: dict[str, dict[tuple[str, str], list[float]]] = {r: defaultdict(list) for r in run_ids}
+    for run_id, case_id, agent, outcome, score in session.connection().execute(stmt):
+        out[run_id][(case_id, agent)].append(float(score) if score is not None else float(outcome == "passed"))
+    return out
+
+
 def _verdict(status: str, outcome: str | None, assisted: bool | None) -> bool | None:
     """A scored try's place in `Scored`: True passed, False failed, None assisted."""
     counted = counted_as(status, outcome, assisted)
@@ -309,10 +323,36 @@ def paired(base: dict[str, list[bool | None]], other: dict[str, list[bool | None
     }
 
 
+def paired_scores(base: dict[str, list[float]], other: dict[str, list[float]],
+                  data: list[dict[str, Any]]) -> dict[str, Any]:
+    """`other` against `base` on scores, on the cases both scored: per-case mean-score differences, their
+    mean with a paired bootstrap 95% interval (as `paired` does for pass rates; no McNemar, which counts
+    passes)."""
+    keys = {r["test_case_id"]: r.get("key") for r in data}
+    cases = []
+    diffs: list[float] = []
+    for cid in sorted(set(base) & set(other), key=lambda c: (keys.get(c) or "", c)):
+        sb, so = base[cid], other[cid]
+        if not sb or not so:
+            continue
+        mb, mo = sum(sb) / len(sb), sum(so) / len(so)
+        diffs.append(mo - mb)
+        cases.append({"test_case_id": cid, "key": keys.get(cid), "baseline_mean_score": round(mb, 4),
+                      "mean_score": round(mo, 4), "difference": round(mo - mb, 4)})
+    ci = stats.paired_bootstrap(diffs)
+    return {
+        "cases": cases,
+        "compared": len(cases),
+        "mean_difference": round(sum(diffs) / len(diffs), 4) if diffs else None,
+        "ci95": None if ci is None else [round(ci[0], 4), round(ci[1], 4)],
+    }
+
+
 def paired_runs(session: Session, runs: list[TestRun], per_run: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Each run but the first against the first, per agent both ran."""
     ids = [r.id for r in runs]
     scored = scored_tries(session, ids)
+    scores = scored_scores(session, ids)
     base_id = ids[0]
     out: dict[str, Any] = {}
     for r in runs[1:]:
@@ -321,6 +361,10 @@ def paired_runs(session: Session, runs: list[TestRun], per_run: dict[str, dict[s
             base = {cid: t for (cid, a), t in scored[base_id].items() if a == agent}
             mine = {cid: t for (cid, a), t in scored[r.id].items() if a == agent}
             if base and mine:
-                per_agent[agent] = paired(base, mine, per_run[r.id]["data"] + per_run[base_id]["data"])
+                data = per_run[r.id]["data"] + per_run[base_id]["data"]
+                per_agent[agent] = paired(base, mine, data)
+                per_agent[agent]["score"] = paired_scores(
+                    {cid: x for (cid, a), x in scores[base_id].items() if a == agent},
+                    {cid: x for (cid, a), x in scores[r.id].items() if a == agent}, data)
         out[r.id] = per_agent
     return out

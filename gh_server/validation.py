@@ -45,6 +45,7 @@ class Status(StrEnum):
 
 class Reason(StrEnum):
     CHECK_BEFORE_TRUE = "check_before_true"  # the setup did not break the machine
+    CHECK_BEFORE_SCORED = "check_before_scored"  # the untouched machine already scores above 0 (partly done)
     CHECK_BEFORE_CRASHED = "check_before_crashed"  # the check before printed garbage, crashed or timed out
     SETUP_FAILED = "setup_failed"
     NOOP_PASSED = "noop_passed"
@@ -54,7 +55,8 @@ class Reason(StrEnum):
 
 _SAY = {
     Reason.CHECK_BEFORE_TRUE: "the check printed True before the task (the setup did not break the machine)",
-    Reason.CHECK_BEFORE_CRASHED: "the check before did not print True or False",
+    Reason.CHECK_BEFORE_SCORED: "the check scored above 0 before the task (the setup left part of it done)",
+    Reason.CHECK_BEFORE_CRASHED: "the check before did not print True, False or a score",
     Reason.SETUP_FAILED: "the setup script failed",
     Reason.NOOP_PASSED: "noop passed (the check passes a machine nobody fixed)",
     Reason.REFERENCE_FAILED: "reference failed (the known fix does not pass the check)",
@@ -72,6 +74,7 @@ class Sample:
     error_phase: str | None
     before: str | None  # the check before's printed verdict line, if it ran
     assisted: bool = False  # a person took the machine over: its verdict is not the agent's
+    before_score: float | None = None  # the check's score before the task (checkpoints: their mean)
 
 
 def _last_line(text: str | None) -> str | None:
@@ -95,9 +98,11 @@ def classify(samples: list[Sample]) -> dict[str, Any]:
 
     done = [x for x in samples if x.outcome is not None]
     before = [x for x in done if x.before is not None or x.error_phase == "check_before"]
-    note(Reason.CHECK_BEFORE_TRUE, sum(1 for x in before if x.before == "True"), len(before))
+    done_before = [x for x in before if x.before == "True" or x.before_score == 1.0]
+    note(Reason.CHECK_BEFORE_TRUE, len(done_before), len(before))
+    note(Reason.CHECK_BEFORE_SCORED, sum(1 for x in before if 0.0 < (x.before_score or 0.0) < 1.0), len(before))
     note(Reason.CHECK_BEFORE_CRASHED,
-         sum(1 for x in before if x.error_phase == "check_before" and x.before != "True"), len(before))
+         sum(1 for x in before if x.error_phase == "check_before" and x not in done_before), len(before))
     setups = [x for x in done if x.before is not None or x.error_phase in ("setup", "check_before")]
     note(Reason.SETUP_FAILED, sum(1 for x in setups if x.error_phase == "setup"), len(setups))
     scored: dict[str, list[str]] = defaultdict(list)
@@ -127,8 +132,9 @@ def _samples(session: Session, run_id: str) -> dict[str, list[Sample]]:
         if agent not in AGENTS:
             continue
         before = _last_line((check or {}).get("before")) if isinstance(check, dict) else None
+        before_score = (check or {}).get("before_score") if isinstance(check, dict) else None
         out[case_id].append(Sample(agent, outcome if status == "done" else None, bool(is_last), phase, before,
-                                   bool(assisted)))
+                                   bool(assisted), before_score))
     return out
 
 

@@ -146,6 +146,25 @@ class StartStateRef(_Msg):
     version: int | None = None
 
 
+class Checkpoint(_Msg):
+    """One scored part of a case's check (`success.checkpoints`): its script prints a score like a
+    check_script does, and the try's score is the weighted mean (docs/agents.md, "Scores")."""
+
+    name: str
+    check_script: str
+    weight: float = Field(default=1.0, gt=0.0)
+
+
+class CheckpointScore(_Msg):
+    """What one checkpoint scored, in the result: after the task, and before it (None when no
+    before ran, as for a case that errored first)."""
+
+    name: str
+    weight: float
+    score: float = Field(ge=0.0, le=1.0)
+    before_score: float | None = Field(default=None, ge=0.0, le=1.0)
+
+
 class FrozenCase(_Msg):
     """What the runner needs of a test case: the copy frozen when the run started.
 
@@ -159,6 +178,10 @@ class FrozenCase(_Msg):
     prompt: str
     setup_script: str | None = None
     check_script: str | None = None
+    # Added without a protocol bump: the case's checkpoints, its check_script first as `check` when it
+    # has both (gh_server/attempts/lease.py). This runner runs these in place of check_script; an older
+    # one ignores the field and scores check_script alone (docs/protocol.md, "Scores").
+    checkpoints: list[Checkpoint] = Field(default_factory=list)
     limits: Limits = Field(default_factory=Limits)
     runs_on: str = "vm"
 
@@ -167,9 +190,19 @@ class CheckOutput(_Msg):
     exit_code: int | None = None
     stdout_tail: str = ""
     stderr_tail: str = ""
+    # "True" only at score 1, "False" below (what a runner before scores sent; an older server reads it).
     verdict: Literal["True", "False"] | None = None
+    # The check's score in [0, 1] (True 1, False 0; gh_runner/outcome.py); None when it printed none, or
+    # from an older runner (the server then reads the verdict).
+    score: float | None = Field(default=None, ge=0.0, le=1.0)
     timed_out: bool = False
     truncated: bool = False
+
+    def scored(self) -> float | None:
+        """The score, from an older runner's verdict when it sent none."""
+        if self.score is not None:
+            return self.score
+        return None if self.verdict is None else 1.0 if self.verdict == "True" else 0.0
 
 
 class AttemptMetrics(_Msg):
@@ -211,6 +244,9 @@ class AttemptResult(_Msg):
     task_note: str | None = None  # what the agent's side said as it ended (an exit code, a refusal)
     task_fault: AgentFault | None = None  # agent_failed because of what it sent (gh_wire.answer)
     failed_reason: FailReason | None = None  # `failed` by a rule, not by the check's verdict
+    # Added without a protocol bump: each checkpoint's score when the lease had checkpoints (check_after
+    # then carries their weighted mean as its score, check_before the mean before the task).
+    checkpoints: list[CheckpointScore] | None = None
 
 
 # ---------------------------------------------------------------------------------------------

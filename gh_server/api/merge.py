@@ -37,4 +37,6 @@ def merge_nested(current: Mapping[str, Any] | None, sent: BaseModel, defaults: M
 def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: v.model_dump() if isinstance(v, BaseModel) else v for k, v in value.items()}
+    if isinstance(value, list):
+        return [v.model_dump() if isinstance(v, BaseModel) else v for v in value]
     return value

@@ -84,9 +84,54 @@ class Customer(_Body):
         return v
 
 
+CHECKPOINTS_MAX = 100
+CHECKPOINT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+# When a case has both, its check_script is one more checkpoint of weight 1 by this name (docs/agents.md).
+CHECK_AS_CHECKPOINT = "check"
+
+
+class CheckpointIn(_Body):
+    """One scored part of a case's check: its script prints True, False or a number in [0, 1]."""
+
+    name: str
+    check_script: Any
+    weight: float = Field(default=1.0, gt=0.0, le=1_000_000.0, allow_inf_nan=False)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not CHECKPOINT_NAME.fullmatch(v):
+            raise ValueError("must be 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit")
+        return v
+
+    @field_validator("check_script", mode="before")
+    @classmethod
+    def _script(cls, v: Any) -> str:
+        text = decode_script(v)
+        if not (text or "").strip():
+            raise ValueError("a checkpoint needs a check_script")
+        return text or ""
+
+
+def checkpoints_fault(check_script: str | None, checkpoints: list[dict[str, Any]] | None) -> str | None:
+    """What is wrong with a case's checkpoints as a whole (unique names, `check` taken by its
+    check_script when it has one), or None."""
+    names = [c["name"] for c in checkpoints or []]
+    if (check_script or "").strip() and CHECK_AS_CHECKPOINT in names:
+        return (f"a checkpoint is named {CHECK_AS_CHECKPOINT!r}, the name the case's check_script takes beside "
+                "its checkpoints: rename it")
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        return f"checkpoint names must be unique; repeated: {', '.join(dup)}"
+    return None
+
+
 class Success(_Body):
     check_script: Any = None
     rubric: str | None = Field(default=None, max_length=8000)
+    # Scored parts of the check (docs/agents.md, "Scores"); with a check_script beside them, that script
+    # is one more, named `check`, of weight 1.
+    checkpoints: list[CheckpointIn] | None = Field(default=None, max_length=CHECKPOINTS_MAX)
 
     @field_validator("check_script", mode="before")
     @classmethod
@@ -174,8 +219,11 @@ class TestCaseCreate(TestCaseFields):
     def _one(cls, v: Success) -> Success:
         # A new case (or a batch item, which may be one) needs a way to be judged in what it sends; a
         # PATCH is checked after it is merged into the stored case.
-        if not (v.check_script or "").strip() and not (v.rubric or "").strip():
-            raise ValueError("needs a check_script or a rubric (or both)")
+        if not (v.check_script or "").strip() and not (v.rubric or "").strip() and not v.checkpoints:
+            raise ValueError("needs a check_script, checkpoints or a rubric")
+        fault = checkpoints_fault(v.check_script, [c.model_dump() for c in v.checkpoints or []])
+        if fault:
+            raise ValueError(fault)
         return v
 
 

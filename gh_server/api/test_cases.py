@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from gh_server import serialize
 from gh_server.api.common import DB, Admin, Member, PageParams, like, page_body, paginate
 from gh_server.api.merge import merge_nested
-from gh_server.api.schemas import TestCaseBatchBody, TestCaseCreate, TestCaseFields
+from gh_server.api.schemas import TestCaseBatchBody, TestCaseCreate, TestCaseFields, checkpoints_fault
 from gh_server.auth import Principal
 from gh_server.errors import conflict, invalid, not_found
 from gh_server.models import Runner, StartState, TestCase, TestCaseTag, TestSet, TestSetCase, new_id, utcnow
@@ -23,7 +23,7 @@ NULLABLE = {"key", "setup_script", "customer", "category", "tags", "metadata"}
 # What a nested field cleared with null goes back to (a new case starts from these).
 LIMITS_DEFAULTS: dict[str, Any] = {"minutes": 10, "steps": None}
 OPERATOR_DEFAULTS: dict[str, Any] = {"approvals": "approve"}
-SUCCESS_DEFAULTS: dict[str, Any] = {"check_script": None, "rubric": None}
+SUCCESS_DEFAULTS: dict[str, Any] = {"check_script": None, "rubric": None, "checkpoints": None}
 
 
 def resolve_case(session: Session, ident: str) -> TestCase:
@@ -78,8 +78,12 @@ def apply_fields(session: Session, row: TestCase, body: TestCaseFields, param_pr
     # Nested objects merge field by field (gh_server.api.merge): `limits={"steps": 5}` keeps `minutes`.
     if "success" in sent and body.success is not None:
         row.success = merge_nested(row.success, body.success, SUCCESS_DEFAULTS)
-        if not any((row.success.get(f) or "").strip() for f in SUCCESS_DEFAULTS):
-            raise invalid(param_prefix + "success", "needs a check_script or a rubric (or both)")
+        if not any((row.success.get(f) or "").strip() for f in ("check_script", "rubric")) \
+                and not row.success.get("checkpoints"):
+            raise invalid(param_prefix + "success", "needs a check_script, checkpoints or a rubric")
+        fault = checkpoints_fault(row.success.get("check_script"), row.success.get("checkpoints"))
+        if fault:
+            raise invalid(param_prefix + "success.checkpoints", fault)
     if "customer" in sent:
         row.customer = merge_nested(row.customer, body.customer, {}) if body.customer is not None else None
     if "operator" in sent and body.operator is not None:

@@ -21,7 +21,7 @@ from gh_server.models import Attempt, RunCase, utcnow
 from gh_server.ports import AttemptEvents, RunnerLink
 from gh_server.workpool import PoolTimeout, WorkPool
 from gh_wire import protocol
-from gh_wire.vocab import FINISHED, AttemptStatus, Outcome
+from gh_wire.vocab import FINISHED, AttemptStatus, ErrorCause, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,30 @@ def rubric_of(case: dict[str, Any]) -> str | None:
 
 def rubric_case(session: Session, runner_id: str, attempt_id: str) -> dict[str, Any] | None:
     """The frozen case of this runner's unfinished attempt when it has a rubric (the result is judged)."""
+    case = _unfinished_case(session, runner_id, attempt_id)
+    return case if case is not None and rubric_of(case) is not None else None
+
+
+def unscored_checkpoints(result: protocol.AttemptResult) -> bool:
+    """A result that may come from a runner before scores (docs/protocol.md, "Scores"): it scored no
+    checkpoints and its check has no score (or it ran none). Such a runner ignores a lease's
+    checkpoints, so its score would leave them out; `checkpoints_ignored` looks at the case."""
+    if result.outcome == Outcome.ERROR or result.checkpoints is not None:
+        return False
+    return result.check_absent or (result.check_after is not None and result.check_after.score is None)
+
+
+def checkpoints_ignored(session: Session, runner_id: str, attempt_id: str) -> bool:
+    """The attempt's case has checkpoints, which the runner did not score."""
+    case = _unfinished_case(session, runner_id, attempt_id)
+    return case is not None and bool((case.get("success") or {}).get("checkpoints"))
+
+
+IGNORED_CHECKPOINTS = ("the runner did not score this case's checkpoints: it is older than checkpoints "
+                       "(docs/protocol.md, \"Scores\"); upgrade it")
+
+
+def _unfinished_case(session: Session, runner_id: str, attempt_id: str) -> dict[str, Any] | None:
     row = session.execute(
         select(Attempt.status, Attempt.runner_id, RunCase.case)
         .join(RunCase, RunCase.id == Attempt.run_case_id)
@@ -44,8 +68,7 @@ def rubric_case(session: Session, runner_id: str, attempt_id: str) -> dict[str, 
     ).first()
     if row is None or row.runner_id != runner_id or row.status in FINISHED:
         return None
-    case = dict(row.case or {})
-    return case if rubric_of(case) is not None else None
+    return dict(row.case or {})
 
 
 _T = cast(Table, Attempt.__table__)
@@ -95,10 +118,26 @@ _APPLY_RESULT = (
                 "finished_at",
                 "seconds",
                 "judge",
+                "score",
+                "checkpoints",
             )
         }
     )
 )
+
+
+def score_of(result: protocol.AttemptResult, outcome: Outcome, judge: dict[str, Any] | None) -> float | None:
+    """The try's score in [0, 1] (docs/agents.md, "Scores"): the check's, or its checkpoints' weighted
+    mean; a failed rubric makes it 0 and a rubric-only case scores 1 or 0, so a try passes exactly at 1.
+    None for an error (counted in no mean); 0 for a `failed` by a rule, which has no check score."""
+    if outcome == Outcome.ERROR:
+        return None
+    if result.check_absent:
+        return 1.0 if outcome == Outcome.PASSED else 0.0
+    checked = result.check_after.scored() if result.check_after else None
+    if checked is None or (judge is not None and not judge.get("passed")):
+        return 0.0
+    return checked
 
 
 def error_phase_of(result: protocol.AttemptResult, error: str | None, *, judged_error: bool) -> str | None:
@@ -141,6 +180,7 @@ def apply_result(
     elif result.check_absent and outcome != Outcome.ERROR:
         outcome, error = Outcome.ERROR, "this case has only a rubric and it was not judged (no judge model configured)"
     after_verdict = result.check_after.verdict if result.check_after else None
+    before_score = result.check_before.scored() if result.check_before else None
     m = result.metrics
     started = row.started_at or result.started_at or row.leased_at
     finished = result.finished_at or now
@@ -149,7 +189,12 @@ def apply_result(
             "before": _check_text(result.check_before),
             "after": _check_text(result.check_after),
             "passed": None if after_verdict is None else after_verdict == "True",
+            # Partial credit the untouched machine already earned (validation flags it above 0).
+            "before_score": before_score,
         },
+        "score": score_of(result, outcome, judge),
+        "checkpoints": None if outcome == Outcome.ERROR or result.checkpoints is None
+        else [c.model_dump(exclude_none=True) for c in result.checkpoints],
         "metrics": {
             "active_seconds": round(m.active_seconds),
             "steps": m.steps,
@@ -230,6 +275,11 @@ class ResultIntake:
         aid = result.attempt_id
         if aid in self._judging:
             return  # the first copy is being judged; it is acked when applied
+        if unscored_checkpoints(result) and await self.dbq.run(lambda s: checkpoints_ignored(s, runner_id, aid)):
+            # Ours, not the agent's nor the author's: retried (perhaps on a runner of this version).
+            result = result.model_copy(update={
+                "outcome": Outcome.ERROR, "error": IGNORED_CHECKPOINTS, "error_phase": "check_after",
+                "error_cause": ErrorCause.INFRASTRUCTURE, "check_absent": False})
         case: dict[str, Any] | None = None
         if self.settings.judge is not None and result.outcome != Outcome.ERROR:
             case = await self.dbq.run(lambda s: rubric_case(s, runner_id, aid))

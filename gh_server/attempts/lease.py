@@ -37,6 +37,18 @@ class RunCaseInfo:
         return rubric_of(self.case)
 
 
+def checkpoints_of(success: dict[str, Any]) -> list[protocol.Checkpoint]:
+    """What the runner scores, when the case has checkpoints: its check_script first, as one more
+    checkpoint named `check` of weight 1 (docs/agents.md, "Scores"), then the checkpoints in order."""
+    given = success.get("checkpoints") or []
+    if not given:
+        return []
+    first = [protocol.Checkpoint(name="check", check_script=success["check_script"])] \
+        if (success.get("check_script") or "").strip() else []
+    return first + [protocol.Checkpoint(name=c["name"], check_script=c["check_script"],
+                                        weight=c.get("weight", 1.0)) for c in given]
+
+
 def frozen_case(case: dict[str, Any]) -> protocol.FrozenCase:
     success = case.get("success") or {}
     limits = case.get("limits") or {}
@@ -47,6 +59,7 @@ def frozen_case(case: dict[str, Any]) -> protocol.FrozenCase:
         prompt=case.get("prompt", ""),
         setup_script=case.get("setup_script"),
         check_script=success.get("check_script"),
+        checkpoints=checkpoints_of(success),
         limits=protocol.Limits(minutes=limits.get("minutes") or 10, steps=limits.get("steps")),
         runs_on=case.get("runs_on") or "vm",
     )

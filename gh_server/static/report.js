@@ -14,6 +14,9 @@
   };
   const pct = (x) => (x === null || x === undefined ? "n/a" : (100 * x).toFixed(1) + "%");
   const ci = (c) => (c ? pct(c[0]) + " – " + pct(c[1]) : "n/a");
+  // A score in [0, 1] (a try passes at 1), printed as a number: 0.957 is not a pass rate of 95.7%.
+  const num = (x) => (x === null || x === undefined ? "n/a" : Number(x).toFixed(3));
+  const numCi = (c) => (c ? num(c[0]) + " – " + num(c[1]) : "n/a");
   const curve = (m) => Object.entries(m || {}).map(([k, v]) => k + ": " + pct(v)).join(", ") || "n/a";
 
   $("title").textContent = "Results " + (data.run.name || data.run.test_run_id);
@@ -28,7 +31,8 @@
     const s = res.by_agent[a];
     if (!s) continue;
     $("agent-rates").append(el("span", { class: "agent-rate", "data-agent": a }, a + " ",
-      el("b", {}, pct(s.pass_rate)), " (" + s.passed + "/" + (s.passed + s.failed) + ")"));
+      el("b", {}, pct(s.pass_rate)), " (" + s.passed + "/" + (s.passed + s.failed) + ")",
+      el("span", { class: "mean-score" }, " · mean score " + num(s.mean_score))));
   }
 
   // The Wilson interval as an interval: a whisker from its low to its high end on a 0–100% scale,
@@ -86,6 +90,7 @@
                   el("span", { class: "hint" }, row.passed + "/" + scored + (row.error ? " · " + row.error + " error" : "") +
                      (row.assisted ? " · " + row.assisted + " assisted" : "")));
       if (row.flaky) cell.append(" ", el("span", { class: "badge flaky" }, "flaky"));
+      cell.append(el("div", { class: "hint mean-score" }, "mean score " + num(row.mean_score)));
       cell.append(interval(rate, row.ci95), el("div", { class: "hint ci-text" }, row.ci95 ? "95% CI " + ci(row.ci95) : ""));
       const tries = el("div", { class: "tries" });
       const waiting = new Set();
@@ -96,7 +101,9 @@
         tries.append(el("a", { class: (at.outcome || at.status || "") + held, href: at.replay,
                                title: at.attempt_id + " " + (at.outcome || at.status) + cause +
                                  (at.assisted ? " assisted" : "") },
-                        "try " + at.try + (at.retry_of ? "r" : "") + (at.assisted ? " (assisted)" : "")));
+                        "try " + at.try + (at.retry_of ? "r" : "") +
+                          (at.score !== null && at.score !== undefined && at.outcome !== "error" ? " · " + num(at.score) : "") +
+                          (at.assisted ? " (assisted)" : "")));
         if (at.queued_reason) waiting.add(at.queued_reason.message);
       }
       cell.append(tries);
@@ -113,6 +120,7 @@
     const st = (s.axes || {}).structural || {};
     $("agents").tBodies[0].append(el("tr", { "data-agent": a },
       el("td", {}, a), el("td", { class: "pass-rate" }, pct(s.pass_rate)), el("td", {}, ci(s.ci95)),
+      el("td", { class: "mean-score" }, num(s.mean_score)), el("td", {}, numCi(s.mean_score_ci)),
       el("td", {}, curve(s.pass_at_k)), el("td", {}, curve(s.pass_hat_k)), el("td", {}, pct(st.rate)),
       el("td", {}, s.median_seconds ?? "n/a"), el("td", { class: "errors-ours" }, s.infrastructure_errors ?? s.error),
       el("td", { class: "errors-case" }, s.case_errors ?? 0), el("td", { class: "assisted" }, s.assisted ?? 0)));

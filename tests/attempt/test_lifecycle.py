@@ -13,7 +13,7 @@ from gh_runner import attempt as attempt_mod
 from gh_runner.attempt import Attempt
 from gh_runner.config import Timeouts
 from gh_wire.input import KeyEvent, TypeEvent
-from gh_wire.protocol import MachineRefusal, MachineRequest, TaskEnd
+from gh_wire.protocol import Checkpoint, MachineRefusal, MachineRequest, TaskEnd
 from gh_wire.vocab import ErrorCause
 from providers.base import ScriptResult
 
@@ -533,3 +533,58 @@ async def test_task_ends_even_when_a_screenshot_swallows_the_watchers_cancel(
     assert swallowed.is_set()  # the race really happened
     assert result.outcome == "failed" and result.error is None  # nothing fixed the machine: checked, not hung
     assert provider.machines[0].destroyed == 1
+
+
+async def test_checkpoints_score_their_weighted_mean(provider: FakeProvider, link: FakeLink) -> None:
+    """Each checkpoint's script runs before and after the task; the try scores their weighted mean and
+    passes only when every checkpoint scores 1 (gh_runner/attempt.py, _check_after_scored)."""
+    provider.scripts["cp_half"] = lambda m, env, t: ok(stdout="0.5\n" if "/root/fixed" in m.files else "0\n")
+    provider.scripts["cp_some"] = lambda m, env, t: ok(stdout="True\n" if "/root/fixed" in m.files else ".25\n")
+    lease = make_lease()
+    lease.case.checkpoints = [Checkpoint(name="check", check_script="check"),
+                              Checkpoint(name="half", check_script="cp_half", weight=2),
+                              Checkpoint(name="some", check_script="cp_some")]
+    a = Attempt(lease, provider, link, FAST)
+    run = await start(a)
+    await link.reached("task")
+    assert (await a.handle_request(exec_req("fix"))).ok
+    a.task_end(TaskEnd(attempt_id="at_test1", answer="done"))
+    result = await finish(run)
+    assert result.outcome == "failed" and result.error is None
+    assert [(c.name, c.weight, c.score, c.before_score) for c in result.checkpoints or []] == [
+        ("check", 1.0, 1.0, 0.0), ("half", 2.0, 0.5, 0.0), ("some", 1.0, 1.0, 0.25)]
+    assert result.check_after is not None and result.check_after.score == pytest.approx(0.75)
+    assert result.check_after.verdict == "False"
+    assert result.check_before is not None and result.check_before.score == pytest.approx(0.0625)
+    assert result.check_after.stdout_tail == "check: True\nhalf: 0.5\nsome: True"
+    ran = [s for s, _ in provider.machines[0].scripts_run if s.startswith(("check", "cp_"))]
+    assert ran == ["check", "cp_half", "cp_some"] * 2
+
+
+async def test_a_checkpoint_that_prints_garbage_is_the_cases_error(provider: FakeProvider, link: FakeLink) -> None:
+    provider.scripts["cp_bad"] = lambda m, env, t: ok(stdout="0,5\n" if "/root/fixed" in m.files else "0\n")
+    lease = make_lease()
+    lease.case.checkpoints = [Checkpoint(name="check", check_script="check"),
+                              Checkpoint(name="bad", check_script="cp_bad")]
+    a = Attempt(lease, provider, link, FAST)
+    run = await start(a)
+    await link.reached("task")
+    assert (await a.handle_request(exec_req("fix"))).ok
+    a.task_end(TaskEnd(attempt_id="at_test1", answer="done"))
+    result = await finish(run)
+    assert result.outcome == "error" and result.error_phase == "check_after"
+    assert result.error_cause == ErrorCause.CASE and result.checkpoints is None
+    assert result.error is not None and "checkpoint 'bad'" in result.error and "'0,5'" in result.error
+
+
+async def test_a_fractional_check_scores_and_fails(provider: FakeProvider, link: FakeLink) -> None:
+    provider.scripts["check"] = lambda m, env, t: ok(stdout="0.957\n" if "/root/fixed" in m.files else "0.1\n")
+    a = Attempt(make_lease(), provider, link, FAST)
+    run = await start(a)
+    await link.reached("task")
+    assert (await a.handle_request(exec_req("fix"))).ok
+    a.task_end(TaskEnd(attempt_id="at_test1", answer="done"))
+    result = await finish(run)
+    assert result.outcome == "failed" and result.checkpoints is None
+    assert result.check_after is not None and result.check_after.score == 0.957
+    assert result.check_before is not None and result.check_before.score == 0.1

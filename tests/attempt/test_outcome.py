@@ -33,7 +33,9 @@ ROWS = [
     ("lowercase true is garbage", res("true\n"), "error", "error"),
     ("lowercase false is garbage", res("false\n"), "error", "error"),
     ("upper case", res("TRUE\n"), "error", "error"),
-    ("1", res("1\n"), "error", "error"),
+    ("1 is a score of 1", res("1\n"), "error", "passed"),
+    ("0 is a score of 0", res("0\n"), "passed", "failed"),
+    ("a fraction before is recorded, after fails", res("0.5\n"), "passed", "failed"),
     ("two words", res("True False\n"), "error", "error"),
     ("True. with a dot", res("True.\n"), "error", "error"),
     ("empty", res(""), "error", "error"),
@@ -72,9 +74,9 @@ def test_recorded_verdict_only_for_a_clean_run() -> None:
 
 def test_reasons_say_what_the_guest_said() -> None:
     r = rules.judge_before(res("True\n"), T).reason or ""
-    assert "printed True before the task" in r and "setup did not break" in r
+    assert "printed True before the task (a score of 1)" in r and "setup did not break" in r
     r = rules.judge_after(res("log\nmaybe\n"), T).reason or ""
-    assert "'maybe'" in r and "True or False" in r and "log" in r
+    assert "'maybe'" in r and "True, False or a number in [0, 1]" in r and "log" in r
     r = rules.judge_after(res(""), T).reason or ""
     assert "printed nothing" in r
     r = rules.judge_after(res("", 3, stderr="Get-Item: access denied\n"), T).reason or ""
@@ -124,3 +126,62 @@ def test_error_causes_tell_the_cases_fault_from_ours() -> None:
     assert rules.judge_after(res("garbage"), T).cause == case
     assert rules.judge_after(res("", None, timed_out=True), T).cause == ours
     assert rules.judge_after(res("True"), T).cause is None and rules.judge_before(res("False"), T).cause is None
+
+
+# (what the check printed as its last line, the score it means; None: garbage, the case's error)
+SCORES = [
+    ("True", 1.0), ("False", 0.0),
+    ("0", 0.0), ("1", 1.0), ("0.5", 0.5), (".25", 0.25), ("0.957", 0.957), ("1.0", 1.0), ("1.", 1.0),
+    ("0.0", 0.0), ("00.5", 0.5), ("5e-05", 5e-05), ("1E0", 1.0), ("2.5e-1", 0.25), ("0.9967", 0.9967),
+    # garbage: out of range, a sign, not a plain decimal, another culture's comma, words
+    ("1.01", None), ("2", None), ("1e1", None), ("-0", None), ("+0.5", None), ("-0.5", None),
+    ("nan", None), ("NaN", None), ("inf", None), ("Infinity", None), ("0,5", None), ("1/2", None),
+    ("50%", None), (".", None), ("e-5", None), ("0x1", None), ("1_0", None), ("0.5.1", None),
+    ("0. 5", None), ("true", None), ("0.5 True", None), ("1" + "0" * 70, None),
+    ("\u0660.\u0665", None),  # Arabic-Indic digits: float() takes them
+]
+
+
+@pytest.mark.parametrize(("line", "score"), SCORES, ids=[r[0][:20] for r in SCORES])
+def test_score_grammar(line: str, score: float | None) -> None:
+    assert rules.parse_score(f"log line\r\n  {line}  \r\n\n") == score
+    out = rules.check_output(res(line + "\n"))
+    assert out.score == score
+    # The verdict an older server reads: True only at 1.
+    assert out.verdict == (None if score is None else "True" if score == 1.0 else "False")
+    after = rules.judge_after(res(line), T)
+    if score is None:
+        assert after.outcome == "error" and after.cause == ErrorCause.CASE
+    else:
+        assert after.outcome == ("passed" if score == 1.0 else "failed") and after.score == score
+
+
+def test_before_score_below_1_is_recorded_not_an_error() -> None:
+    before = rules.judge_before(res("0.25"), T)
+    assert before.outcome == "passed" and before.score == 0.25
+    one = rules.judge_before(res("1.0"), T)
+    assert one.outcome == "error" and one.cause == ErrorCause.CASE and "before the task" in (one.reason or "")
+
+
+# ((score, weight) per checkpoint, the weighted mean)
+MEANS = [
+    ([(1.0, 1.0)], 1.0),
+    ([(0.5, 1.0)], 0.5),
+    ([(1.0, 1.0), (0.0, 1.0)], 0.5),
+    ([(1.0, 3.0), (0.0, 1.0)], 0.75),
+    ([(1.0, 1.0), (0.5, 2.0), (0.0, 1.0)], 0.5),
+    ([(0.0, 2.0), (0.0, 5.0)], 0.0),
+    ([(1.0, 0.1), (1.0, 0.2), (1.0, 0.7)], 1.0),  # exactly 1: the floats' sum is 0.9999999999999999
+    ([(1.0, 0.001), (0.0, 1000.0)], 0.001 / 1000.001),
+]
+
+
+@pytest.mark.parametrize(("scores", "mean"), MEANS, ids=[str(m[0]) for m in MEANS])
+def test_weighted_mean(scores: list[tuple[float, float]], mean: float) -> None:
+    assert rules.weighted_mean(scores) == pytest.approx(mean, abs=1e-12)
+    assert (rules.weighted_mean(scores) == 1.0) == all(s == 1.0 for s, _ in scores)
+
+
+def test_weighted_mean_of_nothing_is_refused() -> None:
+    with pytest.raises(ValueError):
+        rules.weighted_mean([])

@@ -118,10 +118,35 @@ def test_table_shows_every_row_and_each_agents_rate() -> None:
     rows = rows_from_attempts(ATTEMPTS, ["B-1", "A-1"])
     text = render_table(rows, summarize_agents(rows, ["noop", "reference"]))
     lines = text.splitlines()
-    assert lines[0].split() == ["case", "agent", "tries", "passed", "failed", "error", "assisted", "median", "s"]
-    assert lines[2].split() == ["B-1", "noop", "2", "0", "2", "0", "0", "5.0"]
+    assert lines[0].split() == ["case", "agent", "tries", "passed", "failed", "error", "assisted", "score",
+                                "median", "s"]
+    assert lines[2].split() == ["B-1", "noop", "2", "0", "2", "0", "0", "0.000", "5.0"]
     assert any(line.split()[:2] == ["noop", "0%"] for line in lines)
     assert any(line.split()[:2] == ["reference", "100%"] and "[1 error]" in line for line in lines)
+
+
+def test_scores_make_each_rows_and_agents_mean_score() -> None:
+    """A try's `score` (docs/agents.md, "Scores"), or its outcome from an older server; errors and
+    assisted tries in no mean. The agent's interval is Wilson's with the scores' sum as the passes."""
+    attempts = [_attempt("at_1", "S-1", "x", "failed", 4, score=0.5, checkpoints=[{"name": "a", "score": 0.5}]),
+                _attempt("at_2", "S-1", "x", "passed", 4, score=1.0),
+                _attempt("at_3", "S-2", "x", "failed", 4),  # no score: its outcome's, 0
+                _attempt("at_4", "S-2", "x", "failed", 4, score=0.25),
+                _attempt("at_5", "S-2", "x", "error", None),
+                _attempt("at_6", "S-2", "x", "failed", 4, score=0.75, assisted=True)]
+    rows = rows_from_attempts(attempts, ["S-1", "S-2"])
+    assert [r.mean_score for r in rows] == [0.75, 0.125]
+    (s,) = summarize_agents(rows, ["x"])
+    assert s.mean_score == 0.4375 and s.pass_rate == 0.25
+    assert s.mean_score_ci == wilson_interval(1.75, 4)
+    text = render_table(rows, [s])
+    assert text.splitlines()[2].split()[7] == "0.750"
+    assert any(line.split()[:2] == ["x", "0.438"] for line in text.splitlines())
+    report = build_report({"test_run_id": "tr_1", "agents": ["x"]}, None, attempts)
+    assert report["agents"]["x"]["mean_score"] == 0.4375
+    assert report["agents"]["x"]["mean_score_ci"] == [round(s.mean_score_ci.low, 4), round(s.mean_score_ci.high, 4)]
+    first = report["attempts"][0]
+    assert first["score"] == 0.5 and first["checkpoints"] == [{"name": "a", "score": 0.5}]
 
 
 def test_report_round_trips_and_lists_retries(tmp_path: Path) -> None:

@@ -159,7 +159,7 @@ async def test_results_applied_once_across_resends(server: GwServer) -> None:
         assert ack.attempt_id == aid
         first = server.attempt(aid)
         assert first.status == "done" and first.outcome == "failed" and first.answer == "first"
-        assert first.check == {"before": "False", "after": "False", "passed": False}
+        assert first.check == {"before": "False", "after": "False", "passed": False, "before_score": 0.0}
         assert first.metrics is not None and first.metrics["steps"] == 2
         # The runner did not see the ack (say) and resends, even with different content: acked, ignored.
         ack2 = await r.finish(aid, "passed", answer="second")

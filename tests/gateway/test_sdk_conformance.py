@@ -212,7 +212,7 @@ async def test_patch_and_batch_merge_nested_objects_field_by_field(server: GwSer
     up = await call(admin.test_cases.update, cid, limits={"steps": 5})
     assert up["limits"] == {"minutes": 30, "steps": 5}
     up = await call(admin.test_cases.update, cid, success={"rubric": "dark mode on"})
-    assert up["success"] == {"check_script": "echo False", "rubric": "dark mode on"}
+    assert up["success"] == {"check_script": "echo False", "rubric": "dark mode on", "checkpoints": None}
     up = await call(admin.test_cases.update, cid, customer={"does_steps": True})
     assert up["customer"] == {"persona": "Sam, in a hurry", "facts": {"Wi-Fi": "HomeNet"},
                               "clicks_admin_prompts": True, "does_steps": True}
@@ -223,7 +223,7 @@ async def test_patch_and_batch_merge_nested_objects_field_by_field(server: GwSer
     assert up["limits"] == {"minutes": 10, "steps": 5} and up["operator"] == {"approvals": "approve"}
     assert up["customer"] == {"facts": {"Wi-Fi": "HomeNet"}, "clicks_admin_prompts": True, "does_steps": True}
     up = await call(admin.test_cases.update, cid, success={"check_script": None})
-    assert up["success"] == {"check_script": None, "rubric": "dark mode on"}
+    assert up["success"] == {"check_script": None, "rubric": "dark mode on", "checkpoints": None}
     with pytest.raises(InvalidRequestError) as e:  # neither a script nor a rubric left
         await call(admin.test_cases.update, cid, success={"rubric": None})
     assert e.value.extra["param"] == "success"
@@ -235,7 +235,7 @@ async def test_patch_and_batch_merge_nested_objects_field_by_field(server: GwSer
     assert out["updated"] == 1 and out["created"] == 0
     got = out["data"][0]
     assert got["limits"] == {"minutes": 10, "steps": 7} and got["name"] == "renamed"
-    assert got["success"] == {"check_script": "echo False", "rubric": "dark mode on"}
+    assert got["success"] == {"check_script": "echo False", "rubric": "dark mode on", "checkpoints": None}
     assert got["customer"]["persona"] == "Alex" and got["customer"]["facts"] == {"Wi-Fi": "HomeNet"}
     # A test set's customer merges too.
     ts = await call(admin.test_sets.create, "merging set", customer={"persona": "Kim", "does_steps": False})

@@ -243,9 +243,10 @@ def test_gh_runner_local_agrees_with_the_api(server: Server) -> None:
         assert (s.tries, s.passed, s.failed, s.error, s.assisted) == (
             a["tries"], a["passed"], a["failed"], a["error"], a["assisted"])
         assert s.pass_rate == a["pass_rate"]
+        assert (round(s.mean_score, 4) if s.mean_score is not None else None) == a["mean_score"]
     table = local_report.render_table(rows, summaries)
     assert table.splitlines()[0].split() == ["case", "agent", "tries", "passed", "failed", "error", "assisted",
-                                             "median", "s"]
+                                             "score", "median", "s"]
     assert "[2 assisted]" in table  # reference's summary line
     report = local_report.build_report({"test_run_id": rid, "agents": ["noop", "reference"]}, res, counted)
     assert report["agents"]["reference"]["assisted"] == 2 and report["agents"]["noop"]["assisted"] == 1

@@ -28,7 +28,7 @@ def test_create_retrieve_by_id_and_key(server: Server) -> None:
     assert tc["test_case_id"].startswith("tc_")
     assert tc["key"] == "DSP-01"
     assert tc["limits"] == {"minutes": 5, "steps": None}
-    assert tc["success"] == {"check_script": "echo False", "rubric": None}
+    assert tc["success"] == {"check_script": "echo False", "rubric": None, "checkpoints": None}
     assert tc["operator"] == {"approvals": "approve"}
     assert tc["runs_on"] == "vm"
     assert tc["created_at"].endswith("Z")

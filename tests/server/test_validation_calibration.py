@@ -42,6 +42,25 @@ def test_classify_valid_broken_flaky_unvalidated() -> None:
                      S("reference", "passed")])["status"] == "flaky"
 
 
+def test_classify_flags_a_machine_that_scores_above_0_before_the_task() -> None:
+    """A fractional score before the task is no error (the try runs), but validation says the setup left
+    part of the check done: broken when every machine shows it, flaky when some do."""
+    def B(agent: str, outcome: str, score: float) -> Sample:
+        return Sample(agent, outcome, True, None, "0.25" if score else "False", before_score=score)
+
+    every = [B("noop", "failed", 0.25), B("reference", "passed", 0.25)]
+    v = classify(every)
+    assert v["status"] == "broken"
+    assert [(r["reason"], r["count"], r["of"]) for r in v["reasons"]] == [("check_before_scored", 2, 2)]
+    assert "scored above 0 before the task" in v["reasons"][0]["message"]
+    some = [B("noop", "failed", 0.0), B("noop", "failed", 0.5), B("reference", "passed", 0.0)]
+    assert classify(some)["status"] == "flaky"
+    # A weighted mean of 1 before (every checkpoint done): the check "printed True" before, as today.
+    one = Sample("noop", "error", False, "check_before", "check: True", before_score=1.0)
+    v = classify([one, B("noop", "failed", 0.0), B("reference", "passed", 0.0)])
+    assert [r["reason"] for r in v["reasons"]] == ["check_before_true"]
+
+
 def _error_before_true(server: Server, attempt_id: str) -> None:
     _finish(server, attempt_id, "error")
     with server.state.db.begin() as s:

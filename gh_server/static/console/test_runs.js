@@ -48,6 +48,10 @@ export async function list(page) {
   poll(page, POLL_MS * 2, draw);
 }
 
+// A try's score in [0, 1], passed at 1 (docs/agents.md, "Scores"): a number, not a percentage.
+const score = (x) => (x === null || x === undefined ? "—" : Number(x).toFixed(3));
+const scoreDiff = (x) => (x === null || x === undefined ? "—" : (x > 0 ? "+" : "") + Number(x).toFixed(3));
+
 export async function show(page, [id]) {
   const head = h("div");
   const attempts = h("div");
@@ -61,16 +65,19 @@ export async function show(page, [id]) {
     head.replaceChildren(
       h("h1", {}, `Run ${run.name || run.test_run_id}`),
       definitions([["Status", status(run.status)], ["Progress", h("span", { class: "progress" }, progressText(run.progress))],
-        ["Pass rate", rate(run.pass_rate)], ["Agents", run.agents.join(", ")],
+        ["Pass rate", rate(run.pass_rate)],
+        ["Mean score", Object.entries(run.mean_score || {}).map(([a, v]) => `${a} ${score(v)}`).join(", ") || "—"],
+        ["Agents", run.agents.join(", ")],
         ["Test set", run.test_set_id ? link(`/test_sets/${run.test_set_id}`, run.test_set_id) : "—"],
         ["Rerun of", run.rerun_of ? link(`/test_runs/${run.rerun_of}`, run.rerun_of) : "—"],
         ["Created", when(run.created_at)], ["Finished", when(run.finished_at)]]),
       h("div", { class: "toolbar" },
         live ? h("button", { type: "button", class: "danger", onclick: () => act("cancel") }, "Cancel run") : null,
         !live ? h("button", { type: "button", onclick: () => act("rerun") }, "Rerun") : null));
-    attempts.replaceChildren(h("h2", {}, "Attempts"), table(["Attempt", "Case", "Agent", "Try", "Status", "Outcome", "Why queued", ""],
+    attempts.replaceChildren(h("h2", {}, "Attempts"), table(["Attempt", "Case", "Agent", "Try", "Status", "Outcome", "Score",
+      "Why queued", ""],
       atts.data.map((a) => [link(`/attempts/${a.attempt_id}`, a.attempt_id), a.key || a.test_case_id, a.agent_id, a.try,
-        status(a.status), a.outcome ? status(a.outcome) : "—", a.queued_reason ? a.queued_reason.message : "",
+        status(a.status), a.outcome ? status(a.outcome) : "—", score(a.score), a.queued_reason ? a.queued_reason.message : "",
         LIVE_ATTEMPT.has(a.status) ? h("a", { href: `/attempts/${a.attempt_id}`, "data-route": "",
           "aria-label": `Watch ${a.attempt_id}` }, "Watch") : ""])));
     return live;
@@ -114,10 +121,13 @@ export async function compare(page, _args, query) {
   const paired = Object.entries(cmp.paired || {}).flatMap(([rid, perAgent]) =>
     Object.entries(perAgent).map(([agent, p]) => [link(`/test_runs/${rid}`, rid), agent, p.compared,
       pct(p.mean_difference), p.ci95 ? `${pct(p.ci95[0])} to ${pct(p.ci95[1])}` : "—",
-      `${p.mcnemar.baseline_only} / ${p.mcnemar.other_only}`, p.mcnemar.p_value]));
+      `${p.mcnemar.baseline_only} / ${p.mcnemar.other_only}`, p.mcnemar.p_value,
+      // The same cases on scores (docs/server-api.md, "Scores"): a difference of means in [0, 1].
+      p.score ? scoreDiff(p.score.mean_difference) : "—",
+      p.score && p.score.ci95 ? `${scoreDiff(p.score.ci95[0])} to ${scoreDiff(p.score.ci95[1])}` : "—"]));
   if (paired.length) {
     page.append(h("h2", {}, "Paired comparison"), table(["Run", "Agent", "Cases", "Mean difference", "95% interval",
-      "Baseline only / this run only", "McNemar p"], paired));
+      "Baseline only / this run only", "McNemar p", "Mean score difference", "Score 95% interval"], paired));
   }
 }
 
@@ -129,7 +139,10 @@ export async function attempt(page, [id]) {
     body.replaceChildren(h("h1", {}, `Attempt ${a.attempt_id}`), definitions([
       ["Run", a.test_run_id ? link(`/test_runs/${a.test_run_id}`, a.test_run_id) : "—"],
       ["Case", a.key || a.test_case_id], ["Agent", a.agent_id], ["Try", a.try], ["Status", status(a.status)],
-      ["Outcome", a.outcome ? status(a.outcome) : "—"], ["Why queued", a.queued_reason ? a.queued_reason.message : "—"],
+      ["Outcome", a.outcome ? status(a.outcome) : "—"], ["Score", score(a.score)],
+      ["Checkpoints", a.checkpoints ? a.checkpoints.map((c) => `${c.name} ${score(c.score)} (weight ${c.weight})`).join(" · ")
+        : "—"],
+      ["Score before the task", a.check ? score(a.check.before_score) : "—"], ["Why queued", a.queued_reason ? a.queued_reason.message : "—"],
       ["Error", a.error ? h("span", { class: "error" }, a.error) : "—"], ["Runner", a.runner_id],
       ["Started", when(a.started_at)], ["Finished", when(a.finished_at)]]));
     if (LIVE_ATTEMPT.has(a.status)) {
