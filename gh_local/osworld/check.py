@@ -198,6 +198,8 @@ def _refuse(ev: Evaluator) -> None:
                 raise Skip(SkipReason.LIVE_WEB, f"{where}.{role}: getter {g.type}")
             if g is not None and g.type in DRIVE_GETTERS:
                 raise Skip(SkipReason.GOOGLE_DRIVE, f"{where}.{role}: getter {g.type}")
+            if g is not None and g.type == "pdf_from_url" and str(g.params.get("path", "")).startswith("http"):
+                raise Skip(SkipReason.LIVE_WEB, f"{where}.{role}: getter {g.type}")
         if call.func == INFEASIBLE:
             raise Skip(SkipReason.UNSUPPORTED_OPTION, f"{where}: infeasible beside other metrics")
         if call.func not in guest_names.METRICS:
