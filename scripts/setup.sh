@@ -74,7 +74,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-# What the osworld-desktop guest takes from PyPI (python-pptx, pinned by hash), where tests/osworld_guest/kit.py
+# What the osworld-desktop guest takes from PyPI (pypi.txt, pinned by hash), where tests/osworld_guest/kit.py
 # puts it on the guest Python's path; reinstalled only when the pin changes.
 GUEST_PYTHON_DIR=/var/lib/gh-runner/guest-python
 pins=image-builder/imagebuilder/assets/osworld-desktop/pypi.txt

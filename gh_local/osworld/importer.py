@@ -30,7 +30,7 @@ import yaml
 
 from gh_local.casefile import CaseFileError, load_case_file
 from gh_local.osworld.baseline import baselines_for
-from gh_local.osworld.check import LOCALE, translate_evaluator
+from gh_local.osworld.check import LOCALE, refuse, translate_evaluator
 from gh_local.osworld.fetch import Fetcher
 from gh_local.osworld.report import ImportReport, Outcome, TaskResult
 from gh_local.osworld.script import Piece
@@ -85,6 +85,7 @@ def task_to_case(loaded: LoadedTask, target: Target, fetcher: Fetcher,
     missing = target.lacks_apps(task.related_apps)
     if missing:  # before anything is fetched for it
         raise Skip(SkipReason.APP_MISSING, f"needs {', '.join(missing)}, which {target.start_state} does not have")
+    refuse(task.evaluator, target)  # before the setup's downloads are fetched
     setup_body = translate_steps(task.config, fetcher, target, "config")
     check_body = translate_evaluator(task.evaluator, fetcher, target)
     baseline = [line for b in baselines_for(task) for line in (f"# OSWorld's snapshot: {b.why}", *b.lines)]

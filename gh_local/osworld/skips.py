@@ -19,6 +19,7 @@ class SkipReason(StrEnum):
     DOWNLOAD_TOO_LARGE = "download_too_large"  # a file the task needs does not fit in a script
     SCRIPT_TOO_LARGE = "script_too_large"  # the setup or check would pass the API's script limit
     NEEDS_DESKTOP = "needs_desktop"  # needs a desktop session or python3 the start state does not have
+    NEEDS_GH_OSWORLD = "needs_gh_osworld"  # its metrics run in gh_osworld, which the start state does not carry
     APP_MISSING = "app_missing"  # an application of related_apps the start state does not have
     DUPLICATE_ID = "duplicate_id"  # a second task with an id already imported
     PROMPT_TOO_LONG = "prompt_too_long"  # the instruction passes the API's prompt limit

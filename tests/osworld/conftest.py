@@ -2,7 +2,9 @@
 server on 127.0.0.1 for the downloads (no test reaches the internet), and a runner for generated scripts.
 
 Generated scripts are POSIX sh; the unit tests run them with the host's dash and bash in a scratch home
-(the real scripts, not the guest: the guest runs them in tests/osworld/test_linux_tiny.py).
+(the real scripts, not the guest: the guest runs them in tests/osworld/test_osworld_desktop.py), their
+`python3` the guest's as tests/osworld_guest/kit.py runs it (Debian's, with gh_osworld and the guest's PyPI
+pins on its path).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 import pytest
 import structlog
+from osworld_guest.kit import GUEST_PYTHON, guest_env
 
 from gh_local.osworld.fetch import Fetcher
 from gh_local.osworld.importer import task_to_case
@@ -47,7 +50,7 @@ def write_task(directory: Path, data: dict[str, Any], name: str | None = None) -
     return path
 
 
-def case_of(data: dict[str, Any], fetcher: Fetcher, start_state: str = "linux-desktop") -> dict[str, Any]:
+def case_of(data: dict[str, Any], fetcher: Fetcher, start_state: str = "osworld-desktop") -> dict[str, Any]:
     return task_to_case(LoadedTask(Task.model_validate(data), Path("t.json"), "os"), Target.named(start_state), fetcher)
 
 
@@ -65,7 +68,13 @@ class Ran:
 
 def run_script(script: str, home: Path, *, shell: str = "dash", phase: str = "after", answer: str = "",
                path_prefix: Path | None = None, env: dict[str, str] | None = None) -> Ran:
-    env = {"HOME": str(home), "PATH": (f"{path_prefix}:" if path_prefix else "") + os.environ["PATH"],
+    # `python3` is the guest's (the check runs `python3 -m gh_osworld`), first on PATH after path_prefix.
+    guest_bin = home.parent / "guest-bin"
+    guest_bin.mkdir(exist_ok=True)
+    if not (guest_bin / "python3").exists():
+        (guest_bin / "python3").symlink_to(GUEST_PYTHON)
+    path = (f"{path_prefix}:" if path_prefix else "") + f"{guest_bin}:" + os.environ["PATH"]
+    env = {"HOME": str(home), "PATH": path, "PYTHONPATH": guest_env()["PYTHONPATH"], "PYTHONDONTWRITEBYTECODE": "1",
            "GH_CHECK_PHASE": phase, "GH_AGENT_ANSWER": answer, "TMPDIR": str(home / "tmp"), "LANG": "C.UTF-8",
            **(env or {})}
     (home / "tmp").mkdir(parents=True, exist_ok=True)

@@ -74,7 +74,7 @@ def test_the_check_runs_in_osworlds_locale_where_the_guest_has_it(fetcher: Fetch
     evaluator = {"func": "exact_match", "result": {"type": "vm_command_line", "command": "echo $LC_ALL/$LANG",
                                                    "shell": True},
                  "expected": {"type": "rule", "rules": {"expected": "en_US.UTF-8/en_US.UTF-8\n"}}}
-    script = case_of(task(evaluator=evaluator), fetcher, "linux-tiny")["success"]["check_script"]
+    script = case_of(task(evaluator=evaluator), fetcher)["success"]["check_script"]
     assert run_script(script, home, shell=shell).verdict == "False"  # this host has no en_US.UTF-8
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -89,10 +89,10 @@ def test_command_output_is_read_with_universal_newlines(fetcher: Fetcher, home: 
     evaluator = {"func": "exact_match",
                  "result": {"type": "vm_command_line", "command": "printf 'a\\r\\nb\\rc\\r\\n'", "shell": True},
                  "expected": {"type": "rule", "rules": rules}}
-    script = case_of(task(evaluator=evaluator), fetcher, "linux-tiny")["success"]["check_script"]
+    script = case_of(task(evaluator=evaluator), fetcher)["success"]["check_script"]
     assert run_script(script, home, shell=shell).verdict == "True"
     rules["expected"] = "a\nb\nc"  # a trailing newline still counts, as in OSWorld
-    script = case_of(task(evaluator=evaluator), fetcher, "linux-tiny")["success"]["check_script"]
+    script = case_of(task(evaluator=evaluator), fetcher)["success"]["check_script"]
     assert run_script(script, home, shell=shell).verdict == "False"
 
 
@@ -101,7 +101,7 @@ def test_compare_text_file_reads_both_files_as_text(fetcher: Fetcher, home: Path
     (home / "out.txt").write_bytes(b"one\r\ntwo\r\n")
     evaluator = {"func": "compare_text_file", "result": {"type": "vm_file", "path": str(home / "out.txt")},
                  "expected": {"type": "cloud_file", "path": served.url + "/gold.txt"}}
-    script = case_of(task(evaluator=evaluator), fetcher, "linux-tiny")["success"]["check_script"]
+    script = case_of(task(evaluator=evaluator), fetcher)["success"]["check_script"]
     assert run_script(script, home).verdict == "True"
     (home / "out.txt").write_bytes(b"one\r\ntwo\r\nthree\n")
     assert run_script(script, home).verdict == "False"
@@ -226,7 +226,7 @@ def test_import_warns_of_checks_that_may_pass_untouched(tmp_path: Path, served: 
         "func": "compare_text_file", "result": {"type": "vm_file", "path": "/home/user/f.txt"},
         "expected": {"type": "cloud_file", "path": served.url + "/f.txt"}}))
     write_task(ex, task(id="fine"))
-    code, out, err = run(capsys, str(ex), "--out", str(tmp_path / "c.yaml"), "--start-state", "linux-desktop")
+    code, out, err = run(capsys, str(ex), "--out", str(tmp_path / "c.yaml"), "--files-dir", str(tmp_path / "f"))
     assert code == 0, err
     lines = out.splitlines()
     assert ("exclude-only: warning: its check may print True on the untouched start (check_include_exclude with "
@@ -259,7 +259,7 @@ def test_fetch_only_then_an_offline_import_never_reaches_the_network(
     hits = dict(served.hits)
     # The lab: --files-dir copied over, no network.
     code, out, err = run(capsys, str(ex), "--offline", "--files-dir", str(files), "--out", str(tmp_path / "c.yaml"),
-                         "--start-state", "ubuntu-osworld")
+                         "--start-state", "ubuntu-osworld", "--like", "osworld-desktop")
     assert code == 0, err
     assert served.hits == hits
     assert "dl: imported" in out and "gold: imported" in out

@@ -105,9 +105,9 @@ def test_multi_cloud_files_give_the_files_osworld_gives(fetcher: Fetcher, home: 
     kept = tmp_path / "kept"
     assert run_script(check_of(evaluator, fetcher), home, path_prefix=guest_stand_in(tmp_path / "bin", kept)).code == 0
     spec, w = kept_spec(kept)
-    assert spec["metrics"][0]["expected"] == {"type": "embedded_file", "paths": [f"{w}/e1.csv", f"{w}/e2.csv"],
+    assert spec["metrics"][0]["expected"] == {"type": "embedded_file", "paths": [f"{w}/e1/a.csv", f"{w}/e1/b.csv"],
                                               "multi": True}
-    assert [(kept / "w" / n).read_bytes() for n in ("e1.csv", "e2.csv")] == [b"a\n", b"b\n"]
+    assert [(kept / "w" / "e1" / n).read_bytes() for n in ("a.csv", "b.csv")] == [b"a\n", b"b\n"]
 
 
 def test_a_cache_file_is_the_postconfig_output_the_check_kept(fetcher: Fetcher, home: Path, tmp_path: Path) -> None:
@@ -147,10 +147,6 @@ def test_names_gh_osworld_lacks_are_skipped_and_names_it_has_are_handed_over(
     assert e.value.reason is SkipReason.LIVE_WEB
 
 
-def test_linux_desktop_keeps_the_checks_in_sh(fetcher: Fetcher) -> None:
-    assert "gh_osworld" not in check_of(task()["evaluator"], fetcher, "linux-desktop")
-
-
 def test_vs_code_is_missing_with_its_reason(fetcher: Fetcher) -> None:
     with pytest.raises(Skip) as e:
         case_of(task(related_apps=["vs_code"]), fetcher, OSWORLD_DESKTOP)
@@ -178,7 +174,7 @@ def test_close_window_is_wmctrl_where_the_target_has_it(fetcher: Fetcher, home: 
     assert run_script(script, home, path_prefix=bin_dir).code == 0
     assert log.read_text() == argv + "\n"
     with pytest.raises(Skip) as e:
-        case_of(task(config=config), fetcher, "linux-desktop")
+        case_of(task(config=config, evaluator={"func": "infeasible"}), fetcher, "linux-desktop")
     assert (e.value.reason, e.value.detail) == (
         SkipReason.UNSUPPORTED_CONFIG, "config[0]: close_window needs wmctrl, which linux-desktop does not have")
 
@@ -221,7 +217,7 @@ def test_a_file_too_large_to_embed_is_placed_from_the_file_store(fetcher: Fetche
     ran = run_script(script, home, shell=shell, env={"GH_OSWORLD_FILE_STORE": str(damaged)})
     assert ran.code == 1 and "is damaged" in ran.err
     with pytest.raises(Skip) as e:  # no file store there
-        case_of(task(config=config), fetcher, "linux-desktop")
+        case_of(task(config=config, evaluator={"func": "infeasible"}), fetcher, "linux-desktop")
     assert e.value.reason is SkipReason.DOWNLOAD_TOO_LARGE and "linux-desktop has no file store" in e.value.detail
 
 
@@ -245,7 +241,7 @@ def test_files_that_each_fit_but_together_pass_the_script_limit_all_come_from_th
     assert ran.code == 0, ran.err
     assert {n: (home / "Documents" / n.strip("/")).read_bytes() for n in files} == files
     with pytest.raises(Skip) as e:  # no file store there: the sum is too large for a script
-        case_of(task(config=config), fetcher, "linux-desktop")
+        case_of(task(config=config, evaluator={"func": "infeasible"}), fetcher, "linux-desktop")
     assert e.value.reason is SkipReason.SCRIPT_TOO_LARGE
 
 
@@ -293,8 +289,9 @@ def test_a_start_state_of_your_own_can_be_like_osworld_desktop(tmp_path: Path,
     ex.mkdir(parents=True)
     (ex / "t.json").write_text(json.dumps(task(id="t")))
     out = tmp_path / "c.yaml"
-    assert main(["import", "osworld", str(ex), "--out", str(out), "--start-state", "mine"]) == 0
-    assert "gh_osworld" not in out.read_text()  # a name of its own: a plain desktop, checks in sh
+    # A name of its own: a plain desktop without gh_osworld, where no metric runs.
+    assert main(["import", "osworld", str(ex), "--out", str(out), "--start-state", "mine"]) == 1
+    assert "t: skipped: needs_gh_osworld" in capsys.readouterr().out
     assert main(["import", "osworld", str(ex), "--out", str(out), "--start-state", "mine",
                  "--like", "osworld-desktop"]) == 0
     (case,) = yaml.safe_load(out.read_text())["cases"]

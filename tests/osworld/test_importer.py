@@ -45,8 +45,9 @@ def benchmark(root: Path, served: Served) -> Path:
     write_task(ex / "libreoffice_calc", task(id="calc", evaluator={
         "func": "compare_table", "result": {"type": "vm_file", "path": "/a.xlsx"},
         "expected": {"type": "vm_file", "path": "/b.xlsx"}}))
-    write_task(ex / "vlc", task(id="vlc-speed", related_apps=["vlc"], config=[{"type": "download", "parameters": {
-        "files": [{"url": served.url + "/never-fetched.mp4", "path": "/home/user/v.mp4"}]}}]))
+    write_task(ex / "vs_code", task(id="vscode-ext", related_apps=["vs_code"], evaluator={"func": "infeasible"},
+                                    config=[{"type": "download", "parameters": {"files": [
+                                        {"url": served.url + "/never-fetched.vsix", "path": "/home/user/x.vsix"}]}}]))
     write_task(ex / "os", task(id="os-file"), name="zz-copy-of-os-file")
     write_task(ex / "os", task(id="os file"), name="zz-os file")
     return ex
@@ -56,60 +57,66 @@ def test_a_benchmark_imports_in_one_command_with_a_line_per_task_and_totals(
         tmp_path: Path, served: Served, capsys: pytest.CaptureFixture[str]) -> None:
     ex = benchmark(tmp_path, served)
     out_file = tmp_path / "cases.yaml"
-    code, out, err = run(capsys, str(ex), "--out", str(out_file), "--files-dir", str(tmp_path / "files"),
-                         "--start-state", "linux-desktop")
+    code, out, err = run(capsys, str(ex), "--out", str(out_file), "--files-dir", str(tmp_path / "files"))
     assert code == 0, err
     lines = out.splitlines()
     assert set(lines[:-2]) == {
-        "os-file: imported", "os-download: imported", "os-gui: imported", "os-infeasible: imported",
+        "os-file: imported", "os-download: imported", "os-gui: imported", "os-infeasible: imported", "calc: imported",
         "web: skipped: live_web (config[0]: chrome_open_tabs opens https://www.example.com)",
         "drive: skipped: google_drive (config[0]: googledrive)",
         "broken-dl: skipped: download_failed (config[0]: 127.0.0.1: HTTP 404)",
-        "calc: skipped: unsupported_metric (evaluator: compare_table)",
-        "vlc-speed: skipped: app_missing (needs vlc, which linux-desktop does not have)",
+        "vscode-ext: skipped: app_missing (needs vs_code (VS Code is not in Debian), which osworld-desktop does not "
+        "have)",
         f"os-file: skipped: duplicate_id ({ex / 'os' / 'zz-copy-of-os-file.json'}: the id of an earlier task)",
         f"os file: skipped: duplicate_id ({ex / 'os' / 'zz-os file.json'}: its key os-file is the key of an earlier "
         "task)",
     }
-    assert lines[-2] == ("11 tasks: 4 imported, 7 skipped (duplicate_id 2, app_missing 1, download_failed 1, "
-                         "google_drive 1, live_web 1, unsupported_metric 1)")
-    assert lines[-1] == f"wrote 4 cases to {out_file}"
+    assert lines[-2] == ("11 tasks: 5 imported, 6 skipped (duplicate_id 2, app_missing 1, download_failed 1, "
+                         "google_drive 1, live_web 1)")
+    assert lines[-1] == f"wrote 5 cases to {out_file}"
     assert out_file.read_text().startswith(f"# Imported from OSWorld-format tasks ({ex}) by gh-runner import "
-                                           f"osworld.\n# 11 tasks: 4 imported, 7 skipped")
+                                           f"osworld.\n# 11 tasks: 5 imported, 6 skipped")
     loaded = load_case_file(out_file)  # what gh-runner local and validate read
     by_key = {c["key"]: c for c in loaded.cases}
-    assert set(by_key) == {"os-file", "os-download", "os-gui", "os-infeasible"}
+    assert set(by_key) == {"os-file", "os-download", "os-gui", "os-infeasible", "calc"}
     case = by_key["os-file"]
     assert (case["name"], case["prompt"], case["start_state"]) == ("Put 'hello' in ~/greeting.txt.",
-                                                                   "Put 'hello' in ~/greeting.txt.", "linux-desktop")
+                                                                   "Put 'hello' in ~/greeting.txt.", "osworld-desktop")
     assert (case["category"], case["tags"], case["runs_on"]) == ("os", ["osworld", "os", "terminal"], "vm")
     assert case["metadata"] == {"benchmark": "osworld", "osworld_id": "os-file", "osworld_snapshot": "os",
                                 "osworld_source": "https://example.org/forum/1",
                                 "osworld_evaluator": "exact_match(vm_command_line)"}
     assert "setup_script" not in case  # no config
     assert by_key["os-infeasible"]["metadata"]["reference_answer"] == "infeasible"
-    assert "/never-fetched.mp4" not in served.hits  # a skipped task's files are not fetched
+    assert "/never-fetched.vsix" not in served.hits  # a skipped task's files are not fetched
 
 
 def test_a_start_state_of_your_own_is_taken_to_have_the_apps(
         tmp_path: Path, served: Served, capsys: pytest.CaptureFixture[str]) -> None:
-    served.files["/never-fetched.mp4"] = b"\x00\x00\x00\x18ftypmp42"
+    served.files["/never-fetched.vsix"] = b"PK\x03\x04"
     ex = benchmark(tmp_path, served)
-    code, out, _ = run(capsys, str(ex / "vlc"), "--out", str(tmp_path / "c.yaml"), "--start-state", "ubuntu-osworld")
-    assert (code, out.splitlines()[0]) == (0, "vlc-speed: imported")
+    code, out, _ = run(capsys, str(ex / "vs_code"), "--out", str(tmp_path / "c.yaml"), "--start-state",
+                       "ubuntu-osworld")
+    assert (code, out.splitlines()[0]) == (0, "vscode-ext: imported")
     (case,) = load_case_file(tmp_path / "c.yaml").cases
     # Given the domain's own directory, the domain is not in the layout: the category is the task's snapshot.
-    assert (case["start_state"], case["tags"], case["category"]) == ("ubuntu-osworld", ["osworld", "vlc"], "os")
+    assert (case["start_state"], case["tags"], case["category"]) == ("ubuntu-osworld", ["osworld", "vs_code"], "os")
+    assert (tmp_path / "osworld-files" / "urls.json").is_file()  # the default --files-dir: beside --out
 
 
-def test_on_linux_tiny_the_tasks_that_need_a_desktop_are_skipped(
+def test_without_gh_osworld_only_infeasible_tasks_import(
         tmp_path: Path, served: Served, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every metric has one implementation, gh_osworld's: a start state that does not carry it imports the tasks
+    whose check is the answer rule alone (infeasible), and skips the rest, saying why."""
     ex = benchmark(tmp_path, served)
     code, out, _ = run(capsys, str(ex / "os"), "--out", str(tmp_path / "c.yaml"), "--start-state", "linux-tiny")
     assert code == 0
-    assert "os-gui: skipped: needs_desktop (needs a desktop session and python3, which linux-tiny does not have)" in out
+    for key in ("os-file", "os-download", "os-gui"):
+        assert (f"{key}: skipped: needs_gh_osworld (its metrics run in gh_osworld, which linux-tiny does not carry "
+                "(osworld-desktop does))") in out.splitlines()
+    assert "os-infeasible: imported" in out.splitlines()
+    assert "/notes.txt" not in served.hits  # skipped before the check's files are fetched
     assert {c["start_state"] for c in load_case_file(tmp_path / "c.yaml").cases} == {"linux-tiny"}
-    assert (tmp_path / "osworld-files" / "urls.json").is_file()  # the default --files-dir: beside --out
 
 
 @pytest.mark.parametrize("bad", ["{broken", json.dumps(task(evaluator={"func": []}))])
@@ -184,7 +191,9 @@ def test_name_prompt_and_script_limits(fetcher: Fetcher, served: Served) -> None
         served.files[f"/f{i}"] = rng.randbytes(30_000)
         files.append({"url": f"{served.url}/f{i}", "path": f"/tmp/f{i}"})
     with pytest.raises(Skip) as e:
-        case_of(task(config=[{"type": "download", "parameters": {"files": files}}]), fetcher)
+        # linux-desktop has no file store to place them from instead (and imports an infeasible task's check).
+        case_of(task(config=[{"type": "download", "parameters": {"files": files}}], evaluator={"func": "infeasible"}),
+                fetcher, "linux-desktop")
     assert e.value.reason is SkipReason.SCRIPT_TOO_LARGE and e.value.detail.startswith("the setup is 12")
 
 
@@ -211,7 +220,7 @@ def test_an_id_two_domains_use_keys_each_task_by_its_domain(tmp_path: Path, caps
     write_task(ex / "chrome", task(id=tid, instruction="Make Bing the search engine.", related_apps=["chrome"]))
     write_task(ex / "thunderbird", task(id=tid, instruction="Remove the account.", related_apps=["thunderbird"]))
     write_task(ex / "thunderbird", task(id=tid), name="zz-copy")
-    code, out, _ = run(capsys, str(ex), "--out", str(tmp_path / "c.yaml"), "--start-state", "ubuntu-osworld")
+    code, out, _ = run(capsys, str(ex), "--out", str(tmp_path / "c.yaml"))
     assert code == 0
     assert out.splitlines()[:3] == [
         f"{tid}: imported as chrome-{tid}", f"{tid}: imported as thunderbird-{tid}",

@@ -1,11 +1,12 @@
 """Imported OSWorld-format tasks validated on the real linux-tiny guest: `gh-runner import osworld
 --start-state linux-tiny` on a small directory, then `gh-runner validate`: on every case the check before
-prints False, noop fails and the reference fix the test gives passes (OSWorld has no reference fixes).
+prints False, noop fails and the reference agent passes.
 
-Covers in the guest: a command's output (exact_match), a file (check_include_exclude), a downloaded file
-placed by the setup, `echo password | sudo -S` on a guest without sudo, an expected file embedded in the
-check (compare_text_file against cloud_file), postconfig in the check after only, and infeasible on the
-agent's answer. A desktop task in the same directory is skipped (needs_desktop).
+linux-tiny carries no gh_osworld (nor python3), and every metric has one implementation, gh_osworld's: a
+task with a metric is skipped (needs_gh_osworld), and the tasks it imports are infeasible ones, checked on
+the agent's answer. Their setups still run here, in BusyBox: a downloaded file placed, `echo password | sudo
+-S` on a guest without sudo, and an `execute` with `until` that fails the setup (an error, never valid)
+unless the two did their work. A desktop task in the same directory is skipped (needs_desktop).
 """
 
 from __future__ import annotations
@@ -17,55 +18,34 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from kit.scratch import scratch_dir
 
 from .conftest import Served, task, write_task
 
 GH_RUNNER = str(Path(sys.executable).parent / "gh-runner")
-
-FIXES = {
-    "osw-greeting": "printf 'hello\\n' > /srv/osw/greeting.txt\n",
-    "osw-config": "sed -i 's/^debug=1$/mode=prod/' /srv/osw/app.conf\n",
-    "osw-sorted": "echo cherry >> /srv/osw/list.txt\n",
-}
+INFEASIBLE = {"func": "infeasible"}
 
 
 def tasks(root: Path, served: Served) -> None:
     served.files["/app.conf"] = b"name=shop\ndebug=1\n"
-    served.files["/gold.txt"] = b"apple\nbanana\ncherry\n"
     d = root / "os"
     write_task(d, task(id="osw-greeting", instruction="Make /srv/osw/greeting.txt say hello.",
-                       config=[{"type": "execute", "parameters": {
-                           "command": "mkdir -p /srv/osw && printf 'bye\\n' > /srv/osw/greeting.txt", "shell": True}}],
                        evaluator={"func": "exact_match",
                                   "result": {"type": "vm_command_line", "command": ["cat", "/srv/osw/greeting.txt"]},
                                   "expected": {"type": "rule", "rules": {"expected": "hello\n"}}}))
-    write_task(d, task(id="osw-config", instruction="The shop runs in debug mode; switch it to production.",
+    # The setup proves its own work: the `until` step waits (60 s at most, then the setup fails) for the
+    # downloaded file, made mode 600 through the sudo shim.
+    write_task(d, task(id="osw-infeasible", instruction="Install Photoshop for the shop's config in /srv/osw.",
                        config=[{"type": "download", "parameters": {"files": [
                                    {"url": served.url + "/app.conf", "path": "/srv/osw/app.conf"}]}},
                                {"type": "execute", "parameters": {
-                                   "command": "echo password | sudo -S chmod 600 /srv/osw/app.conf", "shell": True}}],
-                       evaluator={"func": ["check_include_exclude", "exact_match"], "conj": "and",
-                                  "result": [{"type": "vm_file", "path": "/srv/osw/app.conf", "dest": "app.conf"},
-                                             {"type": "vm_command_line", "command": "stat -c %a /srv/osw/app.conf",
-                                              "shell": True}],
-                                  "expected": [{"type": "rule", "rules": {"include": ["mode=prod", "name=shop"],
-                                                                          "exclude": ["debug=1"]}},
-                                               {"type": "rule", "rules": {"expected": "600\n"}}]}))
-    write_task(d, task(id="osw-sorted", instruction="Add cherry to my fruit list /srv/osw/list.txt.",
-                       config=[{"type": "execute", "parameters": {
-                           "command": "mkdir -p /srv/osw && printf 'banana\\napple\\n' > /srv/osw/list.txt",
-                           "shell": True}}],
-                       evaluator={"func": "compare_text_file",
-                                  "postconfig": [{"type": "execute", "parameters": {
-                                      "command": "sort /srv/osw/list.txt > /srv/osw/sorted.txt", "shell": True}}],
-                                  "result": {"type": "vm_file", "path": "/srv/osw/sorted.txt", "dest": "s.txt"},
-                                  "expected": {"type": "cloud_file", "path": served.url + "/gold.txt",
-                                               "dest": "gold.txt"}}))
-    write_task(d, task(id="osw-infeasible", instruction="Install Photoshop on this machine.",
-                       evaluator={"func": "infeasible"}))
-    write_task(d, task(id="osw-desktop", config=[{"type": "launch", "parameters": {"command": ["mousepad"]}}]))
+                                   "command": "echo password | sudo -S chmod 600 /srv/osw/app.conf", "shell": True}},
+                               {"type": "execute", "parameters": {
+                                   "command": 'echo "$(stat -c %a /srv/osw/app.conf) $(grep -c name=shop '
+                                              '/srv/osw/app.conf)"', "shell": True, "until": {"stdout": "600 1"}}}],
+                       evaluator=INFEASIBLE))
+    write_task(d, task(id="osw-desktop", config=[{"type": "launch", "parameters": {"command": ["mousepad"]}}],
+                       evaluator=INFEASIBLE))
 
 
 @pytest.fixture()
@@ -82,15 +62,12 @@ def test_imported_cases_validate_on_linux_tiny(work: Path, served: Served, image
                           "--start-state", "linux-tiny"], capture_output=True, text=True, timeout=120)
     assert imp.returncode == 0, imp.stderr
     assert "osw-desktop: skipped: needs_desktop (needs a desktop session, which linux-tiny does not have)" in imp.stdout
-    assert "5 tasks: 4 imported, 1 skipped (needs_desktop 1)" in imp.stdout
-    data = yaml.safe_load(cases.read_text())
-    for case in data["cases"]:  # the reference fixes are the test's: OSWorld gives none
-        if case["key"] in FIXES:
-            case["metadata"]["reference_fix"] = FIXES[case["key"]]
-    cases.write_text(yaml.safe_dump(data))
+    assert ("osw-greeting: skipped: needs_gh_osworld (its metrics run in gh_osworld, which linux-tiny does not "
+            "carry (osworld-desktop does))") in imp.stdout
+    assert "3 tasks: 1 imported, 2 skipped (needs_desktop 1, needs_gh_osworld 1)" in imp.stdout
     report = work / "report.json"
     proc = subprocess.run([GH_RUNNER, "validate", str(cases), "--repeat", "1", "--strict", "--report", str(report),
                            "--images-dir", str(images_dir)], capture_output=True, text=True, timeout=1400)
     by = {d["key"]: d["validation"] for d in json.loads(report.read_text())["validation"]["data"]}
     assert proc.returncode == 0, (by, proc.stdout[-3000:], proc.stderr[-3000:])
-    assert {k: v["status"] for k, v in by.items()} == {k: "valid" for k in [*FIXES, "osw-infeasible"]}
+    assert {k: v["status"] for k, v in by.items()} == {"osw-infeasible": "valid"}

@@ -1,7 +1,8 @@
 """gh_osworld run exactly as the guest runs it, and the documents it judges made the same way.
 
 The guest (osworld-desktop) runs `python3 -m gh_osworld SPEC.json` on Debian 12's python3 with Debian's
-modules and python-pptx from image-builder/imagebuilder/assets/osworld-desktop/pypi.txt. This host is
+modules and the pins of image-builder/imagebuilder/assets/osworld-desktop/pypi.txt (python-docx, openpyxl,
+python-pptx, PyMuPDF, rapidfuzz), which win over Debian's. This host is
 Debian 12 too: scripts/setup.sh installs the same apt packages and puts the pinned PyPI modules in
 GUEST_SITE. Nothing here runs in the venv: the venv's libraries are not the guest's.
 
@@ -23,7 +24,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 GUEST_PYTHON = "/usr/bin/python3"
 GUEST_SITE = "/var/lib/gh-runner/guest-python"  # scripts/setup.sh
-GUEST_MODULES = ("openpyxl", "docx", "pandas", "PIL", "lxml", "numpy", "xlsxwriter", "pptx")
+GUEST_MODULES = ("openpyxl", "docx", "pandas", "PIL", "lxml", "numpy", "xlsxwriter", "pptx", "pymupdf",
+                 "rapidfuzz")
 TIMEOUT_S = 120.0
 
 
