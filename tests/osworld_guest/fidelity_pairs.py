@@ -1,0 +1,381 @@
+"""The file pairs on which gh_osworld's metrics are held against OSWorld's own (bench/osworld_fidelity.py
+measures them against OSWorld's published package; test_fidelity.py checks them against the numbers it
+recorded, tests/osworld_guest/fidelity_oracle.json).
+
+    python3 tests/osworld_guest/fidelity_pairs.py make DIR      writes the files, prints the pairs (JSON)
+    python3 tests/osworld_guest/fidelity_pairs.py ours DIR      our score of every pair, as the guest scores it
+
+Both run on the guest's python3 (tests/osworld_guest/kit.py: Debian's modules and GUEST_SITE), so the files
+come out byte for byte the same on every run (no randomness, no clock): the oracle file records each
+file's sha256 and the test checks them first. Every metric gets at least an exact pair, a near one (a small
+edit), a far one (another document) and a malformed one (the agent's file is no such document); a pair is
+
+    {"id": "compare_images/near", "func": NAME, "result": FILE | null, "expected": FILE | null,
+     "rules": {...} | null, "options": {...}}
+
+FILE is relative to DIR; `rules` stands where OSWorld passes a rule dict as the expected value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import sqlite3
+import sys
+import zipfile
+from typing import Any
+
+Pair = dict[str, Any]
+
+
+def _write(root: str, name: str, data: bytes | str) -> str:
+    path = os.path.join(root, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
+    return name
+
+
+def pair(pid: str, func: str, result: str | None, expected: str | None = None, *,
+         rules: dict[str, Any] | None = None, **options: Any) -> Pair:
+    return {"id": pid, "func": func, "result": result, "expected": expected, "rules": rules, "options": options}
+
+
+# -- images --
+
+def _picture(seed: int, size: tuple[int, int] = (96, 64)) -> Any:
+    """A picture with gradients, bars and a disc, different for every seed."""
+    import numpy as np
+
+    w, h = size
+    y, x = np.mgrid[0:h, 0:w]
+    r = (x * (3 + seed) + y * 2) % 256
+    g = ((x - w / 2) ** 2 + (y - h / 2) ** 2 < (h / (3 + seed % 3)) ** 2) * 200 + 30
+    b = ((x // (8 + seed)) % 2) * 180 + (y * 3) % 60
+    return np.stack([r, g, b], axis=-1).astype("uint8")
+
+
+def _noisy(a: Any, amount: int) -> Any:
+    """A deterministic ripple added to every pixel (no random generator: the same bytes on every host)."""
+    import numpy as np
+
+    h, w = a.shape[:2]
+    y, x = np.mgrid[0:h, 0:w]
+    ripple = ((x * 7 + y * 13) % (2 * amount + 1)) - amount
+    if a.ndim == 3:
+        ripple = ripple[..., None]
+    return np.clip(a.astype(int) + ripple, 0, 255).astype("uint8")
+
+
+def _png(image: Any) -> bytes:
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+def _image_pairs(root: str) -> list[Pair]:
+    from PIL import Image, ImageEnhance
+
+    base = Image.fromarray(_picture(0))
+    other = Image.fromarray(_picture(5))
+    files = {
+        "img/base.png": _png(base),
+        "img/near.png": _png(Image.fromarray(_noisy(_picture(0), 6))),
+        "img/far.png": _png(other),
+        "img/bad.png": b"\x89PNG\r\n\x1a\n not really a picture",
+        "img/gray.png": _png(base.convert("L")),
+        "img/gray_near.png": _png(Image.fromarray(_noisy(_picture(0), 12)).convert("L")),
+        "img/palette.png": _png(base.convert("P", palette=Image.Palette.ADAPTIVE, colors=16)),
+        "img/rgba.png": _png(Image.fromarray(_noisy(_picture(0), 3)).convert("RGBA")),
+        "img/small.png": _png(base.resize((48, 32))),
+        "img/tiny.png": _png(base.resize((5, 5))),
+        "img/dark.png": _png(ImageEnhance.Brightness(base).enhance(0.6)),
+        "img/bright.png": _png(ImageEnhance.Brightness(base).enhance(1.3)),
+        "img/contrast.png": _png(ImageEnhance.Contrast(base).enhance(1.5)),
+        "img/flat.png": _png(ImageEnhance.Contrast(base).enhance(0.5)),
+        "img/saturated.png": _png(ImageEnhance.Color(base).enhance(1.6)),
+        "img/dull.png": _png(ImageEnhance.Color(base).enhance(0.4)),
+    }
+    jpeg = io.BytesIO()
+    base.save(jpeg, format="JPEG", quality=90)
+    files["img/base.jpg"] = jpeg.getvalue()
+    for name, data in files.items():
+        _write(root, name, data)
+    pairs = [
+        pair("compare_images/exact", "compare_images", "img/base.png", "img/base.png"),
+        pair("compare_images/near-jpeg", "compare_images", "img/base.jpg", "img/base.png"),
+        pair("compare_images/near", "compare_images", "img/near.png", "img/base.png"),
+        pair("compare_images/far", "compare_images", "img/far.png", "img/base.png"),
+        pair("compare_images/smaller", "compare_images", "img/small.png", "img/base.png"),
+        pair("compare_images/gray", "compare_images", "img/gray_near.png", "img/base.png"),
+        pair("compare_images/base-score", "compare_images", "img/near.png", "img/base.png",
+             reference_base_result=0.5),
+        pair("compare_images/base-score-above", "compare_images", "img/far.png", "img/base.png",
+             reference_base_result=0.99),
+        pair("compare_images/missing", "compare_images", None, "img/base.png"),
+    ]
+    ssim_cases = [("exact", "img/base.png", "img/base.png"), ("near", "img/near.png", "img/base.png"),
+                  ("far", "img/far.png", "img/base.png"), ("gray", "img/gray_near.png", "img/gray.png"),
+                  ("palette", "img/palette.png", "img/base.png"), ("rgba", "img/rgba.png", "img/base.png"),
+                  ("smaller", "img/small.png", "img/base.png"), ("tiny", "img/tiny.png", "img/tiny.png"),
+                  ("missing", None, "img/base.png")]
+    for func in ("check_structure_sim", "check_structure_sim_resized", "check_file_exists_and_structure_sim",
+                 "check_palette_and_structure_sim"):
+        pairs += [pair(f"{func}/{name}", func, r, e) for name, r, e in ssim_cases]
+    for func, up, down in (("check_brightness_decrease_and_structure_sim", "img/dark.png", "img/bright.png"),
+                           ("check_contrast_increase_and_structure_sim", "img/contrast.png", "img/flat.png"),
+                           ("check_saturation_increase_and_structure_sim", "img/saturated.png", "img/dull.png")):
+        pairs += [pair(f"{func}/right", func, up, "img/base.png"),
+                  pair(f"{func}/wrong-way", func, down, "img/base.png"),
+                  pair(f"{func}/unchanged", func, "img/base.png", "img/base.png"),
+                  pair(f"{func}/far", func, "img/far.png", "img/base.png"),
+                  pair(f"{func}/gray", func, "img/gray_near.png", "img/gray.png"),
+                  pair(f"{func}/palette", func, "img/palette.png", "img/base.png")]
+    return pairs
+
+
+# -- PDFs, written by hand (the guest has no PDF writer) --
+
+def _pdf(pages: list[list[str]]) -> bytes:
+    """A PDF of Helvetica lines, one list of lines per page."""
+    objects = ["<< /Type /Catalog /Pages 2 0 R >>", "",
+               "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>"]
+    kids = []
+    for lines in pages:
+        body = ["BT /F1 12 Tf 72 740 Td 16 TL"]
+        for line in lines:
+            text = line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
+            body.append(f"({text}) Tj T*")
+        body.append("ET")
+        stream = "\n".join(body).encode("latin-1")
+        objects.append(f"<< /Length {len(stream)} >>\nstream\n" + stream.decode("latin-1") + "\nendstream")
+        content = len(objects)
+        objects.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {content} 0 R "
+                       "/Resources << /Font << /F1 3 0 R >> >> >>")
+        kids.append(f"{len(objects)} 0 R")
+    objects[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {len(kids)} >>"
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for i, body_text in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += f"{i} 0 obj\n{body_text}\nendobj\n".encode("latin-1")
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
+    for off in offsets:
+        out += f"{off:010d} 00000 n \n".encode()
+    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    return bytes(out)
+
+
+INVOICE = [["Invoice 2024-117", "Customer: Harbour Supplies Ltd", "Item  Qty  Price",
+            "Rope 20 m  3  45.00", "Anchor  1  310.00", "Total due: 445.00"],
+           ["Terms: thirty days net", "Thank you for your business"]]
+
+
+def _pdf_pairs(root: str) -> list[Pair]:
+    near = [list(p) for p in INVOICE]
+    near[0][5] = "Total due: 446.00"
+    files = {"pdf/gold.pdf": _pdf(INVOICE), "pdf/near.pdf": _pdf(near),
+             "pdf/far.pdf": _pdf([["Minutes of the annual meeting", "Present: seven members"]]),
+             "pdf/one_page.pdf": _pdf(INVOICE[:1]), "pdf/bad.pdf": b"%PDF-1.4\nthis is not a PDF body\n",
+             "pdf/gold2.pdf": _pdf([["Second report", "All figures final"]])}
+    for name, data in files.items():
+        _write(root, name, data)
+    return [pair("compare_pdfs/exact", "compare_pdfs", "pdf/gold.pdf", "pdf/gold.pdf"),
+            pair("compare_pdfs/near", "compare_pdfs", "pdf/near.pdf", "pdf/gold.pdf"),
+            pair("compare_pdfs/page-missing", "compare_pdfs", "pdf/one_page.pdf", "pdf/gold.pdf"),
+            pair("compare_pdfs/far", "compare_pdfs", "pdf/far.pdf", "pdf/gold.pdf"),
+            pair("compare_pdfs/malformed", "compare_pdfs", "pdf/bad.pdf", "pdf/gold.pdf")]
+
+
+# -- text, archives, books, databases --
+
+POEM = "".join(f"line {i}: the quick brown fox {'jumps' if i % 3 else 'naps'}\n" for i in range(40))
+
+
+def _text_pairs(root: str) -> list[Pair]:
+    _write(root, "txt/gold.txt", POEM)
+    _write(root, "txt/near.txt", POEM.replace("line 7:", "line seven:"))
+    _write(root, "txt/far.txt", "nothing alike\nat all\n")
+    _write(root, "txt/bad.txt", b"\xff\xfe\x00binary\x80\x81")
+    _write(root, "txt/empty.txt", "")
+    _write(root, "txt/repeats.txt", "same\n" * 300 + "end\n")
+    return [pair("diff_text_file/exact", "diff_text_file", "txt/gold.txt", "txt/gold.txt"),
+            pair("diff_text_file/near", "diff_text_file", "txt/near.txt", "txt/gold.txt"),
+            pair("diff_text_file/far", "diff_text_file", "txt/far.txt", "txt/gold.txt"),
+            pair("diff_text_file/malformed", "diff_text_file", "txt/bad.txt", "txt/gold.txt"),
+            pair("diff_text_file/empty", "diff_text_file", "txt/empty.txt", "txt/empty.txt"),
+            pair("diff_text_file/repeats", "diff_text_file", "txt/repeats.txt", "txt/repeats.txt")]
+
+
+def _zip(members: dict[str, str | bytes]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for name, data in members.items():
+            info = zipfile.ZipInfo(name, date_time=(2024, 1, 1, 0, 0, 0))
+            z.writestr(info, data)
+    return out.getvalue()
+
+
+def _archive_pairs(root: str) -> list[Pair]:
+    gold = {"a.txt": "alpha\nbeta\n", "b.txt": "gamma\n", "c.txt": "delta\nepsilon\n"}
+    _write(root, "zip/gold.zip", _zip(gold))
+    _write(root, "zip/near.zip", _zip({**gold, "b.txt": "GAMMA\n"}))
+    _write(root, "zip/far.zip", _zip({"x.txt": "other\n"}))
+    _write(root, "zip/nested_gold.zip", _zip({f"notes/{n}": t for n, t in gold.items()}))
+    _write(root, "zip/nested_near.zip", _zip({f"notes/{n}": t for n, t in {**gold, "c.txt": "delta\n"}.items()}))
+    _write(root, "zip/bad.zip", b"PK\x03\x04 broken")
+    _write(root, "zip/pdfs.zip", _zip({"a.pdf": _pdf(INVOICE), "b.pdf": _pdf([["Second report"]])}))
+    near_pdf = [list(p) for p in INVOICE]
+    near_pdf[0][1] = "Customer: Harbor Supplies Ltd"
+    _write(root, "zip/pdfs_near.zip", _zip({"a.pdf": _pdf(near_pdf), "b.pdf": _pdf([["Second report"]])}))
+    return [pair("compare_archive/exact", "compare_archive", "zip/gold.zip", "zip/gold.zip"),
+            pair("compare_archive/near", "compare_archive", "zip/near.zip", "zip/gold.zip"),
+            pair("compare_archive/far", "compare_archive", "zip/far.zip", "zip/gold.zip"),
+            pair("compare_archive/malformed", "compare_archive", "zip/bad.zip", "zip/gold.zip"),
+            pair("compare_archive/inner", "compare_archive", "zip/nested_near.zip", "zip/nested_gold.zip",
+                 file_path="notes"),
+            pair("compare_archive/nested-no-path", "compare_archive", "zip/nested_near.zip",
+                 "zip/nested_gold.zip"),
+            pair("compare_archive/pdf-near", "compare_archive", "zip/pdfs_near.zip", "zip/pdfs.zip",
+                 file_type="pdf")]
+
+
+def _book(chapters: dict[str, str], title: str = "Sea Stories") -> bytes:
+    toc = ("<?xml version='1.0' encoding='utf-8'?>\n<ncx>\n<docTitle><text>" + title + "</text></docTitle>\n"
+           + "".join(f"<navPoint id='n{i}'><content src='{n}'/></navPoint>\n" for i, n in enumerate(chapters))
+           + "</ncx>\n")
+    opf = ("<?xml version='1.0' encoding='utf-8'?>\n<package>\n<metadata>\n<dc:title>" + title + "</dc:title>\n"
+           "<dc:identifier>urn:uuid:1234</dc:identifier>\n</metadata>\n</package>\n")
+    return _zip({"mimetype": "application/epub+zip", "toc.ncx": toc, "content.opf": opf, **chapters})
+
+
+def _epub_pairs(root: str) -> list[Pair]:
+    chapters = {"ch1.html": "<html><body>\n<h1>One</h1>\n<p>The ship sailed at dawn.</p>\n</body></html>",
+                "ch2.html": "<html><body>\n<h1>Two</h1>\n<p>The storm came at noon.</p>\n<p>All hands.</p>"
+                            "\n</body></html>"}
+    _write(root, "epub/gold.epub", _book(chapters))
+    _write(root, "epub/near.epub", _book({**chapters, "ch2.html": chapters["ch2.html"].replace("noon", "dusk")}))
+    _write(root, "epub/far.epub", _book({"ch1.html": "<html><body><p>Other</p></body></html>"}, "Other"))
+    _write(root, "epub/bad.epub", b"not a zip at all")
+    return [pair("compare_epub/exact", "compare_epub", "epub/gold.epub", "epub/gold.epub"),
+            pair("compare_epub/near", "compare_epub", "epub/near.epub", "epub/gold.epub"),
+            pair("compare_epub/far", "compare_epub", "epub/far.epub", "epub/gold.epub"),
+            pair("compare_epub/malformed", "compare_epub", "epub/bad.epub", "epub/gold.epub")]
+
+
+def _sqlite_pairs(root: str) -> list[Pair]:
+    os.makedirs(os.path.join(root, "db"), exist_ok=True)
+    for name, done in (("db/half.db", [1, 0]), ("db/all.db", [1, 1])):
+        path = os.path.join(root, name)
+        if os.path.exists(path):
+            os.remove(path)
+        with sqlite3.connect(path) as c:
+            c.execute("create table tasks (name text, done int)")
+            c.executemany("insert into tasks values (?, ?)", [(f"t{i}", d) for i, d in enumerate(done)])
+        c.close()
+    _write(root, "db/bad.db", b"SQLite format 3\x00 but nothing else")
+    share = {"sql": "select avg(done) from tasks"}
+    return [pair("run_sqlite3/exact", "run_sqlite3", "db/all.db", rules=share),
+            pair("run_sqlite3/near", "run_sqlite3", "db/half.db", rules=share),
+            pair("run_sqlite3/far", "run_sqlite3", "db/half.db",
+                 rules={"sql": "select count(*) from tasks where done = 2"}),
+            pair("run_sqlite3/null", "run_sqlite3", "db/half.db",
+                 rules={"sql": "select max(done) from tasks where name = 'none'"}),
+            pair("run_sqlite3/malformed", "run_sqlite3", "db/bad.db", rules=share)]
+
+
+# -- documents --
+
+LETTER = ["Dear Ms Alvarez,", "Thank you for your order of 12 March.", "",
+          "The parcel leaves our warehouse on Friday.", "Kind regards,", "Tom"]
+
+
+def _docx(paragraphs: list[str]) -> bytes:
+    from docx import Document
+
+    doc = Document()
+    for text in paragraphs:
+        doc.add_paragraph(text)
+    out = io.BytesIO()
+    doc.save(out)
+    return out.getvalue()
+
+
+def _docx_pairs(root: str) -> list[Pair]:
+    near = list(LETTER)
+    near[1] = "Thank you for your ordr of 12 March."
+    _write(root, "docx/gold.docx", _docx(LETTER))
+    _write(root, "docx/near.docx", _docx(near))
+    _write(root, "docx/far.docx", _docx(["Minutes", "Nothing was decided."]))
+    _write(root, "docx/blanks.docx", _docx([p for p in LETTER if p]))
+    _write(root, "docx/bad.docx", b"PK\x03\x04 not a document")
+    pairs = []
+    for label, options in (("", {}), ("content_only/", {"content_only": True}),
+                           ("fuzzy/", {"fuzzy_match": True, "ignore_blanks": False})):
+        f = "compare_docx_files"
+        pairs += [pair(f"{f}/{label}exact", f, "docx/gold.docx", "docx/gold.docx", **options),
+                  pair(f"{f}/{label}near", f, "docx/near.docx", "docx/gold.docx", **options),
+                  pair(f"{f}/{label}blanks", f, "docx/blanks.docx", "docx/gold.docx", **options),
+                  pair(f"{f}/{label}far", f, "docx/far.docx", "docx/gold.docx", **options),
+                  pair(f"{f}/{label}malformed", f, "docx/bad.docx", "docx/gold.docx", **options)]
+    return pairs
+
+
+def make(root: str) -> list[Pair]:
+    pairs: list[Pair] = []
+    for part in (_image_pairs, _pdf_pairs, _text_pairs, _archive_pairs, _epub_pairs, _sqlite_pairs, _docx_pairs):
+        pairs += part(root)
+    return pairs
+
+
+def digests(root: str, pairs: list[Pair]) -> dict[str, str]:
+    """Every file's sha256, by its name under root."""
+    names = sorted({p[k] for p in pairs for k in ("result", "expected") if p[k]})
+    out = {}
+    for name in names:
+        with open(os.path.join(root, name), "rb") as f:
+            out[name] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def spec(root: str, p: Pair) -> dict[str, Any]:
+    """The check's spec for a pair, as the importer writes it (gh_osworld/spec.py): the agent's file by
+    vm_file, the gold file embedded, OSWorld's rules by the rule getter."""
+    result = {"type": "vm_file", "path": os.path.join(root, p["result"] or "absent/file"), "dest": "r"}
+    if p["rules"] is not None:
+        expected: dict[str, Any] = {"type": "rule", "rules": p["rules"]}
+    else:
+        expected = {"type": "embedded_file", "path": os.path.join(root, p["expected"])}
+    return {"conj": "and", "metrics": [{"func": p["func"], "result": result, "expected": expected,
+                                        "options": p["options"]}]}
+
+
+def ours(root: str, pairs: list[Pair]) -> dict[str, float | None]:
+    """Our score of every pair through gh_osworld's own evaluation (None: no verdict, a crash)."""
+    import contextlib
+
+    from gh_osworld.evaluate import evaluate
+    from gh_osworld.spec import parse
+
+    scores: dict[str, float | None] = {}
+    for p in pairs:
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                scores[p["id"]] = evaluate(parse(spec(root, p)))
+        except Exception:
+            scores[p["id"]] = None
+    return scores
+
+
+if __name__ == "__main__":
+    mode, where = sys.argv[1], sys.argv[2]
+    made = make(where)
+    if mode == "make":
+        print(json.dumps({"pairs": made, "sha256": digests(where, made)}))
+    elif mode == "ours":
+        print(json.dumps(ours(where, made)))
+    else:
+        sys.exit(f"usage: {sys.argv[0]} make|ours DIR")
