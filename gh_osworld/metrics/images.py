@@ -79,21 +79,31 @@ def ssim(a: np.ndarray, b: np.ndarray) -> float | None:
 
 
 def similar(a: Image.Image, b: Image.Image, threshold: float = 0.9) -> bool:
-    score = ssim(np.asarray(a), np.asarray(b))
+    """OSWorld's structure check: both images in RGB (a grey, palette or alpha image converted first), the
+    same size, each side at least a window, and an SSIM of at least the threshold."""
+    if min(a.size + b.size) < WINDOW or a.size != b.size:
+        return False
+    score = ssim(np.asarray(a.convert("RGB")), np.asarray(b.convert("RGB")))
     return score is not None and score >= threshold
 
 
 @metric("compare_images")
 def compare_images(result: str | None, expected: str | None, **options: Any) -> float:
-    """The SSIM of the two images in grey, both scaled (Lanczos) to the size of the narrower one; passes
-    on 1.0: the same picture."""
+    """The SSIM of the two images in grey, both scaled (Lanczos) to the size of the narrower one. With
+    `reference_base_result` B (the untouched file's score), the gain over it: (SSIM - B) / (1 - B) when
+    SSIM is at least B + 0.01, else 0."""
     if not result or not expected:
         return 0.0
     a, b = open_image(result).convert("L"), open_image(expected).convert("L")
     size = min(a.size, b.size)  # OSWorld takes the smaller (width, height) pair, width first
     a, b = a.resize(size, Image.Resampling.LANCZOS), b.resize(size, Image.Resampling.LANCZOS)
     score = ssim(np.asarray(a), np.asarray(b))
-    return 0.0 if score is None else score
+    if score is None:
+        return 0.0
+    base = options.get("reference_base_result")
+    if base is None:
+        return score
+    return (score - base) / (1 - base) if score >= base + 0.01 else 0.0
 
 
 @metric("compare_image_list")
