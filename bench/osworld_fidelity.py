@@ -1,6 +1,6 @@
 """gh_osworld's metrics side by side with OSWorld's own, on the same files: do we give OSWorld's numbers?
 
-    .venv/bin/python bench/osworld_fidelity.py [--write-oracle] [--keep-venv DIR]
+    .venv/bin/python bench/osworld_fidelity.py [--write-oracle] [--keep-venv DIR] [--guest-site DIR]
 
 1. A throwaway venv under /var/tmp (removed at the end; --keep-venv reuses one and leaves it) with
    OSWorld's published package, `desktop-env` (DESKTOP_ENV), installed with --no-deps, and only the
@@ -11,7 +11,8 @@
 3. OSWorld's score of each, in the venv: its metric modules loaded one by one (desktop_env's packages
    stand as empty modules: the metrics package's __init__ imports every module and their libraries,
    torch among them); the OCR and audio libraries of docs.py and vlc.py (STAND_INS) stand as empty
-   modules, used by none of the metrics measured. OSWorld runs on a copy of the files (some of its metrics write beside them).
+   modules, used by none of the metrics measured. OSWorld runs on a copy of the files (some of its
+   metrics write beside them).
 4. One row per metric: pairs, pairs where OSWorld crashes (no number to compare: listed by id), the
    largest |ours - OSWorld's|, and how many pairs differ by more than TOLERANCE (listed with both numbers).
 
@@ -127,16 +128,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--write-oracle", action="store_true", help=f"write OSWorld's numbers to {ORACLE_FILE}")
     ap.add_argument("--keep-venv", type=Path, help="the oracle's venv: made if absent, reused, not removed")
+    ap.add_argument("--guest-site", type=Path, help="the guest's PyPI modules from DIR in place of kit.py's "
+                    "GUEST_SITE (an empty directory: Debian's modules alone)")
     args = ap.parse_args()
+    env = guest_env()
+    if args.guest_site:
+        env["PYTHONPATH"] = f"{REPO}:{args.guest_site}"
 
     scratch = Path(tempfile.mkdtemp(prefix="gh-fidelity-", dir="/var/tmp"))
     try:
         venv = args.keep_venv or scratch / "venv"
         py = make_venv(venv)
         files, theirs_dir = scratch / "pairs", scratch / "osworld-copy"
-        made = json.loads(_run([GUEST_PYTHON, str(PAIRS), "make", str(files)], env=guest_env()))
+        made = json.loads(_run([GUEST_PYTHON, str(PAIRS), "make", str(files)], env=env))
         pairs = made["pairs"]
-        ours = json.loads(_run([GUEST_PYTHON, str(PAIRS), "ours", str(files)], env=guest_env()))
+        ours = json.loads(_run([GUEST_PYTHON, str(PAIRS), "ours", str(files)], env=env))
         shutil.copytree(files, theirs_dir)
         theirs = json.loads(_run([str(py), "-c", ORACLE_WORKER, str(theirs_dir), json.dumps(ORACLE_MODULES),
                                   json.dumps(STAND_INS)],

@@ -21,7 +21,7 @@ PyPI at build time, image-builder/imagebuilder/osworld_desktop.py), and is impor
 its names (names.py), which the importer reads to know what it may hand over.
 
 Scores: each metric returns OSWorld's number in [0, 1] and evaluate.py combines them as OSWorld does; the
-check prints that number (__main__.py). Whose fault: what the agent left (a file missing, unreadable or wrong) is a failure (`Fail`, or
-a score of 0); anything else that goes wrong (our embedded expected file unreadable, a bug) is a crash,
-exit 1 and no verdict: never a verdict against the agent.
+check prints that number (__main__.py). Whose fault: what the agent left (a file missing, unreadable or
+wrong) is a failure (`Fail`, or a score of 0); anything else that goes wrong (our embedded expected file
+unreadable, a bug) is a crash, exit 1 and no verdict: never a verdict against the agent.
 """

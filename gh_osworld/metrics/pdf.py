@@ -23,12 +23,12 @@ class NoPdfText(RuntimeError):
     """pdftotext is not in the machine: the image's error, never the agent's."""
 
 
-def pdf_text(path: str, *, ours: bool | None = None) -> str:
+def pdf_text(path: str, *, ours: bool | None = None, raw: bool = False) -> str:
     """The PDF's text, trimmed. A file the agent left that is no PDF fails the check; ours that is none,
     or a missing pdftotext, is our error."""
     try:
-        done = subprocess.run(["pdftotext", "-q", "-enc", "UTF-8", path, "-"], capture_output=True,
-                              timeout=PDF_TEXT_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        done = subprocess.run(["pdftotext", "-q", "-enc", "UTF-8", *(["-raw"] if raw else []), path, "-"],
+                              capture_output=True, timeout=PDF_TEXT_TIMEOUT_S, stdin=subprocess.DEVNULL)
     except FileNotFoundError:
         raise NoPdfText("pdftotext is missing (poppler-utils): the image lacks it") from None
     if done.returncode != 0:
@@ -53,7 +53,9 @@ def osworld_text(path: str) -> str:
     try:
         import pymupdf
     except ImportError:
-        return pdf_text(path, ours=False)
+        # in content order (-raw), as PyMuPDF reads; a page ends with a form feed there, with its last line
+        # in PyMuPDF; runs of spaces stay folded to one (poppler's doing): the image's PyMuPDF is the fix
+        return pdf_text(path, raw=True).replace("\f", "")
     with pymupdf.open(path) as doc:
         return "".join(page.get_text() for page in doc).strip()
 

@@ -294,14 +294,20 @@ LETTER = ["Dear Ms Alvarez,", "Thank you for your order of 12 March.", "",
 
 
 def _docx(paragraphs: list[str]) -> bytes:
+    import datetime
+
     from docx import Document
 
     doc = Document()
     for text in paragraphs:
         doc.add_paragraph(text)
+    when = datetime.datetime(2024, 1, 1)
+    doc.core_properties.created = doc.core_properties.modified = when
     out = io.BytesIO()
     doc.save(out)
-    return out.getvalue()
+    # python-docx stamps the zip's members with the clock: the same members, stamped with a fixed time
+    with zipfile.ZipFile(out) as z:
+        return _zip({name: z.read(name) for name in z.namelist()})
 
 
 def _docx_pairs(root: str) -> list[Pair]:
