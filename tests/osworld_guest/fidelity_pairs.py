@@ -115,6 +115,7 @@ def _image_pairs(root: str) -> list[Pair]:
         pair("compare_images/base-score-above", "compare_images", "img/far.png", "img/base.png",
              reference_base_result=0.99),
         pair("compare_images/missing", "compare_images", None, "img/base.png"),
+        pair("compare_images/tiny", "compare_images", "img/tiny.png", "img/tiny.png"),
     ]
     ssim_cases = [("exact", "img/base.png", "img/base.png"), ("near", "img/near.png", "img/base.png"),
                   ("far", "img/far.png", "img/base.png"), ("gray", "img/gray_near.png", "img/gray.png"),
@@ -284,6 +285,8 @@ def _sqlite_pairs(root: str) -> list[Pair]:
                  rules={"sql": "select count(*) from tasks where done = 2"}),
             pair("run_sqlite3/null", "run_sqlite3", "db/half.db",
                  rules={"sql": "select max(done) from tasks where name = 'none'"}),
+            pair("run_sqlite3/no-row", "run_sqlite3", "db/half.db",
+                 rules={"sql": "select done from tasks where name = 'none'"}),
             pair("run_sqlite3/malformed", "run_sqlite3", "db/bad.db", rules=share)]
 
 
