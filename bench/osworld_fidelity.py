@@ -55,6 +55,8 @@ ORACLE_MODULES = {
     "check_file_exists_and_structure_sim": "gimp", "check_palette_and_structure_sim": "gimp",
     "check_brightness_decrease_and_structure_sim": "gimp", "check_contrast_increase_and_structure_sim": "gimp",
     "check_saturation_increase_and_structure_sim": "gimp",
+    "fuzzy_match": "general", "exact_match": "general", "check_include_exclude": "general",
+    "compare_text_file": "vscode", "compare_csv": "table", "compare_docx_files_and_ignore_new_lines": "docs",
 }
 TOLERANCE = 1e-3
 PIP_TIMEOUT_S = 900
@@ -82,7 +84,7 @@ for name in ("fastdtw",):
 out = {}
 for p in pairs:
     f = getattr(importlib.import_module("desktop_env.evaluators.metrics." + modules[p["func"]]), p["func"])
-    result = os.path.join(root, p["result"]) if p["result"] else None
+    result = p["text"] if p["text"] is not None else os.path.join(root, p["result"]) if p["result"] else None
     expected = p["rules"] if p["rules"] is not None else os.path.join(root, p["expected"])
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):

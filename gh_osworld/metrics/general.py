@@ -24,6 +24,7 @@ from typing import Any
 from gh_osworld import registry
 from gh_osworld.matching import matches_record, matches_rule
 from gh_osworld.metrics.pdf import pdf_bytes_text
+from gh_osworld.metrics.similarity import ratio
 from gh_osworld.outcome import Fail
 from gh_osworld.reading import Embedded, agent_json, agent_text, is_ours, ours_text, query_copy
 from gh_osworld.registry import metric
@@ -38,8 +39,10 @@ def exact_match(result: Any, rules: dict[str, Any]) -> float:
 
 @metric("fuzzy_match")
 def fuzzy_match(result: Any, rules: dict[str, Any]) -> float:
-    """OSWorld scores the similarity of the two strings; its full score is equality."""
-    return float(result is not None and str(result) == str(rules["expected"]))
+    """The two strings' similarity (rapidfuzz's ratio, similarity.py); no result scores 0."""
+    if result is None:
+        return 0.0
+    return ratio(str(result), str(rules["expected"])) / 100.0
 
 
 @metric("is_in_list")

@@ -11,9 +11,10 @@ file's sha256 and the test checks them first. Every metric gets at least an exac
 edit), a far one (another document) and a malformed one (the agent's file is no such document); a pair is
 
     {"id": "compare_images/near", "func": NAME, "result": FILE | null, "expected": FILE | null,
-     "rules": {...} | null, "options": {...}}
+     "rules": {...} | null, "text": TEXT | null, "options": {...}}
 
-FILE is relative to DIR; `rules` stands where OSWorld passes a rule dict as the expected value.
+FILE is relative to DIR; `rules` stands where OSWorld passes a rule dict as the expected value; `text`,
+where it is set, is the result itself (a command's output: the vm_command_line getter prints it here).
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ def _write(root: str, name: str, data: bytes | str) -> str:
 
 
 def pair(pid: str, func: str, result: str | None, expected: str | None = None, *,
-         rules: dict[str, Any] | None = None, **options: Any) -> Pair:
-    return {"id": pid, "func": func, "result": result, "expected": expected, "rules": rules, "options": options}
+         rules: dict[str, Any] | None = None, text: str | None = None, **options: Any) -> Pair:
+    return {"id": pid, "func": func, "result": result, "expected": expected, "rules": rules, "text": text,
+            "options": options}
 
 
 # -- images --
@@ -211,6 +213,42 @@ def _text_pairs(root: str) -> list[Pair]:
             pair("diff_text_file/repeats", "diff_text_file", "txt/repeats.txt", "txt/repeats.txt")]
 
 
+def _string_pairs(root: str) -> list[Pair]:
+    want = "Harbour Supplies Ltd"
+    pairs = []
+    for func, rules in (("fuzzy_match", {"expected": want}), ("exact_match", {"expected": want}),
+                        ("check_include_exclude", {"include": ["Harbour", "Ltd"], "exclude": ["Inc"]})):
+        pairs += [pair(f"{func}/exact", func, None, rules=rules, text=want),
+                  pair(f"{func}/near", func, None, rules=rules, text="Harbor Supplies Ltd"),
+                  pair(f"{func}/far", func, None, rules=rules, text="Minutes of the meeting Inc"),
+                  pair(f"{func}/empty", func, None, rules=rules, text="")]
+    return pairs
+
+
+def _text_file_pairs(root: str) -> list[Pair]:
+    _write(root, "txt/spaced.txt", POEM.replace("the quick", "the   quick").upper())
+    f = "compare_text_file"
+    pairs = [pair(f"{f}/exact", f, "txt/gold.txt", "txt/gold.txt"),
+             pair(f"{f}/near", f, "txt/near.txt", "txt/gold.txt"),
+             pair(f"{f}/far", f, "txt/far.txt", "txt/gold.txt"),
+             pair(f"{f}/malformed", f, "txt/bad.txt", "txt/gold.txt"),
+             pair(f"{f}/blanks-case", f, "txt/spaced.txt", "txt/gold.txt", ignore_blanks=True, ignore_case=True),
+             pair(f"{f}/blanks-only", f, "txt/spaced.txt", "txt/gold.txt", ignore_blanks=True)]
+    rows = "name,qty,price\nrope,3,45.00\nanchor,1,310.00\n"
+    _write(root, "csv/gold.csv", rows)
+    _write(root, "csv/near.csv", rows.replace("310.00", "310"))
+    _write(root, "csv/far.csv", "a,b\n1,2\n")
+    _write(root, "csv/crlf.csv", rows.replace("\n", "\r\n"))
+    _write(root, "csv/bad.csv", b"\xff\xfe\x00\x81,\x80")
+    f = "compare_csv"
+    pairs += [pair(f"{f}/exact", f, "csv/gold.csv", "csv/gold.csv"),
+              pair(f"{f}/near", f, "csv/near.csv", "csv/gold.csv"),
+              pair(f"{f}/far", f, "csv/far.csv", "csv/gold.csv"),
+              pair(f"{f}/crlf", f, "csv/crlf.csv", "csv/gold.csv"),
+              pair(f"{f}/malformed", f, "csv/bad.csv", "csv/gold.csv")]
+    return pairs
+
+
 def _zip(members: dict[str, str | bytes]) -> bytes:
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as z:
@@ -330,12 +368,19 @@ def _docx_pairs(root: str) -> list[Pair]:
                   pair(f"{f}/{label}blanks", f, "docx/blanks.docx", "docx/gold.docx", **options),
                   pair(f"{f}/{label}far", f, "docx/far.docx", "docx/gold.docx", **options),
                   pair(f"{f}/{label}malformed", f, "docx/bad.docx", "docx/gold.docx", **options)]
+    f = "compare_docx_files_and_ignore_new_lines"
+    pairs += [pair(f"{f}/exact", f, "docx/gold.docx", "docx/gold.docx"),
+              pair(f"{f}/blanks", f, "docx/blanks.docx", "docx/gold.docx"),
+              pair(f"{f}/near", f, "docx/near.docx", "docx/gold.docx"),
+              pair(f"{f}/far", f, "docx/far.docx", "docx/gold.docx"),
+              pair(f"{f}/malformed", f, "docx/bad.docx", "docx/gold.docx")]
     return pairs
 
 
 def make(root: str) -> list[Pair]:
     pairs: list[Pair] = []
-    for part in (_image_pairs, _pdf_pairs, _text_pairs, _archive_pairs, _epub_pairs, _sqlite_pairs, _docx_pairs):
+    for part in (_image_pairs, _pdf_pairs, _text_pairs, _text_file_pairs, _string_pairs, _archive_pairs,
+                 _epub_pairs, _sqlite_pairs, _docx_pairs):
         pairs += part(root)
     return pairs
 
@@ -353,7 +398,10 @@ def digests(root: str, pairs: list[Pair]) -> dict[str, str]:
 def spec(root: str, p: Pair) -> dict[str, Any]:
     """The check's spec for a pair, as the importer writes it (gh_osworld/spec.py): the agent's file by
     vm_file, the gold file embedded, OSWorld's rules by the rule getter."""
-    result = {"type": "vm_file", "path": os.path.join(root, p["result"] or "absent/file"), "dest": "r"}
+    result: dict[str, Any] = {"type": "vm_file", "path": os.path.join(root, p["result"] or "absent/file"),
+                              "dest": "r"}
+    if p["text"] is not None:
+        result = {"type": "vm_command_line", "command": ["printf", "%s", p["text"]]}
     if p["rules"] is not None:
         expected: dict[str, Any] = {"type": "rule", "rules": p["rules"]}
     else:
