@@ -57,6 +57,10 @@ ORACLE_MODULES = {
     "check_saturation_increase_and_structure_sim": "gimp",
     "fuzzy_match": "general", "exact_match": "general", "check_include_exclude": "general",
     "compare_text_file": "vscode", "compare_csv": "table", "compare_docx_files_and_ignore_new_lines": "docs",
+    "compare_table": "table", "compare_pptx_files": "slides",
+    "check_json": "general", "compare_config": "vscode", "file_contains": "general",
+    "check_line_number": "general", "is_in_list": "general", "compare_python_pure_text": "general",
+    "compare_result_files": "vscode", "compare_zip_files": "vscode",
 }
 TOLERANCE = 1e-3
 PIP_TIMEOUT_S = 900

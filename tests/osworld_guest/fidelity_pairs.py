@@ -40,9 +40,11 @@ def _write(root: str, name: str, data: bytes | str) -> str:
 
 
 def pair(pid: str, func: str, result: str | None, expected: str | None = None, *,
-         rules: dict[str, Any] | None = None, text: str | None = None, **options: Any) -> Pair:
+         rules: dict[str, Any] | None = None, text: str | None = None, options: dict[str, Any] | None = None,
+         **more: Any) -> Pair:
+    """`rules`: OSWorld's expected rule dict; `options` (or keywords): the metric's options."""
     return {"id": pid, "func": func, "result": result, "expected": expected, "rules": rules, "text": text,
-            "options": options}
+            "options": {**(options or {}), **more}}
 
 
 # -- images --
@@ -98,6 +100,8 @@ def _image_pairs(root: str) -> list[Pair]:
         "img/contrast.png": _png(ImageEnhance.Contrast(base).enhance(1.5)),
         "img/flat.png": _png(ImageEnhance.Contrast(base).enhance(0.5)),
         "img/saturated.png": _png(ImageEnhance.Color(base).enhance(1.6)),
+        "img/saturated_a_little.png": _png(ImageEnhance.Color(base).enhance(1.1)),
+        "img/palette256.png": _png(base.convert("P", palette=Image.Palette.ADAPTIVE, colors=256)),
         "img/dull.png": _png(ImageEnhance.Color(base).enhance(0.4)),
     }
     jpeg = io.BytesIO()
@@ -122,6 +126,7 @@ def _image_pairs(root: str) -> list[Pair]:
     ssim_cases = [("exact", "img/base.png", "img/base.png"), ("near", "img/near.png", "img/base.png"),
                   ("far", "img/far.png", "img/base.png"), ("gray", "img/gray_near.png", "img/gray.png"),
                   ("palette", "img/palette.png", "img/base.png"), ("rgba", "img/rgba.png", "img/base.png"),
+                  ("palette256", "img/palette256.png", "img/base.png"),
                   ("smaller", "img/small.png", "img/base.png"), ("tiny", "img/tiny.png", "img/tiny.png"),
                   ("missing", None, "img/base.png")]
     for func in ("check_structure_sim", "check_structure_sim_resized", "check_file_exists_and_structure_sim",
@@ -136,6 +141,8 @@ def _image_pairs(root: str) -> list[Pair]:
                   pair(f"{func}/far", func, "img/far.png", "img/base.png"),
                   pair(f"{func}/gray", func, "img/gray_near.png", "img/gray.png"),
                   pair(f"{func}/palette", func, "img/palette.png", "img/base.png")]
+    func = "check_saturation_increase_and_structure_sim"
+    pairs.append(pair(f"{func}/a-little", func, "img/saturated_a_little.png", "img/base.png"))
     return pairs
 
 
@@ -249,6 +256,83 @@ def _text_file_pairs(root: str) -> list[Pair]:
     return pairs
 
 
+def _rule_file_pairs(root: str) -> list[Pair]:
+    """Metrics of one file the agent left and a rule dict: JSON, config text, lists, counts."""
+    settings = {"editor": {"fontSize": 14, "wordWrap": "on"}, "files": {"exclude": ["*.tmp"]}}
+    _write(root, "json/right.json", json.dumps(settings))
+    _write(root, "json/near.json", json.dumps({**settings, "editor": {"fontSize": 13, "wordWrap": "on"}}))
+    _write(root, "json/far.json", json.dumps(["not", "an", "object"]))
+    _write(root, "json/bad.json", "{editor: 14,")
+    expect = {"expect": [{"key": ["editor", "fontSize"], "method": "eq", "ref": 14},
+                         {"key": ["editor", "wordWrap"], "method": "re", "ref": "^on$"}],
+              "unexpect": [{"key": ["files", "watcher"], "method": "eq", "ref": True}]}
+    f = "check_json"
+    pairs = [pair(f"{f}/exact", f, "json/right.json", rules=expect),
+             pair(f"{f}/near", f, "json/near.json", rules=expect),
+             pair(f"{f}/far", f, "json/far.json", rules=expect),
+             pair(f"{f}/malformed", f, "json/bad.json", rules=expect),
+             pair(f"{f}/missing", f, None, rules=expect)]
+    config = "[core]\n\tautocrlf = input\n"
+    _write(root, "conf/right.conf", config)
+    _write(root, "conf/near.conf", config.replace("input", "true"))
+    _write(root, "conf/far.conf", "nothing\n")
+    f = "compare_config"
+    pairs += [pair(f"{f}/exact", f, "conf/right.conf", rules={"expected": config}),
+              pair(f"{f}/near", f, "conf/near.conf", rules={"expected": config}),
+              pair(f"{f}/far", f, "conf/far.conf", rules={"expected": config}),
+              pair(f"{f}/malformed", f, "txt/bad.txt", rules={"expected": config})]
+    f = "file_contains"
+    want = {"expected": ["line 7:", "naps"]}
+    pairs += [pair(f"{f}/exact", f, "txt/gold.txt", rules=want),
+              pair(f"{f}/near", f, "txt/near.txt", rules=want),
+              pair(f"{f}/far", f, "txt/far.txt", rules=want),
+              pair(f"{f}/malformed", f, "txt/bad.txt", rules=want)]
+    _write(root, "txt/times.txt", "started 09:15:00\nfinished 23:59:60\nbad 24:00:00\nlunch 12:30:15 ok\n")
+    f = "check_line_number"
+    pairs += [pair(f"{f}/exact", f, "txt/times.txt", rules={"expected": "3"}),
+              pair(f"{f}/near", f, "txt/times.txt", rules={"expected": "4"}),
+              pair(f"{f}/far", f, "txt/gold.txt", rules={"expected": "3"}),
+              pair(f"{f}/malformed", f, "txt/bad.txt", rules={"expected": "3"})]
+    f = "is_in_list"
+    pairs += [pair(f"{f}/exact", f, None, rules={"expected": "b"}, text="abc"),
+              pair(f"{f}/near", f, None, rules={"expected": "bd"}, text="abc"),
+              pair(f"{f}/far", f, None, rules={"expected": "z"}, text="abc"),
+              pair(f"{f}/empty", f, None, rules={"expected": "b"}, text="")]
+    return pairs
+
+
+def _file_file_pairs(root: str) -> list[Pair]:
+    """Metrics of two files: Python sources, result files, zips."""
+    source = "#!/usr/bin/env python3\nimport sys\n\n\ndef main():\n\tprint('hi')\n"
+    _write(root, "py/gold.py", source)
+    _write(root, "py/spaced.py", source.replace("\t", "    ").replace("#!/usr/bin/env python3\n", "") + "\n\n")
+    _write(root, "py/near.py", source.replace("hi", "hello"))
+    _write(root, "py/far.py", "x = 1\n")
+    f = "compare_python_pure_text"
+    pairs = [pair(f"{f}/exact", f, "py/gold.py", "py/gold.py"),
+             pair(f"{f}/reformatted", f, "py/spaced.py", "py/gold.py"),
+             pair(f"{f}/near", f, "py/near.py", "py/gold.py"),
+             pair(f"{f}/far", f, "py/far.py", "py/gold.py"),
+             pair(f"{f}/malformed", f, "txt/bad.txt", "py/gold.py")]
+    _write(root, "res/gold.txt", "42.5\n")
+    _write(root, "res/said.txt", "The answer is 42.5\n")
+    _write(root, "res/close.txt", "42.50001")
+    _write(root, "res/far.txt", "17")
+    f = "compare_result_files"
+    pairs += [pair(f"{f}/exact", f, "res/gold.txt", "res/gold.txt"),
+              pair(f"{f}/superset", f, "res/said.txt", "res/gold.txt"),
+              pair(f"{f}/near", f, "res/close.txt", "res/gold.txt"),
+              pair(f"{f}/far", f, "res/far.txt", "res/gold.txt"),
+              pair(f"{f}/malformed", f, "txt/bad.txt", "res/gold.txt")]
+    f = "compare_zip_files"
+    pairs += [pair(f"{f}/exact", f, "zip/gold.zip", "zip/gold.zip"),
+              pair(f"{f}/near", f, "zip/near.zip", "zip/gold.zip"),
+              pair(f"{f}/far", f, "zip/far.zip", "zip/gold.zip"),
+              pair(f"{f}/pdf-near", f, "zip/pdfs_near.zip", "zip/pdfs.zip"),
+              pair(f"{f}/malformed", f, "zip/bad.zip", "zip/gold.zip")]
+    return pairs
+
+
 def _zip(members: dict[str, str | bytes]) -> bytes:
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as z:
@@ -346,9 +430,7 @@ def _docx(paragraphs: list[str]) -> bytes:
     doc.core_properties.created = doc.core_properties.modified = when
     out = io.BytesIO()
     doc.save(out)
-    # python-docx stamps the zip's members with the clock: the same members, stamped with a fixed time
-    with zipfile.ZipFile(out) as z:
-        return _zip({name: z.read(name) for name in z.namelist()})
+    return _restamped(out.getvalue())
 
 
 def _docx_pairs(root: str) -> list[Pair]:
@@ -377,10 +459,99 @@ def _docx_pairs(root: str) -> list[Pair]:
     return pairs
 
 
+def _restamped(data: bytes) -> bytes:
+    """An Office file's zip with every member stamped with a fixed time, and its properties' modified time
+    fixed (the writers stamp the clock on both: openpyxl whatever the properties say)."""
+    import re
+
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        members = {name: z.read(name) for name in z.namelist()}
+    if "docProps/core.xml" in members:
+        members["docProps/core.xml"] = re.sub(rb"(<dcterms:modified[^>]*>)[^<]*", rb"\g<1>2024-01-01T00:00:00Z",
+                                              members["docProps/core.xml"])
+    return _zip(members)
+
+
+def _xlsx(sheets: dict[str, list[list[Any]]]) -> bytes:
+    import datetime
+
+    import openpyxl
+
+    wb = openpyxl.Workbook()
+    wb.remove(wb.active)
+    for title, rows in sheets.items():
+        ws = wb.create_sheet(title)
+        for row in rows:
+            ws.append(row)
+    wb.properties.created = wb.properties.modified = datetime.datetime(2024, 1, 1)
+    out = io.BytesIO()
+    wb.save(out)
+    return _restamped(out.getvalue())
+
+
+SALES = [["Region", "Q1", "Q2"], ["North", 120, 135.5], ["South", 98, 101.25], ["East", 77, 80]]
+
+
+def _table_pairs(root: str) -> list[Pair]:
+    near = [list(r) for r in SALES]
+    near[2][2] = 101.2
+    _write(root, "xlsx/gold.xlsx", _xlsx({"Sheet1": SALES, "Notes": [["checked"]]}))
+    _write(root, "xlsx/near.xlsx", _xlsx({"Sheet1": near, "Notes": [["checked"]]}))
+    _write(root, "xlsx/renamed.xlsx", _xlsx({"Data": SALES, "Notes": [["checked"]]}))
+    _write(root, "xlsx/far.xlsx", _xlsx({"Sheet1": [["x"], [1]]}))
+    _write(root, "xlsx/bad.xlsx", b"PK\x03\x04 not a workbook")
+    data = [{"type": "sheet_data", "sheet_idx0": 0, "sheet_idx1": "EI0"}]
+    names = [{"type": "sheet_name"}]
+    both = data + names + [{"type": "sheet_data", "sheet_idx0": "RNNotes", "sheet_idx1": "ENNotes"}]
+    f = "compare_table"
+    return [pair(f"{f}/exact", f, "xlsx/gold.xlsx", "xlsx/gold.xlsx", options={"rules": both}),
+            pair(f"{f}/near", f, "xlsx/near.xlsx", "xlsx/gold.xlsx", options={"rules": data}),
+            pair(f"{f}/renamed-data", f, "xlsx/renamed.xlsx", "xlsx/gold.xlsx", options={"rules": data}),
+            pair(f"{f}/renamed-names", f, "xlsx/renamed.xlsx", "xlsx/gold.xlsx", options={"rules": names}),
+            pair(f"{f}/far", f, "xlsx/far.xlsx", "xlsx/gold.xlsx", options={"rules": both}),
+            pair(f"{f}/malformed", f, "xlsx/bad.xlsx", "xlsx/gold.xlsx", options={"rules": data}),
+            pair(f"{f}/missing", f, None, "xlsx/gold.xlsx", options={"rules": data})]
+
+
+def _pptx(slides: list[tuple[str, str]]) -> bytes:
+    import datetime
+
+    from pptx import Presentation
+
+    deck = Presentation()
+    for title, body in slides:
+        slide = deck.slides.add_slide(deck.slide_layouts[1])
+        slide.shapes.title.text = title
+        slide.placeholders[1].text = body
+    deck.core_properties.created = deck.core_properties.modified = datetime.datetime(2024, 1, 1)
+    deck.core_properties.last_modified_by = "gh"
+    deck.core_properties.revision = 1
+    out = io.BytesIO()
+    deck.save(out)
+    return _restamped(out.getvalue())
+
+
+def _slide_pairs(root: str) -> list[Pair]:
+    deck = [("Quarterly review", "Sales rose in the north"), ("Next steps", "Hire two engineers")]
+    _write(root, "pptx/gold.pptx", _pptx(deck))
+    _write(root, "pptx/near.pptx", _pptx([deck[0], ("Next steps", "Hire three engineers")]))
+    _write(root, "pptx/short.pptx", _pptx(deck[:1]))
+    _write(root, "pptx/far.pptx", _pptx([("Agenda", "Welcome")]))
+    _write(root, "pptx/bad.pptx", b"PK\x03\x04 not a deck")
+    f = "compare_pptx_files"
+    return [pair(f"{f}/exact", f, "pptx/gold.pptx", "pptx/gold.pptx"),
+            pair(f"{f}/near", f, "pptx/near.pptx", "pptx/gold.pptx"),
+            pair(f"{f}/short", f, "pptx/short.pptx", "pptx/gold.pptx"),
+            pair(f"{f}/short-unexamined", f, "pptx/short.pptx", "pptx/gold.pptx", examine_number_of_slides=False),
+            pair(f"{f}/far", f, "pptx/far.pptx", "pptx/gold.pptx"),
+            pair(f"{f}/malformed", f, "pptx/bad.pptx", "pptx/gold.pptx")]
+
+
 def make(root: str) -> list[Pair]:
     pairs: list[Pair] = []
     for part in (_image_pairs, _pdf_pairs, _text_pairs, _text_file_pairs, _string_pairs, _archive_pairs,
-                 _epub_pairs, _sqlite_pairs, _docx_pairs):
+                 _epub_pairs, _sqlite_pairs, _docx_pairs, _table_pairs, _slide_pairs, _rule_file_pairs,
+                 _file_file_pairs):
         pairs += part(root)
     return pairs
 
