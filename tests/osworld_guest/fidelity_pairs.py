@@ -459,6 +459,82 @@ def _docx_pairs(root: str) -> list[Pair]:
     return pairs
 
 
+def _formatted_docx(*, centered: bool = True, subscript: bool = True, spacing: float = 1.5, cell: str = "2",
+                    strike: bool = True, italic_pt: int = 14, page_break: bool = True, footer: str = "Page 1",
+                    font: str = "Liberation Serif") -> bytes:
+    """A document with the formatting the docx metrics look at; each keyword changes one of them."""
+    import datetime
+
+    from docx import Document
+    from docx.enum.text import WD_ALIGN_PARAGRAPH, WD_BREAK
+    from docx.shared import Pt
+
+    doc = Document()
+    title = doc.add_paragraph()
+    title.add_run("Annual Report").font.name = font
+    if centered:
+        title.alignment = WD_ALIGN_PARAGRAPH.CENTER
+    water = doc.add_paragraph()
+    for text, sub in (("H", False), ("2", subscript), ("O is water", False)):
+        r = water.add_run(text)
+        r.font.name = font
+        r.font.subscript = sub
+    body = doc.add_paragraph()
+    body.add_run("Sales rose in every region.").font.name = font
+    body.paragraph_format.line_spacing = spacing
+    note = doc.add_paragraph()
+    r = note.add_run("Note")
+    r.italic, r.font.size, r.font.name = True, Pt(italic_pt), font
+    table = doc.add_table(rows=2, cols=2)
+    for (i, j), text in zip([(0, 0), (0, 1), (1, 0), (1, 1)], ["A", "B", "1", cell], strict=True):
+        table.cell(i, j).text = text
+    brk = doc.add_paragraph()
+    run = brk.add_run("End of part one")
+    run.font.name = font
+    if page_break:
+        run.add_break(WD_BREAK.PAGE)
+    last = doc.add_paragraph()
+    r = last.add_run("Old text")
+    r.font.strike, r.font.name = strike, font
+    doc.sections[0].footer.paragraphs[0].text = footer
+    doc.core_properties.created = doc.core_properties.modified = datetime.datetime(2024, 1, 1)
+    out = io.BytesIO()
+    doc.save(out)
+    return _restamped(out.getvalue())
+
+
+def _docx_format_pairs(root: str) -> list[Pair]:
+    files = {"fmt/gold.docx": _formatted_docx(), "fmt/off_center.docx": _formatted_docx(centered=False),
+             "fmt/no_sub.docx": _formatted_docx(subscript=False), "fmt/spacing.docx": _formatted_docx(spacing=2.0),
+             "fmt/cell.docx": _formatted_docx(cell="3"), "fmt/no_strike.docx": _formatted_docx(strike=False),
+             "fmt/italic12.docx": _formatted_docx(italic_pt=12), "fmt/no_break.docx": _formatted_docx(page_break=False),
+             "fmt/no_number.docx": _formatted_docx(footer="Draft"), "fmt/sans.docx": _formatted_docx(font="Arial")}
+    for name, data in files.items():
+        _write(root, name, data)
+    pairs: list[Pair] = []
+    two = (("compare_docx_tables", "fmt/cell.docx"), ("compare_line_spacing", "fmt/spacing.docx"),
+           ("compare_subscript_contains", "fmt/no_sub.docx"), ("compare_docx_lines", "fmt/cell.docx"),
+           ("evaluate_strike_through_last_paragraph", "fmt/no_strike.docx"),
+           ("check_italic_font_size_14", "fmt/italic12.docx"))
+    for func, near in two:
+        pairs += [pair(f"{func}/exact", func, "fmt/gold.docx", "fmt/gold.docx"),
+                  pair(f"{func}/near", func, near, "fmt/gold.docx"),
+                  pair(f"{func}/far", func, "docx/far.docx", "fmt/gold.docx"),
+                  pair(f"{func}/malformed", func, "docx/bad.docx", "fmt/gold.docx"),
+                  pair(f"{func}/missing", func, None, "fmt/gold.docx")]
+    for func, near in (("is_first_line_centered", "fmt/off_center.docx"),
+                       ("has_page_numbers_in_footers", "fmt/no_number.docx")):
+        pairs += [pair(f"{func}/exact", func, "fmt/gold.docx"), pair(f"{func}/near", func, near),
+                  pair(f"{func}/far", func, "docx/far.docx"), pair(f"{func}/malformed", func, "docx/bad.docx")]
+    for func, rules, near in (("contains_page_break", {"page_break_count": 1}, "fmt/no_break.docx"),
+                              ("compare_font_names", {"font_name": "Liberation Serif"}, "fmt/sans.docx")):
+        pairs += [pair(f"{func}/exact", func, "fmt/gold.docx", rules=rules),
+                  pair(f"{func}/near", func, near, rules=rules),
+                  pair(f"{func}/far", func, "docx/far.docx", rules=rules),
+                  pair(f"{func}/malformed", func, "docx/bad.docx", rules=rules)]
+    return pairs
+
+
 def _restamped(data: bytes) -> bytes:
     """An Office file's zip with every member stamped with a fixed time, and its properties' modified time
     fixed (the writers stamp the clock on both: openpyxl whatever the properties say)."""
@@ -551,7 +627,7 @@ def make(root: str) -> list[Pair]:
     pairs: list[Pair] = []
     for part in (_image_pairs, _pdf_pairs, _text_pairs, _text_file_pairs, _string_pairs, _archive_pairs,
                  _epub_pairs, _sqlite_pairs, _docx_pairs, _table_pairs, _slide_pairs, _rule_file_pairs,
-                 _file_file_pairs):
+                 _file_file_pairs, _docx_format_pairs):
         pairs += part(root)
     return pairs
 
@@ -573,9 +649,10 @@ def spec(root: str, p: Pair) -> dict[str, Any]:
                               "dest": "r"}
     if p["text"] is not None:
         result = {"type": "vm_command_line", "command": ["printf", "%s", p["text"]]}
+    expected: dict[str, Any] | None = None
     if p["rules"] is not None:
-        expected: dict[str, Any] = {"type": "rule", "rules": p["rules"]}
-    else:
+        expected = {"type": "rule", "rules": p["rules"]}
+    elif p["expected"] is not None:
         expected = {"type": "embedded_file", "path": os.path.join(root, p["expected"])}
     return {"conj": "and", "metrics": [{"func": p["func"], "result": result, "expected": expected,
                                         "options": p["options"]}]}
