@@ -162,7 +162,8 @@ def main() -> None:
         if args.write_oracle:
             ORACLE_FILE.write_text(json.dumps({
                 "note": "OSWorld's numbers for tests/osworld_guest/fidelity_pairs.py, by bench/osworld_fidelity.py",
-                "versions": versions(py), "sha256": made["sha256"], "osworld": theirs}, indent=1, sort_keys=True)
+                "versions": versions(py), "guest": made["guest"], "sha256": made["sha256"], "osworld": theirs},
+                indent=1, sort_keys=True)
                 + "\n", encoding="utf-8")
             print(f"wrote {ORACLE_FILE.relative_to(REPO)}")
     finally:

@@ -433,6 +433,32 @@ def _docx(paragraphs: list[str]) -> bytes:
     return _restamped(out.getvalue())
 
 
+def _linked_docx() -> bytes:
+    """LETTER with its last line's name as a hyperlink ("Tom" linked to a page)."""
+    import datetime
+
+    from docx import Document
+    from docx.opc.constants import RELATIONSHIP_TYPE
+    from docx.oxml import OxmlElement
+    from docx.oxml.ns import qn
+
+    doc = Document()
+    for text in LETTER[:-1]:
+        doc.add_paragraph(text)
+    p = doc.add_paragraph()
+    link = OxmlElement("w:hyperlink")
+    link.set(qn("r:id"), p.part.relate_to("https://example.org/tom", RELATIONSHIP_TYPE.HYPERLINK, is_external=True))
+    run, text = OxmlElement("w:r"), OxmlElement("w:t")
+    text.text = LETTER[-1]
+    run.append(text)
+    link.append(run)
+    p._p.append(link)
+    doc.core_properties.created = doc.core_properties.modified = datetime.datetime(2024, 1, 1)
+    out = io.BytesIO()
+    doc.save(out)
+    return _restamped(out.getvalue())
+
+
 def _docx_pairs(root: str) -> list[Pair]:
     near = list(LETTER)
     near[1] = "Thank you for your ordr of 12 March."
@@ -441,7 +467,11 @@ def _docx_pairs(root: str) -> list[Pair]:
     _write(root, "docx/far.docx", _docx(["Minutes", "Nothing was decided."]))
     _write(root, "docx/blanks.docx", _docx([p for p in LETTER if p]))
     _write(root, "docx/bad.docx", b"PK\x03\x04 not a document")
-    pairs = []
+    _write(root, "docx/linked.docx", _linked_docx())
+    f = "compare_docx_files"
+    # python-docx 1.x reads a hyperlink's text and a page break as OSWorld does; 0.8.11 does not
+    pairs = [pair(f"{f}/hyperlink", f, "docx/linked.docx", "docx/gold.docx"),
+             pair(f"{f}/strict-page-break", f, "fmt/no_break.docx", "fmt/gold.docx", ignore_blanks=False)]
     for label, options in (("", {}), ("content_only/", {"content_only": True}),
                            ("fuzzy/", {"fuzzy_match": True, "ignore_blanks": False})):
         f = "compare_docx_files"
@@ -642,6 +672,19 @@ def digests(root: str, pairs: list[Pair]) -> dict[str, str]:
     return out
 
 
+def libraries() -> dict[str, str | None]:
+    """The versions of the guest's libraries that write the files or read them for us (None: absent)."""
+    import importlib.metadata
+
+    found: dict[str, str | None] = {}
+    for name in ("python-docx", "openpyxl", "python-pptx", "pillow", "numpy", "pymupdf", "rapidfuzz"):
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
 def spec(root: str, p: Pair) -> dict[str, Any]:
     """The check's spec for a pair, as the importer writes it (gh_osworld/spec.py): the agent's file by
     vm_file, the gold file embedded, OSWorld's rules by the rule getter."""
@@ -679,7 +722,7 @@ if __name__ == "__main__":
     mode, where = sys.argv[1], sys.argv[2]
     made = make(where)
     if mode == "make":
-        print(json.dumps({"pairs": made, "sha256": digests(where, made)}))
+        print(json.dumps({"pairs": made, "sha256": digests(where, made), "guest": libraries()}))
     elif mode == "ours":
         print(json.dumps(ours(where, made)))
     else:

@@ -33,9 +33,13 @@ def _guest(mode: str, where: Path) -> Any:
 def scored(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], dict[str, float | None]]:
     where = tmp_path_factory.mktemp("fidelity")
     made = _guest("make", where)
-    # the same bytes OSWorld scored: a generator or library that writes differently makes the oracle stale
-    assert made["sha256"] == ORACLE["sha256"], "the pairs' files differ from those the oracle scored: " \
-        "run bench/osworld_fidelity.py --write-oracle"
+    # the same bytes OSWorld scored: a generator or library that writes differently makes the oracle stale.
+    # The oracle was recorded on the guest's pinned modules (image-builder/.../osworld-desktop/pypi.txt):
+    # Debian's python-docx 0.8.11 or openpyxl 3.0.9 write other bytes (and read documents otherwise).
+    changed = {k: (v, made["guest"].get(k)) for k, v in ORACLE["guest"].items() if made["guest"].get(k) != v}
+    assert made["sha256"] == ORACLE["sha256"], (
+        f"the pairs' files differ from those the oracle scored; the guest's libraries (recorded, here): "
+        f"{changed}: install the image's pins (scripts/setup.sh) or run bench/osworld_fidelity.py --write-oracle")
     return made["pairs"], _guest("ours", where)
 
 
