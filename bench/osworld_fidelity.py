@@ -65,6 +65,8 @@ ORACLE_MODULES = {
     "compare_docx_lines": "docs", "evaluate_strike_through_last_paragraph": "docs",
     "check_italic_font_size_14": "docs", "is_first_line_centered": "docs", "has_page_numbers_in_footers": "docs",
     "contains_page_break": "docs", "compare_font_names": "docs",
+    "check_image_mirror": "gimp", "check_green_background": "gimp", "check_image_size": "gimp",
+    "check_image_file_size": "gimp", "check_triangle_position": "gimp", "compare_image_list": "gimp",
 }
 TOLERANCE = 1e-3
 PIP_TIMEOUT_S = 900

@@ -232,15 +232,18 @@ def check_green_background(result: str | None, expected: str | None) -> float:
 
 @metric("check_triangle_position")
 def check_triangle_position(result: str | None, expected: Any = None) -> float:
-    """The second most common colour (the triangle, on a background of the most common) has its centroid
-    within 5% of the image's size from the image's centre, on both axes."""
+    """The colour OSWorld takes for the triangle has its centroid within 5% of the image's size from the
+    image's centre, on both axes. OSWorld takes the second least common colour (its pixel values with
+    every channel, alpha too): on a picture of only a triangle and its background, that is the
+    background, whose centroid is the centre whatever the triangle does; its number is what counts here."""
     if result is None:
         return 0.0
-    pixels = np.asarray(open_image(result).convert("RGB"))
-    colours, counts = np.unique(pixels.reshape(-1, 3), axis=0, return_counts=True)
+    image = open_image(result)
+    pixels = np.asarray(image if image.mode in ("RGB", "RGBA") else image.convert("RGB"))
+    colours, counts = np.unique(pixels.reshape(-1, pixels.shape[2]), axis=0, return_counts=True)
     if len(colours) < 2:
         return 0.0
-    triangle = colours[np.argsort(counts, kind="stable")][-2]
+    triangle = colours[np.argsort(counts)][1]
     coords = np.argwhere(np.all(pixels == triangle, axis=2))
     centre = np.array(pixels.shape[:2]) / 2
     return float(bool(np.all(np.abs(coords.mean(axis=0) - centre) < 0.05 * np.array(pixels.shape[:2]))))

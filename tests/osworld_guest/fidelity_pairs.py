@@ -146,6 +146,64 @@ def _image_pairs(root: str) -> list[Pair]:
     return pairs
 
 
+def _more_image_pairs(root: str) -> list[Pair]:
+    """GIMP's other image checks: mirror, green background, size, file size, the triangle, image lists."""
+    import numpy as np
+    from PIL import Image, ImageDraw
+
+    base = Image.fromarray(_picture(0))
+    mirrored = base.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    square = np.zeros((40, 40, 3), dtype="uint8")
+    square[10:30, 10:30] = (200, 40, 40)  # the subject, red
+    mask = square.copy()  # the target: black where the background is
+    green = square.copy()
+    green[mask.sum(axis=2) == 0] = (20, 180, 30)
+    half_green = green.copy()
+    half_green[:, :20][mask[:, :20].sum(axis=2) == 0] = (90, 90, 200)
+
+    def triangle(cx: int, cy: int, shadow: bool = False) -> Any:
+        image = Image.new("RGB", (80, 60), (255, 255, 255))
+        draw = ImageDraw.Draw(image)
+        if shadow:  # a third colour, rarer than the triangle
+            draw.rectangle([0, 0, 3, 3], fill=(10, 10, 10))
+        draw.polygon([(cx - 8, cy + 6), (cx + 8, cy + 6), (cx, cy - 8)], fill=(250, 210, 0))
+        return image
+
+    files = {"img2/mirrored.png": _png(mirrored), "img2/mirrored_near.png": _png(Image.fromarray(_noisy(
+                 np.asarray(mirrored), 4))),
+             "img2/mask.png": _png(Image.fromarray(mask)), "img2/green.png": _png(Image.fromarray(green)),
+             "img2/half_green.png": _png(Image.fromarray(half_green)),
+             "img2/centred.png": _png(triangle(40, 30)), "img2/off_centre.png": _png(triangle(15, 12)),
+             "img2/centred3.png": _png(triangle(40, 30, True)), "img2/off_centre3.png": _png(triangle(15, 12, True))}
+    for name, data in files.items():
+        _write(root, name, data)
+    pairs = [pair(f"check_image_mirror/{n}", "check_image_mirror", r, "img/base.png") for n, r in
+             (("exact", "img2/mirrored.png"), ("near", "img2/mirrored_near.png"), ("far", "img/base.png"),
+              ("malformed", "img/bad.png"), ("missing", None))]
+    pairs += [pair(f"check_green_background/{n}", "check_green_background", r, e) for n, r, e in
+              (("exact", "img2/green.png", "img2/mask.png"), ("near", "img2/half_green.png", "img2/mask.png"),
+               ("far", "img2/mask.png", "img2/mask.png"), ("not-square", "img/base.png", "img/base.png"),
+               ("malformed", "img/bad.png", "img2/mask.png"))]
+    pairs += [pair(f"check_image_size/{n}", "check_image_size", r, rules=rules) for n, r, rules in
+              (("exact", "img/base.png", {"width": 96, "height": 64}), ("height-only", "img/base.png", {"height": 64}),
+               ("near", "img/base.png", {"width": 95, "height": 64}), ("far", "img/small.png", {"width": 96}),
+               ("alpha", "img/rgba.png", {"width": 96, "height": 64, "ignore_transparent": True}),
+               ("missing", None, {"width": 96}))]
+    f = "check_image_file_size"
+    pairs += [pair(f"{f}/{n}", f, r, rules={"max_size": size}) for n, r, size in
+              (("under", "img/small.png", 500_000), ("over", "img/base.png", 100), ("far", "img/base.jpg", 10),
+               ("missing", None, 500_000))]
+    pairs += [pair(f"check_triangle_position/{n}", "check_triangle_position", r) for n, r in
+              (("exact", "img2/centred.png"), ("far", "img2/off_centre.png"), ("missing", None),
+               ("three-colours", "img2/centred3.png"), ("three-colours-off", "img2/off_centre3.png"),
+               ("picture", "img/base.png"))]
+    pairs += [pair(f"compare_image_list/{n}", "compare_image_list", r, e) for n, r, e in
+              (("exact", "img/base.png", "img/base.png"), ("near", "img/near.png", "img/base.png"),
+               ("resized", "img/small.png", "img/base.png"), ("mode", "img/palette256.png", "img/base.png"),
+               ("malformed", "img/bad.png", "img/base.png"))]
+    return pairs
+
+
 # -- PDFs, written by hand (the guest has no PDF writer) --
 
 def _pdf(pages: list[list[str]]) -> bytes:
@@ -655,8 +713,8 @@ def _slide_pairs(root: str) -> list[Pair]:
 
 def make(root: str) -> list[Pair]:
     pairs: list[Pair] = []
-    for part in (_image_pairs, _pdf_pairs, _text_pairs, _text_file_pairs, _string_pairs, _archive_pairs,
-                 _epub_pairs, _sqlite_pairs, _docx_pairs, _table_pairs, _slide_pairs, _rule_file_pairs,
+    for part in (_image_pairs, _more_image_pairs, _pdf_pairs, _text_pairs, _text_file_pairs, _string_pairs,
+                 _archive_pairs, _epub_pairs, _sqlite_pairs, _docx_pairs, _table_pairs, _slide_pairs, _rule_file_pairs,
                  _file_file_pairs, _docx_format_pairs):
         pairs += part(root)
     return pairs
