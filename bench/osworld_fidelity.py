@@ -67,6 +67,7 @@ ORACLE_MODULES = {
     "contains_page_break": "docs", "compare_font_names": "docs",
     "check_image_mirror": "gimp", "check_green_background": "gimp", "check_image_size": "gimp",
     "check_image_file_size": "gimp", "check_triangle_position": "gimp", "compare_image_list": "gimp",
+    "check_csv": "general", "check_list": "general", "check_json_settings": "vscode",
 }
 TOLERANCE = 1e-3
 PIP_TIMEOUT_S = 900

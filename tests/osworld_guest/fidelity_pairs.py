@@ -351,6 +351,26 @@ def _rule_file_pairs(root: str) -> list[Pair]:
               pair(f"{f}/near", f, "txt/times.txt", rules={"expected": "4"}),
               pair(f"{f}/far", f, "txt/gold.txt", rules={"expected": "3"}),
               pair(f"{f}/malformed", f, "txt/bad.txt", rules={"expected": "3"})]
+    _write(root, "csv/people.csv", "name,city\nAna,Lisbon\nBo,Oslo\n")
+    csv_rules = {"expect": [{"name": "Ana", "city": "Lisbon"}, {"name": "Bo"}], "unexpect": [{"city": "Rome"}]}
+    f = "check_csv"
+    pairs += [pair(f"{f}/exact", f, "csv/people.csv", rules=csv_rules),
+              pair(f"{f}/near", f, "csv/people.csv", rules={**csv_rules, "unexpect": [{"city": "Oslo"}]}),
+              pair(f"{f}/far", f, "csv/far.csv", rules=csv_rules),
+              pair(f"{f}/malformed", f, "txt/bad.txt", rules=csv_rules),
+              pair(f"{f}/missing", f, None, rules=csv_rules)]
+    list_rules = {"expect": [r"^line 1:", r"naps$"], "unexpect": [r"sleeps"]}
+    f = "check_list"
+    pairs += [pair(f"{f}/exact", f, "txt/gold.txt", rules=list_rules),
+              pair(f"{f}/near", f, "txt/gold.txt", rules={**list_rules, "unexpect": ["line 39"]}),
+              pair(f"{f}/far", f, "txt/far.txt", rules=list_rules),
+              pair(f"{f}/malformed", f, "txt/bad.txt", rules=list_rules)]
+    f = "check_json_settings"
+    want_settings = {"expected": {"editor": {"fontSize": 14, "wordWrap": "on"}}}
+    pairs += [pair(f"{f}/exact", f, "json/right.json", rules=want_settings),
+              pair(f"{f}/near", f, "json/near.json", rules=want_settings),
+              pair(f"{f}/far", f, "json/far.json", rules=want_settings),
+              pair(f"{f}/malformed", f, "json/bad.json", rules=want_settings)]
     f = "is_in_list"
     pairs += [pair(f"{f}/exact", f, None, rules={"expected": "b"}, text="abc"),
               pair(f"{f}/near", f, None, rules={"expected": "bd"}, text="abc"),
@@ -674,7 +694,39 @@ def _table_pairs(root: str) -> list[Pair]:
             pair(f"{f}/renamed-names", f, "xlsx/renamed.xlsx", "xlsx/gold.xlsx", options={"rules": names}),
             pair(f"{f}/far", f, "xlsx/far.xlsx", "xlsx/gold.xlsx", options={"rules": both}),
             pair(f"{f}/malformed", f, "xlsx/bad.xlsx", "xlsx/gold.xlsx", options={"rules": data}),
-            pair(f"{f}/missing", f, None, "xlsx/gold.xlsx", options={"rules": data})]
+            pair(f"{f}/missing", f, None, "xlsx/gold.xlsx", options={"rules": data}),
+            *_table_rule_pairs()]
+
+
+def _table_rule_pairs() -> list[Pair]:
+    """compare_table's cell-wise rules: sheet_fuzzy and check_cell."""
+    f = "compare_table"
+
+    def fuzzy(*rules: dict[str, Any]) -> dict[str, Any]:
+        return {"rules": [{"type": "sheet_fuzzy", "sheet_idx0": "RI0", "sheet_idx1": "EI0", "rules": list(rules)}]}
+
+    def cell(coordinate: str, **props: Any) -> dict[str, Any]:
+        return {"rules": [{"type": "check_cell", "sheet_idx": 0, "coordinate": coordinate, "props": props}]}
+    return [pair(f"{f}/fuzzy-exact", f, "xlsx/near.xlsx", "xlsx/gold.xlsx",
+                 options=fuzzy({"range": ["A1:A4"], "type": "exact_match"})),
+            pair(f"{f}/fuzzy-case", f, "xlsx/near.xlsx", "xlsx/gold.xlsx",
+                 options=fuzzy({"range": ["A2:B2"], "type": "exact_match", "ignore_case": True})),
+            pair(f"{f}/fuzzy-far", f, "xlsx/far.xlsx", "xlsx/gold.xlsx",
+                 options=fuzzy({"range": ["A1:A2"], "type": "exact_match"})),
+            pair(f"{f}/fuzzy-includes", f, "xlsx/gold.xlsx", "xlsx/renamed.xlsx",
+                 options=fuzzy({"range": ["A2"], "type": "includes"})),
+            pair(f"{f}/fuzzy-malformed", f, "xlsx/bad.xlsx", "xlsx/gold.xlsx",
+                 options=fuzzy({"range": ["A1"], "type": "exact_match"})),
+            pair(f"{f}/cell-approx", f, "xlsx/near.xlsx", None, options=cell("C3", value={"method": "approx:0.1",
+                                                                                        "ref": 101.25})),
+            pair(f"{f}/cell-tight", f, "xlsx/near.xlsx", None, options=cell("C3", value={"method": "approx:0.01",
+                                                                                       "ref": 101.25})),
+            pair(f"{f}/cell-text", f, "xlsx/gold.xlsx", None, options=cell("A2", value={"method": "eq",
+                                                                                      "ref": "North"})),
+            pair(f"{f}/cell-re", f, "xlsx/gold.xlsx", None, options=cell("A3", value={"method": "re.I",
+                                                                                    "ref": "^south$"})),
+            pair(f"{f}/cell-malformed", f, "xlsx/bad.xlsx", None, options=cell("A2", value={"method": "eq",
+                                                                                          "ref": "North"}))]
 
 
 def _pptx(slides: list[tuple[str, str]]) -> bytes:
