@@ -68,6 +68,8 @@ ORACLE_MODULES = {
     "check_image_mirror": "gimp", "check_green_background": "gimp", "check_image_size": "gimp",
     "check_image_file_size": "gimp", "check_triangle_position": "gimp", "compare_image_list": "gimp",
     "check_csv": "general", "check_list": "general", "check_json_settings": "vscode",
+    "evaluate_presentation_fill_to_rgb_distance": "slides", "check_slide_orientation_Portrait": "slides",
+    "check_transition": "slides",
 }
 TOLERANCE = 1e-3
 PIP_TIMEOUT_S = 900

@@ -747,6 +747,68 @@ def _pptx(slides: list[tuple[str, str]]) -> bytes:
     return _restamped(out.getvalue())
 
 
+def _deck_with(fills: list[tuple[int, int, int] | None], *, portrait: bool = False,
+               transition: str | None = None) -> bytes:
+    """A deck of one slide per fill (an RGB background, or None: the master's), portrait or not, the
+    first slide with a transition of that kind."""
+    import datetime
+    import re
+
+    from pptx import Presentation
+    from pptx.dml.color import RGBColor
+    from pptx.util import Inches
+
+    deck = Presentation()
+    if portrait:
+        deck.slide_width, deck.slide_height = Inches(7.5), Inches(10)
+    for rgb in fills:
+        slide = deck.slides.add_slide(deck.slide_layouts[6])
+        if rgb is not None:
+            slide.background.fill.solid()
+            slide.background.fill.fore_color.rgb = RGBColor(*rgb)
+    deck.core_properties.created = deck.core_properties.modified = datetime.datetime(2024, 1, 1)
+    out = io.BytesIO()
+    deck.save(out)
+    data = _restamped(out.getvalue())
+    if transition is None:
+        return data
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        members = {name: z.read(name) for name in z.namelist()}
+    xml = members["ppt/slides/slide1.xml"]
+    members["ppt/slides/slide1.xml"] = re.sub(rb"(</p:clrMapOvr>)", rb"\1<p:transition><p:" + transition.encode()
+                                              + rb"/></p:transition>", xml, count=1)
+    return _zip(members)
+
+
+def _slide_metric_pairs(root: str) -> list[Pair]:
+    files = {"pptx/blue.pptx": _deck_with([(0, 0, 255), (0, 0, 255)]),
+             "pptx/bluish.pptx": _deck_with([(20, 30, 230), (0, 0, 255)]),
+             "pptx/red.pptx": _deck_with([(255, 0, 0), None]),
+             "pptx/portrait.pptx": _deck_with([None], portrait=True),
+             "pptx/dissolve.pptx": _deck_with([None, None], transition="dissolve"),
+             "pptx/fade.pptx": _deck_with([None, None], transition="fade")}
+    for name, data in files.items():
+        _write(root, name, data)
+    f = "evaluate_presentation_fill_to_rgb_distance"
+    blue = {"rgb": [0, 0, 255]}
+    pairs = [pair(f"{f}/exact", f, "pptx/blue.pptx", rules=blue),
+             pair(f"{f}/near", f, "pptx/bluish.pptx", rules=blue),
+             pair(f"{f}/far", f, "pptx/red.pptx", rules=blue),
+             pair(f"{f}/unchanged-original", f, "pptx/red.pptx", rules={**blue, "original_rgb": [255, 0, 0]}),
+             pair(f"{f}/malformed", f, "pptx/bad.pptx", rules=blue)]
+    f = "check_slide_orientation_Portrait"
+    pairs += [pair(f"{f}/exact", f, "pptx/portrait.pptx"), pair(f"{f}/far", f, "pptx/gold.pptx"),
+              pair(f"{f}/square-ish", f, "pptx/blue.pptx"), pair(f"{f}/malformed", f, "pptx/bad.pptx")]
+    f = "check_transition"
+    dissolve = {"slide_idx": 0, "transition_type": "dissolve"}
+    pairs += [pair(f"{f}/exact", f, "pptx/dissolve.pptx", rules=dissolve),
+              pair(f"{f}/near", f, "pptx/fade.pptx", rules=dissolve),
+              pair(f"{f}/far", f, "pptx/gold.pptx", rules=dissolve),
+              pair(f"{f}/no-slide", f, "pptx/dissolve.pptx", rules={**dissolve, "slide_idx": 5}),
+              pair(f"{f}/malformed", f, "pptx/bad.pptx", rules=dissolve)]
+    return pairs
+
+
 def _slide_pairs(root: str) -> list[Pair]:
     deck = [("Quarterly review", "Sales rose in the north"), ("Next steps", "Hire two engineers")]
     _write(root, "pptx/gold.pptx", _pptx(deck))
@@ -767,7 +829,7 @@ def make(root: str) -> list[Pair]:
     pairs: list[Pair] = []
     for part in (_image_pairs, _more_image_pairs, _pdf_pairs, _text_pairs, _text_file_pairs, _string_pairs,
                  _archive_pairs, _epub_pairs, _sqlite_pairs, _docx_pairs, _table_pairs, _slide_pairs, _rule_file_pairs,
-                 _file_file_pairs, _docx_format_pairs):
+                 _file_file_pairs, _docx_format_pairs, _slide_metric_pairs):
         pairs += part(root)
     return pairs
 
