@@ -611,6 +611,86 @@ def _formatted_docx(*, centered: bool = True, subscript: bool = True, spacing: f
     return _restamped(out.getvalue())
 
 
+def _doc_bytes(build: Any) -> bytes:
+    """A document `build(doc)` fills, stamped with fixed times."""
+    import datetime
+
+    from docx import Document
+
+    doc = Document()
+    build(doc)
+    doc.core_properties.created = doc.core_properties.modified = datetime.datetime(2024, 1, 1)
+    out = io.BytesIO()
+    doc.save(out)
+    return _restamped(out.getvalue())
+
+
+REFERENCES = ["Smith, J. (2019). Tides of the North Sea. Ocean Press.",
+              "Okafor, A. (2021). Harbour engineering today. Port Journal 12(3).",
+              "Lindqvist, M. (2020). Ropes and knots. Maritime Books."]
+
+
+def _docx_content_pairs(root: str) -> list[Pair]:
+    """compare_references (a fractional score), colour-coded table words, pictures in documents."""
+    from docx.shared import Inches, RGBColor
+
+    def paper(refs: list[str], heading: str = "References") -> Any:
+        def build(doc: Any) -> None:
+            doc.add_paragraph("A study of harbours.")
+            doc.add_paragraph(heading)
+            for ref in refs:
+                doc.add_paragraph(ref)
+        return build
+
+    def coloured(words: list[tuple[str, tuple[int, int, int]]]) -> Any:
+        def build(doc: Any) -> None:
+            table = doc.add_table(rows=1, cols=len(words))
+            for i, (word, rgb) in enumerate(words):
+                run = table.cell(0, i).paragraphs[0].add_run(word)
+                run.font.color.rgb = RGBColor(*rgb)
+        return build
+
+    def pictured(*images: str) -> Any:
+        def build(doc: Any) -> None:
+            doc.add_paragraph("Figures")
+            for image in images:
+                doc.add_picture(os.path.join(root, image), width=Inches(1))
+        return build
+
+    near_refs = [REFERENCES[0], REFERENCES[1].replace("today", "now"), REFERENCES[2]]
+    red, blue, purple = (255, 0, 0), (0, 0, 255), (120, 0, 160)
+    files = {"ref/gold.docx": paper(REFERENCES), "ref/near.docx": paper(near_refs),
+             "ref/far.docx": paper(["Doe, J. (1999). Something else entirely."] * 3),
+             "ref/none.docx": paper(REFERENCES, heading="Sources"),
+             "colour/right.docx": coloured([("apple", red), ("boat", blue), ("owl", red)]),
+             "colour/wrong.docx": coloured([("apple", blue), ("boat", blue), ("owl", red)]),
+             "colour/near.docx": coloured([("apple", (250, 5, 5)), ("boat", purple), ("owl", red)]),
+             "pic/gold.docx": pictured("img/base.png"), "pic/other.docx": pictured("img/far.png"),
+             "pic/two.docx": pictured("img/base.png", "img/far.png"), "pic/none.docx": pictured()}
+    for name, build in files.items():
+        _write(root, name, _doc_bytes(build))
+    f = "compare_references"
+    pairs = [pair(f"{f}/exact", f, "ref/gold.docx", "ref/gold.docx"),
+             pair(f"{f}/near", f, "ref/near.docx", "ref/gold.docx"),
+             pair(f"{f}/near-base", f, "ref/near.docx", "ref/gold.docx", reference_base_result=0.9),
+             pair(f"{f}/far", f, "ref/far.docx", "ref/gold.docx"),
+             pair(f"{f}/no-section", f, "ref/none.docx", "ref/gold.docx"),
+             pair(f"{f}/malformed", f, "docx/bad.docx", "ref/gold.docx")]
+    f = "evaluate_colored_words_in_tables"
+    pairs += [pair(f"{f}/exact", f, "colour/right.docx", "colour/right.docx"),
+              pair(f"{f}/near", f, "colour/near.docx", "colour/right.docx"),
+              pair(f"{f}/near-loose", f, "colour/near.docx", "colour/right.docx", threshold=60),
+              pair(f"{f}/far", f, "colour/wrong.docx", "colour/right.docx"),
+              pair(f"{f}/malformed", f, "docx/bad.docx", "colour/right.docx")]
+    for f in ("compare_docx_images", "compare_contains_image"):
+        pairs += [pair(f"{f}/exact", f, "pic/gold.docx", "pic/gold.docx"),
+                  pair(f"{f}/other", f, "pic/other.docx", "pic/gold.docx"),
+                  pair(f"{f}/two", f, "pic/two.docx", "pic/gold.docx"),
+                  pair(f"{f}/none", f, "pic/none.docx", "pic/gold.docx"),
+                  pair(f"{f}/malformed", f, "docx/bad.docx", "pic/gold.docx")]
+    return pairs
+
+
 def _docx_format_pairs(root: str) -> list[Pair]:
     files = {"fmt/gold.docx": _formatted_docx(), "fmt/off_center.docx": _formatted_docx(centered=False),
              "fmt/no_sub.docx": _formatted_docx(subscript=False), "fmt/spacing.docx": _formatted_docx(spacing=2.0),
@@ -829,7 +909,7 @@ def make(root: str) -> list[Pair]:
     pairs: list[Pair] = []
     for part in (_image_pairs, _more_image_pairs, _pdf_pairs, _text_pairs, _text_file_pairs, _string_pairs,
                  _archive_pairs, _epub_pairs, _sqlite_pairs, _docx_pairs, _table_pairs, _slide_pairs, _rule_file_pairs,
-                 _file_file_pairs, _docx_format_pairs, _slide_metric_pairs):
+                 _file_file_pairs, _docx_format_pairs, _slide_metric_pairs, _docx_content_pairs):
         pairs += part(root)
     return pairs
 
