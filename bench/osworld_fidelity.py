@@ -106,14 +106,14 @@ for p in pairs:
             value = f(result, expected, **p["options"]) if expected is not None else f(result, **p["options"])
         out[p["id"]] = None if value is None else float(value)
     except Exception as e:
-        out[p["id"]] = {"crash": type(e).__name__ + ": " + str(e)[:200]}
+        out[p["id"]] = {"crash": type(e).__name__ + ": " + str(e).replace(root, "DIR")[:200]}
 print(json.dumps(out))
 """
 
 
 def _run(argv: list[str], *, env: dict[str, str] | None = None, stdin: str | None = None,
-         timeout: float = RUN_TIMEOUT_S) -> str:
-    p = subprocess.run(argv, env=env, input=stdin, capture_output=True, text=True, timeout=timeout)
+         timeout: float = RUN_TIMEOUT_S, cwd: Path | None = None) -> str:
+    p = subprocess.run(argv, env=env, input=stdin, capture_output=True, text=True, timeout=timeout, cwd=cwd)
     if p.returncode != 0:
         raise SystemExit(f"{argv[0]} {argv[1:3]} failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
     return p.stdout
@@ -163,7 +163,8 @@ def main() -> None:
         shutil.copytree(files, theirs_dir)
         theirs = json.loads(_run([str(py), "-c", ORACLE_WORKER, str(theirs_dir), json.dumps(ORACLE_MODULES),
                                   json.dumps(STAND_INS)],
-                                 stdin=json.dumps(pairs), env={"PATH": os.environ["PATH"], "HOME": str(scratch)}))
+                                 stdin=json.dumps(pairs), env={"PATH": os.environ["PATH"], "HOME": str(scratch)},
+                                 cwd=scratch))  # some of OSWorld's metrics write temporary files there
         report(pairs, ours, theirs)
         if args.write_oracle:
             ORACLE_FILE.write_text(json.dumps({
