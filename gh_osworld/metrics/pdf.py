@@ -48,8 +48,8 @@ def pdf_bytes_text(data: bytes, *, ours: bool) -> str:
 
 def osworld_text(path: str) -> str:
     """A PDF's text as OSWorld reads it: every page's text (PyMuPDF's plain text) joined, trimmed. With
-    PyMuPDF absent (Debian 12 packages none new enough), poppler's, which agrees on simple one-column
-    pages (bench/osworld_fidelity.py measures it). Raises for a file that is no PDF."""
+    PyMuPDF absent (an image without its PyPI pin), poppler's, which agrees on simple one-column pages
+    but for runs of spaces (bench/osworld_fidelity.py measures it). Raises for a file that is no PDF."""
     try:
         import pymupdf
     except ImportError:
@@ -75,6 +75,8 @@ def compare_pdfs(result: Any, expected: Any) -> float:
             continue
         try:
             mine_text = osworld_text(r)
+        except NoPdfText:  # the image's fault, not the agent's
+            raise
         except Exception:  # whatever the agent's file does to the reader: that pair scores nothing
             continue
         total += ratio(mine_text, osworld_text(e)) / 100.0
