@@ -70,7 +70,8 @@ ORACLE_MODULES = {
     "check_csv": "general", "check_list": "general", "check_json_settings": "vscode",
     "evaluate_presentation_fill_to_rgb_distance": "slides", "check_slide_orientation_Portrait": "slides",
     "check_transition": "slides", "compare_references": "docs", "evaluate_colored_words_in_tables": "docs",
-    "compare_docx_images": "docs", "compare_contains_image": "docs",
+    "compare_docx_images": "docs", "compare_contains_image": "docs", "find_default_font": "docs",
+    "check_config_status": "gimp",
 }
 TOLERANCE = 1e-3
 PIP_TIMEOUT_S = 900

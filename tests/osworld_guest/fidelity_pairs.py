@@ -371,6 +371,26 @@ def _rule_file_pairs(root: str) -> list[Pair]:
               pair(f"{f}/near", f, "json/near.json", rules=want_settings),
               pair(f"{f}/far", f, "json/far.json", rules=want_settings),
               pair(f"{f}/malformed", f, "json/bad.json", rules=want_settings)]
+    xcu = ('<?xml version="1.0" encoding="UTF-8"?>\n<oor:items xmlns:oor="http://openoffice.org/2001/registry">\n'
+           '<item oor:path="/org.openoffice.Office.Writer/DefaultFont"><prop oor:name="Standard" oor:op="fuse">'
+           '<value>{font}</value></prop></item>\n</oor:items>\n')
+    _write(root, "conf/times.xcu", xcu.format(font="Times New Roman"))
+    _write(root, "conf/arial.xcu", xcu.format(font="Arial"))
+    _write(root, "conf/empty.xcu",
+           '<?xml version="1.0"?>\n<oor:items xmlns:oor="http://openoffice.org/2001/registry"/>\n')
+    f = "find_default_font"
+    times = {"font_name": "Times New Roman"}
+    pairs += [pair(f"{f}/exact", f, "conf/times.xcu", rules=times), pair(f"{f}/near", f, "conf/arial.xcu", rules=times),
+              pair(f"{f}/far", f, "conf/empty.xcu", rules=times), pair(f"{f}/malformed", f, "txt/bad.txt", rules=times)]
+    _write(root, "conf/gimprc", "# GIMP gimprc\n\n(undo-levels 100)\n(history-item \"filters-vignette\" 1)\n"
+                                "(theme \"Dark\")\n")
+    f = "check_config_status"
+    pairs += [pair(f"{f}/exact", f, "conf/gimprc", rules={"key": "undo-levels", "value": "100"}),
+              pair(f"{f}/two-words", f, "conf/gimprc", rules={"key": ["history-item", "\"filters-vignette\""],
+                                                               "value": "1"}),
+              pair(f"{f}/near", f, "conf/gimprc", rules={"key": "undo-levels", "value": "10"}),
+              pair(f"{f}/far", f, "txt/far.txt", rules={"key": "undo-levels", "value": "100"}),
+              pair(f"{f}/missing", f, None, rules={"key": "undo-levels", "value": "100"})]
     f = "is_in_list"
     pairs += [pair(f"{f}/exact", f, None, rules={"expected": "b"}, text="abc"),
               pair(f"{f}/near", f, None, rules={"expected": "bd"}, text="abc"),
