@@ -71,7 +71,8 @@ ORACLE_MODULES = {
     "evaluate_presentation_fill_to_rgb_distance": "slides", "check_slide_orientation_Portrait": "slides",
     "check_transition": "slides", "compare_references": "docs", "evaluate_colored_words_in_tables": "docs",
     "compare_docx_images": "docs", "compare_contains_image": "docs", "find_default_font": "docs",
-    "check_config_status": "gimp",
+    "check_config_status": "gimp", "is_utc_0": "basic_os", "check_text_enlarged": "basic_os",
+    "check_gnome_favorite_apps": "basic_os",
 }
 TOLERANCE = 1e-3
 PIP_TIMEOUT_S = 900

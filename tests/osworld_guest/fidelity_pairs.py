@@ -290,6 +290,30 @@ def _string_pairs(root: str) -> list[Pair]:
     return pairs
 
 
+TIMEDATECTL = ("               Local time: Thu 2024-01-25 12:56:06 {zone}\n"
+               "           Universal time: Thu 2024-01-25 12:56:06 UTC\n"
+               "                 RTC time: Thu 2024-01-25 12:56:05\n"
+               "                Time zone: {name} ({zone}, {offset})\n"
+               "System clock synchronized: yes\n")
+
+
+def _os_text_pairs(root: str) -> list[Pair]:
+    """The OS domain's metrics of a command's output."""
+    utc = TIMEDATECTL.format(zone="UTC", name="Etc/UTC", offset="+0000")
+    faroe = TIMEDATECTL.format(zone="WET", name="Atlantic/Faroe", offset="+0000")
+    berlin = TIMEDATECTL.format(zone="CET", name="Europe/Berlin", offset="+0100")
+    pairs = [pair(f"is_utc_0/{n}", "is_utc_0", None, text=t) for n, t in
+             (("exact", utc), ("same-offset", faroe), ("far", berlin), ("short", "Local time: now\n"))]
+    pairs += [pair(f"check_text_enlarged/{n}", "check_text_enlarged", None, text=t) for n, t in
+              (("exact", "1.25"), ("near", "1.0"), ("far", "0.8"), ("padded", " 1.5\n"))]
+    want = {"expected": ["thunderbird.desktop", "vim.desktop"]}
+    f = "check_gnome_favorite_apps"
+    pairs += [pair(f"{f}/{n}", f, None, rules=want, text=t) for n, t in
+              (("exact", "['vim.desktop', 'thunderbird.desktop']"), ("near", "['vim.desktop']"),
+               ("far", "['a.desktop', 'b.desktop']"), ("empty", "@as []"))]
+    return pairs
+
+
 def _text_file_pairs(root: str) -> list[Pair]:
     _write(root, "txt/spaced.txt", POEM.replace("the quick", "the   quick").upper())
     f = "compare_text_file"
@@ -928,7 +952,7 @@ def _slide_pairs(root: str) -> list[Pair]:
 def make(root: str) -> list[Pair]:
     pairs: list[Pair] = []
     for part in (_image_pairs, _more_image_pairs, _pdf_pairs, _text_pairs, _text_file_pairs, _string_pairs,
-                 _archive_pairs, _epub_pairs, _sqlite_pairs, _docx_pairs, _table_pairs, _slide_pairs, _rule_file_pairs,
+                 _os_text_pairs, _archive_pairs, _epub_pairs, _sqlite_pairs, _docx_pairs, _table_pairs, _slide_pairs, _rule_file_pairs,
                  _file_file_pairs, _docx_format_pairs, _slide_metric_pairs, _docx_content_pairs):
         pairs += part(root)
     return pairs
