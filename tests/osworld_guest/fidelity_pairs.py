@@ -952,8 +952,8 @@ def _slide_pairs(root: str) -> list[Pair]:
 def make(root: str) -> list[Pair]:
     pairs: list[Pair] = []
     for part in (_image_pairs, _more_image_pairs, _pdf_pairs, _text_pairs, _text_file_pairs, _string_pairs,
-                 _os_text_pairs, _archive_pairs, _epub_pairs, _sqlite_pairs, _docx_pairs, _table_pairs, _slide_pairs, _rule_file_pairs,
-                 _file_file_pairs, _docx_format_pairs, _slide_metric_pairs, _docx_content_pairs):
+                 _os_text_pairs, _archive_pairs, _epub_pairs, _sqlite_pairs, _docx_pairs, _table_pairs, _slide_pairs,
+                 _rule_file_pairs, _file_file_pairs, _docx_format_pairs, _slide_metric_pairs, _docx_content_pairs):
         pairs += part(root)
     return pairs
 
