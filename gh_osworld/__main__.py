@@ -1,5 +1,10 @@
-"""`python3 -m gh_osworld SPEC.json`: prints True or False and exits 0; exits 1 with a message when no
-verdict can be given (a malformed spec, an unknown name, a crash): never a verdict against the agent."""
+"""`python3 -m gh_osworld SPEC.json`: prints the check's score (evaluate.py) as its last line and exits 0;
+exits 1 with a message when no verdict can be given (a malformed spec, an unknown name, a crash): never a
+verdict against the agent.
+
+The score is printed as the check contract reads it (docs/osworld.md, "Scores"): `True` for 1, `False`
+for 0, and anything between as Python's repr of the float (`0.9967...`), the shortest text that reads
+back as the same number."""
 
 from __future__ import annotations
 
@@ -11,6 +16,14 @@ from gh_osworld.evaluate import evaluate
 from gh_osworld.spec import SpecError, parse
 
 
+def show(score: float) -> str:
+    if score == 1.0:
+        return "True"
+    if score == 0.0:
+        return "False"
+    return repr(score)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python3 -m gh_osworld SPEC.json", file=sys.stderr)
@@ -18,7 +31,7 @@ def main(argv: list[str]) -> int:
     try:
         with open(argv[0], encoding="utf-8") as f:
             spec = parse(json.load(f))
-        verdict = evaluate(spec)
+        score = evaluate(spec)
     except SpecError as e:
         print(f"gh_osworld: the check's spec: {e}", file=sys.stderr)
         return 1
@@ -26,7 +39,7 @@ def main(argv: list[str]) -> int:
         print("gh_osworld: the check crashed:", file=sys.stderr)
         traceback.print_exc(limit=8)
         return 1
-    print("True" if verdict else "False")
+    print(show(score))
     return 0
 
 

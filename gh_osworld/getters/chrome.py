@@ -52,6 +52,18 @@ def _preferences() -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+# What several of OSWorld's Preferences getters answer when the file is missing or unreadable (their
+# fallback is the search engine getter's): a value no check expects, so the check fails, as in OSWorld.
+UNREADABLE = "Google"
+
+
+def _readable_preferences() -> dict[str, Any] | None:
+    """Preferences as a dict, or None when missing, unreadable or no object (OSWorld's getters then fall
+    back: UNREADABLE for most)."""
+    data = _json_file("Default", "Preferences")
+    return data if isinstance(data, dict) else None
+
+
 def _query_copy(path: str, sql: str) -> list[tuple[Any, ...]] | None:
     """Rows of a query on a copy of the SQLite file, None when it is missing or not a database."""
     if not os.path.isfile(path):
@@ -200,14 +212,19 @@ def enable_do_not_track(spec: dict[str, Any]) -> str:
 
 @getter("enable_enhanced_safety_browsing")
 def enable_enhanced_safety_browsing(spec: dict[str, Any]) -> str:
-    return _flag(_preferences().get("safebrowsing", {}).get("enhanced"))
+    prefs = _readable_preferences()
+    if prefs is None:
+        return UNREADABLE
+    return _flag(prefs.get("safebrowsing", {}).get("enhanced"))
 
 
 @getter("new_startup_page")
 def new_startup_page(spec: dict[str, Any]) -> str:
     """"true" when the browser opens the new tab page at start: no session setting at all, or
     session.restore_on_startup 5."""
-    prefs = _preferences()
+    prefs = _readable_preferences()
+    if prefs is None:
+        return UNREADABLE
     if "session" not in prefs:
         return "true"
     return _flag(prefs["session"].get("restore_on_startup") == 5)
@@ -216,23 +233,35 @@ def new_startup_page(spec: dict[str, Any]) -> str:
 @getter("data_delete_automacally")
 def data_delete_automatically(spec: dict[str, Any]) -> str:
     """"true" once any site data setting is made (profile.default_content_setting_values exists), OSWorld's
-    reading of "delete site data when the browser closes"."""
-    return _flag(_preferences().get("profile", {}).get("default_content_setting_values") is not None)
+    reading of "delete site data when the browser closes"; UNREADABLE without a profile object."""
+    prefs = _readable_preferences()
+    if prefs is None or not isinstance(prefs.get("profile"), dict):
+        return UNREADABLE
+    return _flag(prefs["profile"].get("default_content_setting_values") is not None)
 
 
-def _extension_settings() -> dict[str, Any]:
-    settings = _preferences().get("extensions", {}).get("settings", {})
+def _extension_settings() -> dict[str, Any] | None:
+    prefs = _readable_preferences()
+    if prefs is None:
+        return None
+    settings = prefs.get("extensions", {}).get("settings", {})
     return settings if isinstance(settings, dict) else {}
 
 
 @getter("find_unpacked_extension_path")
-def find_unpacked_extension_path(spec: dict[str, Any]) -> list[str]:
-    return [s["path"] for s in _extension_settings().values() if isinstance(s, dict) and "path" in s]
+def find_unpacked_extension_path(spec: dict[str, Any]) -> list[str] | str:
+    settings = _extension_settings()
+    if settings is None:
+        return UNREADABLE
+    return [s["path"] for s in settings.values() if isinstance(s, dict) and "path" in s]
 
 
 @getter("find_installed_extension_name")
-def find_installed_extension_name(spec: dict[str, Any]) -> list[str]:
-    return [s["manifest"]["name"] for s in _extension_settings().values()
+def find_installed_extension_name(spec: dict[str, Any]) -> list[str] | str:
+    settings = _extension_settings()
+    if settings is None:
+        return UNREADABLE
+    return [s["manifest"]["name"] for s in settings.values()
             if isinstance(s, dict) and isinstance(s.get("manifest"), dict) and "name" in s["manifest"]]
 
 

@@ -99,24 +99,30 @@ def _blank_folded(paragraphs: list[str]) -> str:
 
 @metric("compare_docx_files")
 def compare_docx_files(result: Any, expected: str, ignore_blanks: bool = True, ignore_case: bool = False,
-                       ignore_order: bool = False, content_only: bool = False, **_: Any) -> float:
-    """The paragraphs' text equal. ignore_order: as sorted lists; content_only: the score is the texts'
-    similarity (whitespace runs folded); ignore_blanks (default): the texts equal with whitespace runs
-    folded, else paragraph by paragraph; ignore_case: lowered."""
+                       ignore_order: bool = False, content_only: bool = False, fuzzy_match: bool = False,
+                       delete_empty_lines: bool = False, **_: Any) -> float:
+    """The paragraphs' text. ignore_order: as sorted lists; delete_empty_lines: blank paragraphs dropped;
+    content_only: the score is the texts' similarity (whitespace runs folded); ignore_blanks (default):
+    the folded texts equal, or with fuzzy_match their similarity; otherwise paragraph by paragraph (as
+    many of them), equal, or with fuzzy_match the mean of their similarities; ignore_case: lowered."""
     kind = _kind(expected)
     mine = _agents_paragraphs(_agents(result, kind), kind)
     want = _paragraphs(expected, kind)
     if ignore_order:
         mine, want = sorted(mine), sorted(want)
+    if delete_empty_lines:
+        mine, want = [p for p in mine if p.strip()], [p for p in want if p.strip()]
     if content_only or ignore_blanks:
         a, b = _blank_folded(mine), _blank_folded(want)
         if ignore_case:
             a, b = a.lower(), b.lower()
-        return ratio(a, b) / 100.0 if content_only else float(a == b)
+        return ratio(a, b) / 100.0 if content_only or fuzzy_match else float(a == b)
     if len(mine) != len(want):
         return 0.0
     if ignore_case:
         mine, want = [p.lower() for p in mine], [p.lower() for p in want]
+    if fuzzy_match:
+        return sum(ratio(a, b) / 100.0 for a, b in zip(mine, want, strict=True)) / len(mine) if mine else 1.0
     return float(mine == want)
 
 

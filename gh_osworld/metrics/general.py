@@ -24,6 +24,7 @@ from typing import Any
 from gh_osworld import registry
 from gh_osworld.matching import matches_record, matches_rule
 from gh_osworld.metrics.pdf import pdf_bytes_text
+from gh_osworld.metrics.similarity import ratio
 from gh_osworld.outcome import Fail
 from gh_osworld.reading import Embedded, agent_json, agent_text, is_ours, ours_text, query_copy
 from gh_osworld.registry import metric
@@ -38,8 +39,10 @@ def exact_match(result: Any, rules: dict[str, Any]) -> float:
 
 @metric("fuzzy_match")
 def fuzzy_match(result: Any, rules: dict[str, Any]) -> float:
-    """OSWorld scores the similarity of the two strings; its full score is equality."""
-    return float(result is not None and str(result) == str(rules["expected"]))
+    """The two strings' similarity (rapidfuzz's ratio, similarity.py); no result scores 0."""
+    if result is None:
+        return 0.0
+    return ratio(str(result), str(rules["expected"])) / 100.0
 
 
 @metric("is_in_list")
@@ -114,10 +117,23 @@ def compare_config(result: str | None, rules: dict[str, Any]) -> float:
 
 @metric("compare_python_pure_text")
 def compare_python_pure_text(result: str | None, expected: str | None) -> float:
-    """The two texts are equal once every whitespace character is taken out."""
+    """The two sources are equal as OSWorld normalises them (_python_lines)."""
     if not result or not expected:
         return 0.0
-    return float("".join(agent_text(result).split()) == "".join(ours_text(expected).split()))
+    return float(_python_lines(agent_text(result)) == _python_lines(ours_text(expected)))
+
+
+_PYTHON_HEADER = ("#!", "# -*- coding:", "# coding:", "# coding=")
+
+
+def _python_lines(text: str) -> list[str]:
+    """A source's lines without the shebang and coding lines that open it (among its first three), without
+    blank lines, tabs expanded to 4 columns and trailing blanks cut."""
+    lines = text.splitlines()
+    start = 0
+    while start < min(3, len(lines)) and lines[start].strip().startswith(_PYTHON_HEADER):
+        start += 1
+    return [line.expandtabs(4).rstrip() for line in lines[start:] if line.strip()]
 
 
 @metric("compare_result_files")
@@ -148,15 +164,16 @@ def file_contains(result: str | None, rules: dict[str, Any]) -> float:
     return float(all(s in text for s in rules["expected"]))
 
 
-_CLOCK_TIME = re.compile(r"([01]\d|2[0-3]):[0-5]\d:[0-5]\d")
+_CLOCK_TIME = re.compile(r"([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)")  # a leap second's :60 counts
 
 
 @metric("check_line_number")
 def check_line_number(result: str | None, rules: dict[str, Any]) -> float:
-    """The file has rules["expected"] lines that hold a clock time HH:MM:SS."""
+    """The file has rules["expected"] lines that hold a clock time HH:MM:SS (lines as a text file's, split
+    at newlines only)."""
     if result is None or not os.path.isfile(result):
         return 0.0
-    lines = agent_text(result).splitlines()
+    lines = agent_text(result).split("\n")
     return float(sum(1 for line in lines if _CLOCK_TIME.search(line)) == int(rules["expected"]))
 
 

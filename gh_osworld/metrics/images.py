@@ -79,21 +79,31 @@ def ssim(a: np.ndarray, b: np.ndarray) -> float | None:
 
 
 def similar(a: Image.Image, b: Image.Image, threshold: float = 0.9) -> bool:
-    score = ssim(np.asarray(a), np.asarray(b))
+    """OSWorld's structure check: both images in RGB (a grey, palette or alpha image converted first), the
+    same size, each side at least a window, and an SSIM of at least the threshold."""
+    if min(a.size + b.size) < WINDOW or a.size != b.size:
+        return False
+    score = ssim(np.asarray(a.convert("RGB")), np.asarray(b.convert("RGB")))
     return score is not None and score >= threshold
 
 
 @metric("compare_images")
 def compare_images(result: str | None, expected: str | None, **options: Any) -> float:
-    """The SSIM of the two images in grey, both scaled (Lanczos) to the size of the narrower one; passes
-    on 1.0: the same picture."""
+    """The SSIM of the two images in grey, both scaled (Lanczos) to the size of the narrower one. With
+    `reference_base_result` B (the untouched file's score), the gain over it: (SSIM - B) / (1 - B) when
+    SSIM is at least B + 0.01, else 0."""
     if not result or not expected:
         return 0.0
     a, b = open_image(result).convert("L"), open_image(expected).convert("L")
     size = min(a.size, b.size)  # OSWorld takes the smaller (width, height) pair, width first
     a, b = a.resize(size, Image.Resampling.LANCZOS), b.resize(size, Image.Resampling.LANCZOS)
     score = ssim(np.asarray(a), np.asarray(b))
-    return 0.0 if score is None else score
+    if score is None:
+        return 0.0
+    base = options.get("reference_base_result")
+    if base is None:
+        return score
+    return (score - base) / (1 - base) if score >= base + 0.01 else 0.0
 
 
 @metric("compare_image_list")
@@ -222,15 +232,18 @@ def check_green_background(result: str | None, expected: str | None) -> float:
 
 @metric("check_triangle_position")
 def check_triangle_position(result: str | None, expected: Any = None) -> float:
-    """The second most common colour (the triangle, on a background of the most common) has its centroid
-    within 5% of the image's size from the image's centre, on both axes."""
+    """The colour OSWorld takes for the triangle has its centroid within 5% of the image's size from the
+    image's centre, on both axes. OSWorld takes the second least common colour (its pixel values with
+    every channel, alpha too): on a picture of only a triangle and its background, that is the
+    background, whose centroid is the centre whatever the triangle does; its number is what counts here."""
     if result is None:
         return 0.0
-    pixels = np.asarray(open_image(result).convert("RGB"))
-    colours, counts = np.unique(pixels.reshape(-1, 3), axis=0, return_counts=True)
+    image = open_image(result)
+    pixels = np.asarray(image if image.mode in ("RGB", "RGBA") else image.convert("RGB"))
+    colours, counts = np.unique(pixels.reshape(-1, pixels.shape[2]), axis=0, return_counts=True)
     if len(colours) < 2:
         return 0.0
-    triangle = colours[np.argsort(counts, kind="stable")][-2]
+    triangle = colours[np.argsort(counts)][1]
     coords = np.argwhere(np.all(pixels == triangle, axis=2))
     centre = np.array(pixels.shape[:2]) / 2
     return float(bool(np.all(np.abs(coords.mean(axis=0) - centre) < 0.05 * np.array(pixels.shape[:2]))))

@@ -281,11 +281,13 @@ def check_page_number_colors(result: Any, rules: dict[str, Any], **_: Any) -> bo
 @metric("evaluate_presentation_fill_to_rgb_distance")
 def evaluate_presentation_fill_to_rgb_distance(result: Any, rules: dict[str, Any], **_: Any) -> float:
     """1 less the mean over slides of the distance from each slide's solid background colour (its master's
-    where it has none of its own) to rules.rgb, scaled to 0..1; a slide with no solid colour is at distance 1."""
+    where it has none of its own) to rules.rgb, scaled to 0..1; a slide with no solid colour, or still in
+    rules.original_rgb (the colour the task started from), is at distance 1."""
     prs = agents_pptx(result)
     if not prs.slides:
         return 0.0
     want = rules["rgb"]
+    original = rules.get("original_rgb")
 
     def distance(slide: Any) -> float:
         fill = slide.background.fill
@@ -296,6 +298,8 @@ def evaluate_presentation_fill_to_rgb_distance(result: Any, rules: dict[str, Any
         try:
             rgb = fill.fore_color.rgb
         except AttributeError:  # a theme colour: no RGB of its own
+            return 1.0
+        if original is not None and tuple(rgb) == tuple(original):
             return 1.0
         return math.dist(tuple(rgb), tuple(want)) / math.dist((0, 0, 0), (255, 255, 255))
     return 1.0 - sum(distance(s) for s in prs.slides) / len(prs.slides)

@@ -8,6 +8,7 @@ GUEST_SITE. Nothing here runs in the venv: the venv's libraries are not the gues
 
     spec = check(metric("compare_csv", vm_file(tmp / "out.csv"), embedded(tmp / "gold.csv")))
     assert verdict(spec, tmp) is True          # Crash (an AssertionError) when it gives no verdict
+    assert score(spec, tmp) == 0.5             # the number it printed
     assert "the check crashed" in crash(spec, tmp)
     make("import openpyxl; wb = openpyxl.Workbook(); wb.save(path)", tmp, path=str(tmp / "a.xlsx"))
 """
@@ -39,12 +40,25 @@ class Ran:
     stdout: str
     stderr: str
 
-    def verdict(self) -> bool:
-        """True or False as printed; Crash when the check gave none."""
+    def score(self) -> float:
+        """The score as printed (gh_osworld/__main__.py: True 1, False 0, or a number between); Crash when
+        the check gave none."""
         out = self.stdout.strip()
-        if self.returncode != 0 or out not in ("True", "False"):
+        if self.returncode != 0 or not out:
             raise Crash(f"exit {self.returncode}, stdout {out!r}, stderr:\n{self.stderr[-4000:]}")
-        return out == "True"
+        if out in ("True", "False"):
+            return float(out == "True")
+        try:
+            value = float(out)
+        except ValueError:
+            raise Crash(f"stdout {out!r} is no score, stderr:\n{self.stderr[-4000:]}") from None
+        if not 0.0 < value < 1.0:
+            raise Crash(f"a score of {out!r} is printed as True or False, or lies between them")
+        return value
+
+    def verdict(self) -> bool:
+        """True for a full score, as the pass rate counts it; Crash when the check gave none."""
+        return self.score() == 1.0
 
 
 def guest_env() -> dict[str, str]:
@@ -101,6 +115,10 @@ def run(spec: dict[str, Any], workdir: Path) -> Ran:
 
 def verdict(spec: dict[str, Any], workdir: Path) -> bool:
     return run(spec, workdir).verdict()
+
+
+def score(spec: dict[str, Any], workdir: Path) -> float:
+    return run(spec, workdir).score()
 
 
 def crash(spec: dict[str, Any], workdir: Path) -> str:

@@ -176,6 +176,23 @@ def test_preferences_getters(profile: Path, tmp_path: Path) -> None:
     assert judge(tmp_path, "exact_match", "default_search_engine", rule(expected="Google"))
 
 
+@pytest.mark.parametrize("state", ["missing", "broken", "a list"])
+def test_unreadable_preferences_read_as_osworld_reads_them(profile: Path, tmp_path: Path, state: str) -> None:
+    """OSWorld's Preferences getters answer "Google" (their search engine fallback) for a file they cannot
+    read, so chrome 3299584d (no start page: new_startup_page "true") fails on a profile without one."""
+    if state == "broken":
+        (profile / "Default" / "Preferences").write_text("{broken")
+    elif state == "a list":
+        prefs(profile, [])  # type: ignore[arg-type]
+    assert not judge(tmp_path, "exact_match", "new_startup_page", rule(expected="true"))
+    for getter in ("new_startup_page", "enable_enhanced_safety_browsing", "data_delete_automacally",
+                   "find_unpacked_extension_path", "find_installed_extension_name", "default_search_engine"):
+        assert judge(tmp_path, "exact_match", getter, rule(expected="Google")), getter
+    # the getters whose fallback is another value
+    assert judge(tmp_path, "exact_match", "enable_do_not_track", rule(expected="false"))
+    assert judge(tmp_path, "exact_match", "chrome_language", rule(expected="en-US"))
+
+
 def test_bookmarks(profile: Path, tmp_path: Path) -> None:
     def link(url: str) -> dict[str, Any]:
         return {"type": "url", "name": url, "url": url}

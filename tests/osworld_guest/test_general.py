@@ -92,11 +92,15 @@ def test_diff_text_file_passes_on_the_same_lines_only(tmp_path: Path) -> None:
 
 def test_python_pure_text_and_result_files(tmp_path: Path) -> None:
     write(tmp_path, "gold.py", "def f(x):\n    return x\n")
-    write(tmp_path, "mine.py", "def f(x):\n  return   x")
+    # OSWorld's normalisation: an opening shebang or coding line, blank lines, tabs (4 columns) and trailing
+    # blanks do not count; the spacing inside a line does
+    write(tmp_path, "mine.py", "#!/usr/bin/env python3\n# -*- coding: utf-8 -*-\ndef f(x):\n\n\treturn x   \n\n")
+    write(tmp_path, "respaced.py", "def f(x):\n  return   x")
     write(tmp_path, "wrong.py", "def f(y):\n    return y\n")
     assert judge(tmp_path, "compare_python_pure_text", vm_file(tmp_path / "mine.py"), embedded(tmp_path / "gold.py"))
-    assert not judge(tmp_path, "compare_python_pure_text", vm_file(tmp_path / "wrong.py"),
-                     embedded(tmp_path / "gold.py"))
+    for other in ("respaced.py", "wrong.py"):
+        assert not judge(tmp_path, "compare_python_pure_text", vm_file(tmp_path / other),
+                         embedded(tmp_path / "gold.py")), other
     write(tmp_path, "gold.txt", "42.5\n")
     for mine, ok in (("The answer is 42.5", True), ("42.50001", True), ("42.6", False), ("forty", False)):
         write(tmp_path, "r.txt", mine)

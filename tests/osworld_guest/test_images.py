@@ -114,15 +114,22 @@ im = Image.new("RGB", (80, 50), (30, 200, 40)); im.putpixel((79, 0), (255, 255, 
 
 
 def test_triangle_position(tmp_path: Path) -> None:
+    """OSWorld takes the second least common colour for the triangle: with a rarer mark in the picture
+    that is the triangle; on a picture of the triangle alone it is the background, centred whatever the
+    triangle does (OSWorld's number, kept)."""
     make("""
 from PIL import Image, ImageDraw
-for name, dx in (("middle.png", 0), ("corner.png", -70)):
+for name, dx, mark in (("middle.png", 0, True), ("corner.png", -70, True), ("alone.png", -70, False)):
     im = Image.new("RGB", (200, 160), (255, 255, 255))
-    ImageDraw.Draw(im).polygon([(100 + dx, 60), (80 + dx, 100), (120 + dx, 100)], fill=(250, 220, 0))
+    d = ImageDraw.Draw(im)
+    if mark:
+        d.rectangle([0, 0, 4, 4], fill=(20, 20, 20))
+    d.polygon([(100 + dx, 60), (80 + dx, 100), (120 + dx, 100)], fill=(250, 220, 0))
     im.save(name)
 """, tmp_path)
     assert judge(tmp_path, "check_triangle_position", "middle.png", None) is True
     assert judge(tmp_path, "check_triangle_position", "corner.png", None) is False
+    assert judge(tmp_path, "check_triangle_position", "alone.png", None) is True
     assert judge(tmp_path, "check_triangle_position", "gone.png", None) is False
 
 

@@ -1,0 +1,1025 @@
+"""The file pairs on which gh_osworld's metrics are held against OSWorld's own (bench/osworld_fidelity.py
+measures them against OSWorld's published package; test_fidelity.py checks them against the numbers it
+recorded, tests/osworld_guest/fidelity_oracle.json).
+
+    python3 tests/osworld_guest/fidelity_pairs.py make DIR      writes the files, prints the pairs (JSON)
+    python3 tests/osworld_guest/fidelity_pairs.py ours DIR      our score of every pair, as the guest scores it
+
+Both run on the guest's python3 (tests/osworld_guest/kit.py: Debian's modules and GUEST_SITE), so the files
+come out byte for byte the same on every run (no randomness, no clock): the oracle file records each
+file's sha256 and the test checks them first. Every metric gets at least an exact pair, a near one (a small
+edit), a far one (another document) and a malformed one (the agent's file is no such document); a pair is
+
+    {"id": "compare_images/near", "func": NAME, "result": FILE | null, "expected": FILE | null,
+     "rules": {...} | null, "text": TEXT | null, "options": {...}}
+
+FILE is relative to DIR; `rules` stands where OSWorld passes a rule dict as the expected value; `text`,
+where it is set, is the result itself (a command's output: the vm_command_line getter prints it here).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import sqlite3
+import sys
+import zipfile
+from typing import Any
+
+Pair = dict[str, Any]
+
+
+def _write(root: str, name: str, data: bytes | str) -> str:
+    path = os.path.join(root, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
+    return name
+
+
+def pair(pid: str, func: str, result: str | None, expected: str | None = None, *,
+         rules: dict[str, Any] | None = None, text: str | None = None, options: dict[str, Any] | None = None,
+         **more: Any) -> Pair:
+    """`rules`: OSWorld's expected rule dict; `options` (or keywords): the metric's options."""
+    return {"id": pid, "func": func, "result": result, "expected": expected, "rules": rules, "text": text,
+            "options": {**(options or {}), **more}}
+
+
+# -- images --
+
+def _picture(seed: int, size: tuple[int, int] = (96, 64)) -> Any:
+    """A picture with gradients, bars and a disc, different for every seed."""
+    import numpy as np
+
+    w, h = size
+    y, x = np.mgrid[0:h, 0:w]
+    r = (x * (3 + seed) + y * 2) % 256
+    g = ((x - w / 2) ** 2 + (y - h / 2) ** 2 < (h / (3 + seed % 3)) ** 2) * 200 + 30
+    b = ((x // (8 + seed)) % 2) * 180 + (y * 3) % 60
+    return np.stack([r, g, b], axis=-1).astype("uint8")
+
+
+def _noisy(a: Any, amount: int) -> Any:
+    """A deterministic ripple added to every pixel (no random generator: the same bytes on every host)."""
+    import numpy as np
+
+    h, w = a.shape[:2]
+    y, x = np.mgrid[0:h, 0:w]
+    ripple = ((x * 7 + y * 13) % (2 * amount + 1)) - amount
+    if a.ndim == 3:
+        ripple = ripple[..., None]
+    return np.clip(a.astype(int) + ripple, 0, 255).astype("uint8")
+
+
+def _png(image: Any) -> bytes:
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+def _image_pairs(root: str) -> list[Pair]:
+    from PIL import Image, ImageEnhance
+
+    base = Image.fromarray(_picture(0))
+    other = Image.fromarray(_picture(5))
+    files = {
+        "img/base.png": _png(base),
+        "img/near.png": _png(Image.fromarray(_noisy(_picture(0), 6))),
+        "img/far.png": _png(other),
+        "img/bad.png": b"\x89PNG\r\n\x1a\n not really a picture",
+        "img/gray.png": _png(base.convert("L")),
+        "img/gray_near.png": _png(Image.fromarray(_noisy(_picture(0), 12)).convert("L")),
+        "img/palette.png": _png(base.convert("P", palette=Image.Palette.ADAPTIVE, colors=16)),
+        "img/rgba.png": _png(Image.fromarray(_noisy(_picture(0), 3)).convert("RGBA")),
+        "img/small.png": _png(base.resize((48, 32))),
+        "img/tiny.png": _png(base.resize((5, 5))),
+        "img/dark.png": _png(ImageEnhance.Brightness(base).enhance(0.6)),
+        "img/bright.png": _png(ImageEnhance.Brightness(base).enhance(1.3)),
+        "img/contrast.png": _png(ImageEnhance.Contrast(base).enhance(1.5)),
+        "img/flat.png": _png(ImageEnhance.Contrast(base).enhance(0.5)),
+        "img/saturated.png": _png(ImageEnhance.Color(base).enhance(1.6)),
+        "img/saturated_a_little.png": _png(ImageEnhance.Color(base).enhance(1.1)),
+        "img/palette256.png": _png(base.convert("P", palette=Image.Palette.ADAPTIVE, colors=256)),
+        "img/dull.png": _png(ImageEnhance.Color(base).enhance(0.4)),
+    }
+    jpeg = io.BytesIO()
+    base.save(jpeg, format="JPEG", quality=90)
+    files["img/base.jpg"] = jpeg.getvalue()
+    for name, data in files.items():
+        _write(root, name, data)
+    pairs = [
+        pair("compare_images/exact", "compare_images", "img/base.png", "img/base.png"),
+        pair("compare_images/near-jpeg", "compare_images", "img/base.jpg", "img/base.png"),
+        pair("compare_images/near", "compare_images", "img/near.png", "img/base.png"),
+        pair("compare_images/far", "compare_images", "img/far.png", "img/base.png"),
+        pair("compare_images/smaller", "compare_images", "img/small.png", "img/base.png"),
+        pair("compare_images/gray", "compare_images", "img/gray_near.png", "img/base.png"),
+        pair("compare_images/base-score", "compare_images", "img/near.png", "img/base.png",
+             reference_base_result=0.5),
+        pair("compare_images/base-score-above", "compare_images", "img/far.png", "img/base.png",
+             reference_base_result=0.99),
+        pair("compare_images/missing", "compare_images", None, "img/base.png"),
+        pair("compare_images/tiny", "compare_images", "img/tiny.png", "img/tiny.png"),
+    ]
+    ssim_cases = [("exact", "img/base.png", "img/base.png"), ("near", "img/near.png", "img/base.png"),
+                  ("far", "img/far.png", "img/base.png"), ("gray", "img/gray_near.png", "img/gray.png"),
+                  ("palette", "img/palette.png", "img/base.png"), ("rgba", "img/rgba.png", "img/base.png"),
+                  ("palette256", "img/palette256.png", "img/base.png"),
+                  ("smaller", "img/small.png", "img/base.png"), ("tiny", "img/tiny.png", "img/tiny.png"),
+                  ("missing", None, "img/base.png")]
+    for func in ("check_structure_sim", "check_structure_sim_resized", "check_file_exists_and_structure_sim",
+                 "check_palette_and_structure_sim"):
+        pairs += [pair(f"{func}/{name}", func, r, e) for name, r, e in ssim_cases]
+    for func, up, down in (("check_brightness_decrease_and_structure_sim", "img/dark.png", "img/bright.png"),
+                           ("check_contrast_increase_and_structure_sim", "img/contrast.png", "img/flat.png"),
+                           ("check_saturation_increase_and_structure_sim", "img/saturated.png", "img/dull.png")):
+        pairs += [pair(f"{func}/right", func, up, "img/base.png"),
+                  pair(f"{func}/wrong-way", func, down, "img/base.png"),
+                  pair(f"{func}/unchanged", func, "img/base.png", "img/base.png"),
+                  pair(f"{func}/far", func, "img/far.png", "img/base.png"),
+                  pair(f"{func}/gray", func, "img/gray_near.png", "img/gray.png"),
+                  pair(f"{func}/palette", func, "img/palette.png", "img/base.png")]
+    func = "check_saturation_increase_and_structure_sim"
+    pairs.append(pair(f"{func}/a-little", func, "img/saturated_a_little.png", "img/base.png"))
+    return pairs
+
+
+def _more_image_pairs(root: str) -> list[Pair]:
+    """GIMP's other image checks: mirror, green background, size, file size, the triangle, image lists."""
+    import numpy as np
+    from PIL import Image, ImageDraw
+
+    base = Image.fromarray(_picture(0))
+    mirrored = base.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    square = np.zeros((40, 40, 3), dtype="uint8")
+    square[10:30, 10:30] = (200, 40, 40)  # the subject, red
+    mask = square.copy()  # the target: black where the background is
+    green = square.copy()
+    green[mask.sum(axis=2) == 0] = (20, 180, 30)
+    half_green = green.copy()
+    half_green[:, :20][mask[:, :20].sum(axis=2) == 0] = (90, 90, 200)
+
+    def triangle(cx: int, cy: int, shadow: bool = False) -> Any:
+        image = Image.new("RGB", (80, 60), (255, 255, 255))
+        draw = ImageDraw.Draw(image)
+        if shadow:  # a third colour, rarer than the triangle
+            draw.rectangle([0, 0, 3, 3], fill=(10, 10, 10))
+        draw.polygon([(cx - 8, cy + 6), (cx + 8, cy + 6), (cx, cy - 8)], fill=(250, 210, 0))
+        return image
+
+    files = {"img2/mirrored.png": _png(mirrored), "img2/mirrored_near.png": _png(Image.fromarray(_noisy(
+                 np.asarray(mirrored), 4))),
+             "img2/mask.png": _png(Image.fromarray(mask)), "img2/green.png": _png(Image.fromarray(green)),
+             "img2/half_green.png": _png(Image.fromarray(half_green)),
+             "img2/centred.png": _png(triangle(40, 30)), "img2/off_centre.png": _png(triangle(15, 12)),
+             "img2/centred3.png": _png(triangle(40, 30, True)), "img2/off_centre3.png": _png(triangle(15, 12, True))}
+    for name, data in files.items():
+        _write(root, name, data)
+    pairs = [pair(f"check_image_mirror/{n}", "check_image_mirror", r, "img/base.png") for n, r in
+             (("exact", "img2/mirrored.png"), ("near", "img2/mirrored_near.png"), ("far", "img/base.png"),
+              ("malformed", "img/bad.png"), ("missing", None))]
+    pairs += [pair(f"check_green_background/{n}", "check_green_background", r, e) for n, r, e in
+              (("exact", "img2/green.png", "img2/mask.png"), ("near", "img2/half_green.png", "img2/mask.png"),
+               ("far", "img2/mask.png", "img2/mask.png"), ("not-square", "img/base.png", "img/base.png"),
+               ("malformed", "img/bad.png", "img2/mask.png"))]
+    pairs += [pair(f"check_image_size/{n}", "check_image_size", r, rules=rules) for n, r, rules in
+              (("exact", "img/base.png", {"width": 96, "height": 64}), ("height-only", "img/base.png", {"height": 64}),
+               ("near", "img/base.png", {"width": 95, "height": 64}), ("far", "img/small.png", {"width": 96}),
+               ("alpha", "img/rgba.png", {"width": 96, "height": 64, "ignore_transparent": True}),
+               ("missing", None, {"width": 96}))]
+    f = "check_image_file_size"
+    pairs += [pair(f"{f}/{n}", f, r, rules={"max_size": size}) for n, r, size in
+              (("under", "img/small.png", 500_000), ("over", "img/base.png", 100), ("far", "img/base.jpg", 10),
+               ("missing", None, 500_000))]
+    pairs += [pair(f"check_triangle_position/{n}", "check_triangle_position", r) for n, r in
+              (("exact", "img2/centred.png"), ("far", "img2/off_centre.png"), ("missing", None),
+               ("three-colours", "img2/centred3.png"), ("three-colours-off", "img2/off_centre3.png"),
+               ("picture", "img/base.png"))]
+    pairs += [pair(f"compare_image_list/{n}", "compare_image_list", r, e) for n, r, e in
+              (("exact", "img/base.png", "img/base.png"), ("near", "img/near.png", "img/base.png"),
+               ("resized", "img/small.png", "img/base.png"), ("mode", "img/palette256.png", "img/base.png"),
+               ("malformed", "img/bad.png", "img/base.png"))]
+    return pairs
+
+
+# -- PDFs, written by hand (the guest has no PDF writer) --
+
+def _pdf(pages: list[list[str]]) -> bytes:
+    """A PDF of Helvetica lines, one list of lines per page."""
+    objects = ["<< /Type /Catalog /Pages 2 0 R >>", "",
+               "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /Encoding /WinAnsiEncoding >>"]
+    kids = []
+    for lines in pages:
+        body = ["BT /F1 12 Tf 72 740 Td 16 TL"]
+        for line in lines:
+            text = line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
+            body.append(f"({text}) Tj T*")
+        body.append("ET")
+        stream = "\n".join(body).encode("latin-1")
+        objects.append(f"<< /Length {len(stream)} >>\nstream\n" + stream.decode("latin-1") + "\nendstream")
+        content = len(objects)
+        objects.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {content} 0 R "
+                       "/Resources << /Font << /F1 3 0 R >> >> >>")
+        kids.append(f"{len(objects)} 0 R")
+    objects[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {len(kids)} >>"
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for i, body_text in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += f"{i} 0 obj\n{body_text}\nendobj\n".encode("latin-1")
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
+    for off in offsets:
+        out += f"{off:010d} 00000 n \n".encode()
+    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    return bytes(out)
+
+
+INVOICE = [["Invoice 2024-117", "Customer: Harbour Supplies Ltd", "Item  Qty  Price",
+            "Rope 20 m  3  45.00", "Anchor  1  310.00", "Total due: 445.00"],
+           ["Terms: thirty days net", "Thank you for your business"]]
+
+
+def _pdf_pairs(root: str) -> list[Pair]:
+    near = [list(p) for p in INVOICE]
+    near[0][5] = "Total due: 446.00"
+    files = {"pdf/gold.pdf": _pdf(INVOICE), "pdf/near.pdf": _pdf(near),
+             "pdf/far.pdf": _pdf([["Minutes of the annual meeting", "Present: seven members"]]),
+             "pdf/one_page.pdf": _pdf(INVOICE[:1]), "pdf/bad.pdf": b"%PDF-1.4\nthis is not a PDF body\n",
+             "pdf/gold2.pdf": _pdf([["Second report", "All figures final"]])}
+    for name, data in files.items():
+        _write(root, name, data)
+    return [pair("compare_pdfs/exact", "compare_pdfs", "pdf/gold.pdf", "pdf/gold.pdf"),
+            pair("compare_pdfs/near", "compare_pdfs", "pdf/near.pdf", "pdf/gold.pdf"),
+            pair("compare_pdfs/page-missing", "compare_pdfs", "pdf/one_page.pdf", "pdf/gold.pdf"),
+            pair("compare_pdfs/far", "compare_pdfs", "pdf/far.pdf", "pdf/gold.pdf"),
+            pair("compare_pdfs/malformed", "compare_pdfs", "pdf/bad.pdf", "pdf/gold.pdf")]
+
+
+# -- text, archives, books, databases --
+
+POEM = "".join(f"line {i}: the quick brown fox {'jumps' if i % 3 else 'naps'}\n" for i in range(40))
+
+
+def _text_pairs(root: str) -> list[Pair]:
+    _write(root, "txt/gold.txt", POEM)
+    _write(root, "txt/near.txt", POEM.replace("line 7:", "line seven:"))
+    _write(root, "txt/far.txt", "nothing alike\nat all\n")
+    _write(root, "txt/bad.txt", b"\xff\xfe\x00binary\x80\x81")
+    _write(root, "txt/empty.txt", "")
+    _write(root, "txt/repeats.txt", "same\n" * 300 + "end\n")
+    return [pair("diff_text_file/exact", "diff_text_file", "txt/gold.txt", "txt/gold.txt"),
+            pair("diff_text_file/near", "diff_text_file", "txt/near.txt", "txt/gold.txt"),
+            pair("diff_text_file/far", "diff_text_file", "txt/far.txt", "txt/gold.txt"),
+            pair("diff_text_file/malformed", "diff_text_file", "txt/bad.txt", "txt/gold.txt"),
+            pair("diff_text_file/empty", "diff_text_file", "txt/empty.txt", "txt/empty.txt"),
+            pair("diff_text_file/repeats", "diff_text_file", "txt/repeats.txt", "txt/repeats.txt")]
+
+
+def _string_pairs(root: str) -> list[Pair]:
+    want = "Harbour Supplies Ltd"
+    pairs = []
+    for func, rules in (("fuzzy_match", {"expected": want}), ("exact_match", {"expected": want}),
+                        ("check_include_exclude", {"include": ["Harbour", "Ltd"], "exclude": ["Inc"]})):
+        pairs += [pair(f"{func}/exact", func, None, rules=rules, text=want),
+                  pair(f"{func}/near", func, None, rules=rules, text="Harbor Supplies Ltd"),
+                  pair(f"{func}/far", func, None, rules=rules, text="Minutes of the meeting Inc"),
+                  pair(f"{func}/empty", func, None, rules=rules, text="")]
+    return pairs
+
+
+TIMEDATECTL = ("               Local time: Thu 2024-01-25 12:56:06 {zone}\n"
+               "           Universal time: Thu 2024-01-25 12:56:06 UTC\n"
+               "                 RTC time: Thu 2024-01-25 12:56:05\n"
+               "                Time zone: {name} ({zone}, {offset})\n"
+               "System clock synchronized: yes\n")
+
+
+def _os_text_pairs(root: str) -> list[Pair]:
+    """The OS domain's metrics of a command's output."""
+    utc = TIMEDATECTL.format(zone="UTC", name="Etc/UTC", offset="+0000")
+    faroe = TIMEDATECTL.format(zone="WET", name="Atlantic/Faroe", offset="+0000")
+    berlin = TIMEDATECTL.format(zone="CET", name="Europe/Berlin", offset="+0100")
+    pairs = [pair(f"is_utc_0/{n}", "is_utc_0", None, text=t) for n, t in
+             (("exact", utc), ("same-offset", faroe), ("far", berlin), ("short", "Local time: now\n"))]
+    pairs += [pair(f"check_text_enlarged/{n}", "check_text_enlarged", None, text=t) for n, t in
+              (("exact", "1.25"), ("near", "1.0"), ("far", "0.8"), ("padded", " 1.5\n"))]
+    want = {"expected": ["thunderbird.desktop", "vim.desktop"]}
+    f = "check_gnome_favorite_apps"
+    pairs += [pair(f"{f}/{n}", f, None, rules=want, text=t) for n, t in
+              (("exact", "['vim.desktop', 'thunderbird.desktop']"), ("near", "['vim.desktop']"),
+               ("far", "['a.desktop', 'b.desktop']"), ("empty", "@as []"))]
+    return pairs
+
+
+def _text_file_pairs(root: str) -> list[Pair]:
+    _write(root, "txt/spaced.txt", POEM.replace("the quick", "the   quick").upper())
+    f = "compare_text_file"
+    pairs = [pair(f"{f}/exact", f, "txt/gold.txt", "txt/gold.txt"),
+             pair(f"{f}/near", f, "txt/near.txt", "txt/gold.txt"),
+             pair(f"{f}/far", f, "txt/far.txt", "txt/gold.txt"),
+             pair(f"{f}/malformed", f, "txt/bad.txt", "txt/gold.txt"),
+             pair(f"{f}/blanks-case", f, "txt/spaced.txt", "txt/gold.txt", ignore_blanks=True, ignore_case=True),
+             pair(f"{f}/blanks-only", f, "txt/spaced.txt", "txt/gold.txt", ignore_blanks=True)]
+    rows = "name,qty,price\nrope,3,45.00\nanchor,1,310.00\n"
+    _write(root, "csv/gold.csv", rows)
+    _write(root, "csv/near.csv", rows.replace("310.00", "310"))
+    _write(root, "csv/far.csv", "a,b\n1,2\n")
+    _write(root, "csv/crlf.csv", rows.replace("\n", "\r\n"))
+    _write(root, "csv/bad.csv", b"\xff\xfe\x00\x81,\x80")
+    f = "compare_csv"
+    pairs += [pair(f"{f}/exact", f, "csv/gold.csv", "csv/gold.csv"),
+              pair(f"{f}/near", f, "csv/near.csv", "csv/gold.csv"),
+              pair(f"{f}/far", f, "csv/far.csv", "csv/gold.csv"),
+              pair(f"{f}/crlf", f, "csv/crlf.csv", "csv/gold.csv"),
+              pair(f"{f}/malformed", f, "csv/bad.csv", "csv/gold.csv")]
+    return pairs
+
+
+def _rule_file_pairs(root: str) -> list[Pair]:
+    """Metrics of one file the agent left and a rule dict: JSON, config text, lists, counts."""
+    settings = {"editor": {"fontSize": 14, "wordWrap": "on"}, "files": {"exclude": ["*.tmp"]}}
+    _write(root, "json/right.json", json.dumps(settings))
+    _write(root, "json/near.json", json.dumps({**settings, "editor": {"fontSize": 13, "wordWrap": "on"}}))
+    _write(root, "json/far.json", json.dumps(["not", "an", "object"]))
+    _write(root, "json/bad.json", "{editor: 14,")
+    expect = {"expect": [{"key": ["editor", "fontSize"], "method": "eq", "ref": 14},
+                         {"key": ["editor", "wordWrap"], "method": "re", "ref": "^on$"}],
+              "unexpect": [{"key": ["files", "watcher"], "method": "eq", "ref": True}]}
+    f = "check_json"
+    pairs = [pair(f"{f}/exact", f, "json/right.json", rules=expect),
+             pair(f"{f}/near", f, "json/near.json", rules=expect),
+             pair(f"{f}/far", f, "json/far.json", rules=expect),
+             pair(f"{f}/malformed", f, "json/bad.json", rules=expect),
+             pair(f"{f}/missing", f, None, rules=expect)]
+    config = "[core]\n\tautocrlf = input\n"
+    _write(root, "conf/right.conf", config)
+    _write(root, "conf/near.conf", config.replace("input", "true"))
+    _write(root, "conf/far.conf", "nothing\n")
+    f = "compare_config"
+    pairs += [pair(f"{f}/exact", f, "conf/right.conf", rules={"expected": config}),
+              pair(f"{f}/near", f, "conf/near.conf", rules={"expected": config}),
+              pair(f"{f}/far", f, "conf/far.conf", rules={"expected": config}),
+              pair(f"{f}/malformed", f, "txt/bad.txt", rules={"expected": config})]
+    f = "file_contains"
+    want = {"expected": ["line 7:", "naps"]}
+    pairs += [pair(f"{f}/exact", f, "txt/gold.txt", rules=want),
+              pair(f"{f}/near", f, "txt/near.txt", rules=want),
+              pair(f"{f}/far", f, "txt/far.txt", rules=want),
+              pair(f"{f}/malformed", f, "txt/bad.txt", rules=want)]
+    _write(root, "txt/times.txt", "started 09:15:00\nfinished 23:59:60\nbad 24:00:00\nlunch 12:30:15 ok\n")
+    f = "check_line_number"
+    pairs += [pair(f"{f}/exact", f, "txt/times.txt", rules={"expected": "3"}),
+              pair(f"{f}/near", f, "txt/times.txt", rules={"expected": "4"}),
+              pair(f"{f}/far", f, "txt/gold.txt", rules={"expected": "3"}),
+              pair(f"{f}/malformed", f, "txt/bad.txt", rules={"expected": "3"})]
+    _write(root, "csv/people.csv", "name,city\nAna,Lisbon\nBo,Oslo\n")
+    csv_rules = {"expect": [{"name": "Ana", "city": "Lisbon"}, {"name": "Bo"}], "unexpect": [{"city": "Rome"}]}
+    f = "check_csv"
+    pairs += [pair(f"{f}/exact", f, "csv/people.csv", rules=csv_rules),
+              pair(f"{f}/near", f, "csv/people.csv", rules={**csv_rules, "unexpect": [{"city": "Oslo"}]}),
+              pair(f"{f}/far", f, "csv/far.csv", rules=csv_rules),
+              pair(f"{f}/malformed", f, "txt/bad.txt", rules=csv_rules),
+              pair(f"{f}/missing", f, None, rules=csv_rules)]
+    list_rules = {"expect": [r"^line 1:", r"naps$"], "unexpect": [r"sleeps"]}
+    f = "check_list"
+    pairs += [pair(f"{f}/exact", f, "txt/gold.txt", rules=list_rules),
+              pair(f"{f}/near", f, "txt/gold.txt", rules={**list_rules, "unexpect": ["line 39"]}),
+              pair(f"{f}/far", f, "txt/far.txt", rules=list_rules),
+              pair(f"{f}/malformed", f, "txt/bad.txt", rules=list_rules)]
+    f = "check_json_settings"
+    want_settings = {"expected": {"editor": {"fontSize": 14, "wordWrap": "on"}}}
+    pairs += [pair(f"{f}/exact", f, "json/right.json", rules=want_settings),
+              pair(f"{f}/near", f, "json/near.json", rules=want_settings),
+              pair(f"{f}/far", f, "json/far.json", rules=want_settings),
+              pair(f"{f}/malformed", f, "json/bad.json", rules=want_settings)]
+    xcu = ('<?xml version="1.0" encoding="UTF-8"?>\n<oor:items xmlns:oor="http://openoffice.org/2001/registry">\n'
+           '<item oor:path="/org.openoffice.Office.Writer/DefaultFont"><prop oor:name="Standard" oor:op="fuse">'
+           '<value>{font}</value></prop></item>\n</oor:items>\n')
+    _write(root, "conf/times.xcu", xcu.format(font="Times New Roman"))
+    _write(root, "conf/arial.xcu", xcu.format(font="Arial"))
+    _write(root, "conf/empty.xcu",
+           '<?xml version="1.0"?>\n<oor:items xmlns:oor="http://openoffice.org/2001/registry"/>\n')
+    f = "find_default_font"
+    times = {"font_name": "Times New Roman"}
+    pairs += [pair(f"{f}/exact", f, "conf/times.xcu", rules=times), pair(f"{f}/near", f, "conf/arial.xcu", rules=times),
+              pair(f"{f}/far", f, "conf/empty.xcu", rules=times), pair(f"{f}/malformed", f, "txt/bad.txt", rules=times)]
+    _write(root, "conf/gimprc", "# GIMP gimprc\n\n(undo-levels 100)\n(history-item \"filters-vignette\" 1)\n"
+                                "(theme \"Dark\")\n")
+    f = "check_config_status"
+    pairs += [pair(f"{f}/exact", f, "conf/gimprc", rules={"key": "undo-levels", "value": "100"}),
+              pair(f"{f}/two-words", f, "conf/gimprc", rules={"key": ["history-item", "\"filters-vignette\""],
+                                                               "value": "1"}),
+              pair(f"{f}/near", f, "conf/gimprc", rules={"key": "undo-levels", "value": "10"}),
+              pair(f"{f}/far", f, "txt/far.txt", rules={"key": "undo-levels", "value": "100"}),
+              pair(f"{f}/missing", f, None, rules={"key": "undo-levels", "value": "100"})]
+    f = "is_in_list"
+    pairs += [pair(f"{f}/exact", f, None, rules={"expected": "b"}, text="abc"),
+              pair(f"{f}/near", f, None, rules={"expected": "bd"}, text="abc"),
+              pair(f"{f}/far", f, None, rules={"expected": "z"}, text="abc"),
+              pair(f"{f}/empty", f, None, rules={"expected": "b"}, text="")]
+    return pairs
+
+
+def _file_file_pairs(root: str) -> list[Pair]:
+    """Metrics of two files: Python sources, result files, zips."""
+    source = "#!/usr/bin/env python3\nimport sys\n\n\ndef main():\n\tprint('hi')\n"
+    _write(root, "py/gold.py", source)
+    _write(root, "py/spaced.py", source.replace("\t", "    ").replace("#!/usr/bin/env python3\n", "") + "\n\n")
+    _write(root, "py/near.py", source.replace("hi", "hello"))
+    _write(root, "py/far.py", "x = 1\n")
+    f = "compare_python_pure_text"
+    pairs = [pair(f"{f}/exact", f, "py/gold.py", "py/gold.py"),
+             pair(f"{f}/reformatted", f, "py/spaced.py", "py/gold.py"),
+             pair(f"{f}/near", f, "py/near.py", "py/gold.py"),
+             pair(f"{f}/far", f, "py/far.py", "py/gold.py"),
+             pair(f"{f}/malformed", f, "txt/bad.txt", "py/gold.py")]
+    _write(root, "res/gold.txt", "42.5\n")
+    _write(root, "res/said.txt", "The answer is 42.5\n")
+    _write(root, "res/close.txt", "42.50001")
+    _write(root, "res/far.txt", "17")
+    f = "compare_result_files"
+    pairs += [pair(f"{f}/exact", f, "res/gold.txt", "res/gold.txt"),
+              pair(f"{f}/superset", f, "res/said.txt", "res/gold.txt"),
+              pair(f"{f}/near", f, "res/close.txt", "res/gold.txt"),
+              pair(f"{f}/far", f, "res/far.txt", "res/gold.txt"),
+              pair(f"{f}/malformed", f, "txt/bad.txt", "res/gold.txt")]
+    f = "compare_zip_files"
+    pairs += [pair(f"{f}/exact", f, "zip/gold.zip", "zip/gold.zip"),
+              pair(f"{f}/near", f, "zip/near.zip", "zip/gold.zip"),
+              pair(f"{f}/far", f, "zip/far.zip", "zip/gold.zip"),
+              pair(f"{f}/pdf-near", f, "zip/pdfs_near.zip", "zip/pdfs.zip"),
+              pair(f"{f}/malformed", f, "zip/bad.zip", "zip/gold.zip")]
+    return pairs
+
+
+def _zip(members: dict[str, str | bytes]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for name, data in members.items():
+            info = zipfile.ZipInfo(name, date_time=(2024, 1, 1, 0, 0, 0))
+            z.writestr(info, data)
+    return out.getvalue()
+
+
+def _archive_pairs(root: str) -> list[Pair]:
+    gold = {"a.txt": "alpha\nbeta\n", "b.txt": "gamma\n", "c.txt": "delta\nepsilon\n"}
+    _write(root, "zip/gold.zip", _zip(gold))
+    _write(root, "zip/near.zip", _zip({**gold, "b.txt": "GAMMA\n"}))
+    _write(root, "zip/far.zip", _zip({"x.txt": "other\n"}))
+    _write(root, "zip/nested_gold.zip", _zip({f"notes/{n}": t for n, t in gold.items()}))
+    _write(root, "zip/nested_near.zip", _zip({f"notes/{n}": t for n, t in {**gold, "c.txt": "delta\n"}.items()}))
+    _write(root, "zip/bad.zip", b"PK\x03\x04 broken")
+    _write(root, "zip/pdfs.zip", _zip({"a.pdf": _pdf(INVOICE), "b.pdf": _pdf([["Second report"]])}))
+    near_pdf = [list(p) for p in INVOICE]
+    near_pdf[0][1] = "Customer: Harbor Supplies Ltd"
+    _write(root, "zip/pdfs_near.zip", _zip({"a.pdf": _pdf(near_pdf), "b.pdf": _pdf([["Second report"]])}))
+    return [pair("compare_archive/exact", "compare_archive", "zip/gold.zip", "zip/gold.zip"),
+            pair("compare_archive/near", "compare_archive", "zip/near.zip", "zip/gold.zip"),
+            pair("compare_archive/far", "compare_archive", "zip/far.zip", "zip/gold.zip"),
+            pair("compare_archive/malformed", "compare_archive", "zip/bad.zip", "zip/gold.zip"),
+            pair("compare_archive/inner", "compare_archive", "zip/nested_near.zip", "zip/nested_gold.zip",
+                 file_path="notes"),
+            pair("compare_archive/nested-no-path", "compare_archive", "zip/nested_near.zip",
+                 "zip/nested_gold.zip"),
+            pair("compare_archive/pdf-near", "compare_archive", "zip/pdfs_near.zip", "zip/pdfs.zip",
+                 file_type="pdf")]
+
+
+def _book(chapters: dict[str, str], title: str = "Sea Stories") -> bytes:
+    toc = ("<?xml version='1.0' encoding='utf-8'?>\n<ncx>\n<docTitle><text>" + title + "</text></docTitle>\n"
+           + "".join(f"<navPoint id='n{i}'><content src='{n}'/></navPoint>\n" for i, n in enumerate(chapters))
+           + "</ncx>\n")
+    opf = ("<?xml version='1.0' encoding='utf-8'?>\n<package>\n<metadata>\n<dc:title>" + title + "</dc:title>\n"
+           "<dc:identifier>urn:uuid:1234</dc:identifier>\n</metadata>\n</package>\n")
+    return _zip({"mimetype": "application/epub+zip", "toc.ncx": toc, "content.opf": opf, **chapters})
+
+
+def _epub_pairs(root: str) -> list[Pair]:
+    chapters = {"ch1.html": "<html><body>\n<h1>One</h1>\n<p>The ship sailed at dawn.</p>\n</body></html>",
+                "ch2.html": "<html><body>\n<h1>Two</h1>\n<p>The storm came at noon.</p>\n<p>All hands.</p>"
+                            "\n</body></html>"}
+    _write(root, "epub/gold.epub", _book(chapters))
+    _write(root, "epub/near.epub", _book({**chapters, "ch2.html": chapters["ch2.html"].replace("noon", "dusk")}))
+    _write(root, "epub/far.epub", _book({"ch1.html": "<html><body><p>Other</p></body></html>"}, "Other"))
+    _write(root, "epub/bad.epub", b"not a zip at all")
+    return [pair("compare_epub/exact", "compare_epub", "epub/gold.epub", "epub/gold.epub"),
+            pair("compare_epub/near", "compare_epub", "epub/near.epub", "epub/gold.epub"),
+            pair("compare_epub/far", "compare_epub", "epub/far.epub", "epub/gold.epub"),
+            pair("compare_epub/malformed", "compare_epub", "epub/bad.epub", "epub/gold.epub")]
+
+
+def _sqlite_pairs(root: str) -> list[Pair]:
+    os.makedirs(os.path.join(root, "db"), exist_ok=True)
+    for name, done in (("db/half.db", [1, 0]), ("db/all.db", [1, 1])):
+        path = os.path.join(root, name)
+        if os.path.exists(path):
+            os.remove(path)
+        with sqlite3.connect(path) as c:
+            c.execute("create table tasks (name text, done int)")
+            c.executemany("insert into tasks values (?, ?)", [(f"t{i}", d) for i, d in enumerate(done)])
+        c.close()
+    _write(root, "db/bad.db", b"SQLite format 3\x00 but nothing else")
+    share = {"sql": "select avg(done) from tasks"}
+    return [pair("run_sqlite3/exact", "run_sqlite3", "db/all.db", rules=share),
+            pair("run_sqlite3/near", "run_sqlite3", "db/half.db", rules=share),
+            pair("run_sqlite3/far", "run_sqlite3", "db/half.db",
+                 rules={"sql": "select count(*) from tasks where done = 2"}),
+            pair("run_sqlite3/null", "run_sqlite3", "db/half.db",
+                 rules={"sql": "select max(done) from tasks where name = 'none'"}),
+            pair("run_sqlite3/no-row", "run_sqlite3", "db/half.db",
+                 rules={"sql": "select done from tasks where name = 'none'"}),
+            pair("run_sqlite3/malformed", "run_sqlite3", "db/bad.db", rules=share)]
+
+
+# -- documents --
+
+LETTER = ["Dear Ms Alvarez,", "Thank you for your order of 12 March.", "",
+          "The parcel leaves our warehouse on Friday.", "Kind regards,", "Tom"]
+
+
+def _docx(paragraphs: list[str]) -> bytes:
+    import datetime
+
+    from docx import Document
+
+    doc = Document()
+    for text in paragraphs:
+        doc.add_paragraph(text)
+    when = datetime.datetime(2024, 1, 1)
+    doc.core_properties.created = doc.core_properties.modified = when
+    out = io.BytesIO()
+    doc.save(out)
+    return _restamped(out.getvalue())
+
+
+def _linked_docx() -> bytes:
+    """LETTER with its last line's name as a hyperlink ("Tom" linked to a page)."""
+    import datetime
+
+    from docx import Document
+    from docx.opc.constants import RELATIONSHIP_TYPE
+    from docx.oxml import OxmlElement
+    from docx.oxml.ns import qn
+
+    doc = Document()
+    for text in LETTER[:-1]:
+        doc.add_paragraph(text)
+    p = doc.add_paragraph()
+    link = OxmlElement("w:hyperlink")
+    link.set(qn("r:id"), p.part.relate_to("https://example.org/tom", RELATIONSHIP_TYPE.HYPERLINK, is_external=True))
+    run, text = OxmlElement("w:r"), OxmlElement("w:t")
+    text.text = LETTER[-1]
+    run.append(text)
+    link.append(run)
+    p._p.append(link)
+    doc.core_properties.created = doc.core_properties.modified = datetime.datetime(2024, 1, 1)
+    out = io.BytesIO()
+    doc.save(out)
+    return _restamped(out.getvalue())
+
+
+def _docx_pairs(root: str) -> list[Pair]:
+    near = list(LETTER)
+    near[1] = "Thank you for your ordr of 12 March."
+    _write(root, "docx/gold.docx", _docx(LETTER))
+    _write(root, "docx/near.docx", _docx(near))
+    _write(root, "docx/far.docx", _docx(["Minutes", "Nothing was decided."]))
+    _write(root, "docx/blanks.docx", _docx([p for p in LETTER if p]))
+    _write(root, "docx/bad.docx", b"PK\x03\x04 not a document")
+    _write(root, "docx/linked.docx", _linked_docx())
+    f = "compare_docx_files"
+    # python-docx 1.x reads a hyperlink's text and a page break as OSWorld does; 0.8.11 does not
+    pairs = [pair(f"{f}/hyperlink", f, "docx/linked.docx", "docx/gold.docx"),
+             pair(f"{f}/strict-page-break", f, "fmt/no_break.docx", "fmt/gold.docx", ignore_blanks=False)]
+    for label, options in (("", {}), ("content_only/", {"content_only": True}),
+                           ("fuzzy/", {"fuzzy_match": True, "ignore_blanks": False})):
+        f = "compare_docx_files"
+        pairs += [pair(f"{f}/{label}exact", f, "docx/gold.docx", "docx/gold.docx", **options),
+                  pair(f"{f}/{label}near", f, "docx/near.docx", "docx/gold.docx", **options),
+                  pair(f"{f}/{label}blanks", f, "docx/blanks.docx", "docx/gold.docx", **options),
+                  pair(f"{f}/{label}far", f, "docx/far.docx", "docx/gold.docx", **options),
+                  pair(f"{f}/{label}malformed", f, "docx/bad.docx", "docx/gold.docx", **options)]
+    f = "compare_docx_files_and_ignore_new_lines"
+    pairs += [pair(f"{f}/exact", f, "docx/gold.docx", "docx/gold.docx"),
+              pair(f"{f}/blanks", f, "docx/blanks.docx", "docx/gold.docx"),
+              pair(f"{f}/near", f, "docx/near.docx", "docx/gold.docx"),
+              pair(f"{f}/far", f, "docx/far.docx", "docx/gold.docx"),
+              pair(f"{f}/malformed", f, "docx/bad.docx", "docx/gold.docx")]
+    return pairs
+
+
+def _formatted_docx(*, centered: bool = True, subscript: bool = True, spacing: float = 1.5, cell: str = "2",
+                    strike: bool = True, italic_pt: int = 14, page_break: bool = True, footer: str = "Page 1",
+                    font: str = "Liberation Serif") -> bytes:
+    """A document with the formatting the docx metrics look at; each keyword changes one of them."""
+    import datetime
+
+    from docx import Document
+    from docx.enum.text import WD_ALIGN_PARAGRAPH, WD_BREAK
+    from docx.shared import Pt
+
+    doc = Document()
+    title = doc.add_paragraph()
+    title.add_run("Annual Report").font.name = font
+    if centered:
+        title.alignment = WD_ALIGN_PARAGRAPH.CENTER
+    water = doc.add_paragraph()
+    for text, sub in (("H", False), ("2", subscript), ("O is water", False)):
+        r = water.add_run(text)
+        r.font.name = font
+        r.font.subscript = sub
+    body = doc.add_paragraph()
+    body.add_run("Sales rose in every region.").font.name = font
+    body.paragraph_format.line_spacing = spacing
+    note = doc.add_paragraph()
+    r = note.add_run("Note")
+    r.italic, r.font.size, r.font.name = True, Pt(italic_pt), font
+    table = doc.add_table(rows=2, cols=2)
+    for (i, j), text in zip([(0, 0), (0, 1), (1, 0), (1, 1)], ["A", "B", "1", cell], strict=True):
+        table.cell(i, j).text = text
+    brk = doc.add_paragraph()
+    run = brk.add_run("End of part one")
+    run.font.name = font
+    if page_break:
+        run.add_break(WD_BREAK.PAGE)
+    last = doc.add_paragraph()
+    r = last.add_run("Old text")
+    r.font.strike, r.font.name = strike, font
+    doc.sections[0].footer.paragraphs[0].text = footer
+    doc.core_properties.created = doc.core_properties.modified = datetime.datetime(2024, 1, 1)
+    out = io.BytesIO()
+    doc.save(out)
+    return _restamped(out.getvalue())
+
+
+def _doc_bytes(build: Any) -> bytes:
+    """A document `build(doc)` fills, stamped with fixed times."""
+    import datetime
+
+    from docx import Document
+
+    doc = Document()
+    build(doc)
+    doc.core_properties.created = doc.core_properties.modified = datetime.datetime(2024, 1, 1)
+    out = io.BytesIO()
+    doc.save(out)
+    return _restamped(out.getvalue())
+
+
+REFERENCES = ["Smith, J. (2019). Tides of the North Sea. Ocean Press.",
+              "Okafor, A. (2021). Harbour engineering today. Port Journal 12(3).",
+              "Lindqvist, M. (2020). Ropes and knots. Maritime Books."]
+
+
+def _docx_content_pairs(root: str) -> list[Pair]:
+    """compare_references (a fractional score), colour-coded table words, pictures in documents."""
+    from docx.shared import Inches, RGBColor
+
+    def paper(refs: list[str], heading: str = "References") -> Any:
+        def build(doc: Any) -> None:
+            doc.add_paragraph("A study of harbours.")
+            doc.add_paragraph(heading)
+            for ref in refs:
+                doc.add_paragraph(ref)
+        return build
+
+    def coloured(words: list[tuple[str, tuple[int, int, int]]]) -> Any:
+        def build(doc: Any) -> None:
+            table = doc.add_table(rows=1, cols=len(words))
+            for i, (word, rgb) in enumerate(words):
+                run = table.cell(0, i).paragraphs[0].add_run(word)
+                run.font.color.rgb = RGBColor(*rgb)
+        return build
+
+    def pictured(*images: str) -> Any:
+        def build(doc: Any) -> None:
+            doc.add_paragraph("Figures")
+            for image in images:
+                doc.add_picture(os.path.join(root, image), width=Inches(1))
+        return build
+
+    near_refs = [REFERENCES[0], REFERENCES[1].replace("today", "now"), REFERENCES[2]]
+    red, blue, purple = (255, 0, 0), (0, 0, 255), (120, 0, 160)
+    files = {"ref/gold.docx": paper(REFERENCES), "ref/near.docx": paper(near_refs),
+             "ref/far.docx": paper(["Doe, J. (1999). Something else entirely."] * 3),
+             "ref/none.docx": paper(REFERENCES, heading="Sources"),
+             "colour/right.docx": coloured([("apple", red), ("boat", blue), ("owl", red)]),
+             "colour/wrong.docx": coloured([("apple", blue), ("boat", blue), ("owl", red)]),
+             "colour/near.docx": coloured([("apple", (250, 5, 5)), ("boat", purple), ("owl", red)]),
+             "pic/gold.docx": pictured("img/base.png"), "pic/other.docx": pictured("img/far.png"),
+             "pic/two.docx": pictured("img/base.png", "img/far.png"), "pic/none.docx": pictured()}
+    for name, build in files.items():
+        _write(root, name, _doc_bytes(build))
+    f = "compare_references"
+    pairs = [pair(f"{f}/exact", f, "ref/gold.docx", "ref/gold.docx"),
+             pair(f"{f}/near", f, "ref/near.docx", "ref/gold.docx"),
+             pair(f"{f}/near-base", f, "ref/near.docx", "ref/gold.docx", reference_base_result=0.9),
+             pair(f"{f}/far", f, "ref/far.docx", "ref/gold.docx"),
+             pair(f"{f}/no-section", f, "ref/none.docx", "ref/gold.docx"),
+             pair(f"{f}/malformed", f, "docx/bad.docx", "ref/gold.docx")]
+    f = "evaluate_colored_words_in_tables"
+    pairs += [pair(f"{f}/exact", f, "colour/right.docx", "colour/right.docx"),
+              pair(f"{f}/near", f, "colour/near.docx", "colour/right.docx"),
+              pair(f"{f}/near-loose", f, "colour/near.docx", "colour/right.docx", threshold=60),
+              pair(f"{f}/far", f, "colour/wrong.docx", "colour/right.docx"),
+              pair(f"{f}/malformed", f, "docx/bad.docx", "colour/right.docx")]
+    for f in ("compare_docx_images", "compare_contains_image"):
+        pairs += [pair(f"{f}/exact", f, "pic/gold.docx", "pic/gold.docx"),
+                  pair(f"{f}/other", f, "pic/other.docx", "pic/gold.docx"),
+                  pair(f"{f}/two", f, "pic/two.docx", "pic/gold.docx"),
+                  pair(f"{f}/none", f, "pic/none.docx", "pic/gold.docx"),
+                  pair(f"{f}/malformed", f, "docx/bad.docx", "pic/gold.docx")]
+    return pairs
+
+
+def _docx_format_pairs(root: str) -> list[Pair]:
+    files = {"fmt/gold.docx": _formatted_docx(), "fmt/off_center.docx": _formatted_docx(centered=False),
+             "fmt/no_sub.docx": _formatted_docx(subscript=False), "fmt/spacing.docx": _formatted_docx(spacing=2.0),
+             "fmt/cell.docx": _formatted_docx(cell="3"), "fmt/no_strike.docx": _formatted_docx(strike=False),
+             "fmt/italic12.docx": _formatted_docx(italic_pt=12), "fmt/no_break.docx": _formatted_docx(page_break=False),
+             "fmt/no_number.docx": _formatted_docx(footer="Draft"), "fmt/sans.docx": _formatted_docx(font="Arial")}
+    for name, data in files.items():
+        _write(root, name, data)
+    pairs: list[Pair] = []
+    two = (("compare_docx_tables", "fmt/cell.docx"), ("compare_line_spacing", "fmt/spacing.docx"),
+           ("compare_subscript_contains", "fmt/no_sub.docx"), ("compare_docx_lines", "fmt/cell.docx"),
+           ("evaluate_strike_through_last_paragraph", "fmt/no_strike.docx"),
+           ("check_italic_font_size_14", "fmt/italic12.docx"))
+    for func, near in two:
+        pairs += [pair(f"{func}/exact", func, "fmt/gold.docx", "fmt/gold.docx"),
+                  pair(f"{func}/near", func, near, "fmt/gold.docx"),
+                  pair(f"{func}/far", func, "docx/far.docx", "fmt/gold.docx"),
+                  pair(f"{func}/malformed", func, "docx/bad.docx", "fmt/gold.docx"),
+                  pair(f"{func}/missing", func, None, "fmt/gold.docx")]
+    for func, near in (("is_first_line_centered", "fmt/off_center.docx"),
+                       ("has_page_numbers_in_footers", "fmt/no_number.docx")):
+        pairs += [pair(f"{func}/exact", func, "fmt/gold.docx"), pair(f"{func}/near", func, near),
+                  pair(f"{func}/far", func, "docx/far.docx"), pair(f"{func}/malformed", func, "docx/bad.docx")]
+    for func, rules, near in (("contains_page_break", {"page_break_count": 1}, "fmt/no_break.docx"),
+                              ("compare_font_names", {"font_name": "Liberation Serif"}, "fmt/sans.docx")):
+        pairs += [pair(f"{func}/exact", func, "fmt/gold.docx", rules=rules),
+                  pair(f"{func}/near", func, near, rules=rules),
+                  pair(f"{func}/far", func, "docx/far.docx", rules=rules),
+                  pair(f"{func}/malformed", func, "docx/bad.docx", rules=rules)]
+    return pairs
+
+
+def _restamped(data: bytes) -> bytes:
+    """An Office file's zip with every member stamped with a fixed time, and its properties' modified time
+    fixed (the writers stamp the clock on both: openpyxl whatever the properties say)."""
+    import re
+
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        members = {name: z.read(name) for name in z.namelist()}
+    if "docProps/core.xml" in members:
+        members["docProps/core.xml"] = re.sub(rb"(<dcterms:modified[^>]*>)[^<]*", rb"\g<1>2024-01-01T00:00:00Z",
+                                              members["docProps/core.xml"])
+    return _zip(members)
+
+
+def _xlsx(sheets: dict[str, list[list[Any]]]) -> bytes:
+    import datetime
+
+    import openpyxl
+
+    wb = openpyxl.Workbook()
+    wb.remove(wb.active)
+    for title, rows in sheets.items():
+        ws = wb.create_sheet(title)
+        for row in rows:
+            ws.append(row)
+    wb.properties.created = wb.properties.modified = datetime.datetime(2024, 1, 1)
+    out = io.BytesIO()
+    wb.save(out)
+    return _restamped(out.getvalue())
+
+
+SALES = [["Region", "Q1", "Q2"], ["North", 120, 135.5], ["South", 98, 101.25], ["East", 77, 80]]
+
+
+def _table_pairs(root: str) -> list[Pair]:
+    near = [list(r) for r in SALES]
+    near[2][2] = 101.2
+    _write(root, "xlsx/gold.xlsx", _xlsx({"Sheet1": SALES, "Notes": [["checked"]]}))
+    _write(root, "xlsx/near.xlsx", _xlsx({"Sheet1": near, "Notes": [["checked"]]}))
+    _write(root, "xlsx/renamed.xlsx", _xlsx({"Data": SALES, "Notes": [["checked"]]}))
+    _write(root, "xlsx/far.xlsx", _xlsx({"Sheet1": [["x"], [1]]}))
+    _write(root, "xlsx/bad.xlsx", b"PK\x03\x04 not a workbook")
+    data = [{"type": "sheet_data", "sheet_idx0": 0, "sheet_idx1": "EI0"}]
+    names = [{"type": "sheet_name"}]
+    both = data + names + [{"type": "sheet_data", "sheet_idx0": "RNNotes", "sheet_idx1": "ENNotes"}]
+    f = "compare_table"
+    return [pair(f"{f}/exact", f, "xlsx/gold.xlsx", "xlsx/gold.xlsx", options={"rules": both}),
+            pair(f"{f}/near", f, "xlsx/near.xlsx", "xlsx/gold.xlsx", options={"rules": data}),
+            pair(f"{f}/renamed-data", f, "xlsx/renamed.xlsx", "xlsx/gold.xlsx", options={"rules": data}),
+            pair(f"{f}/renamed-names", f, "xlsx/renamed.xlsx", "xlsx/gold.xlsx", options={"rules": names}),
+            pair(f"{f}/far", f, "xlsx/far.xlsx", "xlsx/gold.xlsx", options={"rules": both}),
+            pair(f"{f}/malformed", f, "xlsx/bad.xlsx", "xlsx/gold.xlsx", options={"rules": data}),
+            pair(f"{f}/missing", f, None, "xlsx/gold.xlsx", options={"rules": data}),
+            *_table_rule_pairs()]
+
+
+def _table_rule_pairs() -> list[Pair]:
+    """compare_table's cell-wise rules: sheet_fuzzy and check_cell."""
+    f = "compare_table"
+
+    def fuzzy(*rules: dict[str, Any]) -> dict[str, Any]:
+        return {"rules": [{"type": "sheet_fuzzy", "sheet_idx0": "RI0", "sheet_idx1": "EI0", "rules": list(rules)}]}
+
+    def cell(coordinate: str, **props: Any) -> dict[str, Any]:
+        return {"rules": [{"type": "check_cell", "sheet_idx": 0, "coordinate": coordinate, "props": props}]}
+    return [pair(f"{f}/fuzzy-exact", f, "xlsx/near.xlsx", "xlsx/gold.xlsx",
+                 options=fuzzy({"range": ["A1:A4"], "type": "exact_match"})),
+            pair(f"{f}/fuzzy-case", f, "xlsx/near.xlsx", "xlsx/gold.xlsx",
+                 options=fuzzy({"range": ["A2:B2"], "type": "exact_match", "ignore_case": True})),
+            pair(f"{f}/fuzzy-far", f, "xlsx/far.xlsx", "xlsx/gold.xlsx",
+                 options=fuzzy({"range": ["A1:A2"], "type": "exact_match"})),
+            pair(f"{f}/fuzzy-includes", f, "xlsx/gold.xlsx", "xlsx/renamed.xlsx",
+                 options=fuzzy({"range": ["A2"], "type": "includes"})),
+            pair(f"{f}/fuzzy-malformed", f, "xlsx/bad.xlsx", "xlsx/gold.xlsx",
+                 options=fuzzy({"range": ["A1"], "type": "exact_match"})),
+            pair(f"{f}/cell-approx", f, "xlsx/near.xlsx", None, options=cell("C3", value={"method": "approx:0.1",
+                                                                                        "ref": 101.25})),
+            pair(f"{f}/cell-tight", f, "xlsx/near.xlsx", None, options=cell("C3", value={"method": "approx:0.01",
+                                                                                       "ref": 101.25})),
+            pair(f"{f}/cell-text", f, "xlsx/gold.xlsx", None, options=cell("A2", value={"method": "eq",
+                                                                                      "ref": "North"})),
+            pair(f"{f}/cell-re", f, "xlsx/gold.xlsx", None, options=cell("A3", value={"method": "re.I",
+                                                                                    "ref": "^south$"})),
+            pair(f"{f}/cell-malformed", f, "xlsx/bad.xlsx", None, options=cell("A2", value={"method": "eq",
+                                                                                          "ref": "North"}))]
+
+
+def _pptx(slides: list[tuple[str, str]]) -> bytes:
+    import datetime
+
+    from pptx import Presentation
+
+    deck = Presentation()
+    for title, body in slides:
+        slide = deck.slides.add_slide(deck.slide_layouts[1])
+        slide.shapes.title.text = title
+        slide.placeholders[1].text = body
+    deck.core_properties.created = deck.core_properties.modified = datetime.datetime(2024, 1, 1)
+    deck.core_properties.last_modified_by = "gh"
+    deck.core_properties.revision = 1
+    out = io.BytesIO()
+    deck.save(out)
+    return _restamped(out.getvalue())
+
+
+def _deck_with(fills: list[tuple[int, int, int] | None], *, portrait: bool = False,
+               transition: str | None = None) -> bytes:
+    """A deck of one slide per fill (an RGB background, or None: the master's), portrait or not, the
+    first slide with a transition of that kind."""
+    import datetime
+    import re
+
+    from pptx import Presentation
+    from pptx.dml.color import RGBColor
+    from pptx.util import Inches
+
+    deck = Presentation()
+    if portrait:
+        deck.slide_width, deck.slide_height = Inches(7.5), Inches(10)
+    for rgb in fills:
+        slide = deck.slides.add_slide(deck.slide_layouts[6])
+        if rgb is not None:
+            slide.background.fill.solid()
+            slide.background.fill.fore_color.rgb = RGBColor(*rgb)
+    deck.core_properties.created = deck.core_properties.modified = datetime.datetime(2024, 1, 1)
+    out = io.BytesIO()
+    deck.save(out)
+    data = _restamped(out.getvalue())
+    if transition is None:
+        return data
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        members = {name: z.read(name) for name in z.namelist()}
+    xml = members["ppt/slides/slide1.xml"]
+    members["ppt/slides/slide1.xml"] = re.sub(rb"(</p:clrMapOvr>)", rb"\1<p:transition><p:" + transition.encode()
+                                              + rb"/></p:transition>", xml, count=1)
+    return _zip(members)
+
+
+def _slide_metric_pairs(root: str) -> list[Pair]:
+    files = {"pptx/blue.pptx": _deck_with([(0, 0, 255), (0, 0, 255)]),
+             "pptx/bluish.pptx": _deck_with([(20, 30, 230), (0, 0, 255)]),
+             "pptx/red.pptx": _deck_with([(255, 0, 0), None]),
+             "pptx/portrait.pptx": _deck_with([None], portrait=True),
+             "pptx/dissolve.pptx": _deck_with([None, None], transition="dissolve"),
+             "pptx/fade.pptx": _deck_with([None, None], transition="fade")}
+    for name, data in files.items():
+        _write(root, name, data)
+    f = "evaluate_presentation_fill_to_rgb_distance"
+    blue = {"rgb": [0, 0, 255]}
+    pairs = [pair(f"{f}/exact", f, "pptx/blue.pptx", rules=blue),
+             pair(f"{f}/near", f, "pptx/bluish.pptx", rules=blue),
+             pair(f"{f}/far", f, "pptx/red.pptx", rules=blue),
+             pair(f"{f}/unchanged-original", f, "pptx/red.pptx", rules={**blue, "original_rgb": [255, 0, 0]}),
+             pair(f"{f}/malformed", f, "pptx/bad.pptx", rules=blue)]
+    f = "check_slide_orientation_Portrait"
+    pairs += [pair(f"{f}/exact", f, "pptx/portrait.pptx"), pair(f"{f}/far", f, "pptx/gold.pptx"),
+              pair(f"{f}/square-ish", f, "pptx/blue.pptx"), pair(f"{f}/malformed", f, "pptx/bad.pptx")]
+    f = "check_transition"
+    dissolve = {"slide_idx": 0, "transition_type": "dissolve"}
+    pairs += [pair(f"{f}/exact", f, "pptx/dissolve.pptx", rules=dissolve),
+              pair(f"{f}/near", f, "pptx/fade.pptx", rules=dissolve),
+              pair(f"{f}/far", f, "pptx/gold.pptx", rules=dissolve),
+              pair(f"{f}/no-slide", f, "pptx/dissolve.pptx", rules={**dissolve, "slide_idx": 5}),
+              pair(f"{f}/malformed", f, "pptx/bad.pptx", rules=dissolve)]
+    return pairs
+
+
+def _slide_pairs(root: str) -> list[Pair]:
+    deck = [("Quarterly review", "Sales rose in the north"), ("Next steps", "Hire two engineers")]
+    _write(root, "pptx/gold.pptx", _pptx(deck))
+    _write(root, "pptx/near.pptx", _pptx([deck[0], ("Next steps", "Hire three engineers")]))
+    _write(root, "pptx/short.pptx", _pptx(deck[:1]))
+    _write(root, "pptx/far.pptx", _pptx([("Agenda", "Welcome")]))
+    _write(root, "pptx/bad.pptx", b"PK\x03\x04 not a deck")
+    f = "compare_pptx_files"
+    return [pair(f"{f}/exact", f, "pptx/gold.pptx", "pptx/gold.pptx"),
+            pair(f"{f}/near", f, "pptx/near.pptx", "pptx/gold.pptx"),
+            pair(f"{f}/short", f, "pptx/short.pptx", "pptx/gold.pptx"),
+            pair(f"{f}/short-unexamined", f, "pptx/short.pptx", "pptx/gold.pptx", examine_number_of_slides=False),
+            pair(f"{f}/far", f, "pptx/far.pptx", "pptx/gold.pptx"),
+            pair(f"{f}/malformed", f, "pptx/bad.pptx", "pptx/gold.pptx")]
+
+
+def make(root: str) -> list[Pair]:
+    pairs: list[Pair] = []
+    for part in (_image_pairs, _more_image_pairs, _pdf_pairs, _text_pairs, _text_file_pairs, _string_pairs,
+                 _os_text_pairs, _archive_pairs, _epub_pairs, _sqlite_pairs, _docx_pairs, _table_pairs, _slide_pairs,
+                 _rule_file_pairs, _file_file_pairs, _docx_format_pairs, _slide_metric_pairs, _docx_content_pairs):
+        pairs += part(root)
+    return pairs
+
+
+def digests(root: str, pairs: list[Pair]) -> dict[str, str]:
+    """Every file's sha256, by its name under root."""
+    names = sorted({p[k] for p in pairs for k in ("result", "expected") if p[k]})
+    out = {}
+    for name in names:
+        with open(os.path.join(root, name), "rb") as f:
+            out[name] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def libraries() -> dict[str, str | None]:
+    """The versions of the guest's libraries that write the files or read them for us (None: absent)."""
+    import importlib.metadata
+
+    found: dict[str, str | None] = {}
+    for name in ("python-docx", "openpyxl", "python-pptx", "pillow", "numpy", "pymupdf", "rapidfuzz"):
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def spec(root: str, p: Pair) -> dict[str, Any]:
+    """The check's spec for a pair, as the importer writes it (gh_osworld/spec.py): the agent's file by
+    vm_file, the gold file embedded, OSWorld's rules by the rule getter."""
+    result: dict[str, Any] = {"type": "vm_file", "path": os.path.join(root, p["result"] or "absent/file"),
+                              "dest": "r"}
+    if p["text"] is not None:
+        result = {"type": "vm_command_line", "command": ["printf", "%s", p["text"]]}
+    expected: dict[str, Any] | None = None
+    if p["rules"] is not None:
+        expected = {"type": "rule", "rules": p["rules"]}
+    elif p["expected"] is not None:
+        expected = {"type": "embedded_file", "path": os.path.join(root, p["expected"])}
+    return {"conj": "and", "metrics": [{"func": p["func"], "result": result, "expected": expected,
+                                        "options": p["options"]}]}
+
+
+def ours(root: str, pairs: list[Pair]) -> dict[str, float | None]:
+    """Our score of every pair through gh_osworld's own evaluation (None: no verdict, a crash)."""
+    import contextlib
+
+    from gh_osworld.evaluate import evaluate
+    from gh_osworld.spec import parse
+
+    scores: dict[str, float | None] = {}
+    for p in pairs:
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                scores[p["id"]] = evaluate(parse(spec(root, p)))
+        except Exception:
+            scores[p["id"]] = None
+    return scores
+
+
+if __name__ == "__main__":
+    mode, where = sys.argv[1], sys.argv[2]
+    made = make(where)
+    if mode == "make":
+        print(json.dumps({"pairs": made, "sha256": digests(where, made), "guest": libraries()}))
+    elif mode == "ours":
+        print(json.dumps(ours(where, made)))
+    else:
+        sys.exit(f"usage: {sys.argv[0]} make|ours DIR")
