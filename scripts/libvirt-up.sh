@@ -18,8 +18,15 @@ if [ -d "$SYSTEMD_RUN_DIR" ]; then
     $SUDO systemctl enable --now "$daemon.socket"
   done
 else
-  if ! pgrep -x virtlogd >/dev/null; then log "starting virtlogd (no systemd here)"; $SUDO virtlogd -d; fi
-  if ! pgrep -x libvirtd >/dev/null; then log "starting libvirtd (no systemd here)"; $SUDO libvirtd -d; fi
+  # Each daemon runs with the system's PATH, never the caller's: libvirtd finds QEMU on its PATH, so a
+  # test's fake QEMU (tests/fakekvm.py) first on it became every guest's QEMU until libvirtd restarted.
+  daemon_env=(env "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+  for daemon in virtlogd libvirtd; do
+    if ! pgrep -x "$daemon" >/dev/null; then
+      log "starting $daemon (no systemd here)"
+      $SUDO "${daemon_env[@]}" "$(command -v "$daemon")" -d
+    fi
+  done
 fi
 for _ in $(seq 1 100); do
   timeout 5 virsh -c qemu:///system version >/dev/null 2>&1 && exit 0

@@ -91,10 +91,13 @@ def test_libvirt_up_uses_the_system_units_where_systemd_is_pid1(bin_dir: Path, t
 def test_libvirt_up_starts_its_own_daemons_only_without_systemd(bin_dir: Path, tmp_path: Path) -> None:
     _recorder(bin_dir, "pgrep", exit_code=1)  # "not running"
     systemctl = _recorder(bin_dir, "systemctl")
-    libvirtd, virtlogd = _recorder(bin_dir, "libvirtd"), _recorder(bin_dir, "virtlogd")
+    libvirtd = _recorder(bin_dir, "libvirtd", body=f'echo "$PATH" > {bin_dir}/libvirtd.path')
+    virtlogd = _recorder(bin_dir, "virtlogd")
     r = _libvirt_up(bin_dir, tmp_path / "no-such-dir")
     assert r.returncode == 0, r.stderr  # the real libvirtd answers virsh
     assert _calls(virtlogd) == ["-d"] and _calls(libvirtd) == ["-d"]
+    # Started with the system's PATH, not the caller's: libvirtd would take a test's fake QEMU for its own.
+    assert str(bin_dir) not in (bin_dir / "libvirtd.path").read_text()
     assert _calls(systemctl) == []
     assert "starting libvirtd (no systemd here)" in r.stderr
 

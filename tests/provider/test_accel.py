@@ -1,16 +1,18 @@
-"""The one accelerator decision (providers/qemu/accel.py) on a host whose KVM runs firmware but never
-a Linux kernel (tests/fakekvm.py), and the one /dev/kvm check, which names the user it judged for."""
+"""The one accelerator decision (providers/qemu/accel.py) on hosts whose KVM runs firmware but never
+a Linux kernel, starts a kernel and hangs it, or works (tests/fakekvm.py), and the one /dev/kvm
+check, which names the user it judged for."""
 
 from __future__ import annotations
 
 import grp
+import json
 import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakekvm import FakeKvmHost, on_path
+from fakekvm import FakeKvmHost, KvmFault, on_path
 
 from providers.qemu import accel
 from providers.qemu.accel import Accelerator, Basis, decide
@@ -52,6 +54,45 @@ def test_kvm_that_runs_firmware_but_not_a_kernel_means_tcg(fake_host: FakeKvmHos
     monkeypatch.setattr(accel, "_kept", {})
     again = decide(None, kept)
     assert (again.accelerator, again.basis, again.cached) == (Accelerator.TCG, Basis.KERNEL_SILENT, True)
+    assert fake_host.calls() == ["kvm kernel=1"]
+
+
+def test_kvm_that_starts_a_kernel_but_hangs_it_means_tcg(tmp_path: Path, images_dir: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel's first line is not proof: the host of issue 52 chose KVM on it, and its 2-vCPU
+    desktop never finished booting."""
+    fake = on_path(tmp_path / "fake", monkeypatch, KvmFault.KERNEL_HANGS)
+    kernel = images_dir / "linux-tiny" / "vmlinuz"
+    kept = tmp_path / "accelerator.json"
+    d = decide(kernel, kept)
+    assert (d.accelerator, d.basis) == (Accelerator.TCG, Basis.KERNEL_HUNG), d
+    assert str(d).startswith("tcg: a Linux kernel started under KVM but never finished starting"), d
+    assert "printed its first line" in d.detail and str(kernel) in d.detail, d
+    assert fake.calls() == ["kvm kernel=1"]
+    monkeypatch.setattr(accel, "_kept", {})
+    assert decide(None, kept).basis is Basis.KERNEL_HUNG and fake.calls() == ["kvm kernel=1"]  # kept
+
+
+def test_working_kvm_boots_the_kernel_to_the_end_of_its_start(tmp_path: Path, images_dir: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under KVM that works the probe sees linux-tiny's kernel finish its start on two virtual CPUs
+    (faked with TCG, so the bound is TCG's)."""
+    fake = on_path(tmp_path / "fake", monkeypatch, KvmFault.WORKS)
+    kernel = images_dir / "linux-tiny" / "vmlinuz"
+    d = decide(kernel, tmp_path / "accelerator.json", deadline_s=120)
+    assert (d.accelerator, d.basis) == (Accelerator.KVM, Basis.BOOTED), d
+    assert f"{kernel} started on {min(2, os.cpu_count() or 1)} virtual CPUs" in d.detail, d
+    assert fake.calls() == ["kvm kernel=1"]
+
+
+def test_a_verdict_kept_by_an_older_probe_is_not_trusted(fake_host: FakeKvmHost, images_dir: Path,
+                                                         tmp_path: Path) -> None:
+    kept = tmp_path / "accelerator.json"
+    qemu = accel.qemu_binary()
+    kept.write_text(json.dumps({f"{accel.boot_id()}:{qemu}": {"accelerator": "kvm", "basis": "booted",
+                                                              "detail": "printed its first line"}}))
+    d = decide(images_dir / "linux-tiny" / "vmlinuz", kept)
+    assert (d.accelerator, d.cached) == (Accelerator.TCG, False), d
     assert fake_host.calls() == ["kvm kernel=1"]
 
 

@@ -270,7 +270,7 @@ async def test_a_real_libvirtd_restart_while_the_machine_runs(shared_machine: Qe
             await _poll("libvirtd did not stop", lambda: not (_libvirtd_pids() & old), 60)
         finally:
             if not _libvirtd_pids():
-                await asyncio.to_thread(subprocess.run, ["libvirtd", "-d"], timeout=30, check=True)
+                await asyncio.to_thread(ensure_libvirtd)  # started the host's way, with the system's PATH
     await _poll("libvirtd did not answer again", lambda: subprocess.run(
         ["virsh", "-c", LIBVIRT_URI, "version"], capture_output=True, timeout=10).returncode == 0, 60)
     # The guest kept running through the restart; the provider reconnects on its next call. libvirtd
