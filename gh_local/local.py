@@ -94,7 +94,8 @@ class Options:
 # What --server-config may set: the embedded control plane owns its address, keys and storage. The
 # agent_* keys say how command agents are sandboxed (docs/security.md): a non-root user running
 # `gh-runner local` with command agents must say agent_sandbox: none.
-SERVER_CONFIG_KEYS = ("agents", "judge", "customer_model", "agent_sandbox", "agent_user", "agent_uids")
+SERVER_CONFIG_KEYS = ("agents", "judge", "customer_model", "agent_sandbox", "agent_user", "agent_uids",
+                      "max_task_minutes")
 
 
 def load_server_config(path: Path) -> dict[str, Any]:

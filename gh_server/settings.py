@@ -12,6 +12,7 @@ from pydantic_core import InitErrorDetails
 
 from gh_common.configfile import read_mapping
 from gh_server.ids import unaddressable
+from gh_wire.protocol import MAX_TASK_MINUTES
 
 
 class AgentConfig(BaseModel):
@@ -272,6 +273,10 @@ class Settings(BaseModel):
     # ends on its own after this long without input (the browser closed); the agent then goes on.
     takeover_cap_minutes: float = Field(default=30.0, gt=0, le=24 * 60)
     takeover_idle_seconds: float = Field(default=300.0, gt=0)
+    # The longest `limits.minutes` a case may ask of this server: the Evals API's 60 by default, up to a
+    # day where a lab runs long tries (OSWorld 2.0's run for hours). A case over it is refused when it
+    # is stored and when a run would freeze it (this setting may have been lowered since).
+    max_task_minutes: int = Field(default=60, ge=1, le=MAX_TASK_MINUTES)
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod
@@ -317,7 +322,8 @@ class Settings(BaseModel):
         """Defaults < config file (--config / GH_SERVER_CONFIG) < GH_SERVER_* env < `overrides` (flags).
 
         Env: GH_SERVER_DATA_DIR, GH_SERVER_DATABASE_URL, GH_SERVER_HOST, GH_SERVER_PORT, GH_SERVER_API_KEY,
-        GH_SERVER_PUBLIC_URL, GH_SERVER_RUNNER_GRACE_SECONDS, GH_SERVER_NOVNC_DIR, GH_SERVER_TRUSTED_PROXIES."""
+        GH_SERVER_PUBLIC_URL, GH_SERVER_RUNNER_GRACE_SECONDS, GH_SERVER_NOVNC_DIR, GH_SERVER_TRUSTED_PROXIES,
+        GH_SERVER_MAX_TASK_MINUTES."""
         env: dict[str, Any] = {}
         path = config_file or os.environ.get("GH_SERVER_CONFIG")
         if path:
@@ -334,6 +340,7 @@ class Settings(BaseModel):
             "takeover_cap_minutes": "GH_SERVER_TAKEOVER_CAP_MINUTES",
             "takeover_idle_seconds": "GH_SERVER_TAKEOVER_IDLE_SECONDS",
             "trusted_proxies": "GH_SERVER_TRUSTED_PROXIES",
+            "max_task_minutes": "GH_SERVER_MAX_TASK_MINUTES",
         }
         if os.environ.get("FORWARDED_ALLOW_IPS") and "trusted_proxies" not in env:
             env["trusted_proxies"] = os.environ["FORWARDED_ALLOW_IPS"]  # what uvicorn read before this setting

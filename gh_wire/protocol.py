@@ -21,6 +21,9 @@ from gh_wire.input import InputEvent
 from gh_wire.vocab import AgentFault, CancelReason, ErrorCause, ErrorCode, FailReason, ViewEndReason
 
 PROTOCOL_VERSION = 1
+# The longest task the wire carries (limits.minutes): a day. A server allows up to its own
+# max_task_minutes (60 by default, the Evals API's documented bound); a lab raises it for long tries.
+MAX_TASK_MINUTES = 24 * 60
 MAX_FRAME_BYTES = 16 * 1024 * 1024  # a replay frame (PNG, base64) fits well under this
 
 # Websocket close codes (4000-4999 are ours, RFC 6455 section 7.4.2).
@@ -133,7 +136,7 @@ class HeldVersion(_Msg):
 
 
 class Limits(_Msg):
-    minutes: int = Field(default=10, ge=1, le=60)
+    minutes: int = Field(default=10, ge=1, le=MAX_TASK_MINUTES)
     steps: int | None = Field(default=None, ge=1, le=500)
 
 

@@ -39,6 +39,23 @@ def get_db(request: Request) -> Iterator[Session]:
 DB = Depends(get_db)
 
 
+def task_minutes_bound(request: Request) -> int:
+    """This server's max_task_minutes: the longest `limits.minutes` a case may ask of it."""
+    return state_of(request).settings.max_task_minutes
+
+
+MaxTaskMinutes = Depends(task_minutes_bound)
+
+
+def check_task_minutes(limits: dict[str, Any] | None, bound: int, param: str) -> None:
+    """Refuse a case whose `limits.minutes` is over this server's max_task_minutes."""
+    minutes = int((limits or {}).get("minutes") or 10)
+    if minutes > bound:
+        raise invalid(param, f"{minutes} minutes is over this server's limit of {bound} (its max_task_minutes "
+                             "setting): shorten the case, or ask the operator to raise the setting",
+                      max_task_minutes=bound)
+
+
 class PageParams:
     def __init__(
         self,

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gh_server.counts import RerunOnly
 from gh_server.ids import unaddressable
+from gh_wire.protocol import MAX_TASK_MINUTES
 
 KEY_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 SCRIPT_MAX = 100_000
@@ -148,7 +149,9 @@ class Operator(_Body):
 
 
 class Limits(_Body):
-    minutes: int | None = Field(default=10, ge=1, le=60)
+    # Up to the wire's bound here; the server's own max_task_minutes is checked where the case is
+    # stored and again when a run freezes it (gh_server/api/test_cases.py, test_runs.py).
+    minutes: int | None = Field(default=10, ge=1, le=MAX_TASK_MINUTES)
     steps: int | None = Field(default=None, ge=1, le=500)
 
 

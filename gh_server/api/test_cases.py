@@ -9,7 +9,17 @@ from sqlalchemy import delete, func, or_, select
 from sqlalchemy.orm import Session
 
 from gh_server import serialize
-from gh_server.api.common import DB, Admin, Member, PageParams, like, page_body, paginate
+from gh_server.api.common import (
+    DB,
+    Admin,
+    MaxTaskMinutes,
+    Member,
+    PageParams,
+    check_task_minutes,
+    like,
+    page_body,
+    paginate,
+)
 from gh_server.api.merge import merge_nested
 from gh_server.api.schemas import TestCaseBatchBody, TestCaseCreate, TestCaseFields, checkpoints_fault
 from gh_server.auth import Principal
@@ -58,8 +68,10 @@ def _check_start_state(session: Session, value: str, param: str, allow_unknown_i
                              "runner with that image is coming")
 
 
-def apply_fields(session: Session, row: TestCase, body: TestCaseFields, param_prefix: str = "") -> None:
-    """Sets the fields the client sent (only those), keeping the tag rows in step."""
+def apply_fields(session: Session, row: TestCase, body: TestCaseFields, param_prefix: str = "", *,
+                 max_minutes: int) -> None:
+    """Sets the fields the client sent (only those), keeping the tag rows in step. `max_minutes`: the
+    server's max_task_minutes."""
     sent = body.model_fields_set
     for name in sent:
         value = getattr(body, name)
@@ -90,6 +102,7 @@ def apply_fields(session: Session, row: TestCase, body: TestCaseFields, param_pr
         row.operator = merge_nested(row.operator, body.operator, OPERATOR_DEFAULTS)
     if "limits" in sent and body.limits is not None:
         row.limits = merge_nested(row.limits, body.limits, LIMITS_DEFAULTS)
+        check_task_minutes(row.limits, max_minutes, param_prefix + "limits.minutes")
     if "metadata" in sent:
         row.metadata_ = dict(body.metadata or {})
     if "tags" in sent:
@@ -102,7 +115,7 @@ def apply_fields(session: Session, row: TestCase, body: TestCaseFields, param_pr
     row.updated_at = utcnow()
 
 
-def new_case(session: Session, body: TestCaseCreate, param_prefix: str = "") -> TestCase:
+def new_case(session: Session, body: TestCaseCreate, param_prefix: str = "", *, max_minutes: int) -> TestCase:
     row = TestCase(
         id=new_id("tc_"),
         name=body.name,
@@ -115,20 +128,22 @@ def new_case(session: Session, body: TestCaseCreate, param_prefix: str = "") -> 
         metadata_={},
     )
     session.add(row)
-    apply_fields(session, row, body, param_prefix)
+    apply_fields(session, row, body, param_prefix, max_minutes=max_minutes)
     row.created_at = row.updated_at
     return row
 
 
 @router.post("/v1/test_cases", summary="Create a test case")
-def create_test_case(body: TestCaseCreate, s: Session = DB, _p: Principal = Admin) -> dict[str, Any]:
-    row = new_case(s, body)
+def create_test_case(body: TestCaseCreate, s: Session = DB, _p: Principal = Admin,
+                     max_minutes: int = MaxTaskMinutes) -> dict[str, Any]:
+    row = new_case(s, body, max_minutes=max_minutes)
     s.commit()
     return serialize.test_case(row)
 
 
 @router.post("/v1/test_cases/batch", summary="Create or update up to 500 test cases, matched by key")
-def batch_test_cases(body: TestCaseBatchBody, s: Session = DB, _p: Principal = Admin) -> dict[str, Any]:
+def batch_test_cases(body: TestCaseBatchBody, s: Session = DB, _p: Principal = Admin,
+                     max_minutes: int = MaxTaskMinutes) -> dict[str, Any]:
     seen: dict[str, int] = {}
     for i, c in enumerate(body.cases):
         if c.key is not None:
@@ -145,10 +160,10 @@ def batch_test_cases(body: TestCaseBatchBody, s: Session = DB, _p: Principal = A
     for i, c in enumerate(body.cases):
         existing = s.scalar(select(TestCase).where(TestCase.key == c.key)) if c.key is not None else None
         if existing is None:
-            rows.append(new_case(s, c, f"cases[{i}]."))
+            rows.append(new_case(s, c, f"cases[{i}].", max_minutes=max_minutes))
             created += 1
         else:
-            apply_fields(s, existing, c, f"cases[{i}].")
+            apply_fields(s, existing, c, f"cases[{i}].", max_minutes=max_minutes)
             rows.append(existing)
             updated += 1
     s.flush()
@@ -219,9 +234,10 @@ def retrieve_test_case(test_case_id: str, s: Session = DB, _p: Principal = Membe
 
 
 @router.patch("/v1/test_cases/{test_case_id}", summary="Change the fields sent")
-def update_test_case(test_case_id: str, body: TestCaseFields, s: Session = DB, _p: Principal = Admin) -> dict[str, Any]:
+def update_test_case(test_case_id: str, body: TestCaseFields, s: Session = DB, _p: Principal = Admin,
+                     max_minutes: int = MaxTaskMinutes) -> dict[str, Any]:
     row = resolve_case(s, test_case_id)
-    apply_fields(s, row, body)
+    apply_fields(s, row, body, max_minutes=max_minutes)
     s.commit()
     return serialize.test_case(row)
 

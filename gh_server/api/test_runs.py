@@ -18,7 +18,17 @@ from sqlalchemy.orm import Session
 
 from gh_server import counts, queue_wait, serialize, webhooks
 from gh_server import results as res
-from gh_server.api.common import DB, Admin, Member, PageParams, like, page_body, paginate, state_of
+from gh_server.api.common import (
+    DB,
+    Admin,
+    Member,
+    PageParams,
+    check_task_minutes,
+    like,
+    page_body,
+    paginate,
+    state_of,
+)
 from gh_server.api.schemas import Rerun, TestRunCreate
 from gh_server.api.test_cases import resolve_case
 from gh_server.api.test_sets import get_set
@@ -108,8 +118,11 @@ def create_run(
     rerun_of: str | None = None,
     param: str = "test_case_ids",
     queue_timeout: float | None = None,
+    max_minutes: int,
 ) -> TestRun:
-    """items: (a case row, or a frozen case dict when the case is gone), tries, the agents to try it with."""
+    """items: (a case row, or a frozen case dict when the case is gone), tries, the agents to try it with.
+    `max_minutes`: the server's max_task_minutes, which every case's limits.minutes must keep to now
+    (the setting may have been lowered since the case was stored)."""
     total = sum(tries * len(ag) for _c, tries, ag in items)
     if total == 0:
         raise invalid(param, "no test cases to run")
@@ -141,6 +154,8 @@ def create_run(
         else:
             frozen = dict(case)
             ref, holder = freeze_start_state(session, str(frozen.get("start_state")), param)
+        check_task_minutes(frozen.get("limits"), max_minutes,
+                           f"{param}[{pos}]" if param == "test_case_ids" else param)
         rc = RunCase(
             test_run_id=run.id,
             test_case_id=frozen["test_case_id"],
@@ -235,6 +250,7 @@ def create_test_run(body: TestRunCreate, request: Request, s: Session = DB, _p: 
         set_customer=test_set.customer if test_set else None,
         metadata=body.metadata,
         queue_timeout=body.queue_timeout,
+        max_minutes=st.settings.max_task_minutes,
     )
     s.commit()
     st.wake()
@@ -371,6 +387,7 @@ def rerun_test_run(
         rerun_of=run.id,
         param="only",
         queue_timeout=run.queue_timeout_seconds,
+        max_minutes=state_of(request).settings.max_task_minutes,
     )
     s.commit()
     state_of(request).wake()
