@@ -116,6 +116,9 @@ class ModelAgentConfig(BaseModel):
     # guest's own size).
     screen: tuple[int, int] | None = None
     keep_screens: int = Field(default=3, ge=1, le=100)  # past screenshots kept in the model's context
+    # Past turns kept whole in the model's context; older ones are condensed to a line each
+    # (gh_server/agents/model/window.py), so a try of hundreds of steps keeps its requests bounded.
+    keep_turns: int = Field(default=50, ge=1, le=10_000)
     price: ModelPrice | None = None
     system: str | None = Field(default=None, max_length=100_000)  # extra instructions after ours
     timeout: float = Field(default=120.0, gt=0, le=3600)  # one model call, retries excluded

@@ -42,6 +42,7 @@ from gh_server.agents.model.conversation import (
 )
 from gh_server.agents.model.screen import Shot
 from gh_server.agents.model.usage import CallUsage
+from gh_server.agents.model.window import TurnWindow
 from gh_server.settings import ModelAgentConfig
 
 TOOLSET = "computer_toolset_20260801"
@@ -177,6 +178,8 @@ class AnthropicConversation(Conversation):
         self.toolset = MachineToolset()
         self.system = system_prompt(cfg, size)
         self.messages: list[dict[str, Any]] = []
+        self.window = TurnWindow(cfg.keep_turns)
+        self._note: dict[str, Any] | None = None  # the condensed earlier turns, in the first user message
         computer: dict[str, Any]
         if cfg.tool == TOOLSET:
             computer = dict(self.toolset.to_dict())
@@ -188,12 +191,14 @@ class AnthropicConversation(Conversation):
             for name, (desc, schema) in extra_tools(cfg).items()]
 
     def begin(self, prompt: str, shot: Shot) -> None:
+        self._note = None
         self.messages = [{"role": "user", "content": [
             {"type": "text", "text": prompt},
             {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": shot.b64}},
         ]}]
 
     async def call(self) -> Turn:
+        self._fit_window()
         self._keep_screens()
         kw: dict[str, Any] = {}
         if self.cfg.temperature is not None:
@@ -207,10 +212,22 @@ class AnthropicConversation(Conversation):
         cached = u.cache_read_input_tokens or 0
         usage = CallUsage(input=u.input_tokens + cached + (u.cache_creation_input_tokens or 0),
                           output=u.output_tokens, cached=cached)
-        self.messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in msg.content]})
         text = "\n".join(b.text for b in msg.content if b.type == "text").strip()
         calls = [b for b in msg.content if isinstance(b, BetaToolUseBlock)]
+        self.window.begin_turn(len(self.messages), text, calls)
+        self.messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in msg.content]})
         return Turn(text=text, usage=usage, calls=calls)
+
+    def _fit_window(self) -> None:
+        """Condense the oldest turns once there are too many (window.py); the note follows the prompt."""
+        span = self.window.cut()
+        if span is None:
+            return
+        del self.messages[span[0]:span[1]]
+        if self._note is None:
+            self._note = {"type": "text", "text": ""}
+            self.messages[0]["content"].insert(1, self._note)
+        self._note["text"] = self.window.note()
 
     async def act(self, turn: Turn, do: Do, look: Look) -> Acted:
         acted = Acted()

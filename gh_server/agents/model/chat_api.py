@@ -33,6 +33,7 @@ from gh_server.agents.model.openai_post import post
 from gh_server.agents.model.screen import Scale, Shot
 from gh_server.agents.model.textformats import parse_pyautogui, parse_uitars
 from gh_server.agents.model.usage import CallUsage
+from gh_server.agents.model.window import TurnWindow
 from gh_server.settings import ChatOutput, ModelAgentConfig
 
 REMOVED_SCREEN = "[an earlier screenshot, removed to save context]"
@@ -101,6 +102,8 @@ class ChatConversation(Conversation):
         elif self.output == ChatOutput.UI_TARS:
             system += "\n\n" + UITARS_GUIDE
         self.messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+        self.window = TurnWindow(cfg.keep_turns)
+        self._note: dict[str, Any] | None = None  # the condensed earlier turns, in the first user message
         self.tools: list[dict[str, Any]] = []
         if self.output == ChatOutput.TOOL_CALLS:
             self.tools = [COMPUTER_TOOL] + [
@@ -115,6 +118,7 @@ class ChatConversation(Conversation):
         self.messages.append({"role": "user", "content": [{"type": "text", "text": prompt}, self._image(shot)]})
 
     async def call(self) -> Turn:
+        self._fit_window()
         self._keep_screens()
         body: dict[str, Any] = {"model": self.cfg.model, "messages": self.messages, "max_tokens": self.cfg.max_tokens}
         if self.cfg.temperature is not None:
@@ -134,15 +138,31 @@ class ChatConversation(Conversation):
         entry: dict[str, Any] = {"role": "assistant", "content": msg.content or ""}
         if msg.tool_calls:
             entry["tool_calls"] = [tc.model_dump(exclude_none=True) for tc in msg.tool_calls]
+        turn = self._turn(text, usage, msg.tool_calls)
+        self.window.begin_turn(len(self.messages), turn.text, turn.calls)
         self.messages.append(entry)
+        return turn
+
+    def _turn(self, text: str, usage: CallUsage, tool_calls: Any) -> Turn:
         if self.output == ChatOutput.TOOL_CALLS:
-            return Turn(text=text, usage=usage, calls=list(msg.tool_calls or []))
+            return Turn(text=text, usage=usage, calls=list(tool_calls or []))
         try:
             parsed = (parse_pyautogui(text) if self.output == ChatOutput.PYAUTOGUI
                       else parse_uitars(text, self.scale.from_grid))
         except A.InvalidAction as e:
             return Turn(text=text, usage=usage, problem=str(e))
         return Turn(text=parsed.text, usage=usage, calls=list(parsed.actions))
+
+    def _fit_window(self) -> None:
+        """Condense the oldest turns once there are too many (window.py); the note follows the prompt."""
+        span = self.window.cut()
+        if span is None:
+            return
+        del self.messages[span[0]:span[1]]
+        if self._note is None:
+            self._note = {"type": "text", "text": ""}
+            self.messages[1]["content"].insert(1, self._note)  # [0] is the system message
+        self._note["text"] = self.window.note()
 
     async def act(self, turn: Turn, do: Do, look: Look) -> Acted:
         acted = Acted()

@@ -40,6 +40,7 @@ from gh_server.agents.model.conversation import (
 from gh_server.agents.model.openai_post import post
 from gh_server.agents.model.screen import Shot
 from gh_server.agents.model.usage import CallUsage
+from gh_server.agents.model.window import TurnWindow
 from gh_server.settings import ModelAgentConfig
 
 PREVIEW = "computer_use_preview"
@@ -142,12 +143,16 @@ class ResponsesConversation(Conversation):
             {"type": "function", "name": name, "description": desc, "parameters": schema, "strict": False}
             for name, (desc, schema) in extra_tools(cfg).items()]
         self.history: list[dict[str, Any]] = []
+        self.window = TurnWindow(cfg.keep_turns)
+        self._note: dict[str, Any] | None = None  # the condensed earlier turns, in the first user message
 
     def begin(self, prompt: str, shot: Shot) -> None:
+        self._note = None
         self.history = [{"role": "user", "content": [{"type": "input_text", "text": prompt},
                                                      {"type": "input_image", "image_url": shot.data_url}]}]
 
     async def call(self) -> Turn:
+        self._fit_window()
         self._keep_screens()
         body: dict[str, Any] = {"model": self.cfg.model, "input": self.history, "tools": self.tools,
                                 "instructions": self.instructions, "max_output_tokens": self.cfg.max_tokens,
@@ -160,14 +165,15 @@ class ResponsesConversation(Conversation):
             details = resp.usage.input_tokens_details
             usage = CallUsage(resp.usage.input_tokens, resp.usage.output_tokens,
                               details.cached_tokens if details is not None else 0)
+        calls = [i for i in resp.output if i.type in ("computer_call", "function_call")]
+        text = "\n".join(c.text for i in resp.output if i.type == "message" for c in i.content
+                         if c.type == "output_text").strip()
+        self.window.begin_turn(len(self.history), text, calls)
         for item in resp.output:
             data = item.to_dict(mode="json")
             data.pop("created_by", None)
             data.pop("parsed_arguments", None)
             self.history.append(data)
-        calls = [i for i in resp.output if i.type in ("computer_call", "function_call")]
-        text = "\n".join(c.text for i in resp.output if i.type == "message" for c in i.content
-                         if c.type == "output_text").strip()
         problem = None
         if resp.status not in ("completed", None) and not calls:
             problem = f"the reply was {resp.status}"
@@ -243,6 +249,17 @@ class ResponsesConversation(Conversation):
             acted.done += 1
         return {"type": "function_call_output", "call_id": call.call_id,
                 "output": ("Error: " if res.error else "") + res.text}
+
+    def _fit_window(self) -> None:
+        """Condense the oldest turns once there are too many (window.py); the note follows the prompt."""
+        span = self.window.cut()
+        if span is None:
+            return
+        del self.history[span[0]:span[1]]
+        if self._note is None:
+            self._note = {"type": "input_text", "text": ""}
+            self.history[0]["content"].insert(1, self._note)
+        self._note["text"] = self.window.note()
 
     def _keep_screens(self) -> None:
         """Only the last keep_screens screenshots stay; older ones become a small grey placeholder (the API
