@@ -9,14 +9,15 @@ its first line (bringing up a second virtual CPU, calibrating its timers), or QE
 host CPU model's MSRs. So the decision boots a real kernel under KVM, with the CPU model every KVM
 guest of ours gets (`host`: providers/qemu/domain.py, image-builder/imagebuilder/vm.py) and two
 virtual CPUs as our desktops have, its serial console on a pipe, and waits PROBE_DEADLINE_S for the
-kernel to reach the end of its own start: with no disk and no initrd that is the root mount's
-failure (`FINISHED`). A kernel that printed "Linux version" and never got there is a hung kernel,
-and TCG. The kernel is the caller's (an image's direct-boot kernel), else this host's own when it
-is readable.
+kernel to reach the end of its own start (`FINISHED`): with no disk and no initrd that is the root
+mount's failure; a kernel with an initramfs built in gets as far as freeing its init memory instead.
+A kernel that printed "Linux version" and never got there is a hung kernel, and TCG. The kernel is
+the caller's (an image's direct-boot kernel), else this host's own when it is readable.
 
 Why the whole start, not the first line: a probe satisfied by "Linux version" on one virtual CPU
-chose KVM on a host whose 2-vCPU desktop guest then never finished booting (the CI smoke's first
-linux-desktop machine waited its 900 s bound, issue 52), while 1-vCPU linux-tiny guests ran.
+can choose KVM on a host whose 2-vCPU desktop guests then never finish booting, while 1-vCPU
+linux-tiny guests run. That is the likely cause of issue 52 (a CI host's first linux-desktop machine
+waited out its 900 s bound); it was not reproduced on a host with that fault.
 
 With no kernel at all nothing is proved. QEMU is still started under KVM, paused before any guest
 code runs: if it cannot even make its KVM virtual CPU (a host CPU model whose MSRs nested KVM
@@ -56,9 +57,10 @@ QEMU_BINARIES = ("qemu-system-x86_64", "/usr/libexec/qemu-kvm")
 # QEMU's own start on a loaded host takes a few more. Paid once per boot of the host (the verdict is kept).
 PROBE_DEADLINE_S = 10.0
 STARTED = b"Linux version"  # the kernel's first line
-# The last line of a kernel's own start when it has no root to mount (no disk, no initrd): every
-# CPU is up and every built-in driver initialised before it. Debian's kernels print it as the panic.
-FINISHED = b"VFS: Unable to mount root fs"
+# The end of a kernel's own start, every CPU up and every built-in driver initialised: with no root to
+# mount (no disk, no initrd) the panic saying so (Debian's kernels); with an initramfs built into
+# the kernel, the line just before it runs /init.
+FINISHED = (b"VFS: Unable to mount root fs", b"Freeing unused kernel")
 PROBE_VCPUS = 2  # a second virtual CPU's bring-up is where nested KVM often hangs; our desktops have 2
 # Kept verdicts name the probe that made them: one from a weaker probe is not trusted after an upgrade.
 PROBE_VERSION = 2
@@ -164,11 +166,11 @@ class _Run:
     seconds: float
 
 
-def _run_under_kvm(qemu: str, args: list[str], marks: tuple[bytes, ...], deadline_s: float,
-                   stdin: bytes = b"") -> _Run:
-    """Run QEMU under KVM with the CPU model our guests get, `stdin` on its standard input, until
-    the last of `marks` is on its stdout, it exits, or `deadline_s` passes; then kill it. Says which
-    marks it saw."""
+def _run_under_kvm(qemu: str, args: list[str], marks: tuple[bytes, ...], until: tuple[bytes, ...],
+                   deadline_s: float, stdin: bytes = b"") -> _Run:
+    """Run QEMU under KVM with the CPU model our guests get, `stdin` on its standard input, until one
+    of `until` is on its stdout, it exits, or `deadline_s` passes; then kill it. Says which of
+    `marks` and `until` it saw."""
     argv = [qemu, "-accel", "kvm", "-machine", "pc", "-cpu", "host", "-nodefaults", "-no-user-config",
             "-display", "none", "-monitor", "none", "-no-reboot", *args]
     t0 = time.monotonic()
@@ -183,10 +185,11 @@ def _run_under_kvm(qemu: str, args: list[str], marks: tuple[bytes, ...], deadlin
     out, err = proc.stdout.fileno(), proc.stderr.fileno()
     tail = {out: b"", err: b""}
     seen: set[bytes] = set()
+    wanted = (*marks, *until)
     with selectors.DefaultSelector() as sel:
         for fd in tail:
             sel.register(fd, selectors.EVENT_READ)
-        while sel.get_map() and marks[-1] not in seen:
+        while sel.get_map() and not seen.intersection(until):
             left = deadline_s - (time.monotonic() - t0)
             if left <= 0:
                 break
@@ -195,7 +198,7 @@ def _run_under_kvm(qemu: str, args: list[str], marks: tuple[bytes, ...], deadlin
                 if chunk:
                     tail[key.fd] = (tail[key.fd] + chunk)[-65536:]
                     if key.fd == out:
-                        seen.update(m for m in marks if m in tail[out])
+                        seen.update(m for m in wanted if m in tail[out])
                 else:
                     sel.unregister(key.fd)
     took = time.monotonic() - t0
@@ -215,12 +218,12 @@ def _run_under_kvm(qemu: str, args: list[str], marks: tuple[bytes, ...], deadlin
 
 def boot_kernel_under_kvm(qemu: str, kernel: Path, deadline_s: float = PROBE_DEADLINE_S) -> Decision:
     """Boot `kernel` under KVM on PROBE_VCPUS virtual CPUs and wait up to `deadline_s` for it to
-    finish its own start (`FINISHED`, on the serial console)."""
+    finish its own start (one of `FINISHED`, on the serial console)."""
     vcpus = max(1, min(PROBE_VCPUS, os.cpu_count() or 1))
     r = _run_under_kvm(qemu, ["-m", "128", "-smp", str(vcpus), "-kernel", str(kernel), "-serial", "stdio",
-                              "-append", "console=ttyS0 earlyprintk=ttyS0 panic=-1"], (STARTED, FINISHED),
+                              "-append", "console=ttyS0 earlyprintk=ttyS0 panic=-1"], (STARTED,), FINISHED,
                        deadline_s)
-    if FINISHED in r.seen:
+    if r.seen.intersection(FINISHED):
         return Decision(Accelerator.KVM, Basis.BOOTED,
                         f"{kernel} started on {vcpus} virtual CPUs in {r.seconds:.1f} s")
     if r.exited is not None or r.error:
@@ -242,7 +245,7 @@ def start_under_kvm(qemu: str, access: KvmAccess, deadline_s: float = PROBE_DEAD
     """Without a kernel: can QEMU make its KVM virtual CPU at all? It starts paused (`-S`: no guest
     code runs, so this proves nothing about guests) and reads the CPU's reset registers through its
     monitor. A QEMU that fails before they come back means TCG; one that gets there leaves KVM unproven."""
-    r = _run_under_kvm(qemu, ["-m", "16", "-S", "-serial", "none", "-qmp", "stdio"], (b"EAX=",), deadline_s,
+    r = _run_under_kvm(qemu, ["-m", "16", "-S", "-serial", "none", "-qmp", "stdio"], (), (b"EAX=",), deadline_s,
                        _READ_REGISTERS)
     if r.seen:
         return Decision(Accelerator.KVM, Basis.UNPROVEN, f"no direct-boot image and no readable host kernel; "
