@@ -4,10 +4,11 @@ line each of what the model said and did.
 A try of OSWorld 2.0 runs up to 500 steps. Screenshots are already bounded (`keep_screens`), but
 every turn also leaves its words, its calls and their results in the context: at step 500 that was
 549 KiB of request for a click and a key a step, and 1.3 MiB with 2 KB of shell output a step, past
-a model's context (bench/agent_request_size.py; 214 and 303 KiB with this window). So once a conversation holds `keep_turns + CONDENSE_EVERY` turns, its
-oldest turns are cut down to `keep_turns`: whole turns (a call and the results that answer it, so
-every tool call keeps its result), each leaving one line in a note of earlier turns, the newest
-NOTE_LINES of them, that sits in the first user message after the prompt.
+a model's context (bench/agent_request_size.py; 214 and 303 KiB with this window). So once a
+conversation holds `keep_turns + CONDENSE_EVERY` turns, its oldest turns are cut down to
+`keep_turns`: whole turns (a call and the results that answer it, so every tool call keeps its
+result), each leaving one line in a note of earlier turns, the newest NOTE_LINES of them, that sits
+in the first user message after the prompt.
 
 Cutting in steps of CONDENSE_EVERY turns, not one turn a step, keeps the request's prefix the same
 for CONDENSE_EVERY - 1 calls in a row, which is what a provider's prompt cache needs.
