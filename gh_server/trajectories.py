@@ -32,6 +32,9 @@ OSWORLD_OBSERVATION = "screenshot"
 OSWORLD_DEFAULT_DOMAIN = "default"
 TIMESTAMP_FORMAT = "%Y%m%d@%H%M%S"  # OSWorld's action_timestamp (lib_run_single.py)
 
+# The runner's frames at either end of a takeover (gh_runner/attempt.py `_mark_hold`): a person's, not the agent's.
+HUMAN_SAID = {"takeover": "a person took the machine over", "handback": "the person handed the machine back"}
+
 FramePng = Callable[[int], bytes]  # a frame's PNG by its seq
 
 
@@ -100,8 +103,11 @@ def atif_trajectory(replay: dict[str, Any], image_dir: str = "screenshots") -> d
         elif words is not None or (frame.get("event") or {}).get("note"):  # a look the model asked for
             step.update(source="agent", message=words or "",
                         observation={"results": [{"content": [image]}]})
-        else:  # a screen the runner kept (a phase's, a change on the screen)
-            step.update(source="system", message=f"screen: {frame.get('label') or 'frame'}",
+        else:  # a screen the runner kept (a phase's, a change, either end of a person's hold)
+            human = (frame.get("event") or {}).get("human")
+            if human:
+                extra["human"] = human
+            step.update(source="system", message=HUMAN_SAID.get(str(human), f"screen: {frame.get('label') or 'frame'}"),
                         observation={"results": [{"content": [image]}]})
         if model.get("model") and step["source"] == "agent":
             step["model_name"] = str(model["model"])

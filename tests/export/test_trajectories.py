@@ -64,6 +64,16 @@ def test_atif_trajectory_is_valid_by_harbors_schema_and_carries_the_replay() -> 
     assert "assisted" in t["notes"]
 
 
+def test_a_takeover_is_the_systems_step_never_the_agents() -> None:
+    frames = [{"seq": 0, "at": "2026-12-05T10:00:08Z", "t": 8.0, "label": "takeover", "event": {"human": "takeover"}},
+              {"seq": 1, "at": "2026-12-05T10:00:10Z", "t": 10.0, "label": "handback", "event": {"human": "handback"}}]
+    t = traj.atif_trajectory(recorded.replay(frames=frames, answer=None))
+    assert atif_errors(t) == []
+    assert [(s["source"], s["message"], s["extra"]["human"]) for s in t["steps"][1:]] == [
+        ("system", "a person took the machine over", "takeover"),
+        ("system", "the person handed the machine back", "handback")]
+
+
 def test_atif_check_catches_what_harbor_refuses() -> None:
     """The check is not a formality: each rule it holds fails a trajectory that breaks it."""
     good = json.loads(_files(traj.ExportFormat.ATIF, recorded.replay())["at_rec1/trajectory.json"])
