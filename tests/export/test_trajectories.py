@@ -7,6 +7,7 @@ import io
 import json
 import os
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +143,17 @@ def test_osworld_layout_reads_as_show_result_reads_it(tmp_path: Path) -> None:
 
 def test_the_tar_stream_leaves_a_file_at_a_time_and_unpacks_whole() -> None:
     files = [(f"d/{i}.bin", os.urandom(200_000)) for i in range(4)]  # incompressible: each file shows in the stream
-    chunks = list(traj.targz_chunks(iter(files), "root"))
+    pulled: list[str] = []
+
+    def lazily() -> Iterator[tuple[str, bytes]]:
+        for name, data in files:
+            pulled.append(name)
+            yield name, data
+
+    stream = traj.targz_chunks(lazily(), "root")
+    chunks = [next(stream)]
+    assert pulled == ["d/0.bin"]  # the first bytes leave before the second file is even read
+    chunks += list(stream)
     assert len(chunks) >= len(files)
     assert max(len(c) for c in chunks) < 2 * 200_000
     with tarfile.open(fileobj=io.BytesIO(b"".join(chunks)), mode="r:gz") as tar:
