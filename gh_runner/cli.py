@@ -39,6 +39,7 @@ Subcommands (each has its own --help, listing only its own options):
   local CASES.yaml    run cases on this host with an embedded control plane; the results page
   validate CASES.yaml check each case is worth scoring: noop fails, reference passes, every time
   import osworld PATH turn OSWorld-format tasks into a cases file, saying which cannot be and why
+  export REPORT       a run's trajectories as Harbor's ATIF or OSWorld's result layout (or --run ID)
 """
 
 EPILOG = f"""\
@@ -134,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gh-runner", description=DESCRIPTION, epilog=EPILOG, parents=[machine, daemon],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"gh-runner {__version__} (protocol {PROTOCOL_VERSION})")
-    sub = parser.add_subparsers(dest="command", metavar="{images,doctor,selftest,local,validate,import}")
+    sub = parser.add_subparsers(dest="command", metavar="{images,doctor,selftest,local,validate,import,export}")
     images = sub.add_parser("images", parents=[_machine_options()], help="list the images this runner would advertise",
                             description="List images (name, os, version, checksum) and held start-state versions.")
     images.add_argument("--json", action="store_true", help="machine-readable output")
@@ -190,6 +191,17 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--report", type=Path, default=None, metavar="FILE", help="where to write the JSON report")
     validate.add_argument("--slots", type=int, default=None, metavar="N", help="attempts at once on this host")
     validate.add_argument("--strict", action="store_true", help="exit 3 when a case is not valid")
+    export = sub.add_parser(
+        "export", help="a run's trajectories in Harbor's ATIF or OSWorld's result layout",
+        description="Write a run's trajectories (each attempt's steps, words, actions, screenshots, tokens, cost, "
+                    "score; redacted as its replay is) into DIR: from a `gh-runner local` report, or from a "
+                    "gh-server with --run ID (--server URL, the API key in EAGER_API_KEY).")
+    export.add_argument("source", nargs="?", type=Path, default=None, metavar="REPORT",
+                        help="a `gh-runner local` report.json, or its directory")
+    export.add_argument("--run", default=None, metavar="ID", help="a test run on a gh-server, instead of REPORT")
+    export.add_argument("--server", default=None, metavar="URL", help="the gh-server for --run (or GH_SERVER_URL)")
+    export.add_argument("--format", required=True, choices=("atif", "osworld"), help="the output format")
+    export.add_argument("--out", required=True, type=Path, metavar="DIR", help="where to write it")
     imp = sub.add_parser("import", help="turn a benchmark's tasks into a cases file",
                          description="Turn a benchmark's tasks into a cases file in the API's shape.")
     benchmarks = imp.add_subparsers(dest="benchmark", metavar="{osworld}", required=True)
@@ -269,6 +281,11 @@ def main(argv: Sequence[str] | None = None, commands: Mapping[str, Command] | No
         if run is None:
             return _fail(f"`gh-runner import {args.benchmark}` is not available in this build (start it as "
                          "gh_local.cli)", EXIT_FAILED)
+        return int(run(args) or 0)
+    if command == "export":
+        run = (commands or {}).get("export")
+        if run is None:
+            return _fail("`gh-runner export` is not available in this build (start it as gh_local.cli)", EXIT_FAILED)
         return int(run(args) or 0)
     if command in ("local", "validate"):
         # Resolved like the daemon's (flags > env > file > defaults); the whole config rides along.

@@ -29,8 +29,8 @@ gh_server's layers, from the top:
               PostgreSQL relay, start-state housekeeping
     services  an attempt's life (attempts: matching, states, lease, completion, result intake), the
               start-state service, runner status, the rows a runner's session changes, webhook outbox,
-              serialize, results, replays, auth, agents (base, registry, built-ins, external, models,
-              grants), worker pools, the trust additions to results (trust, stats, calibration,
+              serialize, results, replays, trajectories (exports), auth, agents (base, registry, built-ins,
+              external, models, grants), worker pools, the trust additions to results (trust, stats, calibration,
               validation, report_page), runner_admin (make and revoke runner tokens)
     storage   state, ports (the Protocols a service needs of another), settings, errors, models, db,
               dbqueue, metrics, and the small helpers (ids, timestamps, egress, accesslog, bodylimit)
@@ -77,7 +77,8 @@ GH_SERVER_LAYERS: list[tuple[str, tuple[str, ...]]] = [
                "gh_server.start_state_jobs", "gh_server.live.relay")),
     ("services", ("gh_server.attempts", "gh_server.start_states", "gh_server.runner_status", "gh_server.runner_rows",
                   "gh_server.webhooks", "gh_server.serialize", "gh_server.results", "gh_server.counts",
-                  "gh_server.replays", "gh_server.auth", "gh_server.agents", "gh_server.workpool",
+                  "gh_server.replays", "gh_server.trajectories", "gh_server.auth", "gh_server.agents",
+                  "gh_server.workpool",
                   "gh_server.trust", "gh_server.stats", "gh_server.calibration", "gh_server.validation",
                   "gh_server.report_page", "gh_server.runner_admin", "gh_server.queue_wait",
                   "gh_server.console_sessions", "gh_server.live.inputs", "gh_server.live.rfb",

@@ -8,16 +8,18 @@ attempt (`queued`). The scheduler picks them up after `state.wake()`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any, cast
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from sqlalchemy import delete, insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from gh_server import counts, queue_wait, serialize, webhooks
+from gh_server import counts, queue_wait, replays, serialize, webhooks
 from gh_server import results as res
+from gh_server import trajectories as traj
 from gh_server.api.common import (
     DB,
     Admin,
@@ -419,6 +421,40 @@ def run_results(test_run_id: str, s: Session = DB, _p: Principal = Member) -> JS
     # A plain JSONResponse: the body is already JSON types, and FastAPI's generic encoding of a
     # 5,000-attempt run's results costs as much as computing them.
     return JSONResponse(res.results(s, get_run(s, test_run_id)))
+
+
+@router.get(
+    "/v1/test_runs/{test_run_id}/export",
+    summary="The run's trajectories as a tar.gz: Harbor's ATIF or OSWorld's result layout",
+    response_class=StreamingResponse,
+)
+def export_test_run(test_run_id: str, request: Request, s: Session = DB, _p: Principal = Member,
+                    format: traj.ExportFormat = Query(..., description="atif or osworld")) -> StreamingResponse:
+    """Streamed as it is made (gh_server/trajectories.py): an attempt's replay is read when its turn comes
+    and its frames one at a time, so a long run's export holds one screenshot in memory, not the run."""
+    run = get_run(s, test_run_id)
+    ids = list(s.scalars(select(Attempt.id).where(Attempt.test_run_id == run.id)
+                         .order_by(Attempt.test_case_id, Attempt.agent_id, Attempt.try_number, Attempt.created_at)))
+    db = state_of(request).db
+
+    def frame_png(attempt_id: str) -> traj.FramePng:
+        def load(seq: int) -> bytes:
+            with db() as session:
+                row = session.get(ReplayFrame, (attempt_id, seq))
+                return row.png if row is not None else b""
+        return load
+
+    def attempts() -> Iterator[tuple[dict[str, Any], traj.FramePng]]:
+        for aid in ids:
+            with db() as session:
+                data = replays.replay_data(session, aid, "{seq}")
+            if data is not None:  # deleted since the export began
+                yield data, frame_png(aid)
+
+    root = f"{run.id}-{format.value}"
+    return StreamingResponse(traj.targz_chunks(traj.export_files(format, attempts()), root),
+                             media_type="application/gzip",
+                             headers={"Content-Disposition": f'attachment; filename="{root}.tar.gz"'})
 
 
 def _case_keys(s: Session, run_id: str) -> dict[str, str | None]:
