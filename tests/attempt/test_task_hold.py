@@ -20,7 +20,8 @@ async def test_a_hold_longer_than_the_limit_is_not_the_tasks_time(provider: Fake
     await link.reached("task")
     assert a.task_hold(True)
     await link.reached("frame:takeover")
-    clock = a._clock
+    assert a._hold is not None
+    clock = a._hold.clock
     assert clock is not None
     deadline = time.monotonic() + WAIT
     while clock.held_seconds() < 1.5:  # three times the limit, held
