@@ -43,6 +43,9 @@ log = structlog.get_logger(__name__)
 # The provider stops a script at its own timeout; this extra margin only catches a guest channel
 # that stopped answering altogether, so that a request (or a phase) can never hang past its bound.
 SCRIPT_SLACK = 15.0
+# How often an agent's exec in flight looks whether a hold froze it meanwhile (to move our bound on);
+# well under SCRIPT_SLACK, so a freeze is seen before the bound could pass.
+FROZEN_LOOK_S = 1.0
 EXEC_OUTPUT_CAP = 256 * 1024  # per stream; keeps a machine_response well under the frame limit
 
 
@@ -178,7 +181,7 @@ class MachineRequests:
         counted = frozen()
         try:
             while True:
-                done, _ = await asyncio.wait({run}, timeout=1.0)
+                done, _ = await asyncio.wait({run}, timeout=FROZEN_LOOK_S)
                 if done:
                     return run.result()
                 now = frozen()
