@@ -33,6 +33,7 @@ from typing import Any, Protocol, TypeVar
 import structlog
 
 from gh_common.task_clock import TaskClock
+from gh_common.task_hold import TaskHold
 from gh_runner import answer_file
 from gh_runner import outcome as rules
 from gh_runner.config import Timeouts
@@ -158,9 +159,7 @@ class Attempt:
         self._ending: rules.TaskEnding | None = None
         self._task_end: TaskEnd | None = None
         self._task_end_seen = asyncio.Event()
-        self._clock: TaskClock | None = None  # the task's limit, held while a person holds the machine
-        self._hold_frames: set[asyncio.Task[None]] = set()  # the takeover/handback replay frames in flight
-        self._last_hold_frame: asyncio.Task[None] | None = None
+        self._hold: TaskHold | None = None  # the task's clock and a person's hold on it (gh_common/task_hold.py)
         self._agent_seen = False  # the server acknowledged the task's start, or the agent acted
         self._agent_acted = False  # the agent sent an exec or input during the task
         self._failed_reason: FailReason | None = None
@@ -308,29 +307,32 @@ class Attempt:
         self._task_end_seen.set()
 
     def task_hold(self, held: bool) -> bool:
-        """A person holds the machine (`held`) or handed it back: the task's clock stops or goes on
-        (gh_common/task_clock.py), and the replay gets a frame at the span's start and end. False
+        """A person holds the machine (`held`) or handed it back: the task's clock stops or goes on, the
+        agent's execs freeze or thaw, and the replay marks each end (gh_common/task_hold.py). False
         (nothing done) when the attempt is not in its task."""
-        clock = self._clock
-        if clock is None or self._task_over:
+        hold = self._hold
+        if hold is None or self._task_over:
             return False
-        changed = clock.hold() if held else clock.release()
-        if changed:
+        if hold.change(held):
             self._log.info("task held by a person" if held else "task handed back",
-                           held_seconds=round(clock.held_seconds(), 3))
-            label = "takeover" if held else "handback"
-            frame = asyncio.create_task(self._mark_hold(label, self._last_hold_frame),
-                                        name=f"{label}-{self.machine_id}")
-            self._last_hold_frame = frame
-            self._hold_frames.add(frame)
-            frame.add_done_callback(self._hold_frames.discard)
+                           held_seconds=round(hold.clock.held_seconds(), 3))
         return True
 
-    async def _mark_hold(self, label: str, after: asyncio.Task[None] | None) -> None:
-        """The replay frame at one end of a hold, after the frame of its other end (so they are in order)."""
-        if after is not None:
-            await asyncio.wait({after}, timeout=self.timeouts.screen + WATCH_INTERVAL)
-        await self._capture_event(label, {"human": label})
+    async def _freeze_agent(self, frozen: bool) -> bool:
+        """A hold's freeze or thaw of the agent's execs; a failure is logged, never raised (the hold
+        stands: the clock is stopped either way)."""
+        try:
+            async with asyncio.timeout(self.timeouts.screen + SCRIPT_SLACK):
+                return await self._machine().freeze_agent_execs(frozen, self.timeouts.screen)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self._log.warning("the agent's execs were not frozen" if frozen else "the agent's execs were not thawed",
+                              error=f"{type(e).__name__}: {str(e)[:200]}")
+            return False
+
+    def _frozen_seconds(self) -> float:
+        return self._hold.frozen_seconds() if self._hold is not None else 0.0
 
     def cancel(self, reason: str) -> None:
         """End the attempt at once: the running phase is cancelled, the machine destroyed, and the
@@ -397,7 +399,7 @@ class Attempt:
         )
         machine = await asyncio.shield(self._create)
         self._metrics.machine_origin = str(machine.origin)
-        self._requests = MachineRequests(machine, self.timeouts, replay=self._replay)
+        self._requests = MachineRequests(machine, self.timeouts, replay=self._replay, frozen=self._frozen_seconds)
         return machine
 
     def _check_timeout(self) -> float:
@@ -562,7 +564,10 @@ class Attempt:
         """The agent's turn: requests are served until task_end, or until limits.minutes of the task's
         own time (a TaskClock: the time a person holds the machine, `task_hold`, is not counted). A task
         that hits its limit still goes on to the check: the machine may be fixed anyway."""
-        clock = self._clock = TaskClock(self.lease.case.limits.minutes * self._seconds_per_minute)
+        clock = TaskClock(self.lease.case.limits.minutes * self._seconds_per_minute)
+        hold = self._hold = TaskHold(clock, freeze=self._freeze_agent,
+                                     mark=lambda label: self._capture_event(label, {"human": label}),
+                                     step_timeout=self.timeouts.screen + WATCH_INTERVAL)
         self._accepting = True
         watcher = asyncio.create_task(self._replay.watch(self._screenshot, WATCH_INTERVAL))
         ended = asyncio.create_task(self._task_end_seen.wait())
@@ -585,8 +590,7 @@ class Attempt:
                 except TimeoutError:
                     self._log.info("no task_end after the limit", grace=self.timeouts.task_grace)
         finally:
-            if clock.release():  # the task ended while held: the hand-back frame marks the span's end
-                await self._mark_hold("handback", self._last_hold_frame)
+            await hold.end()  # ended while held: thawed, and the hand-back frame marks the span's end
             if not self._limit_reached:
                 self._metrics.active_seconds = round(clock.used(), 3)
             held = clock.held_seconds()
@@ -596,7 +600,7 @@ class Attempt:
             self._replay.stop_watching()
             watcher.cancel()
             # Bounded: the watcher also stops on the flag at its next look, so never wait on it for ever.
-            done, _ = await asyncio.wait({watcher, *self._hold_frames}, timeout=self.timeouts.screen + WATCH_INTERVAL)
+            done, _ = await asyncio.wait({watcher, *hold.pending()}, timeout=self.timeouts.screen + WATCH_INTERVAL)
             if watcher not in done:
                 self._log.warning("replay watcher did not stop in time; it ends at its next look")
             for t in done:

@@ -17,19 +17,25 @@ read (redacted: a secret the request carried never comes back in an error).
 With a `ReplayRecorder` (attempts) every request is also a step of the replay: the screen the agent
 saw, the screen after each input event (masked from the first secret typed), and the screen after
 an exec with its script, exit code and output's tail. Without one (start states) nothing is recorded.
+
+An attempt's agent (`frozen` given) has its execs run in groups a takeover's hold freezes
+(`Machine.run_agent_script`, gh_common/task_hold.py); an exec that stood still while it ran says so
+in its answer (`frozen`: why, and for how many seconds). A person's execs (start states) are never grouped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+from collections.abc import Callable
 
 import structlog
 
 from gh_runner.config import Timeouts
 from gh_runner.replay import ReplayRecorder, exec_event, is_secret_event, redact_event, redact_text, with_note
-from gh_wire.protocol import MachineRefusal, MachineRequest, MachineResponse
-from providers.base import Machine
+from gh_wire.protocol import ExecFrozen, MachineRefusal, MachineRequest, MachineResponse
+from gh_wire.vocab import ExecFreeze
+from providers.base import Machine, ScriptResult
 from providers.errors import InputNotSupported, ProviderError
 
 log = structlog.get_logger(__name__)
@@ -37,6 +43,9 @@ log = structlog.get_logger(__name__)
 # The provider stops a script at its own timeout; this extra margin only catches a guest channel
 # that stopped answering altogether, so that a request (or a phase) can never hang past its bound.
 SCRIPT_SLACK = 15.0
+# How often an agent's exec in flight looks whether a hold froze it meanwhile (to move our bound on);
+# well under SCRIPT_SLACK, so a freeze is seen before the bound could pass.
+FROZEN_LOOK_S = 1.0
 EXEC_OUTPUT_CAP = 256 * 1024  # per stream; keeps a machine_response well under the frame limit
 
 
@@ -48,10 +57,13 @@ class MachineRequests:
     """Answers machine requests on `machine`. One per machine: its screenshots take turns (the
     replay's watcher and a request never grab the screen at once)."""
 
-    def __init__(self, machine: Machine, timeouts: Timeouts, replay: ReplayRecorder | None = None) -> None:
+    def __init__(self, machine: Machine, timeouts: Timeouts, replay: ReplayRecorder | None = None,
+                 frozen: Callable[[], float] | None = None) -> None:
+        """`frozen`: for an agent, the seconds its execs have been frozen so far (TaskHold.frozen_seconds)."""
         self.machine = machine
         self._timeouts = timeouts
         self._replay = replay
+        self._frozen = frozen
         self._screen_lock = asyncio.Lock()
 
     async def screenshot(self) -> bytes:
@@ -117,10 +129,16 @@ class MachineRequests:
     async def _exec(self, req: MachineRequest) -> MachineResponse:
         if not req.script:
             return refuse(req, "an exec request needs a script")
+        frozen_before = self._frozen() if self._frozen is not None else 0.0
         try:
-            async with asyncio.timeout(req.timeout + SCRIPT_SLACK):
-                res = await self.machine.run_script(req.script, env=req.env, timeout=req.timeout,
-                                                    output_cap=EXEC_OUTPUT_CAP)
+            async with asyncio.timeout(req.timeout + SCRIPT_SLACK) as bound:
+                if self._frozen is None:
+                    res = await self.machine.run_script(req.script, env=req.env, timeout=req.timeout,
+                                                        output_cap=EXEC_OUTPUT_CAP)
+                else:
+                    run = asyncio.ensure_future(self.machine.run_agent_script(
+                        req.script, env=req.env, timeout=req.timeout, output_cap=EXEC_OUTPUT_CAP))
+                    res = await self._while_frozen_too(run, bound, self._frozen)
         except (ProviderError, TimeoutError) as e:
             if await self._guest_runs():
                 # The script ran elevated and the channel under it died while the guest runs on: what it
@@ -145,7 +163,35 @@ class MachineRequests:
             stdout_truncated=res.stdout_truncated,
             stderr_truncated=res.stderr_truncated,
             timed_out=res.timed_out,
+            frozen=self._frozen_for(frozen_before),
         )
+
+    def _frozen_for(self, before: float) -> ExecFrozen | None:
+        """What a hold took of an exec that began when `frozen` said `before`; None when none."""
+        if self._frozen is None:
+            return None
+        seconds = round(self._frozen() - before, 3)
+        return ExecFrozen(reason=ExecFreeze.TAKEOVER, seconds=seconds) if seconds > 0 else None
+
+    @staticmethod
+    async def _while_frozen_too(run: asyncio.Future[ScriptResult], bound: asyncio.Timeout,
+                                frozen: Callable[[], float]) -> ScriptResult:
+        """Await an agent's exec; our own bound on it moves on by every second it stands frozen, so
+        a long hold never turns its exec into a channel failure of ours."""
+        counted = frozen()
+        try:
+            while True:
+                done, _ = await asyncio.wait({run}, timeout=FROZEN_LOOK_S)
+                if done:
+                    return run.result()
+                now = frozen()
+                if now > counted:
+                    when = bound.when()
+                    if when is not None:
+                        bound.reschedule(when + now - counted)
+                    counted = now
+        finally:
+            run.cancel()  # our bound passed, or the request was cancelled: the exec's wait ends with it
 
     async def _guest_runs(self) -> bool:
         """The hypervisor says the guest runs (bounded; any doubt is False: then the failure is ours)."""

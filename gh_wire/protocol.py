@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from gh_wire.input import InputEvent
-from gh_wire.vocab import AgentFault, CancelReason, ErrorCause, ErrorCode, FailReason, ViewEndReason
+from gh_wire.vocab import AgentFault, CancelReason, ErrorCause, ErrorCode, ExecFreeze, FailReason, ViewEndReason
 
 PROTOCOL_VERSION = 1
 # The longest task the wire carries (limits.minutes): a day. A server allows up to its own
@@ -328,6 +328,14 @@ class ReplayFrame(_Msg):
     event: dict[str, Any] | None = None  # the input event that preceded this frame, redacted
 
 
+class ExecFrozen(_Msg):
+    """An exec that stood still while it ran (gh_runner/machine_requests.py): why, and for how many
+    seconds in all (a hold that began before it started counts from its start)."""
+
+    reason: ExecFreeze
+    seconds: float = Field(ge=0)
+
+
 class MachineResponse(_Msg):
     type: Literal["machine_response"] = "machine_response"
     request_id: str
@@ -341,6 +349,7 @@ class MachineResponse(_Msg):
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     timed_out: bool = False
+    frozen: ExecFrozen | None = None  # for exec: it was frozen while it ran (None: never)
     # Refused because the task was stopped (its time limit): the agent's end, not a machine failure.
     stopped: TaskEndReason | None = None
 

@@ -121,6 +121,15 @@ class TakeoverEnd(StrEnum):
     VIEW_FAILED = "view_failed"
 
 
+class ExecFreeze(StrEnum):
+    """Why an agent's exec was frozen while it ran (`machine_response.frozen.reason`): the exec and
+    every process it started stood still, and the exec's answer says for how long (docs/agents.md)."""
+
+    # A person held the machine (a takeover, docs/server-api.md "Takeovers"): frozen at the hold's
+    # start, thawed at the hand-back.
+    TAKEOVER = "takeover"
+
+
 class HumanKey(StrEnum):
     """The keys a takeover's record may name (`attempts.takeovers[].events[]` of kind `key`,
     gh_server/live/human_steps.py): a closed list of keys that type no character. A chord

@@ -178,6 +178,27 @@ class Machine(abc.ABC):
             ProviderError: the guest channel or the hypervisor failed (the script may not have run).
         """
 
+    async def run_agent_script(self, script: str, *, env: Mapping[str, str] | None = None, timeout: float,
+                               output_cap: int = DEFAULT_OUTPUT_CAP) -> ScriptResult:
+        """`run_script` for an agent's exec: where the machine can, the script and every process it
+        starts run in a group of their own that `freeze_agent_execs` stops (providers/qemu/agent_groups.py).
+        A machine that cannot group processes runs it as `run_script` does (the default).
+
+        Raises:
+            as `run_script`.
+        """
+        return await self.run_script(script, env=env, timeout=timeout, output_cap=output_cap)
+
+    async def freeze_agent_execs(self, frozen: bool, timeout: float) -> bool:
+        """Freeze (`frozen`) or thaw every process the agent's execs started (`run_agent_script`),
+        running or left behind; returns once done. False: this machine cannot (the default), nothing
+        was done.
+
+        Raises:
+            ProviderError: the guest did not freeze or thaw them within `timeout` seconds.
+        """
+        return False
+
     @abc.abstractmethod
     async def screenshot(self) -> bytes:
         """The screen as PNG bytes, at the guest's resolution, with correct colours.

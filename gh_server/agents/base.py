@@ -52,12 +52,15 @@ class ExecResult:
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     timed_out: bool = False
+    # It stood still while it ran: a takeover's hold froze it (docs/agents.md, "Takeover").
+    frozen: protocol.ExecFrozen | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr,
             "stdout_truncated": self.stdout_truncated, "stderr_truncated": self.stderr_truncated,
             "timed_out": self.timed_out,
+            "frozen": self.frozen.model_dump(mode="json") if self.frozen is not None else None,
         }
 
 
@@ -138,7 +141,7 @@ class Machine:
         resp = await self._ask(self._req("exec", note, script=script, env=dict(env or {}), timeout=timeout),
                                timeout)
         return ExecResult(resp.exit_code, resp.stdout or "", resp.stderr or "", resp.stdout_truncated,
-                          resp.stderr_truncated, resp.timed_out)
+                          resp.stderr_truncated, resp.timed_out, resp.frozen)
 
 
 @dataclass

@@ -32,6 +32,7 @@ import libvirt_qemu
 from gh_common.backoff import Backoff
 from providers.base import DEFAULT_OUTPUT_CAP, ScriptResult
 from providers.errors import MachineNotReady, ProviderError
+from providers.qemu.agent_groups import join
 from providers.qemu.errors import in_thread, plain_reason
 from providers.qemu.handle import Domain
 
@@ -75,7 +76,8 @@ READY_POLLING = Backoff(base=0.1, cap=0.5, factor=1.5)
 # qemu-ga); $7: host bytes (hex) gh-reseed credits to the guest's RNG and reseeds it from, on
 # images that have it (see `reseed_arg`). A user's script is first written to its own file (mode
 # 0600, given to that user: a user cannot open root's pipe through /proc/self/fd); its output files
-# stay root's.
+# stay root's. $8: sh text the wrapper runs as root before it starts the script (agent_groups.join:
+# an agent's exec joins its own cgroup, with the wrapper, so a hold can freeze it); ours, never the caller's.
 WRAPPER = r"""
 f=/tmp/gh-exec-$1; lim=$2; keep=$3; interp=${5:-/bin/sh}; user=$6
 if [ -n "$4" ]; then
@@ -94,6 +96,7 @@ fi
 if [ -n "$7" ] && [ -x /usr/sbin/gh-reseed ]; then
   /usr/sbin/gh-reseed "$7" || { echo "gh-exec: the guest RNG was not reseeded" >&2; exit 125; }
 fi
+[ -z "$8" ] || eval "$8"
 umask 077
 set -C
 exec 3<&0
@@ -321,9 +324,10 @@ class GuestAgent:
 
     async def run_sh(self, script: str, *, env: Mapping[str, str] | None, timeout: float,
                      output_cap: int = DEFAULT_OUTPUT_CAP, set_clock: bool = False, reseed: bool = False,
-                     run_as: RunAs = ROOT_SH) -> ScriptResult:
+                     run_as: RunAs = ROOT_SH, group: str | None = None) -> ScriptResult:
         """Run `script` with /bin/sh as root in the guest (or as `run_as` says: another interpreter,
-        another user and that user's environment); see the module docstring for the shape.
+        another user and that user's environment); see the module docstring for the shape. With
+        `group`, the script runs in that agent exec group (agent_groups.py).
 
         With `set_clock`, the guest's clock is set to the host's (read as the request is sent)
         before the script starts, in the same guest-exec. Raises ClockNotSet (the script did not
@@ -341,7 +345,8 @@ class GuestAgent:
         clock = clock_arg() if set_clock else ""
         pid = await self.exec_start(
             "/bin/sh", ["-c", self.wrapper, "gh-exec", token, str(inline), "keep" if keep else "", clock,
-                        run_as.interpreter, run_as.user or "", reseed_arg() if reseed else ""],
+                        run_as.interpreter, run_as.user or "", reseed_arg() if reseed else "",
+                        join(group) if group is not None else ""],
             env=env_list, stdin=script.encode("utf-8"),
         )
         st = await self.wait_exec(pid, started + timeout)

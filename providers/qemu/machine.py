@@ -31,6 +31,7 @@ from gh_wire.input import InputEvent, MoveEvent
 from providers.base import DEFAULT_OUTPUT_CAP, Machine, MachineNotReady, MachineOrigin, SavedVersion, ScriptResult
 from providers.errors import MachineLimitExceeded, NoScreenStream, ProviderError
 from providers.qemu import fileperms, lazy
+from providers.qemu.agent_groups import SETTLE_EXIT, freeze_script, joined, new_group
 from providers.qemu.channels import Channel, Duty
 from providers.qemu.connection import Connection
 from providers.qemu.credentials import Credentials, give_machine_password
@@ -300,14 +301,35 @@ class QemuMachine(Machine):
         result, _ = await self.run_script_via(script, env=env, timeout=timeout, output_cap=output_cap)
         return result
 
+    async def run_agent_script(self, script: str, *, env: Mapping[str, str] | None = None, timeout: float,
+                               output_cap: int = DEFAULT_OUTPUT_CAP) -> ScriptResult:
+        """An agent's exec, in an exec group of its own on an sh guest (agent_groups.py)."""
+        group = None if self._uses_winrm else new_group()
+        result, _ = await self.run_script_via(script, env=env, timeout=timeout, output_cap=output_cap, group=group)
+        return result
+
+    async def freeze_agent_execs(self, frozen: bool, timeout: float) -> bool:
+        """Freeze or thaw the agent's exec groups, as root through qemu-ga (gh-execd may be busy
+        with the very exec being frozen). A PowerShell image has none: False."""
+        if self._uses_winrm or self._destroyed:
+            return False
+        res = await self.agent.run_sh(freeze_script(frozen), env=None, timeout=timeout, output_cap=4096)
+        if res.exit_code != 0:
+            what = "did not settle" if res.exit_code == SETTLE_EXIT else f"exit {res.exit_code}"
+            raise ProviderError(f"the guest did not {'freeze' if frozen else 'thaw'} the agent's execs "
+                                f"({what}): {(res.stderr or res.stdout).strip()[:200]}")
+        return True
+
     async def run_script_via(self, script: str, *, env: Mapping[str, str] | None = None, timeout: float,
-                             output_cap: int = DEFAULT_OUTPUT_CAP) -> tuple[ScriptResult, Channel]:
+                             output_cap: int = DEFAULT_OUTPUT_CAP,
+                             group: str | None = None) -> tuple[ScriptResult, Channel]:
         """`run_script`, and the channel that ran the script: Channel.WINRM for a PowerShell image;
         else Channel.EXECD where gh-execd took it, or Channel.QEMU_GA.
 
         The first sh script after a restore sets the guest's clock and reseeds its RNG before it
         starts, in the same request (wait_ready decides); where the guest refuses the clock,
-        qemu-ga's guest-set-time sets it and the script, which had not run, runs then.
+        qemu-ga's guest-set-time sets it and the script, which had not run, runs then. With `group`
+        (an agent's exec) the script runs in that exec group (agent_groups.py).
 
         Raises:
             ProviderError: the script could not be run or its channel failed (MachineLimitExceeded
@@ -326,13 +348,13 @@ class QemuMachine(Machine):
             reseed = self._reseed_in_exec
             try:
                 ran = await self._run_sh(script, env=env, timeout=timeout, output_cap=output_cap,
-                                         set_clock=self._clock_in_exec, reseed=reseed)
+                                         set_clock=self._clock_in_exec, reseed=reseed, group=group)
             except ClockNotSet as e:  # the script did not run: set the clock the slow way, then run it
                 log.warning("guest clock not set by the exec; using guest-set-time", machine_id=self.machine_id,
                             reason=str(e))
                 await self.agent.set_time()
                 ran = await self._run_sh(script, env=env, timeout=timeout, output_cap=output_cap, set_clock=False,
-                                         reseed=reseed)
+                                         reseed=reseed, group=group)
             self._clock_in_exec = False
             self._reseed_in_exec = False
             self.rng_reseeded |= reseed
@@ -344,14 +366,16 @@ class QemuMachine(Machine):
             raise
 
     async def _run_sh(self, script: str, *, env: Mapping[str, str] | None, timeout: float, output_cap: int,
-                      set_clock: bool, reseed: bool) -> tuple[ScriptResult, Channel]:
+                      set_clock: bool, reseed: bool, group: str | None = None) -> tuple[ScriptResult, Channel]:
         """One sh script as the image's scripts run (root, or the desktop session's user; the clock
         set and the RNG reseeded as root first when asked): through gh-execd where the image has it
         and it takes this one (root, output within its buffer, none running), else qemu-ga."""
         execd = self.execd
         if execd is not None and execd.free and self.run_as.user is None and 0 <= output_cap < MAX_KEEP:
             try:
-                res = await execd.run(script, script_env(self.run_as, env), interpreter=self.run_as.interpreter,
+                # gh-execd forks the interpreter itself: the script's own shell joins the group first
+                text = joined(script, group) if group is not None else script
+                res = await execd.run(text, script_env(self.run_as, env), interpreter=self.run_as.interpreter,
                                       timeout=timeout, output_cap=output_cap,
                                       clock_ms=clock_ms() if set_clock else None,
                                       reseed=secrets.token_bytes(RESEED_BYTES) if reseed else None)
@@ -359,7 +383,7 @@ class QemuMachine(Machine):
             except Unavailable as e:  # the script did not run
                 log.info("script through qemu-ga: gh-execd cannot take it", machine_id=self.machine_id, reason=str(e))
         res = await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap, set_clock=set_clock,
-                                      reseed=reseed, run_as=self.run_as)
+                                      reseed=reseed, run_as=self.run_as, group=group)
         return res, Channel.QEMU_GA
 
     def _winrm_username(self) -> str:

@@ -20,7 +20,8 @@ async def test_a_hold_longer_than_the_limit_is_not_the_tasks_time(provider: Fake
     await link.reached("task")
     assert a.task_hold(True)
     await link.reached("frame:takeover")
-    clock = a._clock
+    assert a._hold is not None
+    clock = a._hold.clock
     assert clock is not None
     deadline = time.monotonic() + WAIT
     while clock.held_seconds() < 1.5:  # three times the limit, held
@@ -29,6 +30,7 @@ async def test_a_hold_longer_than_the_limit_is_not_the_tasks_time(provider: Fake
     fixed = await asyncio.wait_for(a.handle_request(MachineRequest(request_id="r1", attempt_id="at_test1",
                                                                    op="exec", script="fix")), WAIT)
     assert fixed.ok, fixed  # still in its task: the limit did not run
+    assert fixed.frozen is None  # a machine that cannot freeze never tells the agent it was frozen
     assert a.task_hold(False)
     await link.reached("frame:handback")
     a.task_end(TaskEnd(attempt_id="at_test1", answer="done"))

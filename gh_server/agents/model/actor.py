@@ -158,7 +158,9 @@ class Actor:
                 if e.refusal == MachineRefusal.TAKEN_OVER:
                     return taken_over()
                 raise
-            text = (f"exit code {res.exit_code}{' (timed out)' if res.timed_out else ''}\n"
+            # A hold froze it: the model is told, since what it started stood still and the screen moved on.
+            froze = f" (frozen {res.frozen.seconds:.0f} s while a person held the machine)" if res.frozen else ""
+            text = (f"exit code {res.exit_code}{' (timed out)' if res.timed_out else ''}{froze}\n"
                     f"stdout:\n{res.stdout[-EXEC_SHOWN:]}\nstderr:\n{res.stderr[-EXEC_SHOWN:]}")
             return ActResult(text, error=res.exit_code != 0, exec=res.as_dict())
         raise AssertionError(f"not an action for the machine: {action.type}")  # Done, Infeasible: the loop's
