@@ -22,7 +22,7 @@ class AgentRegistry:
         for cfg in self._configs.values():
             if cfg.kind in ("command", "osworld"):
                 if sandbox is None:
-                    raise ValueError(f"agent {cfg.id}: command agents need a sandbox")
+                    raise ValueError(f"agent {cfg.id}: {cfg.kind} agents need a sandbox")
                 Sandbox.check_pass_env(cfg.id, cfg.pass_env)
 
     @classmethod

@@ -26,6 +26,7 @@ class Pointer:
     x: int
     y: int
     held_keys: list[str] = field(default_factory=list)  # KEY_DOWN ... KEY_UP: pressed with the next key
+    used: bool = False  # a key was pressed with the held ones since the last KEY_DOWN
 
 
 def _xy(p: dict[str, Any], ptr: Pointer) -> tuple[int, int]:
@@ -39,7 +40,7 @@ def _xy(p: dict[str, Any], ptr: Pointer) -> tuple[int, int]:
 
 def events(action: dict[str, Any], ptr: Pointer) -> list[dict[str, Any]]:
     """The input events for one computer_13 action ([] for one that sends none: KEY_DOWN, or a KEY_UP of
-    a key pressed since). WAIT, DONE and FAIL are the loop's, not this function's."""
+    a key pressed with another since). WAIT, DONE and FAIL are the loop's, not this function's."""
     kind = action.get("action_type")
     p = action.get("parameters") or {}
     if not isinstance(p, dict):
@@ -77,6 +78,7 @@ def events(action: dict[str, Any], ptr: Pointer) -> list[dict[str, Any]]:
     if kind == "TYPING":
         return [{"type": "type", "text": str(p.get("text", ""))}]
     if kind == "PRESS":
+        ptr.used = True
         return [{"type": "key", "keys": [*ptr.held_keys, str(p.get("key", ""))]}]
     if kind == "HOTKEY":
         keys = p.get("keys")
@@ -85,10 +87,14 @@ def events(action: dict[str, Any], ptr: Pointer) -> list[dict[str, Any]]:
         return [{"type": "key", "keys": [str(k) for k in keys]}]
     if kind == "KEY_DOWN":
         ptr.held_keys.append(str(p.get("key", "")))
+        ptr.used = False
         return []
     if kind == "KEY_UP":
+        # Released with nothing pressed while it was down: a tap of what is held (KEY_DOWN a, KEY_UP a is `a`).
         key = str(p.get("key", ""))
+        tap = [{"type": "key", "keys": list(ptr.held_keys)}] if key in ptr.held_keys and not ptr.used else []
         if key in ptr.held_keys:
             ptr.held_keys.remove(key)
-        return []
+        ptr.used = ptr.used and bool(ptr.held_keys)
+        return tap
     raise BadAction(f"unknown computer_13 action_type {kind!r}")
