@@ -23,7 +23,7 @@ class AgentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: str
-    kind: Literal["builtin", "command", "http"] = "builtin"  # `model`: ModelAgentConfig
+    kind: Literal["builtin", "command", "http", "osworld"] = "builtin"  # `model`: ModelAgentConfig
     builtin: Literal["noop", "reference"] | None = None  # for kind=builtin
     command: list[str] | None = None
     url: str | None = None
@@ -33,6 +33,16 @@ class AgentConfig(BaseModel):
     # names copied from gh-server's own environment (never a GH_SERVER_* one). Nothing else is passed.
     env: dict[str, str] = Field(default_factory=dict, repr=False)
     pass_env: list[str] = Field(default_factory=list)
+    # kind osworld (gh_server/agents/osworld/): an agent written to OSWorld's loop, `module:factory` returning
+    # an object with reset() and predict(instruction, obs), imported with `python_path` ahead of sys.path.
+    agent: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    python_path: list[str] = Field(default_factory=list)
+    # The interpreter of the loop and the user's agent (its dependencies' venv); the sandbox's uid must reach it.
+    python: str = "/usr/bin/python3"
+    observation: Literal["screenshot", "a11y_tree", "screenshot_a11y_tree"] = "screenshot"
+    action_space: Literal["pyautogui", "computer_13"] = "pyautogui"
+    max_steps: int = Field(default=15, ge=1, le=10_000)  # OSWorld's run.py default
+    sleep_after_execution: float = Field(default=0.0, ge=0, le=60)  # OSWorld's run.py default
 
     @field_validator("id")
     @classmethod
@@ -49,6 +59,8 @@ class AgentConfig(BaseModel):
             raise ValueError("kind command needs a non-empty `command` (argv list)")
         if self.kind == "http" and not self.url:
             raise ValueError("kind http needs a `url`")
+        if self.kind == "osworld" and not self.agent:
+            raise ValueError("kind osworld needs `agent`: module:factory")
         return self
 
 
@@ -171,7 +183,7 @@ class ModelAgentConfig(BaseModel):
         return self.tool_version or TOOL_VERSIONS[self.api][0]
 
 
-AGENT_KINDS = ("builtin", "command", "http", "model")
+AGENT_KINDS = ("builtin", "command", "http", "osworld", "model")
 
 
 def agent_config(agent_id: str, raw: Any) -> AgentConfig | ModelAgentConfig:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gh_server.agents import machine_limits
 from gh_server.agents.base import MachineError, TaskStopped
@@ -25,14 +25,30 @@ if TYPE_CHECKING:
     from gh_server.agents.supervisor import AgentSupervisor
 
 
+class ActionNote(BaseModel):
+    """What an agent says of the action it sends, put on the action's replay frame as the built-in model
+    agent's notes are (gh_server/agents/model/loop.py): its step, its words, the action as it wrote it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: int = Field(ge=0, le=1_000_000)
+    text: GuestText = Field(default="", max_length=8_000)
+    action: GuestText = Field(default="", max_length=2_000)
+
+    def as_note(self) -> dict[str, Any]:
+        return {"agent": "external", **self.model_dump()}
+
+
 class InputBody(BaseModel):
     events: list[InputEvent] = Field(min_length=1, max_length=machine_limits.EVENTS_MAX)
+    note: ActionNote | None = None
 
 
 class ExecBody(BaseModel):
     script: GuestText = Field(min_length=1, max_length=100_000)
     env: dict[str, str] = Field(default_factory=dict)
     timeout: float = Field(default=120.0, gt=0, le=3600)
+    note: ActionNote | None = None
 
     _env = field_validator("env")(classmethod(lambda cls, v: machine_limits.check_env(v)))
 
@@ -131,7 +147,7 @@ def router(sup: AgentSupervisor) -> APIRouter:
         if (limited := await step(grant)) is not None:
             return limited
         try:
-            await grant.machine.input(b.events)
+            await grant.machine.input(b.events, note=b.note.as_note() if b.note else None)
         except MachineError as e:
             return await _machine_failed(sup, grant, e)
         return JSONResponse({"ok": True})
@@ -145,7 +161,8 @@ def router(sup: AgentSupervisor) -> APIRouter:
         if (limited := await step(grant)) is not None:
             return limited
         try:
-            res = await grant.machine.exec(b.script, b.env, b.timeout)
+            res = await grant.machine.exec(b.script, b.env, b.timeout,
+                                           note=b.note.as_note() if b.note else None)
         except MachineError as e:
             return await _machine_failed(sup, grant, e)
         return JSONResponse(res.as_dict())

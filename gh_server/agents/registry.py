@@ -20,16 +20,16 @@ class AgentRegistry:
         self._configs = dict(configs or {})
         self._sandbox = sandbox
         for cfg in self._configs.values():
-            if cfg.kind == "command":
+            if cfg.kind in ("command", "osworld"):
                 if sandbox is None:
-                    raise ValueError(f"agent {cfg.id}: command agents need a sandbox")
+                    raise ValueError(f"agent {cfg.id}: {cfg.kind} agents need a sandbox")
                 Sandbox.check_pass_env(cfg.id, cfg.pass_env)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AgentRegistry:
         """The registry for `settings.agents`; the command agents' sandbox is chosen (and checked) here,
         so a host that cannot give agents their own user fails at start, not at the first attempt."""
-        commands = any(c.kind == "command" for c in settings.agents.values())
+        commands = any(c.kind in ("command", "osworld") for c in settings.agents.values())
         return cls(settings.agents, Sandbox.for_settings(settings) if commands else None)
 
     def names(self) -> list[str]:
@@ -70,8 +70,14 @@ def build(agent_id: str, cfg: AgentConfig | ModelAgentConfig, sandbox: Sandbox |
         if sandbox is None:
             raise AgentError(f"agent {agent_id}: command agents need a sandbox")
         return CommandAgent(agent_id, cfg.command, cfg.timeout, sandbox, cfg.env, cfg.pass_env)
+    if kind == "osworld":
+        if sandbox is None:
+            raise AgentError(f"agent {agent_id}: osworld agents need a sandbox")
+        from gh_server.agents.osworld.agent import OsworldAgent
+
+        return OsworldAgent(agent_id, cfg, sandbox)
     if kind == "http":
         if not cfg.url:
             raise AgentError(f"agent {agent_id}: kind http needs a url")
         return HttpAgent(agent_id, cfg.url, cfg.timeout, cfg.headers)
-    raise AgentError(f"agent {agent_id}: unknown kind {kind!r} (builtin, command, http or model)")
+    raise AgentError(f"agent {agent_id}: unknown kind {kind!r} (builtin, command, http, osworld or model)")

@@ -119,3 +119,25 @@ def test_a_files_dir_that_is_not_the_importers_is_refused(tmp_path: Path, name: 
         osworld_desktop.store_files(_store(tmp_path, {name: b"x"}))
     with pytest.raises(BuildError, match="no sha256/ in it"):
         osworld_desktop.store_files(tmp_path / "elsewhere")
+
+
+def test_pyautogui_is_installed_into_the_root_at_its_pinned_versions(tmp_path: Path) -> None:
+    """Agent kind osworld's pyautogui (assets/osworld-desktop/pyautogui.txt): its sources checked by hash,
+    built and installed into the root's site dir beside pypi.txt's. The sources come from PyPI once, into a
+    cache kept in /var/tmp; a host that cannot reach PyPI and has no cache skips, saying so."""
+    import re
+    import urllib.request
+
+    cache = Path("/var/tmp/gh-test-pyautogui-cache")
+    if not (cache / "pyautogui-wheels").is_dir():
+        try:
+            urllib.request.urlopen("https://pypi.org/simple/pyautogui/", timeout=10).close()
+        except OSError as e:
+            pytest.skip(f"PyPI is out of reach and no cache is in {cache}: {type(e).__name__}")
+    osworld_desktop.install_pyautogui(tmp_path, cache)
+    site = tmp_path / osworld_desktop.SITE
+    pinned = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+) --hash", osworld_desktop.PYAUTOGUI.read_text(), re.M))
+    installed = dict(p.name.removesuffix(".dist-info").lower().rsplit("-", 1) for p in site.glob("*.dist-info"))
+    assert installed == {k.lower(): v for k, v in pinned.items()}
+    assert (site / "pyautogui" / "_pyautogui_x11.py").is_file()
+    assert "python3-xlib" in osworld_desktop.profile().packages  # what pyautogui drives X with on Linux

@@ -345,7 +345,7 @@ def test_settings_precedence_and_config_file(tmp_path: Path, monkeypatch: pytest
 
 
 @pytest.mark.parametrize(("agent", "message"), [
-    ({"kind": "telepathy"}, "agents.mine.kind\n  Value error, kind is one of builtin, command, http, model"),
+    ({"kind": "telepathy"}, "agents.mine.kind\n  Value error, kind is one of builtin, command, http, osworld, model"),
     ({"kind": "command"}, "kind command needs a non-empty `command`"),
     ({"kind": "http"}, "kind http needs a `url`"),
     ({"kind": "command", "comand": ["./agent.sh"]}, "Extra inputs are not permitted"),
