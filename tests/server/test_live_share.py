@@ -1,4 +1,4 @@
-"""No viewer costs the server more than its share (gh_server/live/relay.py, budget.py, rfb.py): what a view
+"""No viewer costs the server more than its share (gh_server/live/screen_relay.py, budget.py, rfb.py): what a view
 sends is counted before it is parsed, a watcher's display work is paced whatever its kind, and a silent
 watcher ends. The relay's pipe runs here between in-memory sockets, as in tests/server/test_live_pacing.py;
 the transport's part (no deflate, a small message bound) is tests/server/test_live_sockets.py."""
@@ -12,9 +12,9 @@ import time
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from gh_server.live import relay as relay_module
+from gh_server.live import screen_relay as relay_module
 from gh_server.live.inputs import InputCount
-from gh_server.live.relay import WATCH_UPDATE_GAP_S, LiveRelay, _Pending
+from gh_server.live.screen_relay import WATCH_UPDATE_GAP_S, LiveRelay, _Pending
 from gh_server.live.tickets import Ticket
 from gh_wire.vocab import ViewEndReason
 

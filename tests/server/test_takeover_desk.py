@@ -1,4 +1,4 @@
-"""The takeover desk (gh_server/takeovers.py) with a fake clock, a fake runner link and a real SQLite
+"""The takeover desk (gh_server/takeover/desk.py) with a fake clock, a fake runner link and a real SQLite
 database: two takes at once, the cap, the idle end, an attempt not in its task, the agents' gate
 (gh_server/agents/base.py Machine), and the human steps read from RFB input (gh_server/live/human_steps.py).
 """
@@ -24,10 +24,10 @@ from gh_server.agents import grants
 from gh_server.agents.base import TAKEN_OVER, Machine, MachineError
 from gh_server.dbqueue import DbQueue
 from gh_server.live.human_steps import MAX_EVENTS, HumanSteps
-from gh_server.live.relay import LiveRelay
 from gh_server.live.rfb import Kind, Message
+from gh_server.live.screen_relay import LiveRelay
 from gh_server.models import ApiKey, Attempt, Base, MachineGrant
-from gh_server.takeovers import Refused, TakeoverDesk
+from gh_server.takeover.desk import Refused, TakeoverDesk
 from gh_wire import protocol
 from gh_wire.vocab import HumanKey, TakeoverEnd, ViewEndReason
 

@@ -14,13 +14,13 @@
    events are cut out unparsed and the rest of its input dropped here; a watcher's messages that make
    QEMU send the display again are paced, and a watcher silent for WATCH_IDLE_S ends (`watch_idle`);
    a start state's admin's is counted (gh_server/live/inputs.py) and moves its idle clock; an
-   attempt's passes only while that view's key holds the attempt's takeover (gh_server/takeovers.py), and becomes the
-   hold's human steps and moves its idle clock. The holder's view is opened on the runner as not
+   attempt's passes only through the takeover's gate (gh_server/takeover/gate.py): while that view's key
+   holds the attempt, as the hold's human steps. The holder's view is opened on the runner as not
    watch-only; every other view of an attempt is watch-only. A hold's end ends its holder's views.
    A key has at most MAX_WATCHES_PER_KEY watchers' views open here; the views that drive (a holder's, a
    start state admin's) are never counted against it, nor against the runner's watcher seats
    (gh_runner/live_views.py). A holder's view that fails to open before its hold had any input undoes
-   the hold (TakeoverDesk.view_failed): no attempt is left assisted and paused with no screen.
+   the hold (the gate's `view_ended`): no attempt is left assisted and paused with no screen.
 4. Either end closes both, with one `ViewEndReason` as the close reason (code 4010). The server ends
    them too: the views of a key are kept by its id, and its revocation ends them with `key_revoked`
    (ServerState.key_revoked, from DELETE /v1/api_keys/{id}).
@@ -52,7 +52,8 @@ from gh_server.live.sockets import MAX_MESSAGE
 from gh_server.live.tickets import Ticket, Tickets
 from gh_server.models import ApiKey, Attempt, StartState
 from gh_server.state import ServerState
-from gh_server.takeovers import Hold, TakeoverDesk
+from gh_server.takeover.desk import Hold, TakeoverDesk
+from gh_server.takeover.gate import HolderGate
 from gh_wire import protocol
 from gh_wire.vocab import AttemptStatus, ViewEndReason
 
@@ -75,10 +76,6 @@ VIEWER_BACKLOG = 16  # viewer -> runner messages waiting for their turn (a watch
 MAX_VIEWER_MESSAGE = MAX_MESSAGE  # one WebSocket message from the viewer (the transport's bound, checked again)
 WATCH_IDLE_S = 300.0  # a watcher that sends nothing (not even an update request) this long is ended
 MAX_WATCHES_PER_KEY = 16  # watchers' views of one key open here at once (noVNC: one per watch page)
-# A holder's view that ends so before it ever piped was never a screen: its hold is undone.
-OPEN_FAILURES = frozenset({ViewEndReason.NO_MACHINE, ViewEndReason.NO_SCREEN, ViewEndReason.TOO_MANY_VIEWS,
-                           ViewEndReason.SCREEN_FAILED, ViewEndReason.DIAL_FAILED,
-                           ViewEndReason.RUNNER_UNAVAILABLE})
 TOUCH_EVERY_S = 10.0  # input moves the start state's last_input_at at most this often
 CLOSE_TIMEOUT_S = 2.0
 # An attempt whose machine is up (or being made): its view may open.
@@ -108,9 +105,8 @@ class LiveRelay:
     def __init__(self, st: ServerState, tickets: Tickets | None = None, takeovers: TakeoverDesk | None = None) -> None:
         self.st = st
         self.tickets = tickets or Tickets()
-        self.takeovers = takeovers
-        if takeovers is not None:
-            takeovers.on_ended.append(self._hold_ended)
+        # The takeover's gate: which view of an attempt drives it, and what its input becomes.
+        self.gate = HolderGate(takeovers, self._hold_ended) if takeovers is not None else None
         self._pending: dict[str, _Pending] = {}
         self._by_key: dict[str, set[str]] = {}  # key id -> the ids of its views, so a revocation ends them
         self.ended: collections.Counter[ViewEndReason] = collections.Counter()  # views by how they ended
@@ -131,11 +127,6 @@ class LiveRelay:
         for p in self._pending.values():
             if p.holds and p.attempt_id == hold.attempt_id and p.key_id == hold.key_id:
                 p.end(ViewEndReason.CLOSED)
-
-    def _holder(self, t: Ticket) -> Hold | None:
-        if self.takeovers is None or t.attempt_id is None or t.read_only:
-            return None
-        return self.takeovers.holder(t.attempt_id, t.key_id)
 
     # -- the runner's side --------------------------------------------------------------------
 
@@ -198,10 +189,8 @@ class LiveRelay:
         count = InputCount(key_id=t.key_id, key_name=t.key_name)
         try:
             p.reason = await self._view(ws, t, view_id, p, count)
-            if p.holds and p.reason in OPEN_FAILURES and self.takeovers is not None:
-                hold = self._holder(t)
-                if hold is not None:
-                    await self.takeovers.view_failed(hold, p.reason)
+            if p.holds and self.gate is not None:
+                await self.gate.view_ended(t, p.reason)
         finally:
             p.done.set()
             self._pending.pop(view_id, None)
@@ -240,7 +229,7 @@ class LiveRelay:
         p.runner_id = runner_id
         # The holder's view drives the machine; every other view of an attempt is a watcher's, which the
         # runner ends once a secret is typed there.
-        p.holds = self._holder(t) is not None
+        p.holds = self.gate is not None and self.gate.holder(t) is not None
         opened = protocol.ViewOpen(view_id=view_id, start_state_id=t.start_state_id, attempt_id=t.attempt_id,
                                    watch_only=t.attempt_id is not None and not p.holds)
         if not await gw.send(p.runner_id, opened):
@@ -323,11 +312,8 @@ class LiveRelay:
                         if t.read_only:
                             continue  # a read-only viewer's input stops here, whatever its page does
                         if t.attempt_id is not None:
-                            hold = self._holder(t) if p.holds else None
-                            if hold is None:
+                            if not (p.holds and self.gate is not None and self.gate.passes(t, msg)):
                                 continue  # an attempt's machine takes a person's input only while held
-                            assert self.takeovers is not None
-                            self.takeovers.human_input(hold, msg)
                         sent_input = True
                         _count(count, msg.kind, msg.key_down)
                     asks = asks or msg.kind in DISPLAY_WORK_KINDS
