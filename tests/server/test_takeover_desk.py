@@ -20,6 +20,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
+from gh_server import replays
 from gh_server.agents import grants
 from gh_server.agents.base import TAKEN_OVER, Machine, MachineError
 from gh_server.dbqueue import DbQueue
@@ -232,6 +233,24 @@ def test_human_steps_count_typing_and_name_keys_chords_and_clicks() -> None:
         steps.add(key(0xFF09), at)
     assert len(steps.events) == MAX_EVENTS and steps.keys == 2 + MAX_EVENTS + 5
     assert steps.dropped == 4 + 5  # 4 kept before: 200 - 4 Tabs fit
+
+
+def test_a_pasted_text_is_counted_as_typed_characters_and_never_kept() -> None:
+    """The holder's paste (RFB ClientCutText, noVNC's clipboard box) types its characters into the machine:
+    counted as typed and one `paste` event with how many, the text in neither (before: not counted at all)."""
+    steps = HumanSteps()
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    text = "correct horse battery staple".encode("latin-1")
+    steps.add(key(ord("x")), at)
+    steps.add(Message(Kind.CUT_TEXT, struct.pack(">BxxxI", 6, len(text)) + text), at)
+    steps.add(Message(Kind.CUT_TEXT, struct.pack(">BxxxI", 6, 0)), at)  # an empty clipboard: a paste of none
+    assert steps.as_counts() == {"keys": 0, "clicks": 0, "typed": 1 + len(text)}
+    assert [{k: v for k, v in e.items() if k != "at"} for e in steps.events] == [
+        {"kind": "typed", "count": 1}, {"kind": "paste", "count": len(text)}, {"kind": "paste", "count": 0}]
+    assert "horse" not in json.dumps(steps.events)
+    entry = {"by": "alice", "counts": steps.as_counts(), "events": steps.events}
+    (shown,) = replays._takeovers(None, [entry])  # the replay shows the paste, with its count only
+    assert [(e["kind"], e["count"]) for e in shown["events"]] == [("typed", 1), ("paste", len(text)), ("paste", 0)]
 
 
 def test_every_key_that_types_is_counted_and_only_listed_keys_are_named() -> None:
