@@ -12,7 +12,8 @@
    is first counted against the view's share (gh_server/live/budget.py; past it, `viewer_too_fast`),
    then goes through the RFB parser (gh_server/live/rfb.py): a read-only viewer's key and pointer
    events are cut out unparsed and the rest of its input dropped here; a watcher's messages that make
-   QEMU send the display again are paced, and a watcher silent for WATCH_IDLE_S ends (`watch_idle`);
+   QEMU send the display again are paced, and a watcher that stops asking for the screen ends
+   (WATCH_IDLE_S, `watch_idle`; a request waiting for a still screen to change keeps it);
    a start state's admin's is counted (gh_server/live/inputs.py) and moves its idle clock; an
    attempt's passes only through the takeover's gate (gh_server/takeover/gate.py): while that view's key
    holds the attempt, as the hold's human steps. The holder's view is opened on the runner as not
@@ -42,7 +43,7 @@ from urllib.parse import urlsplit
 from fastapi import WebSocket
 from fastapi.concurrency import run_in_threadpool
 
-from gh_common.timeouts import within
+from gh_common.timeouts import timeout, within
 from gh_server import runner_rows
 from gh_server.live import inputs
 from gh_server.live.budget import DRIVER, WATCHER, Budget
@@ -74,7 +75,10 @@ SEND_TIMEOUT_S = 10.0  # one viewer message to the runner
 WATCH_UPDATE_GAP_S = 0.2
 VIEWER_BACKLOG = 16  # viewer -> runner messages waiting for their turn (a watcher's paced requests)
 MAX_VIEWER_MESSAGE = MAX_MESSAGE  # one WebSocket message from the viewer (the transport's bound, checked again)
-WATCH_IDLE_S = 300.0  # a watcher that sends nothing (not even an update request) this long is ended
+# A watcher that has not asked for the screen (FramebufferUpdateRequest) this long since its last answer
+# is ended. A request the runner has not answered keeps it: QEMU answers an incremental request only once
+# the screen changes, so a viewer watching a still screen asks nothing more while it waits (_Watching).
+WATCH_IDLE_S = 300.0
 MAX_WATCHES_PER_KEY = 16  # watchers' views of one key open here at once (noVNC: one per watch page)
 TOUCH_EVERY_S = 10.0  # input moves the start state's last_input_at at most this often
 CLOSE_TIMEOUT_S = 2.0
@@ -99,6 +103,41 @@ class _Pending:
         if not self.stop.is_set():
             self.stop_reason = reason
             self.stop.set()
+
+
+@dataclass
+class _Watching:
+    """Whether a watcher still watches: it asked for the screen and the runner has not answered yet, or its
+    last answer came less than WATCH_IDLE_S ago (it asks again after each answer, as noVNC does)."""
+
+    since: float  # the view's start, or the runner's last answer to a request
+    asking: bool = False  # an update request the runner has not answered yet
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def asked(self) -> None:
+        if not self.asking:
+            self.asking = True
+            self.changed.set()
+
+    def answered(self) -> None:
+        if self.asking:
+            self.asking = False
+            self.since = time.monotonic()
+            self.changed.set()
+
+    async def idle(self) -> ViewEndReason:
+        """Return `watch_idle` once no request is waiting and none came for WATCH_IDLE_S since the last answer."""
+        while True:
+            self.changed.clear()
+            if self.asking:
+                await self.changed.wait()
+                continue
+            left = self.since + WATCH_IDLE_S - time.monotonic()
+            if left <= 0:
+                return ViewEndReason.WATCH_IDLE
+            with contextlib.suppress(TimeoutError):
+                async with timeout(left):
+                    await self.changed.wait()
 
 
 class LiveRelay:
@@ -257,6 +296,7 @@ class LiveRelay:
         outbound: asyncio.Queue[tuple[bytes, bool]] = asyncio.Queue(maxsize=VIEWER_BACKLOG)
         watcher = t.attempt_id is not None and not p.holds
         gap = WATCH_UPDATE_GAP_S if watcher else 0.0
+        watching = _Watching(since=time.monotonic())
 
         async def from_runner() -> ViewEndReason:
             while True:
@@ -266,6 +306,7 @@ class LiveRelay:
                 data = m.get("bytes")
                 if data is None:
                     return ViewEndReason.CLOSED  # not the view protocol: end it
+                watching.answered()
                 try:
                     await within(VIEWER_SLOW_S, queue.put(data))
                 except TimeoutError:
@@ -284,13 +325,7 @@ class LiveRelay:
             budget = Budget(WATCHER if watcher else DRIVER)
             last_touch = 0.0
             while True:
-                if watcher:
-                    try:
-                        m = await within(WATCH_IDLE_S, viewer.receive())
-                    except TimeoutError:
-                        return ViewEndReason.WATCH_IDLE
-                else:
-                    m = await viewer.receive()
+                m = await viewer.receive()
                 if m["type"] == "websocket.disconnect":
                     return ViewEndReason.VIEWER_CLOSED
                 data = m.get("bytes")
@@ -317,6 +352,8 @@ class LiveRelay:
                         sent_input = True
                         _count(count, msg.kind, msg.key_down)
                     asks = asks or msg.kind in DISPLAY_WORK_KINDS
+                    if msg.kind is Kind.UPDATE_REQUEST:
+                        watching.asked()
                     out += msg.data
                 if out:
                     try:
@@ -346,7 +383,8 @@ class LiveRelay:
             await p.stop.wait()
             return p.stop_reason
 
-        tasks = [asyncio.create_task(f()) for f in (from_runner, to_viewer, from_viewer, to_runner, stopped)]
+        ends = [from_runner, to_viewer, from_viewer, to_runner, stopped, *([watching.idle] if watcher else [])]
+        tasks = [asyncio.create_task(f()) for f in ends]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             first = next(t for t in tasks if t in done)
