@@ -18,8 +18,10 @@
    attempt's passes only through the takeover's gate (gh_server/takeover/gate.py): while that view's key
    holds the attempt, as the hold's human steps. The holder's view is opened on the runner as not
    watch-only; every other view of an attempt is watch-only. A hold's end ends its holder's views.
-   A key has at most MAX_WATCHES_PER_KEY watchers' views open here; the views that drive (a holder's, a
-   start state admin's) are never counted against it, nor against the runner's watcher seats
+   A key has at most MAX_WATCHES_PER_KEY watchers' views open here, MAX_WATCHES_PER_KEY_MACHINE of one
+   machine (fewer than its runner's watcher seats: one key cannot shut the others out); the views that
+   drive (a holder's, a start state admin's) are never counted against it, nor against the runner's
+   watcher seats
    (gh_runner/live_views.py). A holder's view that fails to open before its hold had any input undoes
    the hold (the gate's `view_ended`): no attempt is left assisted and paused with no screen.
 4. Either end closes both, with one `ViewEndReason` as the close reason (code 4010). The server ends
@@ -80,6 +82,10 @@ MAX_VIEWER_MESSAGE = MAX_MESSAGE  # one WebSocket message from the viewer (the t
 # the screen changes, so a viewer watching a still screen asks nothing more while it waits (_Watching).
 WATCH_IDLE_S = 300.0
 MAX_WATCHES_PER_KEY = 16  # watchers' views of one key open here at once (noVNC: one per watch page)
+# Watchers' views of one key on one machine: well under the runner's watcher seats of a machine
+# (gh_runner/live_views.py: MAX_VIEWS_PER_MACHINE - DRIVER_SEATS, 10), so one key cannot take them all and
+# shut the other members out of watching it (16 per key could before).
+MAX_WATCHES_PER_KEY_MACHINE = 4
 TOUCH_EVERY_S = 10.0  # input moves the start state's last_input_at at most this often
 CLOSE_TIMEOUT_S = 2.0
 # An attempt whose machine is up (or being made): its view may open.
@@ -93,6 +99,7 @@ class _Pending:
     attempt_id: str | None = None
     holds: bool = False  # the holder's view of an attempt taken over
     watching: bool = False  # a watcher's view (read-only): counted against its key's MAX_WATCHES_PER_KEY
+    machine: str | None = None  # the attempt's or start state's id (MAX_WATCHES_PER_KEY_MACHINE)
     runner_id: str = ""  # known once the machine is found
     done: asyncio.Event = field(default_factory=asyncio.Event)
     reason: ViewEndReason = ViewEndReason.CLOSED
@@ -214,14 +221,16 @@ class LiveRelay:
         if t is None:
             await _close(ws, protocol.CLOSE_VIEW_ENDED, ViewEndReason.TICKET_INVALID)
             return
-        watches = sum(self._pending[v].watching for v in self._by_key.get(t.key_id, ()))
-        if t.read_only and watches >= MAX_WATCHES_PER_KEY:
+        machine = t.attempt_id or t.start_state_id
+        watches = [self._pending[v] for v in self._by_key.get(t.key_id, ()) if self._pending[v].watching]
+        if t.read_only and (len(watches) >= MAX_WATCHES_PER_KEY
+                            or sum(w.machine == machine for w in watches) >= MAX_WATCHES_PER_KEY_MACHINE):
             self.ended[ViewEndReason.TOO_MANY_VIEWS] += 1
             await _close(ws, protocol.CLOSE_VIEW_ENDED, ViewEndReason.TOO_MANY_VIEWS)
             return
         view_id = secrets.token_urlsafe(16)
         p = _Pending(t.key_id, asyncio.get_running_loop().create_future(), attempt_id=t.attempt_id,
-                     watching=t.read_only)
+                     watching=t.read_only, machine=machine)
         # Kept by its key before the key is checked, so a revocation from here on ends it.
         self._pending[view_id] = p
         self._by_key.setdefault(t.key_id, set()).add(view_id)
