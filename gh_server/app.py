@@ -21,12 +21,12 @@ from gh_server.bodylimit import BodyLimit
 from gh_server.gateway import PATH as GATEWAY_PATH
 from gh_server.gateway import Gateway
 from gh_server.live import api as live_api
-from gh_server.live import takeover_api
-from gh_server.live.relay import LiveRelay
-from gh_server.relay import PgRelay
+from gh_server.live.screen_relay import LiveRelay
+from gh_server.machine_relay import PgRelay
 from gh_server.settings import Settings
 from gh_server.start_states import apply_job_result
 from gh_server.state import ServerState
+from gh_server.takeover import routes as takeover_routes
 from gh_server.yamlbody import YamlBody
 
 
@@ -106,13 +106,13 @@ def _serve_runners(app: FastAPI, st: ServerState) -> None:
     st.gateway = gw
     app.add_api_websocket_route(GATEWAY_PATH, gw.endpoint)
     app.include_router(machine_router(gw.agents))
-    # Live views ride beside the runners' sockets (gh_server/live/relay.py), and the takeovers with them.
+    # Live views ride beside the runners' sockets (gh_server/live/screen_relay.py), and the takeovers with them.
     live = LiveRelay(st, takeovers=gw.takeovers)
     gw.on_view_refused = live.refused
     st.on_key_revoked.append(live.end_views_of)
     st.extras["live_relay"] = live  # how views ended (`ended`), for whoever watches this process
     live_api.install(app, st, live)
-    takeover_api.install(app, st, live, gw.takeovers)
+    takeover_routes.install(app, st, live, gw.takeovers)
 
     async def run(state: ServerState) -> None:
         s = state.settings

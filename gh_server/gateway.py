@@ -34,10 +34,10 @@ from gh_server.attempts.intake import ResultIntake
 from gh_server.attempts.scheduler import Scheduler
 from gh_server.attempts.states import Reconciled, apply_status, reconcile_in_flight, release_lease
 from gh_server.dbqueue import DbQueue
+from gh_server.machine_relay import PgRelay
 from gh_server.models import utcnow
-from gh_server.ports import AttemptEvents, JobResultApplier, RunnerLink
-from gh_server.relay import PgRelay
-from gh_server.takeovers import TakeoverDesk
+from gh_server.ports import AttemptEvents, JobResultApplier, RunnerHere, RunnerLink
+from gh_server.takeover.link import desk_for
 from gh_wire import protocol
 from gh_wire.vocab import AttemptStatus, CancelReason, ErrorCode
 
@@ -143,12 +143,11 @@ class Gateway:
         self.scheduler: Scheduler | None = None
         self.relay: PgRelay | None = None  # PostgreSQL: machine requests for runners held by other processes
         # A person's hold on an attempt's machine: here, beside the runner's socket and the agent it gates.
-        self.takeovers = TakeoverDesk(self, self.settings.takeover_cap_minutes * 60.0,
-                                      self.settings.takeover_idle_seconds)
+        self.takeovers = desk_for(self, self.settings)
         self.agents = agents(self)
         # Results are applied even before the scheduler runs (it is told through `run_changed` and `poke`).
         self.intake = intake(self, self)
-        # A runner's `view_refused`, to the live views of this process (gh_server/live/relay.py sets it).
+        # A runner's `view_refused`, to the live views of this process (gh_server/live/screen_relay.py sets it).
         self.on_view_refused: Callable[[str, protocol.ViewRefused], None] | None = None
         self._started = False
 
@@ -226,19 +225,23 @@ class Gateway:
     def task_time_left(self, attempt_id: str) -> float | None:
         return self.agents.time_left(attempt_id)
 
-    # -- DeskLink (gh_server/takeovers.py) --------------------------------------------------------
+    # -- HoldHost (what the takeover's link reads: gh_server/takeover/link.py) --------------------
 
-    def hold_session(self, runner_id: str) -> str | None:
-        """The session id of the runner's connection to this process when its hello said `task_holds`."""
+    def runner_here(self, runner_id: str) -> RunnerHere | None:
+        """The runner's open connection to this process, as its hello described it."""
         c = self.conns.get(runner_id)
-        return c.session_id if c is not None and not c.closed.is_set() and c.task_holds else None
+        if c is None or c.closed.is_set():
+            return None
+        return RunnerHere(session_id=c.session_id, live_views=c.live_views, task_holds=c.task_holds)
 
-    def holds_elsewhere(self, runner_id: str) -> bool:
-        """Another process may hold the runner's socket, and a hold on its attempts (PostgreSQL)."""
-        return self.relay is not None and not self.connected(runner_id)
+    @property
+    def shares_runners(self) -> bool:
+        """PostgreSQL: other processes hold runners' sockets, and this one relays to them."""
+        return self.relay is not None
 
-    def task_held(self, attempt_id: str, held: bool) -> None:
-        self.agents.task_held(attempt_id, held)
+    @property
+    def clocks(self) -> AgentSupervisor:
+        return self.agents
 
     def _task_over(self, attempt_id: str) -> None:
         """The attempt left its task: its agent stops, and a person's hold on its machine ends."""
@@ -267,7 +270,7 @@ class Gateway:
     ) -> protocol.MachineResponse:
         """Relay a request and wait for its answer; never raises (a failure is `ok=False` with why).
 
-        A runner connected to another process (PostgreSQL) is reached through that process (gh_server.relay)."""
+        A runner connected to another process (PostgreSQL) is reached through that process (gh_server.machine_relay)."""
         if runner_id not in self.conns and self.relay is not None:
             return await self.relay.forward(runner_id, req, timeout)
         return await self.machine_request_here(runner_id, req, timeout)
@@ -275,7 +278,7 @@ class Gateway:
     async def answer_relayed(
         self, runner_id: str, req: protocol.MachineRequest, timeout: float
     ) -> protocol.MachineResponse:
-        """A request another process relayed here (gh_server.relay): turned back `taken_over` when a person
+        """A request another process relayed here (gh_server.machine_relay): turned back `taken_over` when a person
         holds its attempt's machine here, so that it waits there, where its timeout has not begun (it
         crossed as the hold began: that process's gate found none on the row yet)."""
         if req.attempt_id is not None and self.takeovers.holding(req.attempt_id):

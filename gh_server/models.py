@@ -248,7 +248,7 @@ class Attempt(Base):
     started_at: Mapped[datetime | None] = mapped_column(default=None)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
     seconds: Mapped[float | None] = mapped_column(Float, default=None)
-    # A person took the machine over during the task (gh_server/takeovers.py): never the agent's pass.
+    # A person took the machine over during the task (gh_server/takeover/desk.py): never the agent's pass.
     # Set when a takeover begins, never cleared; `takeovers` holds each hold's span and human steps.
     assisted: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     takeovers: Mapped[list[Any] | None] = mapped_column(JSON, default=None)
@@ -325,7 +325,7 @@ class StartStateVersion(Base):
 
 
 class LiveInput(Base):
-    """What a person sent an open machine through one live view (gh_server/live/relay.py): who, when,
+    """What a person sent an open machine through one live view (gh_server/live/screen_relay.py): who, when,
     how many events. Never what they typed."""
 
     __tablename__ = "live_inputs"

@@ -193,7 +193,7 @@ def _since(t0: datetime | None, iso: Any) -> float | None:
 
 
 # What a person's step keeps, by kind: never a typed character, only how many.
-_HUMAN_STEP_FIELDS = {"typed": ("count",), "key": ("keys",), "click": ("x", "y", "button")}
+_HUMAN_STEP_FIELDS = {"typed": ("count",), "paste": ("count",), "key": ("keys",), "click": ("x", "y", "button")}
 
 
 def _takeovers(t0: datetime | None, takeovers: Any) -> list[dict[str, Any]]:

@@ -124,7 +124,7 @@ def error_cause(row: Attempt) -> str | None:
 def takeover_in_progress(row: Attempt, settings: Any = None, cap_s: float | None = None) -> dict[str, Any] | None:
     """The hold in progress (its `takeovers` entry not ended, during the task): `{by, started_at, cap_at}`
     (`cap_s`, else the settings' takeover_cap_minutes). Every gh-server process reads it so
-    (gh_server/takeovers.py: an agent's requests wait on it)."""
+    (gh_server/takeover/desk.py: an agent's requests wait on it)."""
     if row.status != AttemptStatus.RUNNING:
         return None
     open_ = [t for t in (row.takeovers or []) if isinstance(t, dict) and t.get("ended_at") is None]

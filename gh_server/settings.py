@@ -284,7 +284,7 @@ class Settings(BaseModel):
     trusted_proxies: list[str] = Field(default_factory=lambda: ["127.0.0.1", "::1"])
     # Debian's noVNC (the `novnc` package), served to the console's live screen at /console/novnc/.
     novnc_dir: Path = Path("/usr/share/novnc")
-    # A person's takeover of an attempt's machine (gh_server/takeovers.py): at most this long, and it
+    # A person's takeover of an attempt's machine (gh_server/takeover/desk.py): at most this long, and it
     # ends on its own after this long without input (the browser closed); the agent then goes on.
     takeover_cap_minutes: float = Field(default=30.0, gt=0, le=24 * 60)
     takeover_idle_seconds: float = Field(default=300.0, gt=0)

@@ -1,6 +1,7 @@
 """What the API, the gateway and the scheduler share inside one gh-server process (on app.state.gh).
 
-Scheduling state lives in the database; this holds only handles and the in-process wake-up.
+Scheduling state lives in the database; this holds only handles and the in-process wake-up. The
+gateway's port is gh_server/ports.py's `GatewayPort`.
 """
 
 from __future__ import annotations
@@ -8,41 +9,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-import pydantic
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from gh_server.metrics import ServerMetrics
-from gh_server.ports import AgentHost
+from gh_server.ports import GatewayPort
 from gh_server.settings import Settings
-from gh_wire import protocol
-
-
-class GatewayPort(Protocol):
-    async def kick(self, runner_id: str, code: int, reason: str) -> None:
-        """Close that runner's socket now (revoked)."""
-
-    async def machine_request(
-        self, runner_id: str, req: protocol.MachineRequest, timeout: float
-    ) -> protocol.MachineResponse: ...
-
-    async def send(self, runner_id: str, msg: pydantic.BaseModel) -> bool:
-        """False if the runner is not connected to this process."""
-
-    def connected(self, runner_id: str) -> bool: ...
-
-    def takes_views(self, runner_id: str) -> bool:
-        """Connected to this process and takes `view_open` (gh_server/live/relay.py)."""
-
-    def task_time_left(self, attempt_id: str) -> float | None:
-        """Seconds of limits.minutes the attempt's agent has left, held time not counted; None when its
-        agent does not run in this process."""
-
-    @property
-    def agents(self) -> AgentHost:
-        """The agents of this process and their machine API (instruction start states use it too)."""
 
 
 @dataclass
@@ -61,7 +35,7 @@ class ServerState:
     extras: dict[str, object] = field(default_factory=dict)
     metrics: ServerMetrics = field(default_factory=ServerMetrics)
     # Called on the server's loop with the id of a key just revoked: what this process holds for that
-    # key ends (the live relay's views, gh_server/live/relay.py).
+    # key ends (the live relay's views, gh_server/live/screen_relay.py).
     on_key_revoked: list[Callable[[str], object]] = field(default_factory=list)
 
     def key_revoked(self, key_id: str) -> None:

@@ -103,7 +103,7 @@ class ViewEndReason(StrEnum):
     # The viewer sent more than a view's share (bytes or messages a second, gh_server/live/budget.py),
     # or a message over the live socket's bound (gh_server/live/sockets.py).
     VIEWER_TOO_FAST = "viewer_too_fast"
-    WATCH_IDLE = "watch_idle"  # a watcher sent nothing for the server's bound (a driver's view never idles out)
+    WATCH_IDLE = "watch_idle"  # a watcher asked for no screen for the server's bound (a driver's view never idles out)
     # A secret was typed in the attempt: from then on its watchers see what its replay shows (masked
     # frames), never the display as it is. Ends a watch-only view, and refuses a new one.
     MASKED = "masked"

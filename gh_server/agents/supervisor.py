@@ -56,7 +56,7 @@ MACHINE_API_PATH = "/v1/agent/machine"
 # agent's failure, and the check after decides), so the runner need not wait out its own grace period.
 TIME_SLACK_S = 0.0
 # A grant outlives its task's time limit by this much at most (a process that died cannot delete it); a
-# takeover moves its expiry on by the time held (gh_server/takeovers.py).
+# takeover moves its expiry on by the time held (gh_server/takeover/desk.py).
 GRANT_SLACK_S = 120.0
 # The agent's own time is its TaskClock's (held time not counted); the pool's bound only catches a clock
 # that never ran out (holds are capped one by one, not in total).

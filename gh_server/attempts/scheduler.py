@@ -2,7 +2,7 @@
 
 The decisions are the other modules' (`lease`, `states`, `completion`); this runs them through the
 `DbQueue` and does the talking afterwards (leases and cancels go out through the `LeaseSink`, the
-gateway). What lives in memory here is only a cache of frozen run cases and a short "this runner
+gateway, gh_server/ports.py). What lives in memory here is only a cache of frozen run cases and a short "this runner
 refused that attempt" list, both safe to lose.
 """
 
@@ -13,7 +13,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -23,6 +23,7 @@ from gh_server.attempts.lease import RunCaseCache, lease_pass
 from gh_server.attempts.matching import RETRY_BACKOFF_S, RefusalList
 from gh_server.attempts.states import cancel_attempts_of_cancelled_runs, expire_disconnected, release_lease
 from gh_server.dbqueue import DbQueue
+from gh_server.ports import LeaseSink
 from gh_wire import protocol
 from gh_wire.vocab import CancelReason
 
@@ -30,14 +31,6 @@ log = logging.getLogger(__name__)
 
 HOUSEKEEPING_EVERY_S = 1.0
 COMPLETION_CHECK_EVERY_S = 0.2
-
-
-class LeaseSink(Protocol):
-    """What the scheduler needs of the gateway (kept tiny so the loop can be tested alone)."""
-
-    def local_runner_ids(self) -> list[str]: ...
-
-    async def send(self, runner_id: str, msg: Any) -> bool: ...
 
 
 class Scheduler:

@@ -21,7 +21,7 @@ from gh_server.api.common import state_of
 from gh_server.api.start_states import require_screen_reader
 from gh_server.auth import Principal, require_member
 from gh_server.errors import ApiError, conflict, not_found
-from gh_server.live.relay import LIVE_ATTEMPT, VIEWER_PATH, LiveRelay
+from gh_server.live.screen_relay import LIVE_ATTEMPT, VIEWER_PATH, LiveRelay
 from gh_server.live.tickets import Ticket, TooManyTickets
 from gh_server.models import ApiKey, Attempt, StartState
 from gh_server.state import ServerState

@@ -1,7 +1,7 @@
 """A live viewer's share of the server: what one view may send, counted before anything it sent is parsed
 (docs/security.md, "Live views").
 
-The viewer's bytes are parsed on gh-server's one event loop (gh_server/live/relay.py), so one view that
+The viewer's bytes are parsed on gh-server's one event loop (gh_server/live/screen_relay.py), so one view that
 sends without bound would stall the API, the runners' heartbeats and every agent's timing. Each view
 gets two token buckets, one of bytes and one of WebSocket messages, filled at a steady rate up to a
 burst; a message that finds either bucket short ends the view with `viewer_too_fast` before it is

@@ -101,6 +101,12 @@ class HumanSteps:
                 if pressed & bit:
                     self.clicks += 1
                     self._event({"at": ts(at), "kind": "click", "x": x, "y": y, "button": button})
+        elif msg.kind is Kind.CUT_TEXT:
+            # A paste types its characters into the machine: counted as typed, one `paste` event with how
+            # many (RFB's ClientCutText is Latin-1, a byte a character), never the text.
+            (chars,) = struct.unpack_from(">I", msg.data, 4)
+            self.typed += chars
+            self._event({"at": ts(at), "kind": "paste", "count": chars})
 
     def as_counts(self) -> dict[str, int]:
         return {"keys": self.keys, "clicks": self.clicks, "typed": self.typed}

@@ -1,7 +1,7 @@
 """The viewer's half of RFB 3.8 (RFC 6143), parsed: what a browser may send a machine's display.
 
 Pure (no I/O): `ClientStream.feed(bytes)` returns whole messages, each with its bytes, in order, and
-keeps the rest until more arrives. The relay (gh_server/live/relay.py) forwards a message's bytes
+keeps the rest until more arrives. The relay (gh_server/live/screen_relay.py) forwards a message's bytes
 or drops them; nothing the viewer sends reaches the display unparsed, so a read-only viewer's
 input is dropped here on the server, whatever the page does.
 
@@ -51,7 +51,7 @@ class Kind(StrEnum):
 # What changes the machine rather than the view of it: dropped for a read-only viewer.
 INPUT_KINDS = frozenset({Kind.KEY, Kind.POINTER, Kind.CUT_TEXT, Kind.QEMU_KEY, Kind.SET_DESKTOP_SIZE})
 # What makes QEMU encode or send the display again for this client: a watcher's are paced
-# (gh_server/live/relay.py, WATCH_UPDATE_GAP_S), whatever their kind.
+# (gh_server/live/screen_relay.py, WATCH_UPDATE_GAP_S), whatever their kind.
 DISPLAY_WORK_KINDS = frozenset({Kind.SET_PIXEL_FORMAT, Kind.SET_ENCODINGS, Kind.UPDATE_REQUEST,
                                 Kind.CONTINUOUS_UPDATES, Kind.SET_DESKTOP_SIZE})
 # The fixed-size input messages a read-only stream drops in runs, without a Message each: type -> size.

@@ -3,7 +3,7 @@
 uvicorn negotiates per-message deflate and sets the largest message (`ws_max_size`, 16 MiB by default)
 once for every WebSocket, in the protocol, before the app sees the path: ASGI has no way for a route
 to refuse an extension. Deflate lets a viewer send 2 MiB of RFB messages as 3 KB; 16 MiB is what one
-unread message may cost. So for the viewer's path (gh_server/live/relay.py, VIEWER_PATH) this
+unread message may cost. So for the viewer's path (gh_server/live/screen_relay.py, VIEWER_PATH) this
 protocol refuses the extension and bounds a message to MAX_MESSAGE before the handshake is answered.
 The runners' sockets keep uvicorn's settings (their JSON frames carry screenshots and script output).
 

@@ -86,6 +86,7 @@
   function human(ev) {
     switch (ev.kind) {
       case "typed": return "typed " + plural(ev.count || 0, "character", "characters");
+      case "paste": return "pasted " + plural(ev.count || 0, "character", "characters");
       case "key": return "key " + ev.keys;
       case "click": return "click " + (ev.button || "left") + " at " + ev.x + "," + ev.y;
       default: return ev.kind;

@@ -1,4 +1,4 @@
-"""A watcher's framebuffer update requests reach the runner paced (gh_server/live/relay.py,
+"""A watcher's framebuffer update requests reach the runner paced (gh_server/live/screen_relay.py,
 WATCH_UPDATE_GAP_S); the person driving the machine is never paced. The relay's pipe runs here between
 two in-memory sockets, so what is asserted is the order and spacing of what the runner side receives."""
 
@@ -11,9 +11,9 @@ import time
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from gh_server.live import relay as relay_module
+from gh_server.live import screen_relay as relay_module
 from gh_server.live.inputs import InputCount
-from gh_server.live.relay import WATCH_UPDATE_GAP_S, LiveRelay, _Pending
+from gh_server.live.screen_relay import WATCH_UPDATE_GAP_S, LiveRelay, _Pending
 from gh_server.live.tickets import Ticket
 from gh_wire.vocab import ViewEndReason
 

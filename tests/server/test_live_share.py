@@ -1,4 +1,4 @@
-"""No viewer costs the server more than its share (gh_server/live/relay.py, budget.py, rfb.py): what a view
+"""No viewer costs the server more than its share (gh_server/live/screen_relay.py, budget.py, rfb.py): what a view
 sends is counted before it is parsed, a watcher's display work is paced whatever its kind, and a silent
 watcher ends. The relay's pipe runs here between in-memory sockets, as in tests/server/test_live_pacing.py;
 the transport's part (no deflate, a small message bound) is tests/server/test_live_sockets.py."""
@@ -12,9 +12,9 @@ import time
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from gh_server.live import relay as relay_module
+from gh_server.live import screen_relay as relay_module
 from gh_server.live.inputs import InputCount
-from gh_server.live.relay import WATCH_UPDATE_GAP_S, LiveRelay, _Pending
+from gh_server.live.screen_relay import WATCH_UPDATE_GAP_S, LiveRelay, _Pending
 from gh_server.live.tickets import Ticket
 from gh_wire.vocab import ViewEndReason
 
@@ -155,3 +155,38 @@ async def test_a_silent_watcher_ends_idle_and_a_silent_driver_does_not(monkeypat
     assert not done
     pending.end(ViewEndReason.CLOSED)
     assert await piped == ViewEndReason.CLOSED
+
+
+class AnsweringRunner(Runner):
+    """A runner whose screen is still until the test changes it (`answer`): QEMU answers an incremental
+    update request only once something changed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.outbox: asyncio.Queue[bytes] = asyncio.Queue()
+
+    async def receive(self) -> dict[str, Any]:
+        return {"type": "websocket.receive", "bytes": await self.outbox.get()}
+
+    def answer(self) -> None:
+        self.outbox.put_nowait(struct.pack(">BxH", 0, 0))  # a FramebufferUpdate of no rectangles
+
+
+async def test_a_watcher_of_a_still_screen_is_not_idle_until_it_stops_asking(monkeypatch: Any) -> None:
+    """noVNC asks for the screen once and asks again only after an answer: watching a screen that does not
+    change, it sends nothing. Its request waiting is not idleness (before: ended after WATCH_IDLE_S of
+    silence); once answered, a viewer that does not ask again is idle."""
+    monkeypatch.setattr(relay_module, "WATCH_IDLE_S", 0.3)
+    ticket, pending = view(watcher=True)
+    runner = AnsweringRunner()
+    ask = struct.pack(">BBHHHH", 3, 1, 0, 0, 640, 480)
+    piped = start(Viewer([HANDSHAKE, ask]), runner, ticket, pending)
+    async with asyncio.timeout(10):
+        while not any(d[:1] == b"\x03" for _, d in runner.got):
+            runner.changed.clear()
+            await runner.changed.wait()
+    done, _ = await asyncio.wait([piped], timeout=1.2)  # four idle bounds with its request unanswered
+    assert not done, piped.result()
+    runner.answer()  # the screen changed: answered, and this viewer asks no more
+    async with asyncio.timeout(10):
+        assert await piped == ViewEndReason.WATCH_IDLE

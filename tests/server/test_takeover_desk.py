@@ -1,4 +1,4 @@
-"""The takeover desk (gh_server/takeovers.py) with a fake clock, a fake runner link and a real SQLite
+"""The takeover desk (gh_server/takeover/desk.py) with a fake clock, a fake runner link and a real SQLite
 database: two takes at once, the cap, the idle end, an attempt not in its task, the agents' gate
 (gh_server/agents/base.py Machine), and the human steps read from RFB input (gh_server/live/human_steps.py).
 """
@@ -20,14 +20,16 @@ from sqlalchemy import create_engine
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
+from gh_runner.live_views import DRIVER_SEATS, MAX_VIEWS_PER_MACHINE
+from gh_server import replays
 from gh_server.agents import grants
 from gh_server.agents.base import TAKEN_OVER, Machine, MachineError
 from gh_server.dbqueue import DbQueue
 from gh_server.live.human_steps import MAX_EVENTS, HumanSteps
-from gh_server.live.relay import LiveRelay
 from gh_server.live.rfb import Kind, Message
+from gh_server.live.screen_relay import MAX_WATCHES_PER_KEY_MACHINE, LiveRelay, _Pending
 from gh_server.models import ApiKey, Attempt, Base, MachineGrant
-from gh_server.takeovers import Refused, TakeoverDesk
+from gh_server.takeover.desk import Refused, TakeoverDesk
 from gh_wire import protocol
 from gh_wire.vocab import HumanKey, TakeoverEnd, ViewEndReason
 
@@ -234,6 +236,24 @@ def test_human_steps_count_typing_and_name_keys_chords_and_clicks() -> None:
     assert steps.dropped == 4 + 5  # 4 kept before: 200 - 4 Tabs fit
 
 
+def test_a_pasted_text_is_counted_as_typed_characters_and_never_kept() -> None:
+    """The holder's paste (RFB ClientCutText, noVNC's clipboard box) types its characters into the machine:
+    counted as typed and one `paste` event with how many, the text in neither (before: not counted at all)."""
+    steps = HumanSteps()
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    text = "correct horse battery staple".encode("latin-1")
+    steps.add(key(ord("x")), at)
+    steps.add(Message(Kind.CUT_TEXT, struct.pack(">BxxxI", 6, len(text)) + text), at)
+    steps.add(Message(Kind.CUT_TEXT, struct.pack(">BxxxI", 6, 0)), at)  # an empty clipboard: a paste of none
+    assert steps.as_counts() == {"keys": 0, "clicks": 0, "typed": 1 + len(text)}
+    assert [{k: v for k, v in e.items() if k != "at"} for e in steps.events] == [
+        {"kind": "typed", "count": 1}, {"kind": "paste", "count": len(text)}, {"kind": "paste", "count": 0}]
+    assert "horse" not in json.dumps(steps.events)
+    entry = {"by": "alice", "counts": steps.as_counts(), "events": steps.events}
+    (shown,) = replays._takeovers(None, [entry])  # the replay shows the paste, with its count only
+    assert [(e["kind"], e["count"]) for e in shown["events"]] == [("typed", 1), ("paste", len(text)), ("paste", 0)]
+
+
 def test_every_key_that_types_is_counted_and_only_listed_keys_are_named() -> None:
     """What a person's browser (noVNC) sends for keys outside ASCII: the euro sign, a Cyrillic letter, the
     keypad's digits and arrows, a Unicode keysym, a dead key's accent. Each is counted as typed; a chord
@@ -434,3 +454,33 @@ async def test_the_holders_view_refused_by_the_runner_undoes_the_hold_through_th
     a = row(link)
     assert a.assisted is False and not a.takeovers
     assert link.sent[-1] == protocol.TaskHold(attempt_id="at_run", held=False)
+
+
+async def test_one_key_cannot_take_every_watcher_seat_of_a_machine(desk: Any) -> None:
+    """A member's key with its share of watchers' views of one machine open gets `too_many_views` for
+    another of that machine (before: 16 per key, more than the runner's 10 watcher seats of a machine);
+    another key's watcher of that machine, and this key's of another machine, are not refused here."""
+    d, link, _ = desk
+    with link.db.begin() as s:
+        for kid in ("k_a", "k_b"):
+            s.add(ApiKey(id=kid, name=kid, role="member", key_hash=kid * 32, prefix="gh_"))
+    st = SimpleNamespace(db=link.db, gateway=None)
+    relay = LiveRelay(st, takeovers=d)  # type: ignore[arg-type]
+    st.gateway = _Gateway(relay, ViewEndReason.NO_SCREEN)  # a view that reaches the runner ends so here
+    loop = asyncio.get_running_loop()
+    for n in range(MAX_WATCHES_PER_KEY_MACHINE):  # k_a's watchers of at_run, open
+        relay._pending[f"v{n}"] = _Pending("k_a", loop.create_future(), attempt_id="at_run", watching=True,
+                                           machine="at_run")
+        relay._by_key.setdefault("k_a", set()).add(f"v{n}")
+    assert MAX_WATCHES_PER_KEY_MACHINE * 2 <= MAX_VIEWS_PER_MACHINE - DRIVER_SEATS  # no key takes half
+
+    async def watch(key_id: str, attempt_id: str) -> tuple[int, str] | None:
+        ticket = relay.tickets.issue(key_id=key_id, key_name=key_id, read_only=True, attempt_id=attempt_id)
+        ws = _Socket()
+        async with asyncio.timeout(30):
+            await relay.viewer_endpoint(ws, ticket.value)  # type: ignore[arg-type]
+        return ws.closed
+
+    assert await watch("k_a", "at_run") == (protocol.CLOSE_VIEW_ENDED, ViewEndReason.TOO_MANY_VIEWS)
+    assert await watch("k_b", "at_run") == (protocol.CLOSE_VIEW_ENDED, ViewEndReason.NO_SCREEN)
+    assert await watch("k_a", "at_done") == (protocol.CLOSE_VIEW_ENDED, ViewEndReason.NO_MACHINE)

@@ -6,6 +6,7 @@ hands them (tests/kit/rfb.py) (docs/server-api.md, "Takeovers"; docs/agents.md, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import struct
 import time
@@ -17,7 +18,8 @@ from typing import Any
 import httpx
 import pytest
 from guidinghand import Eager
-from kit.rfb import Viewer
+from kit.rfb import Closed, Viewer
+from websockets.exceptions import ConnectionClosed
 
 from gh_wire.vocab import HumanKey
 
@@ -224,3 +226,58 @@ def test_a_holder_who_leaves_is_ended_idle_and_the_agent_goes_on(stack: Stack, l
     stack.sdk().test_runs.wait(run_id, timeout=600, poll_interval=1)
     final = attempt(stack, aid)
     assert final["outcome"] == "passed" and final["assisted"] is True
+
+
+def test_a_short_live_abuse_campaign_leaves_the_others_watching_and_the_admin_taking_over(
+        stack: Stack, looking: Any) -> None:
+    """bench/live_abuse.py's campaign, short, on one machine: a member's key sends a 2 MiB message of
+    KeyEvents on its watcher's view (deflated as a browser offers it), then takes every watcher's seat it
+    can. Its flood ends only its own view; it seats MAX_WATCHES_PER_KEY_MACHINE watchers of the machine
+    (before: as many as the runner's 10 watcher seats), so another member still watches; and the admin's
+    takeover view gets the screen, and hands back."""
+    from gh_server.live.screen_relay import MAX_WATCHES_PER_KEY_MACHINE
+
+    aid, _ = looking(minutes=5, test="true")
+    attacker, _ = new_key(stack, "member")
+    victim, _ = new_key(stack, "member")
+
+    def watch(key: str) -> Viewer:
+        r = api(stack, "POST", f"/v1/attempts/{aid}/view", key)
+        assert r.status_code == 200, r.text
+        return Viewer(ws_url(stack, r.json()["url"]), deflate=True)
+
+    with watch(attacker) as flood:
+        flood.handshake()
+        with contextlib.suppress(ConnectionClosed):  # the server may close it mid-send
+            flood.send(struct.pack(">BBxxI", 4, 1, 0x61) * (2 * 1024 * 1024 // 8))
+        ended = flood.close_reason(timeout=60)
+        # The transport's bound (1009) or the view's share (viewer_too_fast).
+        assert ended.code == 1009 or ended.reason == "viewer_too_fast", ended
+    assert api(stack, "GET", "/v1/runners").status_code == 200
+    seated: list[Viewer] = []
+    try:
+        while len(seated) <= MAX_WATCHES_PER_KEY_MACHINE:
+            v = watch(attacker)
+            try:
+                v.handshake()
+            except Closed as refused:
+                assert refused.reason == "too_many_views", refused
+                v.close()
+                break
+            seated.append(v)
+        assert len(seated) == MAX_WATCHES_PER_KEY_MACHINE
+        with watch(victim) as v:
+            v.handshake()
+            v.update(incremental=False)
+            assert v.updates == 1 and any(v.fb)
+        took = api(stack, "POST", f"/v1/attempts/{aid}/takeover")
+        assert took.status_code == 200, took.text
+        with Viewer(ws_url(stack, took.json()["view"]["url"])) as holder:
+            holder.handshake()
+            holder.update(incremental=False)
+            assert holder.updates == 1
+        assert api(stack, "POST", f"/v1/attempts/{aid}/handback").status_code == 200
+    finally:
+        for v in seated:
+            v.close()
+    (stack.gate_dir / f"{aid}.done").write_text("1")

@@ -1,6 +1,6 @@
 """The takeover routes (admin): `POST /v1/attempts/{id}/takeover` and `POST /v1/attempts/{id}/handback`
-(docs/server-api.md, "Takeovers"). The hold itself is the desk's (gh_server/takeovers.py); the holder
-drives through a writable live view of the attempt (gh_server/live/relay.py), whose ticket the
+(docs/server-api.md, "Takeovers"). The hold itself is the desk's (gh_server/takeover/desk.py); the holder
+drives through a writable live view of the attempt (gh_server/live/screen_relay.py), whose ticket the
 takeover's answer carries. The ticket is issued before the hold is taken (no hold without a view to
 drive it; a refused take drops the ticket), and a view of it that fails to open undoes the hold
 (TakeoverDesk.view_failed). The holder may ask again (a reload): its hold, and a new view.
@@ -16,10 +16,10 @@ from fastapi.concurrency import run_in_threadpool
 from gh_server.auth import Principal, require_admin
 from gh_server.errors import ApiError, conflict, not_found
 from gh_server.live.api import view_object
-from gh_server.live.relay import LiveRelay
+from gh_server.live.screen_relay import LiveRelay
 from gh_server.models import ApiKey
 from gh_server.state import ServerState
-from gh_server.takeovers import NoAttempt, Refused, TakeoverDesk
+from gh_server.takeover.desk import NoAttempt, Refused, TakeoverDesk
 
 
 def _refused(e: Refused) -> ApiError:

@@ -6,7 +6,7 @@ runs the attempt's agent and its live views, so the hold, the agent's gate and t
 in one place. Other gh-server processes on the same PostgreSQL see it on the attempt's row (its
 `takeovers` entry with `ended_at` null): an agent's machine request that lands in one of them waits
 there, reading the row every REMOTE_POLL_S until the hold ends or its cap passes, before it is relayed
-to the runner's process (gh_server/relay.py); a request already crossing when the hold began is turned
+to the runner's process (gh_server/machine_relay.py); a request already crossing when the hold began is turned
 back there (`answer_relayed` in gh_server/gateway.py) and waits the same way. One hold per attempt:
 
     take  ->  held  ->  ended (TakeoverEnd)
@@ -16,7 +16,7 @@ back there (`answer_relayed` in gh_server/gateway.py) and waits the same way. On
       is sent `task_hold` held; the agent's
       clock (gh_server/agents/supervisor.py) and its grants' expiry stop; the agent's machine
       requests wait at `passage`.
-    - held: only the holder's live view sends input (gh_server/live/relay.py), and each input message
+    - held: only the holder's live view sends input (gh_server/live/screen_relay.py), and each input message
       moves the idle clock and becomes the hold's human steps (gh_server/live/human_steps.py).
     - ended, by exactly one of:
         handed_back    `POST /v1/attempts/{id}/handback` (the holder, or any admin releasing it)
@@ -24,7 +24,7 @@ back there (`answer_relayed` in gh_server/gateway.py) and waits the same way. On
         cap            `takeover_cap_minutes` since the take
         attempt_ended  the attempt left its task (task_end, checking/done, cancel), or the runner's
                        connection the hold was taken on closed (a reconnect's new session keeps its own)
-        view_failed    the holder's view failed to open before any input (gh_server/live/relay.py): the
+        view_failed    the holder's view failed to open before any input (gh_server/live/screen_relay.py): the
                        hold is undone, its entry taken off the row and `assisted` as the other entries say
       The entry is finished (ended_at, ended_by, held_seconds, counts, events), the runner is sent
       `task_hold` not held, the clocks run again, and the waiting requests are answered (a screen
@@ -44,19 +44,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
-import pydantic
 from sqlalchemy import select
 from sqlalchemy.orm import Session, load_only
 
 from gh_common.timeouts import within
 from gh_server import serialize
 from gh_server.agents import grants
-from gh_server.dbqueue import DbQueue
 from gh_server.live.human_steps import HumanSteps
 from gh_server.live.rfb import Message
 from gh_server.models import Attempt, utcnow
+from gh_server.ports import DeskLink
 from gh_server.timestamps import ts
 from gh_wire import protocol
 from gh_wire.vocab import AttemptStatus, TakeoverEnd, ViewEndReason
@@ -85,24 +84,6 @@ class Refused(Exception):
 
 class NoAttempt(Exception):
     """No attempt with that id."""
-
-
-class DeskLink(Protocol):
-    """What the desk needs of the runner gateway (gh_server/gateway.py)."""
-
-    dbq: DbQueue
-
-    async def send(self, runner_id: str, msg: pydantic.BaseModel) -> bool:
-        """False if the runner is not connected to this process."""
-
-    def hold_session(self, runner_id: str) -> str | None:
-        """The session id of the runner's connection to this process when its hello said `task_holds`."""
-
-    def holds_elsewhere(self, runner_id: str) -> bool:
-        """Another gh-server process may hold the runner's socket (a shared database, and not here)."""
-
-    def task_held(self, attempt_id: str, held: bool) -> None:
-        """Stop (held) or start again the clock of the attempt's agent, when it runs here."""
 
 
 @dataclass
@@ -490,4 +471,4 @@ def _persist_end(session: Session, attempt_id: str, entry: dict[str, Any], held_
     grants.extend(session, attempt_id, held_s - cap_s)
 
 
-__all__ = ["DeskLink", "Hold", "NoAttempt", "Refused", "TakeoverDesk"]
+__all__ = ["Hold", "NoAttempt", "Refused", "TakeoverDesk"]

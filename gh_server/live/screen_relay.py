@@ -12,15 +12,18 @@
    is first counted against the view's share (gh_server/live/budget.py; past it, `viewer_too_fast`),
    then goes through the RFB parser (gh_server/live/rfb.py): a read-only viewer's key and pointer
    events are cut out unparsed and the rest of its input dropped here; a watcher's messages that make
-   QEMU send the display again are paced, and a watcher silent for WATCH_IDLE_S ends (`watch_idle`);
+   QEMU send the display again are paced, and a watcher that stops asking for the screen ends
+   (WATCH_IDLE_S, `watch_idle`; a request waiting for a still screen to change keeps it);
    a start state's admin's is counted (gh_server/live/inputs.py) and moves its idle clock; an
-   attempt's passes only while that view's key holds the attempt's takeover (gh_server/takeovers.py), and becomes the
-   hold's human steps and moves its idle clock. The holder's view is opened on the runner as not
+   attempt's passes only through the takeover's gate (gh_server/takeover/gate.py): while that view's key
+   holds the attempt, as the hold's human steps. The holder's view is opened on the runner as not
    watch-only; every other view of an attempt is watch-only. A hold's end ends its holder's views.
-   A key has at most MAX_WATCHES_PER_KEY watchers' views open here; the views that drive (a holder's, a
-   start state admin's) are never counted against it, nor against the runner's watcher seats
+   A key has at most MAX_WATCHES_PER_KEY watchers' views open here, MAX_WATCHES_PER_KEY_MACHINE of one
+   machine (fewer than its runner's watcher seats: one key cannot shut the others out); the views that
+   drive (a holder's, a start state admin's) are never counted against it, nor against the runner's
+   watcher seats
    (gh_runner/live_views.py). A holder's view that fails to open before its hold had any input undoes
-   the hold (TakeoverDesk.view_failed): no attempt is left assisted and paused with no screen.
+   the hold (the gate's `view_ended`): no attempt is left assisted and paused with no screen.
 4. Either end closes both, with one `ViewEndReason` as the close reason (code 4010). The server ends
    them too: the views of a key are kept by its id, and its revocation ends them with `key_revoked`
    (ServerState.key_revoked, from DELETE /v1/api_keys/{id}).
@@ -42,7 +45,7 @@ from urllib.parse import urlsplit
 from fastapi import WebSocket
 from fastapi.concurrency import run_in_threadpool
 
-from gh_common.timeouts import within
+from gh_common.timeouts import timeout, within
 from gh_server import runner_rows
 from gh_server.live import inputs
 from gh_server.live.budget import DRIVER, WATCHER, Budget
@@ -52,7 +55,8 @@ from gh_server.live.sockets import MAX_MESSAGE
 from gh_server.live.tickets import Ticket, Tickets
 from gh_server.models import ApiKey, Attempt, StartState
 from gh_server.state import ServerState
-from gh_server.takeovers import Hold, TakeoverDesk
+from gh_server.takeover.desk import Hold, TakeoverDesk
+from gh_server.takeover.gate import HolderGate
 from gh_wire import protocol
 from gh_wire.vocab import AttemptStatus, ViewEndReason
 
@@ -73,12 +77,15 @@ SEND_TIMEOUT_S = 10.0  # one viewer message to the runner
 WATCH_UPDATE_GAP_S = 0.2
 VIEWER_BACKLOG = 16  # viewer -> runner messages waiting for their turn (a watcher's paced requests)
 MAX_VIEWER_MESSAGE = MAX_MESSAGE  # one WebSocket message from the viewer (the transport's bound, checked again)
-WATCH_IDLE_S = 300.0  # a watcher that sends nothing (not even an update request) this long is ended
+# A watcher that has not asked for the screen (FramebufferUpdateRequest) this long since its last answer
+# is ended. A request the runner has not answered keeps it: QEMU answers an incremental request only once
+# the screen changes, so a viewer watching a still screen asks nothing more while it waits (_Watching).
+WATCH_IDLE_S = 300.0
 MAX_WATCHES_PER_KEY = 16  # watchers' views of one key open here at once (noVNC: one per watch page)
-# A holder's view that ends so before it ever piped was never a screen: its hold is undone.
-OPEN_FAILURES = frozenset({ViewEndReason.NO_MACHINE, ViewEndReason.NO_SCREEN, ViewEndReason.TOO_MANY_VIEWS,
-                           ViewEndReason.SCREEN_FAILED, ViewEndReason.DIAL_FAILED,
-                           ViewEndReason.RUNNER_UNAVAILABLE})
+# Watchers' views of one key on one machine: well under the runner's watcher seats of a machine
+# (gh_runner/live_views.py: MAX_VIEWS_PER_MACHINE - DRIVER_SEATS, 10), so one key cannot take them all and
+# shut the other members out of watching it (16 per key could before).
+MAX_WATCHES_PER_KEY_MACHINE = 4
 TOUCH_EVERY_S = 10.0  # input moves the start state's last_input_at at most this often
 CLOSE_TIMEOUT_S = 2.0
 # An attempt whose machine is up (or being made): its view may open.
@@ -92,6 +99,7 @@ class _Pending:
     attempt_id: str | None = None
     holds: bool = False  # the holder's view of an attempt taken over
     watching: bool = False  # a watcher's view (read-only): counted against its key's MAX_WATCHES_PER_KEY
+    machine: str | None = None  # the attempt's or start state's id (MAX_WATCHES_PER_KEY_MACHINE)
     runner_id: str = ""  # known once the machine is found
     done: asyncio.Event = field(default_factory=asyncio.Event)
     reason: ViewEndReason = ViewEndReason.CLOSED
@@ -104,13 +112,47 @@ class _Pending:
             self.stop.set()
 
 
+@dataclass
+class _Watching:
+    """Whether a watcher still watches: it asked for the screen and the runner has not answered yet, or its
+    last answer came less than WATCH_IDLE_S ago (it asks again after each answer, as noVNC does)."""
+
+    since: float  # the view's start, or the runner's last answer to a request
+    asking: bool = False  # an update request the runner has not answered yet
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def asked(self) -> None:
+        if not self.asking:
+            self.asking = True
+            self.changed.set()
+
+    def answered(self) -> None:
+        if self.asking:
+            self.asking = False
+            self.since = time.monotonic()
+            self.changed.set()
+
+    async def idle(self) -> ViewEndReason:
+        """Return `watch_idle` once no request is waiting and none came for WATCH_IDLE_S since the last answer."""
+        while True:
+            self.changed.clear()
+            if self.asking:
+                await self.changed.wait()
+                continue
+            left = self.since + WATCH_IDLE_S - time.monotonic()
+            if left <= 0:
+                return ViewEndReason.WATCH_IDLE
+            with contextlib.suppress(TimeoutError):
+                async with timeout(left):
+                    await self.changed.wait()
+
+
 class LiveRelay:
     def __init__(self, st: ServerState, tickets: Tickets | None = None, takeovers: TakeoverDesk | None = None) -> None:
         self.st = st
         self.tickets = tickets or Tickets()
-        self.takeovers = takeovers
-        if takeovers is not None:
-            takeovers.on_ended.append(self._hold_ended)
+        # The takeover's gate: which view of an attempt drives it, and what its input becomes.
+        self.gate = HolderGate(takeovers, self._hold_ended) if takeovers is not None else None
         self._pending: dict[str, _Pending] = {}
         self._by_key: dict[str, set[str]] = {}  # key id -> the ids of its views, so a revocation ends them
         self.ended: collections.Counter[ViewEndReason] = collections.Counter()  # views by how they ended
@@ -131,11 +173,6 @@ class LiveRelay:
         for p in self._pending.values():
             if p.holds and p.attempt_id == hold.attempt_id and p.key_id == hold.key_id:
                 p.end(ViewEndReason.CLOSED)
-
-    def _holder(self, t: Ticket) -> Hold | None:
-        if self.takeovers is None or t.attempt_id is None or t.read_only:
-            return None
-        return self.takeovers.holder(t.attempt_id, t.key_id)
 
     # -- the runner's side --------------------------------------------------------------------
 
@@ -184,24 +221,24 @@ class LiveRelay:
         if t is None:
             await _close(ws, protocol.CLOSE_VIEW_ENDED, ViewEndReason.TICKET_INVALID)
             return
-        watches = sum(self._pending[v].watching for v in self._by_key.get(t.key_id, ()))
-        if t.read_only and watches >= MAX_WATCHES_PER_KEY:
+        machine = t.attempt_id or t.start_state_id
+        watches = [self._pending[v] for v in self._by_key.get(t.key_id, ()) if self._pending[v].watching]
+        if t.read_only and (len(watches) >= MAX_WATCHES_PER_KEY
+                            or sum(w.machine == machine for w in watches) >= MAX_WATCHES_PER_KEY_MACHINE):
             self.ended[ViewEndReason.TOO_MANY_VIEWS] += 1
             await _close(ws, protocol.CLOSE_VIEW_ENDED, ViewEndReason.TOO_MANY_VIEWS)
             return
         view_id = secrets.token_urlsafe(16)
         p = _Pending(t.key_id, asyncio.get_running_loop().create_future(), attempt_id=t.attempt_id,
-                     watching=t.read_only)
+                     watching=t.read_only, machine=machine)
         # Kept by its key before the key is checked, so a revocation from here on ends it.
         self._pending[view_id] = p
         self._by_key.setdefault(t.key_id, set()).add(view_id)
         count = InputCount(key_id=t.key_id, key_name=t.key_name)
         try:
             p.reason = await self._view(ws, t, view_id, p, count)
-            if p.holds and p.reason in OPEN_FAILURES and self.takeovers is not None:
-                hold = self._holder(t)
-                if hold is not None:
-                    await self.takeovers.view_failed(hold, p.reason)
+            if p.holds and self.gate is not None:
+                await self.gate.view_ended(t, p.reason)
         finally:
             p.done.set()
             self._pending.pop(view_id, None)
@@ -240,7 +277,7 @@ class LiveRelay:
         p.runner_id = runner_id
         # The holder's view drives the machine; every other view of an attempt is a watcher's, which the
         # runner ends once a secret is typed there.
-        p.holds = self._holder(t) is not None
+        p.holds = self.gate is not None and self.gate.holder(t) is not None
         opened = protocol.ViewOpen(view_id=view_id, start_state_id=t.start_state_id, attempt_id=t.attempt_id,
                                    watch_only=t.attempt_id is not None and not p.holds)
         if not await gw.send(p.runner_id, opened):
@@ -268,6 +305,7 @@ class LiveRelay:
         outbound: asyncio.Queue[tuple[bytes, bool]] = asyncio.Queue(maxsize=VIEWER_BACKLOG)
         watcher = t.attempt_id is not None and not p.holds
         gap = WATCH_UPDATE_GAP_S if watcher else 0.0
+        watching = _Watching(since=time.monotonic())
 
         async def from_runner() -> ViewEndReason:
             while True:
@@ -277,6 +315,7 @@ class LiveRelay:
                 data = m.get("bytes")
                 if data is None:
                     return ViewEndReason.CLOSED  # not the view protocol: end it
+                watching.answered()
                 try:
                     await within(VIEWER_SLOW_S, queue.put(data))
                 except TimeoutError:
@@ -295,13 +334,7 @@ class LiveRelay:
             budget = Budget(WATCHER if watcher else DRIVER)
             last_touch = 0.0
             while True:
-                if watcher:
-                    try:
-                        m = await within(WATCH_IDLE_S, viewer.receive())
-                    except TimeoutError:
-                        return ViewEndReason.WATCH_IDLE
-                else:
-                    m = await viewer.receive()
+                m = await viewer.receive()
                 if m["type"] == "websocket.disconnect":
                     return ViewEndReason.VIEWER_CLOSED
                 data = m.get("bytes")
@@ -323,14 +356,13 @@ class LiveRelay:
                         if t.read_only:
                             continue  # a read-only viewer's input stops here, whatever its page does
                         if t.attempt_id is not None:
-                            hold = self._holder(t) if p.holds else None
-                            if hold is None:
+                            if not (p.holds and self.gate is not None and self.gate.passes(t, msg)):
                                 continue  # an attempt's machine takes a person's input only while held
-                            assert self.takeovers is not None
-                            self.takeovers.human_input(hold, msg)
                         sent_input = True
                         _count(count, msg.kind, msg.key_down)
                     asks = asks or msg.kind in DISPLAY_WORK_KINDS
+                    if msg.kind is Kind.UPDATE_REQUEST:
+                        watching.asked()
                     out += msg.data
                 if out:
                     try:
@@ -360,7 +392,8 @@ class LiveRelay:
             await p.stop.wait()
             return p.stop_reason
 
-        tasks = [asyncio.create_task(f()) for f in (from_runner, to_viewer, from_viewer, to_runner, stopped)]
+        ends = [from_runner, to_viewer, from_viewer, to_runner, stopped, *([watching.idle] if watcher else [])]
+        tasks = [asyncio.create_task(f()) for f in ends]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             first = next(t for t in tasks if t in done)
