@@ -236,6 +236,8 @@ class Attempt(Base):
     # In [0, 1]: the check's score or its checkpoints' weighted mean (intake.score_of); None for an error.
     score: Mapped[float | None] = mapped_column(Float, default=None)
     checkpoints: Mapped[list[Any] | None] = mapped_column(JSON, default=None)  # [{name, weight, score, before_score}]
+    # The save points its runner keeps, oldest first: [{save_point_id, step, created_at, bytes}] (issue 51).
+    save_points: Mapped[list[Any] | None] = mapped_column(JSON, default=None)
     judge: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     customer_turns: Mapped[list[Any] | None] = mapped_column(JSON, default=None)
     answer: Mapped[str | None] = mapped_column(Text, default=None)

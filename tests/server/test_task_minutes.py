@@ -37,7 +37,8 @@ def long_server(db_url: str | None, server: Server) -> Iterator[Server]:
 
 
 def test_the_default_bound_is_the_documented_hour(server: Server) -> None:
-    assert server.admin.test_cases.create("n", "p", "linux-tiny", CHECK, limits={"minutes": 60})["limits"]["minutes"] == 60
+    made = server.admin.test_cases.create("n", "p", "linux-tiny", CHECK, limits={"minutes": 60})
+    assert made["limits"]["minutes"] == 60
     with pytest.raises(InvalidRequestError) as e:
         server.admin.test_cases.create("n", "p", "linux-tiny", CHECK, limits={"minutes": 61})
     assert e.value.extra.get("param") == "limits.minutes" and e.value.extra.get("max_task_minutes") == 60
