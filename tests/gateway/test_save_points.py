@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gh_wire import protocol
 
 from .conftest import GwServer
@@ -89,3 +91,14 @@ def test_a_cases_save_point_minutes_is_stored_and_shown_only_when_set(server: Gw
         assert plain["limits"] == {"minutes": 10, "steps": None}
         bad = c.post("/v1/test_cases", json={**body, "limits": {"save_point_minutes": 0}})
         assert bad.status_code == 400 and "save_point_minutes" in bad.text
+
+
+def test_gh_runner_local_takes_the_save_point_settings(tmp_path: Path) -> None:
+    from gh_local.local import load_server_config
+
+    cfg = tmp_path / "server.yaml"
+    cfg.write_text("save_point_minutes: 30\nsave_points_kept: 5\n")
+    assert load_server_config(cfg) == {"save_point_minutes": 30, "save_points_kept": 5}
+    cfg.write_text("save_points_kept: 0\n")
+    with pytest.raises(ValueError, match="save_points_kept"):
+        load_server_config(cfg)
