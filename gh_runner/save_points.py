@@ -1,9 +1,9 @@
 """Save points: a running attempt's machine saved (disk and memory) without ending its task.
 
 Each save point is a start-state version like any other (`Machine.save`, providers/base.py): stored as
-`<save_point_id>` version 1, so a start state can later be made from it (docs/start-states.md) and
-the provider interface needs no new method. Saves take turns (one at a time per machine); past
-`keep` the oldest are deleted, so a long try holds a bounded number on disk.
+`<save_point_id>` version 1, so a start state of that id can later be made from it without moving a
+file (docs/start-states.md), and the provider interface needs no new method. Saves take turns (one at
+a time per machine); past `keep` the oldest are deleted, so a long try holds a bounded number on disk.
 """
 
 from __future__ import annotations
@@ -23,7 +23,10 @@ SAVE_TIMEOUT = 900.0  # a memory image and a disk copy of a desktop on a loaded 
 
 
 def save_point_id(attempt_id: str, n: int) -> str:
-    return f"sp-{attempt_id}-{n}"
+    """The n-th save point of an attempt, named as the start state made from it will be (an `ss_` id:
+    a case names a start state by it; gh_server/start_states.py `from_save_point`), with the attempt's
+    own id in it: never one of the server's 12-character `ss_` ids."""
+    return f"ss_{attempt_id.removeprefix('at_')}p{n}"
 
 
 class SavePoints:

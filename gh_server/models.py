@@ -295,7 +295,7 @@ class StartState(Base):
     description: Mapped[str] = mapped_column(Text, default="", server_default="")
     from_: Mapped[str] = mapped_column("from", String(200))  # an image name or another ss_ id
     image: Mapped[str] = mapped_column(String(200))  # the base image at the root of the chain
-    method: Mapped[str] = mapped_column(String(16))  # script | instruction | hand
+    method: Mapped[str] = mapped_column(String(16))  # script | instruction | hand | save_point
     script: Mapped[str | None] = mapped_column(Text, default=None)
     instruction: Mapped[str | None] = mapped_column(Text, default=None)
     agent_id: Mapped[str | None] = mapped_column(String(200), default=None)

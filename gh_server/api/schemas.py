@@ -329,6 +329,10 @@ class StartStateUpdate(_Body):
     _meta = field_validator("metadata")(classmethod(lambda cls, v: check_metadata(v)))
 
 
+class SavePointStartState(_Body):
+    name: str | None = Field(default=None, min_length=1, max_length=200)  # default: "<case> at step <k>"
+
+
 class InputBody(_Body):
     events: list[dict[str, Any]] = Field(min_length=1, max_length=500)
 

@@ -28,9 +28,9 @@ async def test_the_agent_asks_for_a_save_point_and_carries_on(provider: FakeProv
     resp = await asyncio.wait_for(a.handle_request(MachineRequest(request_id="sp", attempt_id="at_test1",
                                                                   op="save_point")), WAIT)
     assert resp.ok, resp.error
-    assert resp.save_point is not None and resp.save_point.save_point_id == "sp-at_test1-1"
+    assert resp.save_point is not None and resp.save_point.save_point_id == "ss_test1p1"
     assert resp.save_point.step == 1 and resp.save_point.bytes > 0
-    assert provider.saved[0][:2] == ("sp-at_test1-1", 1) and "/root/fixed" in provider.saved[0][2]
+    assert provider.saved[0][:2] == ("ss_test1p1", 1) and "/root/fixed" in provider.saved[0][2]
     assert (await a.handle_request(exec_req("fix", rid="r2"))).ok  # the machine runs on after it
     a.task_end(TaskEnd(attempt_id="at_test1", steps=2))
     result = await finish(run)
@@ -51,7 +51,7 @@ async def test_periodic_save_points_keep_the_last_few(provider: FakeProvider, li
     a.task_end(TaskEnd(attempt_id="at_test1"))
     result = await finish(run)
     made = [sp_id for sp_id, _, _ in provider.saved]
-    assert made[:4] == [f"sp-at_test1-{n}" for n in range(1, 5)]
+    assert made[:4] == [f"ss_test1p{n}" for n in range(1, 5)]
     assert result.save_points is not None and [p.save_point_id for p in result.save_points] == made[-2:]
     assert provider.deleted == [(sp_id, 1) for sp_id in made[:-2]]  # the older ones, as newer came
 
