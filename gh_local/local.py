@@ -95,7 +95,7 @@ class Options:
 # agent_* keys say how command agents are sandboxed (docs/security.md): a non-root user running
 # `gh-runner local` with command agents must say agent_sandbox: none.
 SERVER_CONFIG_KEYS = ("agents", "judge", "customer_model", "agent_sandbox", "agent_user", "agent_uids",
-                      "max_task_minutes")
+                      "max_task_minutes", "save_point_minutes", "save_points_kept")
 
 
 def load_server_config(path: Path) -> dict[str, Any]:

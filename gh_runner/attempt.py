@@ -40,6 +40,7 @@ from gh_runner.config import Timeouts
 from gh_runner.inventory import source_of
 from gh_runner.machine_requests import SCRIPT_SLACK, MachineRequests, refuse
 from gh_runner.replay import ReplayRecorder
+from gh_runner.save_points import SavePoints
 from gh_wire.protocol import (
     AttemptMetrics,
     AttemptResult,
@@ -50,6 +51,7 @@ from gh_wire.protocol import (
     MachineRequest,
     MachineResponse,
     Outcome,
+    SavePoint,
     TaskEnd,
     TaskEndReason,
 )
@@ -400,6 +402,8 @@ class Attempt:
         machine = await asyncio.shield(self._create)
         self._metrics.machine_origin = str(machine.origin)
         self._requests = MachineRequests(machine, self.timeouts, replay=self._replay, frozen=self._frozen_seconds)
+        self._requests.save_points = SavePoints(machine, self.provider, self.lease.attempt_id,
+                                                self.lease.save_points_kept)
         return machine
 
     def _check_timeout(self) -> float:
@@ -572,12 +576,17 @@ class Attempt:
         watcher = asyncio.create_task(self._replay.watch(self._screenshot, WATCH_INTERVAL))
         ended = asyncio.create_task(self._task_end_seen.wait())
         expired = asyncio.create_task(clock.expired())
+        saving = self._periodic_save_points()
         try:
             try:
                 await asyncio.wait({ended, expired}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 ended.cancel()
                 expired.cancel()
+                if saving is not None:
+                    saving.cancel()
+                if self._requests is not None and self._requests.save_points is not None:
+                    await self._requests.save_points.settle()  # the check runs on a machine that runs
             if not self._task_end_seen.is_set():
                 self._limit_reached = True
                 self._metrics.active_seconds = round(clock.used(), 3)
@@ -612,6 +621,16 @@ class Attempt:
                 end.steps, end.questions, end.approvals)
             self._metrics.agent_usage = end.usage
         return end
+
+    def _periodic_save_points(self) -> asyncio.Task[None] | None:
+        """Every `limits.save_point_minutes` of the task, a save point (none without the limit)."""
+        minutes = self.lease.case.limits.save_point_minutes
+        requests = self._requests
+        if minutes is None or requests is None or requests.save_points is None:
+            return None
+        return asyncio.create_task(requests.save_points.every(minutes * self._seconds_per_minute,
+                                                              lambda: requests.steps),
+                                   name=f"save-points-{self.machine_id}")
 
     async def wait_torn_down(self) -> None:
         """Return once the machine's destroy (started by `run`) is over, failed or timed out.
@@ -729,6 +748,10 @@ class Attempt:
         except Exception as e:
             self._log.warning("status not sent", status=status, phase=phase, error=f"{type(e).__name__}: {e}"[:300])
 
+    def _saved_points(self) -> list[SavePoint] | None:
+        points = self._requests.save_points if self._requests is not None else None
+        return list(points.kept) if points is not None and points.kept else None
+
     def _result(self, started: datetime) -> AttemptResult:
         outcome: Outcome
         error: str | None = None
@@ -765,6 +788,7 @@ class Attempt:
             # fault says why).
             answer=(self._ending.answer if self._ending is not None else "") if end is not None else None,
             metrics=self._metrics,
+            save_points=self._saved_points(),
             started_at=started,
             finished_at=_now(),
         )

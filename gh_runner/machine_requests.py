@@ -33,6 +33,7 @@ import structlog
 
 from gh_runner.config import Timeouts
 from gh_runner.replay import ReplayRecorder, exec_event, is_secret_event, redact_event, redact_text, with_note
+from gh_runner.save_points import SavePoints
 from gh_wire.protocol import ExecFrozen, MachineRefusal, MachineRequest, MachineResponse
 from gh_wire.vocab import ExecFreeze
 from providers.base import Machine, ScriptResult
@@ -65,6 +66,8 @@ class MachineRequests:
         self._replay = replay
         self._frozen = frozen
         self._screen_lock = asyncio.Lock()
+        self.steps = 0  # input and exec requests served: the step a save point is made at
+        self.save_points: SavePoints | None = None  # an attempt's machine (a start state's has none)
 
     async def screenshot(self) -> bytes:
         """The machine's screen as PNG, bounded by `timeouts.screen`."""
@@ -82,6 +85,8 @@ class MachineRequests:
                 return await self._input(req)
             if req.op == "exec":
                 return await self._exec(req)
+            if req.op == "save_point":
+                return await self._save_point(req)
             return refuse(req, f"unknown op {req.op!r}")
         except TimeoutError:
             return refuse(req, f"{req.op} got no answer from the machine in time")
@@ -90,6 +95,12 @@ class MachineRequests:
         except Exception as e:
             log.exception("machine request failed", request_id=req.request_id, op=req.op)
             return refuse(req, f"internal runner error: {type(e).__name__}")
+
+    async def _save_point(self, req: MachineRequest) -> MachineResponse:
+        if self.save_points is None:
+            return refuse(req, "this machine takes no save points (only an attempt's does)")
+        point = await self.save_points.save(self.steps)
+        return MachineResponse(request_id=req.request_id, ok=True, save_point=point)
 
     async def _screen(self, req: MachineRequest) -> MachineResponse:
         png = await self.screenshot()
@@ -124,6 +135,7 @@ class MachineRequests:
             if self._replay is not None:
                 shown = redact_event(event, req.redact)
                 await self._frame_after("input", with_note(shown, req.note, req.redact) if i == 0 else shown)
+        self.steps += 1
         return MachineResponse(request_id=req.request_id, ok=True)
 
     async def _exec(self, req: MachineRequest) -> MachineResponse:
@@ -149,6 +161,7 @@ class MachineRequests:
                 refusal.refusal = MachineRefusal.CHANNEL_LOST_IN_EXEC
                 return refusal
             raise
+        self.steps += 1
         if self._replay is not None:
             # An exec is a step of the trajectory too: its script, exit code and output's tail, on the screen
             # as it is after it.

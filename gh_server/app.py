@@ -15,6 +15,7 @@ from gh_server.agents.machine_api import router as machine_router
 from gh_server.agents.machine_limits import InFlightLimit
 from gh_server.agents.supervisor import MACHINE_API_PATH, AgentSupervisor
 from gh_server.attempts.intake import ResultIntake
+from gh_server.attempts.lease import SavePointPolicy
 from gh_server.attempts.scheduler import Scheduler
 from gh_server.auth import ensure_admin_key
 from gh_server.bodylimit import BodyLimit
@@ -126,6 +127,7 @@ def _serve_runners(app: FastAPI, st: ServerState) -> None:
             dead_after_s=s.dead_after,
             judge_configured=s.judge is not None,
             retry_backoff_s=tuple(s.retry_backoff_seconds),
+            save_points=SavePointPolicy(s.save_point_minutes, s.save_points_kept),
         )
         scheduler.on_leased = state.metrics.leased
         window = s.online_window_seconds

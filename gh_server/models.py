@@ -236,6 +236,8 @@ class Attempt(Base):
     # In [0, 1]: the check's score or its checkpoints' weighted mean (intake.score_of); None for an error.
     score: Mapped[float | None] = mapped_column(Float, default=None)
     checkpoints: Mapped[list[Any] | None] = mapped_column(JSON, default=None)  # [{name, weight, score, before_score}]
+    # The save points its runner keeps, oldest first: [{save_point_id, step, created_at, bytes}] (issue 51).
+    save_points: Mapped[list[Any] | None] = mapped_column(JSON, default=None)
     judge: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     customer_turns: Mapped[list[Any] | None] = mapped_column(JSON, default=None)
     answer: Mapped[str | None] = mapped_column(Text, default=None)
@@ -293,7 +295,7 @@ class StartState(Base):
     description: Mapped[str] = mapped_column(Text, default="", server_default="")
     from_: Mapped[str] = mapped_column("from", String(200))  # an image name or another ss_ id
     image: Mapped[str] = mapped_column(String(200))  # the base image at the root of the chain
-    method: Mapped[str] = mapped_column(String(16))  # script | instruction | hand
+    method: Mapped[str] = mapped_column(String(16))  # script | instruction | hand | save_point
     script: Mapped[str | None] = mapped_column(Text, default=None)
     instruction: Mapped[str | None] = mapped_column(Text, default=None)
     agent_id: Mapped[str | None] = mapped_column(String(200), default=None)

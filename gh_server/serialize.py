@@ -28,7 +28,10 @@ def test_case(row: TestCase) -> dict[str, Any]:
                     "checkpoints": success.get("checkpoints")},
         "customer": row.customer,
         "operator": row.operator or {"approvals": "approve"},
-        "limits": {"minutes": limits.get("minutes", 10), "steps": limits.get("steps")},
+        # save_point_minutes only when set: the Evals API's limits are minutes and steps.
+        "limits": {"minutes": limits.get("minutes", 10), "steps": limits.get("steps"),
+                   **({"save_point_minutes": limits["save_point_minutes"]} if limits.get("save_point_minutes")
+                      else {})},
         "runs_on": row.runs_on,
         "category": row.category,
         "tags": list(row.tags or []),
@@ -190,6 +193,9 @@ def attempt(row: Attempt, key: str | None, base_url: str, settings: Any = None,
         # In [0, 1], passed exactly at 1 (docs/agents.md, "Scores"); None for an error or one not done.
         "score": attempt_score(row),
         "checkpoints": list(row.checkpoints) if row.checkpoints is not None else None,
+        # The machine saved mid-task (docs/start-states.md, "Save points"), oldest first; a start state
+        # can be made from each (POST /v1/attempts/{id}/save_points/{save_point_id}/start_state).
+        "save_points": list(row.save_points or []),
         "judge": row.judge,
         "explanation": None,
         "customer": list(row.customer_turns or []),

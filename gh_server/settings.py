@@ -292,6 +292,11 @@ class Settings(BaseModel):
     # day where a lab runs long tries (OSWorld 2.0's run for hours). A case over it is refused when it
     # is stored and when a run would freeze it (this setting may have been lowered since).
     max_task_minutes: int = Field(default=60, ge=1, le=MAX_TASK_MINUTES)
+    # Save points (docs/start-states.md): a running try's machine saved every this many minutes of its
+    # task (None: only when its agent asks; a case's `limits.save_point_minutes` overrides it), and
+    # how many of a try's save points its runner keeps.
+    save_point_minutes: int | None = Field(default=None, ge=1, le=MAX_TASK_MINUTES)
+    save_points_kept: int = Field(default=3, ge=1, le=50)
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod
@@ -356,6 +361,8 @@ class Settings(BaseModel):
             "takeover_idle_seconds": "GH_SERVER_TAKEOVER_IDLE_SECONDS",
             "trusted_proxies": "GH_SERVER_TRUSTED_PROXIES",
             "max_task_minutes": "GH_SERVER_MAX_TASK_MINUTES",
+            "save_point_minutes": "GH_SERVER_SAVE_POINT_MINUTES",
+            "save_points_kept": "GH_SERVER_SAVE_POINTS_KEPT",
         }
         if os.environ.get("FORWARDED_ALLOW_IPS") and "trusted_proxies" not in env:
             env["trusted_proxies"] = os.environ["FORWARDED_ALLOW_IPS"]  # what uvicorn read before this setting

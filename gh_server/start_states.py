@@ -9,7 +9,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gh_server import serialize, webhooks
-from gh_server.models import Runner, RunnerJob, StartState, StartStateVersion, utcnow
+from gh_server.errors import conflict, not_found
+from gh_server.models import Attempt, RunCase, Runner, RunnerJob, StartState, StartStateVersion, utcnow
 from gh_server.runner_status import is_online
 from gh_server.state import ServerState
 from gh_wire import protocol
@@ -32,6 +33,47 @@ def runner_for_image(session: Session, st: ServerState, image: str) -> Runner | 
         return (int(here), int(is_online(r, st.settings)), seen)
 
     return max(candidates, key=score)
+
+
+def from_save_point(session: Session, attempt: Attempt, save_point_id: str, name: str | None) -> StartState:
+    """The start state made from one of a finished attempt's save points: its id is the save point's and
+    its version 1 is the save point itself, already on the attempt's runner (gh_runner/save_points.py),
+    so nothing is copied and it is `ready` at once. Made once; asked again, the same one.
+
+    Raises:
+        ApiError: 404 for a save point the attempt does not list, 409 when its runner is unknown.
+    """
+    point = next((p for p in attempt.save_points or [] if p.get("save_point_id") == save_point_id), None)
+    if point is None:
+        raise not_found("save point", save_point_id)
+    made = session.get(StartState, save_point_id)
+    if made is not None:
+        return made
+    runner = session.get(Runner, attempt.runner_id) if attempt.runner_id else None
+    if runner is None:
+        raise conflict(f"the runner that holds save point {save_point_id} is gone")
+    rc = session.get(RunCase, attempt.run_case_id)
+    ref = dict(rc.start_state or {}) if rc is not None else {}
+    case = dict(rc.case or {}) if rc is not None else {}
+    step = int(point.get("step") or 0)
+    now = utcnow()
+    ss = StartState(
+        id=save_point_id, name=(name or f"{case.get('name') or attempt.test_case_id} at step {step}")[:200],
+        description="", from_=str(ref.get("start_state_id") or ref.get("image") or ""),
+        image=str(ref.get("image") or ""), method="save_point", status="ready", version=1, runner_id=runner.id,
+        runner_labels=list(runner.labels or []),
+        metadata_={"attempt_id": attempt.id, "step": step}, created_at=now, updated_at=now,
+    )
+    session.add(ss)
+    session.add(StartStateVersion(start_state_id=ss.id, version=1, runner_id=runner.id,
+                                  size_bytes=point.get("bytes"), created_at=now))
+    # What the runner's next hello says too (the save point is in its state directory): leases now.
+    key = (ss.id, 1)
+    held = [h for h in runner.held_versions or [] if (h.get("start_state_id"), h.get("version")) != key]
+    runner.held_versions = [*held, {"start_state_id": ss.id, "version": 1}]
+    session.flush()
+    webhooks.enqueue(session, "start_state.ready", serialize.start_state(ss))
+    return ss
 
 
 def apply_job_result(session: Session, runner_id: str, j: protocol.JobResult) -> bool:

@@ -138,6 +138,9 @@ class HeldVersion(_Msg):
 class Limits(_Msg):
     minutes: int = Field(default=10, ge=1, le=MAX_TASK_MINUTES)
     steps: int | None = Field(default=None, ge=1, le=500)
+    # Added without a protocol bump: save the machine every this many minutes of the task (None: only
+    # when the agent asks). An older runner ignores it and saves nothing (docs/start-states.md).
+    save_point_minutes: int | None = Field(default=None, ge=1, le=MAX_TASK_MINUTES)
 
 
 class StartStateRef(_Msg):
@@ -227,6 +230,16 @@ class AttemptMetrics(_Msg):
     held_seconds: float | None = None
 
 
+class SavePoint(_Msg):
+    """A running attempt's machine (disk and memory) saved without ending its task: a start-state
+    version on the runner that made it, stored as `save_point_id` version 1 (docs/start-states.md)."""
+
+    save_point_id: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,128}$")
+    step: int = Field(ge=0)  # the agent's input and exec requests served before it
+    created_at: datetime
+    bytes: int = Field(ge=0)
+
+
 class AttemptResult(_Msg):
     attempt_id: str
     outcome: Outcome
@@ -250,6 +263,8 @@ class AttemptResult(_Msg):
     # Added without a protocol bump: each checkpoint's score when the lease had checkpoints (check_after
     # then carries their weighted mean as its score, check_before the mean before the task).
     checkpoints: list[CheckpointScore] | None = None
+    # Added without a protocol bump: the save points still kept on the runner, oldest first.
+    save_points: list[SavePoint] | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -352,6 +367,7 @@ class MachineResponse(_Msg):
     frozen: ExecFrozen | None = None  # for exec: it was frozen while it ran (None: never)
     # Refused because the task was stopped (its time limit): the agent's end, not a machine failure.
     stopped: TaskEndReason | None = None
+    save_point: SavePoint | None = None  # for save_point
 
 
 class JobResult(_Msg):
@@ -411,6 +427,9 @@ class Lease(_Msg):
     case: FrozenCase
     start_state: StartStateRef
     script_timeout: float = Field(default=600.0, gt=0)
+    # Added without a protocol bump: how many of the attempt's save points the runner keeps (the
+    # server's `save_points_kept`); older ones are deleted as new ones are made.
+    save_points_kept: int = Field(default=3, ge=1, le=50)
 
 
 class Cancel(_Msg):
@@ -445,7 +464,7 @@ class MachineRequest(_Msg):
     attempt_id: str | None = None
     job_id: str | None = None
     start_state_id: str | None = None  # the open machine of a start state (after an `open` job)
-    op: Literal["screen", "input", "exec"]
+    op: Literal["screen", "input", "exec", "save_point"]
     events: list[InputEvent] = Field(default_factory=list)
     script: str | None = Field(default=None, max_length=100_000)
     env: dict[str, str] = Field(default_factory=dict)

@@ -66,6 +66,9 @@ class ExecResult:
 
 Relay = Callable[[str, protocol.MachineRequest, float], Awaitable[protocol.MachineResponse]]
 SLACK_S = 15.0  # on top of a request's own timeout: the runner's round trip
+# A save point's memory image and disk copy (the runner bounds its own save at 900 s:
+# gh_runner/save_points.py); past this the agent is told it failed.
+SAVE_POINT_TIMEOUT_S = 960.0
 # What a request that waited out a takeover is told when it was an action (planned on a screen now gone).
 TAKEN_OVER = "not done: a person took over the machine; look again"
 # A request turned back this many times by the process holding the runner (a hold there that this process's
@@ -142,6 +145,13 @@ class Machine:
                                timeout)
         return ExecResult(resp.exit_code, resp.stdout or "", resp.stderr or "", resp.stdout_truncated,
                           resp.stderr_truncated, resp.timed_out, resp.frozen)
+
+    async def save_point(self, timeout: float = SAVE_POINT_TIMEOUT_S) -> protocol.SavePoint:
+        """Save the machine (disk and memory) now; it runs on (docs/agents.md, "Save points")."""
+        resp = await self._ask(self._req("save_point", None, timeout=timeout), timeout)
+        if resp.save_point is None:
+            raise MachineError("save_point: the runner sent no save point")
+        return resp.save_point
 
 
 @dataclass

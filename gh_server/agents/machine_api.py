@@ -167,6 +167,18 @@ def router(sup: AgentSupervisor) -> APIRouter:
             return await _machine_failed(sup, grant, e)
         return JSONResponse(res.as_dict())
 
+    @r.post("/save_point")
+    async def save_point(request: Request) -> Response:
+        """Save the machine (disk and memory) without ending the task; no step is spent."""
+        grant = await grant_of(request)
+        if isinstance(grant, JSONResponse):
+            return grant
+        try:
+            point = await grant.machine.save_point()
+        except MachineError as e:
+            return await _machine_failed(sup, grant, e, stepped=False)
+        return JSONResponse(point.model_dump(mode="json"))
+
     @r.post("/ask")
     async def ask(request: Request) -> Response:
         got = await granted_body(request, AskBody)

@@ -153,6 +153,8 @@ class Limits(_Body):
     # stored and again when a run freezes it (gh_server/api/test_cases.py, test_runs.py).
     minutes: int | None = Field(default=10, ge=1, le=MAX_TASK_MINUTES)
     steps: int | None = Field(default=None, ge=1, le=500)
+    # Save the machine every this many minutes of the task (null: the server's save_point_minutes).
+    save_point_minutes: int | None = Field(default=None, ge=1, le=MAX_TASK_MINUTES)
 
 
 def check_key(v: str | None) -> str | None:
@@ -325,6 +327,10 @@ class StartStateUpdate(_Body):
     description: str | None = Field(default=None, max_length=4000)
     metadata: Metadata | None = None
     _meta = field_validator("metadata")(classmethod(lambda cls, v: check_metadata(v)))
+
+
+class SavePointStartState(_Body):
+    name: str | None = Field(default=None, min_length=1, max_length=200)  # default: "<case> at step <k>"
 
 
 class InputBody(_Body):

@@ -21,15 +21,15 @@ from sqlalchemy.orm import Session
 
 from gh_server import serialize
 from gh_server.api.common import DB, Admin, Member, PageParams, like, page_body, paginate, state_of
-from gh_server.api.schemas import InputBody, StartStateCreate, StartStateUpdate
+from gh_server.api.schemas import InputBody, SavePointStartState, StartStateCreate, StartStateUpdate
 from gh_server.auth import Principal, require_member
 from gh_server.errors import ApiError, conflict, invalid, not_found
 from gh_server.live import inputs as live_inputs
-from gh_server.models import Runner, RunnerJob, StartState, StartStateVersion, TestCase, new_id, utcnow
+from gh_server.models import Attempt, Runner, RunnerJob, StartState, StartStateVersion, TestCase, new_id, utcnow
 from gh_server.start_state_jobs import dispatch_jobs as _dispatch
 from gh_server.start_state_jobs import holders
 from gh_server.start_state_jobs import new_job as _job
-from gh_server.start_states import runner_for_image
+from gh_server.start_states import from_save_point, runner_for_image
 from gh_wire import protocol
 
 router = APIRouter(tags=["Start states"])
@@ -180,6 +180,23 @@ async def create_start_state(body: StartStateCreate, request: Request, _p: Princ
     out, jobs = await run_in_threadpool(work)
     await _dispatch(st, jobs)
     return out
+
+
+@router.post("/v1/attempts/{attempt_id}/save_points/{save_point_id}/start_state",
+             summary="Make a start state from one of an attempt's save points (tries then start at its step)")
+async def start_state_from_save_point(attempt_id: str, save_point_id: str, request: Request,
+                                      body: SavePointStartState | None = None, _p: Principal = Admin) -> dict[str, Any]:
+    st = state_of(request)
+
+    def work() -> dict[str, Any]:
+        with st.db.begin() as s:
+            attempt = s.get(Attempt, attempt_id)
+            if attempt is None:
+                raise not_found("attempt", attempt_id)
+            ss = from_save_point(s, attempt, save_point_id, body.name if body is not None else None)
+            return serialize.start_state(ss, os_name=images(s).get(ss.image, {}).get("os", ""))
+
+    return await run_in_threadpool(work)
 
 
 @router.get("/v1/start_states/{start_state_id}", summary="Retrieve a start state")

@@ -120,6 +120,7 @@ _APPLY_RESULT = (
                 "judge",
                 "score",
                 "checkpoints",
+                "save_points",
             )
         }
     )
@@ -195,6 +196,7 @@ def apply_result(
         "score": score_of(result, outcome, judge),
         "checkpoints": None if outcome == Outcome.ERROR or result.checkpoints is None
         else [c.model_dump(exclude_none=True) for c in result.checkpoints],
+        "save_points": None if not result.save_points else [p.model_dump(mode="json") for p in result.save_points],
         "metrics": {
             "active_seconds": round(m.active_seconds),
             "steps": m.steps,

@@ -49,7 +49,16 @@ def checkpoints_of(success: dict[str, Any]) -> list[protocol.Checkpoint]:
                                         weight=c.get("weight", 1.0)) for c in given]
 
 
-def frozen_case(case: dict[str, Any]) -> protocol.FrozenCase:
+@dataclass(frozen=True)
+class SavePointPolicy:
+    """The server's save-point settings (gh_server/settings.py): a case's own `limits.save_point_minutes`
+    wins over `every_minutes`."""
+
+    every_minutes: int | None = None
+    kept: int = 3
+
+
+def frozen_case(case: dict[str, Any], save_points: SavePointPolicy = SavePointPolicy()) -> protocol.FrozenCase:
     success = case.get("success") or {}
     limits = case.get("limits") or {}
     return protocol.FrozenCase(
@@ -60,7 +69,8 @@ def frozen_case(case: dict[str, Any]) -> protocol.FrozenCase:
         setup_script=case.get("setup_script"),
         check_script=success.get("check_script"),
         checkpoints=checkpoints_of(success),
-        limits=protocol.Limits(minutes=limits.get("minutes") or 10, steps=limits.get("steps")),
+        limits=protocol.Limits(minutes=limits.get("minutes") or 10, steps=limits.get("steps"),
+                               save_point_minutes=limits.get("save_point_minutes") or save_points.every_minutes),
         runs_on=case.get("runs_on") or "vm",
     )
 
@@ -75,15 +85,17 @@ class Grant:
     run_case_id: int
 
 
-def lease_message(g: Grant, rc: RunCaseInfo, script_timeout: float) -> protocol.Lease:
+def lease_message(g: Grant, rc: RunCaseInfo, script_timeout: float,
+                  save_points: SavePointPolicy = SavePointPolicy()) -> protocol.Lease:
     return protocol.Lease(
         attempt_id=g.attempt_id,
         test_run_id=g.test_run_id,
         agent_id=g.agent_id,
         try_number=g.try_number,
-        case=frozen_case(rc.case),
+        case=frozen_case(rc.case, save_points),
         start_state=protocol.StartStateRef.model_validate(rc.start_state),
         script_timeout=script_timeout,
+        save_points_kept=save_points.kept,
     )
 
 
@@ -169,6 +181,7 @@ def lease_pass(
     judge_configured: bool,
     scan_budget: int = 5_000,
     script_timeout: float = 600.0,
+    save_points: SavePointPolicy = SavePointPolicy(),
 ) -> LeasePass:
     """Lease queued attempts, oldest first, to these runners' free slots. The caller commits."""
     out = LeasePass()
@@ -223,7 +236,7 @@ def lease_pass(
                 continue
             grant = Grant(row.id, r.runner_id, row.test_run_id, row.agent_id, row.try_number, row.run_case_id)
             try:
-                message = lease_message(grant, rc, script_timeout)
+                message = lease_message(grant, rc, script_timeout, save_points)
             except ValidationError as e:
                 # A frozen copy no runner could take (e.g. written by an older server): say so, once.
                 first = e.errors()[0]

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from gh_common.timeouts import timeout
 from gh_server.attempts.completion import complete_runs
-from gh_server.attempts.lease import RunCaseCache, lease_pass
+from gh_server.attempts.lease import RunCaseCache, SavePointPolicy, lease_pass
 from gh_server.attempts.matching import RETRY_BACKOFF_S, RefusalList
 from gh_server.attempts.states import cancel_attempts_of_cancelled_runs, expire_disconnected, release_lease
 from gh_server.dbqueue import DbQueue
@@ -44,6 +44,7 @@ class Scheduler:
         dead_after_s: float,
         judge_configured: bool = False,
         script_timeout: float = 600.0,
+        save_points: SavePointPolicy = SavePointPolicy(),
         poll_s: float = 1.0,
         retry_backoff_s: tuple[float, ...] = RETRY_BACKOFF_S,
     ) -> None:
@@ -54,6 +55,7 @@ class Scheduler:
         self.dead_after_s = dead_after_s
         self.judge_configured = judge_configured
         self.script_timeout = script_timeout
+        self.save_points = save_points
         self.poll_s = poll_s
         self.refusals = RefusalList(retry_backoff=retry_backoff_s)
         self.cache = RunCaseCache()
@@ -148,9 +150,10 @@ class Scheduler:
         if not runner_ids:
             return 0
         skip, cache, judge = self.refusals, self.cache, self.judge_configured
-        script_timeout = self.script_timeout
+        script_timeout, save_points = self.script_timeout, self.save_points
         result = await self.dbq.run(
-            lambda s: lease_pass(s, runner_ids, skip, cache, judge, script_timeout=script_timeout))
+            lambda s: lease_pass(s, runner_ids, skip, cache, judge, script_timeout=script_timeout,
+                                 save_points=save_points))
         self.passes += 1
         for run in result.failed_runs:
             self._dirty_runs.add(run)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import io
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from PIL import Image, ImageDraw
@@ -127,7 +128,12 @@ class FakeMachine(Machine):
             self.screen = png((0, 0, 40 * len(self.inputs) % 255), box=(10, 10, 200, 100))
 
     async def save(self, start_state_id: str, version: int, *, with_memory: bool = True) -> SavedVersion:
-        raise ProviderError("not in the fake")
+        if self.provider.save_error:
+            raise ProviderError("virDomainSave failed")
+        self.provider.saved.append((start_state_id, version, dict(self.files)))
+        self.provider.save_made.set()
+        return SavedVersion(start_state_id=start_state_id, version=version, disk_path=Path("/nonexistent/disk.qcow2"),
+                            size_bytes=1000 + len(self.provider.saved))
 
     async def destroy(self) -> None:
         self.destroyed += 1
@@ -149,6 +155,10 @@ class FakeProvider(Provider):
         self.destroy_error = False
         self.destroyed = asyncio.Event()  # any machine destroyed
         self.origin = MachineOrigin.COLD  # what the made machines say they are
+        self.saved: list[tuple[str, int, dict[str, str]]] = []  # versions saved: id, version, the files then
+        self.deleted: list[tuple[str, int]] = []
+        self.save_error = False
+        self.save_made = asyncio.Event()  # set at each save (a test clears it to wait for the next)
 
     async def list_images(self) -> list[ImageInfo]:
         return []
@@ -169,7 +179,7 @@ class FakeProvider(Provider):
         return []
 
     async def delete_version(self, start_state_id: str, version: int) -> None:
-        return None
+        self.deleted.append((start_state_id, version))
 
 
 class FakeLink:

@@ -52,6 +52,12 @@ def main() -> None:
             time.sleep(600)
         print("done on the retry")
         return
+    if mode == "save_point":  # a save point between two steps; prints what the machine API answered
+        call(url, token, "/exec", {"script": "touch /root/before", "timeout": 30})
+        status, body = call(url, token, "/save_point", {})
+        point = json.loads(body)
+        print(f"save_point {status} {point.get('save_point_id')} step {point.get('step')}")
+        return
     if mode == "approve":
         status, body = call(url, token, "/approval", {"request": "restart the print spooler"})
         status2, _ = call(url, token, "/approval", {"request": ""})

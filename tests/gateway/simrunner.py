@@ -227,7 +227,8 @@ class SimRunner:
                                                phase=phase or status, at=now()))
 
     async def finish(self, attempt_id: str, outcome: str = "passed", error: str | None = None,
-                     answer: str | None = "", check_after: str | None = "True") -> protocol.ResultAck:
+                     answer: str | None = "", check_after: str | None = "True",
+                     save_points: list[protocol.SavePoint] | None = None) -> protocol.ResultAck:
         res = protocol.AttemptResult(
             attempt_id=attempt_id, outcome=outcome, error=error, answer=answer,  # type: ignore[arg-type]
             check_before=protocol.CheckOutput(exit_code=0, stdout_tail="False", verdict="False"),
@@ -235,7 +236,7 @@ class SimRunner:
                 exit_code=0, stdout_tail=check_after,
                 verdict=check_after if check_after in ("True", "False") else None),
             metrics=protocol.AttemptMetrics(active_seconds=1.5, steps=2),
-            started_at=now(), finished_at=now(),
+            started_at=now(), finished_at=now(), save_points=save_points,
         )
         await self.send(protocol.AttemptFinished(result=res))
         ack: protocol.ResultAck = await self.expect("result_ack", where=lambda m: m.attempt_id == attempt_id)
