@@ -154,7 +154,9 @@ def proofs(as_user):  # type: ignore[no-untyped-def]
         Script("measure the signed-in session's memory", "free -m\n", 60, report=True),
         Script(
             "check OSWorld's Python modules and gh_osworld as the user",
-            as_user('python3 -c "import openpyxl, docx, pptx, pandas, PIL, lxml, gh_osworld.evaluate"') + "\n",
+            # structural_similarity's module imports scipy (skimage's own imports are lazy).
+            as_user('python3 -c "import openpyxl, docx, pptx, pandas, PIL, lxml, gh_osworld.evaluate; '
+                    'from skimage.metrics import structural_similarity"') + "\n",
             180,
         ),
         Script(
