@@ -70,7 +70,7 @@ ORACLE_MODULES = {
     "compare_docx_tables": "docs", "compare_line_spacing": "docs", "compare_subscript_contains": "docs",
     "compare_docx_lines": "docs", "evaluate_strike_through_last_paragraph": "docs",
     "check_italic_font_size_14": "docs", "is_first_line_centered": "docs", "has_page_numbers_in_footers": "docs",
-    "contains_page_break": "docs", "compare_font_names": "docs",
+    "contains_page_break": "docs", "compare_font_names": "docs", "check_tabstops": "docs",
     "check_image_mirror": "gimp", "check_green_background": "gimp", "check_image_size": "gimp",
     "check_image_file_size": "gimp", "check_triangle_position": "gimp", "compare_image_list": "gimp",
     "check_csv": "general", "check_list": "general", "check_json_settings": "vscode",
