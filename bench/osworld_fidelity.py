@@ -1,6 +1,7 @@
 """gh_osworld's metrics side by side with OSWorld's own, on the same files: do we give OSWorld's numbers?
 
     .venv/bin/python bench/osworld_fidelity.py [--write-oracle] [--keep-venv DIR] [--guest-site DIR]
+                                               [--oracle-pin SPEC ...] [--versus-recorded]
 
 1. A throwaway venv under /var/tmp (removed at the end; --keep-venv reuses one and leaves it) with
    OSWorld's published package, `desktop-env` (DESKTOP_ENV), installed with --no-deps, and only the
@@ -16,6 +17,10 @@
 4. One row per metric: pairs, pairs where OSWorld crashes (no number to compare: listed by id), the
    largest |ours - OSWorld's|, and how many pairs differ by more than TOLERANCE (listed with both numbers).
 
+--oracle-pin SPEC (repeatable: `scikit-image==0.24.0`) replaces the oracle's requirement of that library, and
+--versus-recorded compares that oracle with the numbers recorded in the oracle file in place of ours: whether
+an older library (one Debian 12's numpy, scipy and Pillow can run) gives OSWorld's numbers as recorded.
+
 --write-oracle writes OSWorld's numbers, the files' sha256 and the versions to
 tests/osworld_guest/fidelity_oracle.json, which tests/osworld_guest/test_fidelity.py checks with no network.
 About a minute: the venv's install (40 s with a warm pip cache), then about 10 s for the pairs.
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -64,7 +70,7 @@ ORACLE_MODULES = {
     "compare_docx_tables": "docs", "compare_line_spacing": "docs", "compare_subscript_contains": "docs",
     "compare_docx_lines": "docs", "evaluate_strike_through_last_paragraph": "docs",
     "check_italic_font_size_14": "docs", "is_first_line_centered": "docs", "has_page_numbers_in_footers": "docs",
-    "contains_page_break": "docs", "compare_font_names": "docs",
+    "contains_page_break": "docs", "compare_font_names": "docs", "check_tabstops": "docs",
     "check_image_mirror": "gimp", "check_green_background": "gimp", "check_image_size": "gimp",
     "check_image_file_size": "gimp", "check_triangle_position": "gimp", "compare_image_list": "gimp",
     "check_csv": "general", "check_list": "general", "check_json_settings": "vscode",
@@ -121,17 +127,27 @@ def _run(argv: list[str], *, env: dict[str, str] | None = None, stdin: str | Non
     return p.stdout
 
 
-def make_venv(where: Path) -> Path:
+def _name(spec: str) -> str:
+    return re.split(r"[<>=~!\[; ]", spec, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def oracle_libraries(pins: list[str]) -> list[str]:
+    """ORACLE_LIBRARIES with each pin in place of the requirement of its library (or added)."""
+    pinned = {_name(p): p for p in pins}
+    return [pinned.pop(_name(spec), spec) for spec in ORACLE_LIBRARIES] + list(pinned.values())
+
+
+def make_venv(where: Path, libraries: list[str]) -> Path:
     py = where / "bin" / "python"
     if not py.exists():
         _run([GUEST_PYTHON, "-m", "venv", str(where)])
         _run([str(py), "-m", "pip", "install", "-q", "--no-deps", DESKTOP_ENV], timeout=PIP_TIMEOUT_S)
-        _run([str(py), "-m", "pip", "install", "-q", *ORACLE_LIBRARIES], timeout=PIP_TIMEOUT_S)
+        _run([str(py), "-m", "pip", "install", "-q", *libraries], timeout=PIP_TIMEOUT_S)
     return py
 
 
 def versions(py: Path) -> dict[str, str]:
-    names = ["desktop-env", "rapidfuzz", "pymupdf", "scikit-image", "python-docx", "numpy", "pillow"]
+    names = ["desktop-env", "rapidfuzz", "pymupdf", "scikit-image", "python-docx", "numpy", "pillow", "scipy"]
     code = ("import importlib.metadata as m, json, sys\n"
             "print(json.dumps({n: m.version(n) for n in sys.argv[1:]}))")
     return json.loads(_run([str(py), "-c", code, *names]))
@@ -149,6 +165,10 @@ def main() -> None:
     ap.add_argument("--keep-venv", type=Path, help="the oracle's venv: made if absent, reused, not removed")
     ap.add_argument("--guest-site", type=Path, help="the guest's PyPI modules from DIR in place of kit.py's "
                     "GUEST_SITE (an empty directory: Debian's modules alone)")
+    ap.add_argument("--oracle-pin", action="append", default=[], metavar="SPEC",
+                    help="the oracle's requirement of a library replaced (scikit-image==0.24.0); repeatable")
+    ap.add_argument("--versus-recorded", action="store_true",
+                    help=f"compare the oracle with the numbers recorded in {ORACLE_FILE.name}, not with ours")
     args = ap.parse_args()
     env = guest_env()
     if args.guest_site:
@@ -157,7 +177,8 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="gh-fidelity-", dir="/var/tmp"))
     try:
         venv = args.keep_venv or scratch / "venv"
-        py = make_venv(venv)
+        py = make_venv(venv, oracle_libraries(args.oracle_pin))
+        print("the oracle's libraries:", json.dumps(versions(py)))
         files, theirs_dir = scratch / "pairs", scratch / "osworld-copy"
         made = json.loads(_run([GUEST_PYTHON, str(PAIRS), "make", str(files)], env=env))
         pairs = made["pairs"]
@@ -167,6 +188,10 @@ def main() -> None:
                                   json.dumps(STAND_INS)],
                                  stdin=json.dumps(pairs), env={"PATH": os.environ["PATH"], "HOME": str(scratch)},
                                  cwd=scratch))  # some of OSWorld's metrics write temporary files there
+        if args.versus_recorded:
+            recorded = json.loads(ORACLE_FILE.read_text(encoding="utf-8"))["osworld"]
+            ours = {i: (None if isinstance(v, dict) or v is None else float(v)) for i, v in recorded.items()}
+            print(f"left: OSWorld's numbers as recorded in {ORACLE_FILE.name}; right: this oracle's")
         report(pairs, ours, theirs)
         if args.write_oracle:
             ORACLE_FILE.write_text(json.dumps({
@@ -199,6 +224,9 @@ def report(pairs: list[dict[str, Any]], ours: dict[str, float | None], theirs: d
         notes += [f"  {i}: ours {ours[i]!r}, OSWorld {theirs[i]!r}" for i in over]
         notes += [f"  {i}: OSWorld crashes ({theirs[i]['crash']}), ours {ours[i]!r}" for i in crashed]
     print(f"{'all':46} {total:5} {'':15} {'':10} {total_over:7}")
+    compared_all = [p["id"] for p in pairs if not isinstance(theirs[p["id"]], dict)]
+    same = [i for i in compared_all if ours[i] is not None and ours[i] == float(theirs[i] or 0.0)]
+    print(f"equal to the bit: {len(same)} of the {len(compared_all)} pairs both score")
     if notes:
         print("\n".join(["", "pairs over the tolerance, and OSWorld's crashes:", *notes]))
 

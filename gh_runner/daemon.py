@@ -475,6 +475,7 @@ class Daemon:
             status_acks=True,
             live_views=True,
             task_holds=True,
+            scores=True,
         )
 
     async def on_welcome(self, welcome: Welcome) -> None:

@@ -120,6 +120,8 @@ class Runner(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(default=None)
     # Why the connected runner takes no leases now (a LeaseRefusal code: hypervisor_down), or None.
     paused: Mapped[str | None] = mapped_column(String(32), default=None)
+    # Its hello said `scores`: it reads a check's decimal last line as a score and runs checkpoints.
+    scores: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 # ---------------------------------------------------------------------------------------------

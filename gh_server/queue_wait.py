@@ -2,9 +2,9 @@
 
 Every queued attempt carries a `queued_reason` in the API (attempt objects), on the results page and,
 at most once a minute, in the log: one of `QueueWait` and a sentence naming the runners online and
-what is missing (the image, the start-state version, the label, a free slot). It is worked out when
-asked, from the runners' last hello, with the scheduler's own matching rule (`runner_can_run`), so
-it never says a runner could take an attempt that the scheduler would not offer it.
+what is missing (the image, the start-state version, the label, a runner that reads scores, a free
+slot). It is worked out when asked, from the runners' last hello, with the scheduler's own matching
+rule (`runner_can_run`), so it never says a runner could take an attempt that the scheduler would not offer it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -20,7 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gh_server.attempts.completion import complete_runs
-from gh_server.attempts.lease import load_runner_caps
+from gh_server.attempts.lease import load_runner_caps, needs_scores
 from gh_server.attempts.matching import Candidate, RunnerCaps, runner_can_run
 from gh_server.attempts.states import fail_attempt
 from gh_server.models import Attempt, RunCase, Runner, TestRun, utcnow
@@ -72,6 +72,13 @@ def explain(c: Candidate, runners: Sequence[RunnerCaps]) -> QueuedReason:
         return QueuedReason(QueueWait.NO_LABEL, f"{online}; {what}", names)
     able = [r for r in labelled if runner_can_run(c, r)]
     ss = c.start_state or {}
+    if not able and c.scored:
+        old = [r for r in labelled if runner_can_run(replace(c, scored=False), r)]
+        if old:
+            return QueuedReason(QueueWait.NO_SCORES,
+                                f"{online}; this case may score between 0 and 1 (checkpoints, or an OSWorld "
+                                f"check), and {_names(old)} run{'s' if len(old) == 1 else ''} a gh-runner from "
+                                "before scores, which reads a check's 0.5 as the case's error: upgrade it", names)
     if not able:
         if ss.get("kind") == "state":
             return QueuedReason(QueueWait.NO_VERSION,
@@ -102,10 +109,15 @@ def reasons_for(session: Session, attempts: Iterable[Attempt],
     if not queued:
         return {}
     caps = load_runner_caps(session, online_runner_ids(session, window_s))
-    sources: dict[int, dict[str, Any]] = dict(session.execute(select(RunCase.id, RunCase.start_state).where(
-        RunCase.id.in_({a.run_case_id for a in queued}))).all())
-    return {a.id: explain(Candidate(a.id, a.runs_on, sources.get(a.run_case_id) or {}, a.required_runner_id), caps)
-            for a in queued}
+    sources: dict[int, tuple[dict[str, Any], bool]] = {
+        rid: (dict(ss or {}), needs_scores(dict(case or {})))
+        for rid, ss, case in session.execute(select(RunCase.id, RunCase.start_state, RunCase.case).where(
+            RunCase.id.in_({a.run_case_id for a in queued}))).all()}
+    out = {}
+    for a in queued:
+        source, scored = sources.get(a.run_case_id, ({}, False))
+        out[a.id] = explain(Candidate(a.id, a.runs_on, source, a.required_runner_id, scored=scored), caps)
+    return out
 
 
 def log_waiting(session: Session, older_than_s: float = LOG_EVERY_S, window_s: float = ONLINE_WINDOW_S) -> int:

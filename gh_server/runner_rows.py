@@ -41,6 +41,7 @@ def record_hello(session: Session, runner_id: str, session_id: str, h: protocol.
     r.held_versions = [v.model_dump(exclude_defaults=True) for v in h.start_states]
     r.oci_registry = (h.registry or "")[:300] or None  # the registry it pulls start states from
     r.version = h.version[:64]
+    r.scores = h.scores
     r.session_id = session_id
     r.connected_at = now
     r.last_seen_at = now

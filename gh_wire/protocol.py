@@ -304,6 +304,10 @@ class Hello(_Msg):
     # Added without a protocol bump: this runner takes `task_hold` (an attempt on an older one cannot
     # be taken over: its task's clock would run while a person holds the machine).
     task_holds: bool = False
+    # Added without a protocol bump: this runner reads a check's decimal last line (`0.5`) as a score
+    # and runs a lease's `case.checkpoints`. An older one reads `0.5` as the case's error and ignores
+    # checkpoints, so the server leases it no case that may score between 0 and 1 (docs/protocol.md, "Scores").
+    scores: bool = False
 
 
 class LeaseAccept(_Msg):

@@ -75,6 +75,9 @@ class QueueWait(StrEnum):
     NO_LABEL = "no_label"  # no runner online has the label the case runs on
     NO_IMAGE = "no_image"  # none of those has the image
     NO_VERSION = "no_version"  # none of those holds the start-state version
+    # The case may score between 0 and 1 (checkpoints, an OSWorld import) and every runner that could take
+    # it is older than scores: it would read the check's `0.5` as the case's error (docs/protocol.md, "Scores").
+    NO_SCORES = "no_scores"
     NO_FREE_SLOT = "no_free_slot"  # a runner can take it, but every slot of every such runner is busy
     NEXT_PASS = "next_pass"  # a runner with a free slot can take it: the next lease pass offers it
 

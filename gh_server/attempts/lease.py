@@ -49,6 +49,16 @@ def checkpoints_of(success: dict[str, Any]) -> list[protocol.Checkpoint]:
                                         weight=c.get("weight", 1.0)) for c in given]
 
 
+def needs_scores(case: dict[str, Any]) -> bool:
+    """Whether a frozen case may score between 0 and 1, so that only a runner whose hello said `scores`
+    may run it: it has checkpoints, or it is an OSWorld import (its check prints gh_osworld's score,
+    docs/osworld.md, "Scores"). A plain check_script that prints a decimal is the author's to run on
+    current runners: an older one reports it as the case's error, never as a verdict."""
+    success = case.get("success") or {}
+    metadata = case.get("metadata") or {}
+    return bool(success.get("checkpoints")) or (isinstance(metadata, dict) and metadata.get("benchmark") == "osworld")
+
+
 @dataclass(frozen=True)
 class SavePointPolicy:
     """The server's save-point settings (gh_server/settings.py): a case's own `limits.save_point_minutes`
@@ -146,7 +156,7 @@ def load_runner_caps(session: Session, runner_ids: Sequence[str]) -> list[Runner
         caps.append(
             RunnerCaps(
                 r.id, r.name, frozenset(r.labels or []), images, held, free=max(0, r.slots - counts.get(r.id, 0)),
-                hot=hot, registry=r.oci_registry,
+                hot=hot, registry=r.oci_registry, scores=bool(r.scores),
             )
         )
     return caps
@@ -230,7 +240,8 @@ def lease_pass(
                 ):
                     out.failed_runs.add(row.test_run_id)
                 continue
-            cand = Candidate(row.id, row.runs_on or "vm", rc.start_state, row.required_runner_id or rc.runner_id)
+            cand = Candidate(row.id, row.runs_on or "vm", rc.start_state, row.required_runner_id or rc.runner_id,
+                             scored=needs_scores(rc.case))
             r = pick_runner(cand, runners, skip)
             if r is None:
                 continue

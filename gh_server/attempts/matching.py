@@ -60,6 +60,7 @@ class RunnerCaps:
     free: int
     hot: frozenset[tuple[str, ...]] = frozenset()  # sources in the runner's hot pool (see source_key)
     registry: str | None = None  # the OCI registry it pulls start states from ("host[:port]/prefix")
+    scores: bool = False  # its hello said `scores`: it reads a check's decimal last line as a score
 
 
 @dataclass(frozen=True)
@@ -68,11 +69,15 @@ class Candidate:
     runs_on: str
     start_state: dict[str, Any]
     required_runner_id: str | None
+    scored: bool = False  # the case may score between 0 and 1 (lease.needs_scores): a runner must read scores
 
 
 def runner_can_run(c: Candidate, r: RunnerCaps) -> bool:
-    """The label and the start state, regardless of free slots."""
+    """The label, the start state and scores, regardless of free slots."""
     if c.required_runner_id is not None and c.required_runner_id != r.runner_id:
+        return False
+    if c.scored and not r.scores:
+        # An older runner reads a check's `0.5` as the case's error: the try would be lost to garbage.
         return False
     if c.runs_on == "vm":
         # `vm` is "any virtual machine": a runner that advertises images has a hypervisor.

@@ -55,6 +55,8 @@ PACKAGES = [
     # What gh_osworld reads with beyond those: PDFs' text (compare_pdfs, PDF members of archives),
     # the CSS selectors of check_accessibility_tree, YAML files (check_json with is_yaml).
     "poppler-utils", "python3-cssselect", "python3-yaml",
+    # What the pinned scikit-image (pypi.txt) runs on beside numpy and Pillow.
+    "python3-scipy", "python3-packaging",
     # What the tasks' setups `apt install` from the network, which a machine here does not have: in the image,
     # the setup's install finds them present (chrome's jq edit of the Preferences, os's expect, zsh and astyle,
     # multi_apps' sysstat and the clipboard's xsel). Without jq, one chrome task's check printed True untouched.
@@ -181,7 +183,9 @@ def proofs(as_user):  # type: ignore[no-untyped-def]
         Script("measure the signed-in session's memory", "free -m\n", 60, report=True),
         Script(
             "check OSWorld's Python modules and gh_osworld as the user",
-            as_user('python3 -c "import openpyxl, docx, pptx, pandas, PIL, lxml, gh_osworld.evaluate"') + "\n"
+            # structural_similarity's module imports scipy (skimage's own imports are lazy).
+            as_user('python3 -c "import openpyxl, docx, pptx, pandas, PIL, lxml, gh_osworld.evaluate; '
+                    'from skimage.metrics import structural_similarity"') + "\n"
             # pyautogui on the session's display (agent kind osworld's actions), at the screen's size.
             + as_user('python3 -c "import pyautogui, pytweening; w, h = pyautogui.size(); assert w * h > 0"') + "\n",
             180,

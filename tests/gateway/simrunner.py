@@ -70,7 +70,7 @@ class SimRunner:
 
     def __init__(self, ws_url: str, token: str, *, name: str = "sim", slots: int = 2, labels: list[str] | None = None,
                  images: list[str] | None = None, held: list[tuple[str, int]] | None = None,
-                 in_flight: list[str] | None = None, answer_heartbeats: bool = True) -> None:
+                 in_flight: list[str] | None = None, answer_heartbeats: bool = True, scores: bool = True) -> None:
         self.ws_url = ws_url
         self.token = token
         self.hello = protocol.Hello(
@@ -78,6 +78,7 @@ class SimRunner:
             images=[protocol.ImageAd(name=i, os="linux", version="1", checksum="sha256:0") for i in (images or [])],
             start_states=[protocol.HeldVersion(start_state_id=s, version=v) for s, v in (held or [])],
             in_flight=in_flight or [],
+            scores=scores,  # False: a runner from before scores (hello without `scores`)
         )
         self.answer_heartbeats = answer_heartbeats
         self._last_beat = protocol.Heartbeat(at=now(), slots=slots)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 
 import httpx
 import pytest
 
 from gh_server import queue_wait
+from gh_server.attempts.lease import needs_scores
 from gh_server.attempts.matching import Candidate, RunnerCaps
 from gh_wire import protocol
 from gh_wire.vocab import QueueWait
@@ -122,3 +124,67 @@ async def test_queue_timeout_ends_attempts_that_waited_too_long_with_the_reason(
         beat.cancel()
         await asyncio.to_thread(http.close)
         await r.close()
+
+
+def test_a_scored_case_waits_for_a_runner_that_reads_scores() -> None:
+    """A runner from before scores reads a check's `0.5` as the case's error: the matching rule keeps
+    a case that may score between 0 and 1 from it, and the reason names it (not `next_pass`)."""
+    old, new = caps("lab-1"), replace(caps("lab-2"), scores=True)
+    scored = Candidate("at_1", "vm", IMAGE, None, scored=True)
+    r = queue_wait.explain(scored, [old])
+    assert r.code == QueueWait.NO_SCORES and "lab-1 runs a gh-runner from before scores" in r.message, r
+    assert queue_wait.explain(Candidate("at_1", "vm", IMAGE, None), [old]).code == QueueWait.NEXT_PASS
+    assert queue_wait.explain(scored, [old, new]).code == QueueWait.NEXT_PASS
+    # The image is still told first: an old runner without it is `no_image`, not `no_scores`.
+    r = queue_wait.explain(replace(scored, start_state={"kind": "image", "image": "win10"}), [old])
+    assert r.code == QueueWait.NO_IMAGE, r
+
+
+@pytest.mark.parametrize(("case", "scored"), [
+    ({"success": {"check_script": "echo True"}}, False),
+    ({"success": {"check_script": "echo True", "checkpoints": []}}, False),
+    ({"success": {"check_script": None, "checkpoints": [{"name": "a", "check_script": "echo 1"}]}}, True),
+    ({"success": {"check_script": "python3 -m gh_osworld spec.json"}, "metadata": {"benchmark": "osworld"}}, True),
+    ({"success": {"check_script": "echo True"}, "metadata": {"benchmark": "other"}}, False),
+])
+def test_which_cases_need_a_runner_that_reads_scores(case: dict[str, object], scored: bool) -> None:
+    assert needs_scores(case) is scored
+
+
+async def test_an_older_runner_is_offered_no_scored_case_and_the_api_says_why(server: GwServer) -> None:
+    """Through the real gateway: a simulated runner with the hello of a runner from before scores (no
+    `scores`) is leased the plain case, while the checkpoints case and the OSWorld import wait as
+    `no_scores`; a runner of this version then takes them."""
+    _, old_token = server.add_runner("old-1")
+    old = await SimRunner(server.ws_url, old_token, name="old-1", slots=4, images=["linux-tiny"],
+                          scores=False).connect()
+    new: SimRunner | None = None
+    try:
+        assert server.runner_row(old.welcome.runner_id).scores is False  # type: ignore[union-attr]
+        run_id, (plain, checkpoints, imported) = server.add_run([
+            {},
+            {"success": {"check_script": "echo True", "rubric": None,
+                         "checkpoints": [{"name": "half", "check_script": "echo 0.5", "weight": 1.0}]}},
+            {"metadata": {"benchmark": "osworld", "osworld_id": "4f07fbe9"}},
+        ])
+        lease = await old.expect("lease", timeout=60)
+        assert lease.attempt_id == plain
+        got = await asyncio.to_thread(_attempts, server, run_id)
+        for aid in (checkpoints, imported):
+            reason = got[aid]["queued_reason"]
+            assert isinstance(reason, dict) and reason["code"] == "no_scores", reason
+            assert "old-1 runs a gh-runner from before scores" in str(reason["message"]), reason
+        server.wake()
+        with pytest.raises(AssertionError, match="no lease within"):
+            await old.expect("lease", timeout=2)
+        assert {server.attempt(a).status for a in (checkpoints, imported)} == {"queued"}
+        _, new_token = server.add_runner("new-1")
+        new = await SimRunner(server.ws_url, new_token, name="new-1", slots=4, images=["linux-tiny"]).connect()
+        assert server.runner_row(new.welcome.runner_id).scores is True  # type: ignore[union-attr]
+        server.wake()
+        leased = {(await new.expect("lease", timeout=60)).attempt_id for _ in range(2)}
+        assert leased == {checkpoints, imported}
+    finally:
+        await old.close()
+        if new is not None:
+            await new.close()

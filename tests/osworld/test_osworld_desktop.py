@@ -41,6 +41,7 @@ import sys
 import tarfile
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -411,3 +412,183 @@ def test_vs_code_tasks_are_skipped_as_app_missing_on_the_default_start_state(tmp
     assert "2 tasks: 1 imported, 1 skipped (app_missing 1)" in imp.stdout, imp.stdout
     (case,) = yaml.safe_load(cases.read_text())["cases"]
     assert case["start_state"] == "osworld-desktop"
+
+
+# -- the seven sheet_print tasks (calc 4f07fbe9, 0bf05a7d, a01fbce3, 21df9241, 6e99a1ad; multi_apps 881deb30,
+# 7e287123), each in the shape of its OSWorld task: a workbook (given, or made by the agent on the Desktop)
+# saved and printed to `<stem>-Sheet1.csv` by the postconfig's `libreoffice --convert-to csv`, compared with
+# compare_table's sheet_print rule against an expected workbook and the expected printed CSV (a multi
+# cloud_file, `gives` the workbook alone). The documents are ours; the answers print what the CSVs say.
+
+_BOOK = """import openpyxl
+wb = openpyxl.Workbook()
+ws = wb.active
+ws.title = "Sheet1"
+for row in rows:
+    ws.append(row)
+for col, fmt in formats.items():
+    for cell in ws[col][1:]:
+        cell.number_format = fmt
+wb.save(path)
+"""
+# The filter options of OSWorld's tasks: comma, double quote, UTF-8, cells as shown, the first sheet
+# (written as <stem>-Sheet1.csv).
+_PRINT = "csv:Text - txt - csv (StarCalc):44,34,UTF-8,,,,false,true,true,false,false,1"
+
+
+@dataclass(frozen=True)
+class SheetPrint:
+    """One task: its workbook `stem` in `where`, the rows the setup gives (None: the agent makes the book),
+    the expected rows and number formats, the CSV LibreOffice prints of them, and the reference fix (python3
+    on the closed workbook `p`)."""
+
+    name: str
+    domain: str
+    where: str
+    stem: str
+    given: list[list[Any]] | None
+    expected: list[list[Any]]
+    formats: dict[str, str]
+    printed: str
+    fix: str
+    ignore_case: bool = False
+    gold_csv_url_name: str | None = None  # 21df9241 serves the expected CSV under another name than its dest
+
+
+SHEET_PRINT = [
+    SheetPrint("4f07fbe9", "libreoffice_calc", HOME, "Price_Labels",
+               [["Item", "Price", "Label"], ["Tea", 3.14159, "Tea costs 3.14159"], ["Jam", 2.5, "Jam costs 2.5"]],
+               [["Item", "Price", "Label"], ["Tea", 3.14159, "Tea costs 3.14"], ["Jam", 2.5, "Jam costs 2.50"]],
+               {}, "Item,Price,Label\nTea,3.14159,Tea costs 3.14\nJam,2.5,Jam costs 2.50\n",
+               's=w.active;s["C2"]="Tea costs 3.14";s["C3"]="Jam costs 2.50"'),
+    SheetPrint("0bf05a7d", "libreoffice_calc", HOME, "Old_New_Ids",
+               [["Old ID", "New 7 Digit ID"], [1234, None], [56, None], [987654, None]],
+               [["Old ID", "New 7 Digit ID"], [1234, "0001234"], [56, "0000056"], [987654, "0987654"]],
+               {}, "Old ID,New 7 Digit ID\n1234,0001234\n56,0000056\n987654,0987654\n",
+               "s=w.active\nfor r in range(2,5):s.cell(r,2).value=str(s.cell(r,1).value).zfill(7)"),
+    SheetPrint("a01fbce3", "libreoffice_calc", HOME, "Team_Shares",
+               [["Team", "Share"], ["Red", 0.25], ["Blue", 0.755]],
+               [["Team", "Share"], ["Red", 0.25], ["Blue", 0.755]],
+               {"B": "0.0%"}, "Team,Share\nRed,25.0%\nBlue,75.5%\n",
+               'for c in w.active["B"][1:]:c.number_format="0.0%"'),
+    SheetPrint("21df9241", "libreoffice_calc", HOME, "In_Millions",
+               [["City", "Population"], ["Lima", 10092000], ["Quito", 2011000]],
+               [["City", "Population"], ["Lima", "10.09 M"], ["Quito", "2.01 M"]],
+               {}, "city,population\nlima,10.09 m\nquito,2.01 m\n",  # ignore_case: the case differs
+               's=w.active;s["B2"]="10.09 M";s["B3"]="2.01 M"', ignore_case=True,
+               gold_csv_url_name="In_Millions_gold.csv"),
+    SheetPrint("6e99a1ad", "libreoffice_calc", HOME, "Two_Decimals",
+               [["Day", "spent"], ["Mon", 12.5], ["Tue", 3.456], ["Wed", 7]],
+               [["Day", "spent"], ["Mon", 12.5], ["Tue", 3.456], ["Wed", 7]],
+               {"B": "0.00"}, "Day,spent\nMon,12.50\nTue,3.46\nWed,7.00\n",
+               'for c in w.active["B"][1:]:c.number_format="0.00"'),
+    SheetPrint("881deb30", "multi_apps", DESKTOP, "ECS_Pass_Rates", None,
+               [["School", "2021", "2022"], ["HKU", 0.4, 0.45], ["CUHK", 0.35, 0.5]],
+               {"B": "0%", "C": "0%"}, "School,2021,2022\nHKU,40%,45%\nCUHK,35%,50%\n",
+               'w=o.Workbook();s=w.active;s.title="Sheet1"\n'
+               'for r in [["School","2021","2022"],["HKU",.4,.45],["CUHK",.35,.5]]:s.append(r)\n'
+               'for c in [*s["B"][1:],*s["C"][1:]]:c.number_format="0%"'),
+    SheetPrint("7e287123", "multi_apps", DESKTOP, "GRF-p5y", None,
+               [["Year", "Funded", "Applied"], [2021, 12, 40], [2022, 15, 42]],
+               {}, "Year,Funded,Applied\n2021,12,40\n2022,15,42\n",
+               'w=o.Workbook();s=w.active;s.title="Sheet1"\n'
+               'for r in [["Year","Funded","Applied"],[2021,12,40],[2022,15,42]]:s.append(r)'),
+]
+
+
+def sheet_print_documents(work: Path) -> dict[str, bytes]:
+    work.mkdir(parents=True, exist_ok=True)
+    out: dict[str, bytes] = {}
+    for t in SHEET_PRINT:
+        books = [(f"{t.stem}_gold.xlsx", t.expected, t.formats)]
+        if t.given is not None:
+            books.append((f"{t.stem}.xlsx", t.given, {}))
+        for name, rows, formats in books:
+            make(_BOOK, work, path=str(work / name), rows=rows, formats=formats)
+            out[name] = (work / name).read_bytes()
+        out[t.gold_csv_url_name or f"{t.stem}_gold-Sheet1.csv"] = t.printed.encode()
+    return out
+
+
+def sheet_print_task(t: SheetPrint, url: str) -> dict[str, Any]:
+    book = f"{t.where}/{t.stem}.xlsx"
+    config = ([_download(f"{url}/{t.stem}.xlsx", book), _open(book)] if t.given is not None else
+              [{"type": "execute", "parameters": {"command": ["mkdir", "-p", t.where]}},
+               _launch(["libreoffice", "--calc"])])
+    postconfig = [*_save_in(f"{t.stem}.xlsx - LibreOffice Calc"),
+                  {"type": "execute", "parameters": {"command": ["libreoffice", "--convert-to", _PRINT, "--outdir",
+                                                                 t.where, book]}},
+                  {"type": "sleep", "parameters": {"seconds": 0.5}}]
+    rule: dict[str, Any] = {"type": "sheet_print", "sheet_idx0": "RNSheet1", "sheet_idx1": "ENSheet1"}
+    if t.ignore_case:
+        rule["ignore_case"] = True
+    evaluator = {
+        "postconfig": postconfig, "func": "compare_table",
+        "result": {"type": "vm_file", "multi": True, "path": [book, f"{t.where}/{t.stem}-Sheet1.csv"],
+                   "dest": [f"{t.stem}.xlsx", f"{t.stem}-Sheet1.csv"]},
+        "expected": {"type": "cloud_file", "multi": True,
+                     "path": [f"{url}/{t.stem}_gold.xlsx",
+                              f"{url}/{t.gold_csv_url_name or t.stem + '_gold-Sheet1.csv'}"],
+                     "dest": [f"{t.stem}_gold.xlsx", f"{t.stem}_gold-Sheet1.csv"]},
+        "options": {"rules": [rule]}}
+    apps = ["libreoffice_calc", "os"] if t.domain == "multi_apps" else None
+    return _task(f"sheet_print-{t.name}", t.domain, f"Task of the shape of OSWorld {t.domain} {t.name}: "
+                 f"make {book} print as expected.", config, evaluator, apps)
+
+
+def sheet_print_fix(t: SheetPrint) -> str:
+    """Calc closed, then the workbook written as a person's answer would leave it."""
+    load = "" if t.given is None else "w=o.load_workbook(p)\n"
+    return (_OFFICE + f"python3 - <<'E'\nimport openpyxl as o\np=\"{t.where}/{t.stem}.xlsx\"\n"
+            f"{load}{t.fix}\nw.save(p)\nE\n")
+
+
+@pytest.mark.desktop
+@pytest.mark.libvirt
+@pytest.mark.slow
+@needs_image
+@pytest.mark.timeout(2700)
+def test_the_sheet_print_tasks_pass_with_the_answer_and_fail_without(work: Path, served: Served) -> None:
+    """Issue 48: the expected `<stem>-Sheet1.csv` of a multi cloud_file reaches the check, so each of the seven
+    scores 1 with the answer (the reference fix) and 0 untouched (the check before) and under noop."""
+    served.files.update({f"/{name}": data for name, data in sheet_print_documents(work / "documents").items()})
+    by_id = {t.name: sheet_print_task(t, served.url) for t in SHEET_PRINT}
+    base = work / "osworld" / "evaluation_examples"
+    for t in SHEET_PRINT:
+        write_task(base / "examples" / t.domain, by_id[t.name])
+    index = base / "test_all.json"
+    grouped: dict[str, list[str]] = {}
+    for t in SHEET_PRINT:
+        grouped.setdefault(t.domain, []).append(by_id[t.name]["id"])
+    index.write_text(json.dumps(grouped))
+    cases = work / "cases.yaml"
+    imp = subprocess.run([GH_RUNNER, "import", "osworld", str(index), "--start-state", "osworld-desktop",
+                          "--out", str(cases), "--files-dir", str(work / "files")],
+                         capture_output=True, text=True, timeout=300)
+    assert imp.returncode == 0 and "7 tasks: 7 imported, 0 skipped" in imp.stdout, imp.stdout + imp.stderr
+    data = yaml.safe_load(cases.read_text())
+    name_of = {by_id[t.name]["id"]: t.name for t in SHEET_PRINT}
+    fixes = {t.name: sheet_print_fix(t) for t in SHEET_PRINT}
+    for case in data["cases"]:
+        fix = fixes[name_of[case["metadata"]["osworld_id"]]]
+        assert len(fix) <= 500, (name_of[case["metadata"]["osworld_id"]], len(fix))
+        case["metadata"]["reference_fix"] = fix
+    cases.write_text(yaml.safe_dump(data))
+    report_path = work / "report.json"
+    proc = subprocess.run([GH_RUNNER, "validate", str(cases), "--repeat", "1", "--strict",
+                           "--config", str(REPO / "examples" / "osworld-runner.yaml"), "--report", str(report_path),
+                           "--images-dir", str(IMAGES_DIR)], capture_output=True, text=True, timeout=2600)
+    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    by_key = {d["key"]: d["validation"] for d in (report.get("validation") or {}).get("data", [])}
+    key_of = {name_of[c["metadata"]["osworld_id"]]: c["key"] for c in data["cases"]}
+    scores = {name: [(a.get("agent_id"), a.get("outcome"), a.get("score"), (a.get("check") or {}).get("before_score"))
+                     for a in report.get("attempts", []) if a.get("key") == key] for name, key in key_of.items()}
+    print(json.dumps(scores))  # the numbers docs/osworld.md records
+    statuses = {name: by_key.get(key, {}).get("status") for name, key in key_of.items()}
+    not_valid = {name: {"validation": by_key.get(key), "machines": _explain(report, key)}
+                 for name, key in key_of.items() if statuses[name] != "valid"}
+    assert proc.returncode == 0 and statuses == dict.fromkeys(key_of, "valid"), (
+        f"exit {proc.returncode}, {statuses}\n{json.dumps(not_valid, indent=1)[-12000:]}\n{proc.stdout[-3000:]}")
+    for name, machines in scores.items():
+        assert sorted((agent, score) for agent, _, score, _ in machines) == [("noop", 0.0), ("reference", 1.0)] \
+            and all(before == 0.0 for *_, before in machines), (name, machines)

@@ -767,6 +767,45 @@ def _docx_format_pairs(root: str) -> list[Pair]:
     return pairs
 
 
+def _tabbed_docx(stops: list[tuple[float, str]], lines: tuple[str, ...] = ("Name\tAna Lima", "Role\tEditor")) -> bytes:
+    """Paragraphs of tab-separated text, each with the tab stops `stops` (inches, alignment name)."""
+    import datetime
+
+    from docx import Document
+    from docx.enum.text import WD_TAB_ALIGNMENT
+    from docx.shared import Inches
+
+    doc = Document()
+    for text in lines:
+        fmt = doc.add_paragraph(text).paragraph_format
+        for inches, align in stops:
+            fmt.tab_stops.add_tab_stop(Inches(inches), getattr(WD_TAB_ALIGNMENT, align))
+    when = datetime.datetime(2024, 1, 1)
+    doc.core_properties.created = doc.core_properties.modified = when
+    out = io.BytesIO()
+    doc.save(out)
+    return _restamped(out.getvalue())
+
+
+def _tabstop_pairs(root: str) -> list[Pair]:
+    """check_tabstops: the same stops, one moved a little (a fraction), another alignment, another count of
+    paragraphs, an unreadable result, and the word count of a tab-separated part."""
+    files = {"tab/gold.docx": _tabbed_docx([(2.0, "LEFT"), (5.5, "RIGHT")]),
+             "tab/moved.docx": _tabbed_docx([(2.25, "LEFT"), (5.5, "RIGHT")]),
+             "tab/aligned.docx": _tabbed_docx([(2.0, "LEFT"), (5.5, "CENTER")]),
+             "tab/short.docx": _tabbed_docx([(2.0, "LEFT"), (5.5, "RIGHT")], ("Name\tAna Lima",))}
+    for name, data in files.items():
+        _write(root, name, data)
+    f = "check_tabstops"
+    return [pair(f"{f}/exact", f, "tab/gold.docx", "tab/gold.docx"),
+            pair(f"{f}/near", f, "tab/moved.docx", "tab/gold.docx"),
+            pair(f"{f}/far", f, "tab/aligned.docx", "tab/gold.docx"),
+            pair(f"{f}/paragraphs", f, "tab/short.docx", "tab/gold.docx"),
+            pair(f"{f}/malformed", f, "docx/bad.docx", "tab/gold.docx"),
+            pair(f"{f}/words", f, "tab/gold.docx", "tab/gold.docx", word_number_split_by_tabstop=2, index=1),
+            pair(f"{f}/words_off", f, "tab/gold.docx", "tab/gold.docx", word_number_split_by_tabstop=1, index=1)]
+
+
 def _restamped(data: bytes) -> bytes:
     """An Office file's zip with every member stamped with a fixed time, and its properties' modified time
     fixed (the writers stamp the clock on both: openpyxl whatever the properties say)."""
@@ -953,7 +992,8 @@ def make(root: str) -> list[Pair]:
     pairs: list[Pair] = []
     for part in (_image_pairs, _more_image_pairs, _pdf_pairs, _text_pairs, _text_file_pairs, _string_pairs,
                  _os_text_pairs, _archive_pairs, _epub_pairs, _sqlite_pairs, _docx_pairs, _table_pairs, _slide_pairs,
-                 _rule_file_pairs, _file_file_pairs, _docx_format_pairs, _slide_metric_pairs, _docx_content_pairs):
+                 _rule_file_pairs, _file_file_pairs, _docx_format_pairs, _slide_metric_pairs, _docx_content_pairs,
+                 _tabstop_pairs):
         pairs += part(root)
     return pairs
 

@@ -16,7 +16,8 @@ from .kit import GUEST_SITE, REPO, make
 PINS = REPO / "image-builder" / "imagebuilder" / "assets" / "osworld-desktop" / "pypi.txt"
 # The module each pinned distribution is imported as.
 MODULES = {"python-docx": "docx", "typing_extensions": "typing_extensions", "openpyxl": "openpyxl",
-           "PyMuPDF": "pymupdf", "rapidfuzz": "rapidfuzz", "python-pptx": "pptx"}
+           "PyMuPDF": "pymupdf", "rapidfuzz": "rapidfuzz", "python-pptx": "pptx", "scikit-image": "skimage",
+           "lazy_loader": "lazy_loader"}
 
 
 def pins() -> dict[str, str]:
