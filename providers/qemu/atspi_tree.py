@@ -175,30 +175,29 @@ def _read(acc: Any, atspi: Any, depth: int, budget: _Budget) -> Node:  # pragma:
         for st in sset.get_states():
             node.states.append(st.value_name.removeprefix("ATSPI_STATE_").lower())
     node.attributes = {str(k): str(v) for k, v in (tried(acc.get_attributes, None) or {}).items()}
-    if "showing" in node.states and "visible" in node.states:
-        comp = tried(acc.get_component_iface, None)
-        if comp is not None:
-            r = tried(lambda: comp.get_extents(atspi.CoordType.SCREEN), None)
-            if r is not None:
-                node.extents = (r.x, r.y, r.width, r.height)
-    text = tried(acc.get_text_iface, None)
-    if text is not None:
-        node.text = tried(lambda: text.get_text(0, text.get_character_count()), "") or ""
-    node.image = tried(acc.get_image_iface, None) is not None
-    node.selection = tried(acc.get_selection_iface, None) is not None
-    value = tried(acc.get_value_iface, None)
-    if value is not None:
+    # Each interface's methods are called unbound on the accessible (Atspi.Text.get_text(acc, ...)): the
+    # Accessible class has deprecated methods of the same names (get_text, get_action) that shadow them.
+    ifaces = set(tried(acc.get_interfaces, None) or [])
+    if "showing" in node.states and "visible" in node.states and "Component" in ifaces:
+        r = tried(lambda: atspi.Component.get_extents(acc, atspi.CoordType.SCREEN), None)
+        if r is not None:
+            node.extents = (r.x, r.y, r.width, r.height)
+    if "Text" in ifaces:
+        node.text = tried(lambda: atspi.Text.get_text(acc, 0, atspi.Text.get_character_count(acc)), "") or ""
+    node.image = "Image" in ifaces
+    node.selection = "Selection" in ifaces
+    if "Value" in ifaces:
         for key, getter in (("value", "get_current_value"), ("min", "get_minimum_value"),
                             ("max", "get_maximum_value"), ("step", "get_minimum_increment")):
-            got = tried(getattr(value, getter), None)
+            got = tried(lambda getter=getter: getattr(atspi.Value, getter)(acc), None)
             if got is not None:
                 node.value[key] = float(got)
-    action = tried(acc.get_action_iface, None)
-    if action is not None:
-        for i in range(tried(action.get_n_actions, 0)):
-            node.actions.append((tried(lambda i=i: action.get_action_name(i), "") or "",
-                                 tried(lambda i=i: action.get_action_description(i), "") or "",
-                                 tried(lambda i=i: action.get_key_binding(i), "") or ""))
+    if "Action" in ifaces:
+        act = atspi.Action
+        for i in range(tried(lambda: act.get_n_actions(acc), 0)):
+            node.actions.append((tried(lambda i=i: act.get_action_name(acc, i), "") or "",
+                                 tried(lambda i=i: act.get_action_description(acc, i), "") or "",
+                                 tried(lambda i=i: act.get_key_binding(acc, i), "") or ""))
     budget.spend(node)
     if depth < MAX_DEPTH:
         for i in range(min(tried(acc.get_child_count, 0), MAX_WIDTH)):
