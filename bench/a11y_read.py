@@ -142,6 +142,8 @@ def main() -> None:
     ap.add_argument("--images-dir", type=Path)
     ap.add_argument("--reads", type=int, default=10)
     ap.add_argument("--keep-venv", type=Path)
+    ap.add_argument("--record", type=Path, help="write each tree read and OSWorld's text of it here "
+                                                "(tests/gateway/data: test_model_a11y.py's recorded trees)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gh-a11y-bench-", dir="/var/tmp"))
     work.chmod(0o755)  # QEMU (libvirt-qemu) reaches the machines' overlays under it
@@ -166,6 +168,9 @@ def main() -> None:
         for f in files:
             ours = a11y.linearize(f.read_text())
             them = theirs[str(f)]
+            if args.record is not None and f.stem != "constructed":
+                (args.record / f"a11y-{f.stem}.xml").write_text(f.read_text())
+                (args.record / f"a11y-{f.stem}.osworld.txt").write_text(them)
             print(f"{f.stem}\t{len(them.splitlines())}\t{len(ours.splitlines())}\t{ours == them}")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -22,8 +22,9 @@ from providers.qemu.atspi_tree import NS
 from .conftest import DESKTOP_TEST_TIMEOUT_S
 from .gui import sh
 
-pytestmark = [pytest.mark.desktop, pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(DESKTOP_TEST_TIMEOUT_S),
-              pytest.mark.asyncio(loop_scope="session")]
+# In the smoke: about 30 s once the machine is up (two reads under TCG while Mousepad starts).
+pytestmark = [pytest.mark.desktop, pytest.mark.desktop_smoke, pytest.mark.libvirt, pytest.mark.slow,
+              pytest.mark.timeout(DESKTOP_TEST_TIMEOUT_S), pytest.mark.asyncio(loop_scope="session")]
 
 WINDOW_S = 180.0  # Mousepad's first start under TCG on a loaded host
 CP = f"{{{NS['cp']}}}"
