@@ -43,10 +43,10 @@ log = structlog.get_logger(__name__)
 SCRIPT_SLACK = 15.0
 EXEC_OUTPUT_CAP = 256 * 1024  # per stream; keeps a machine_response well under the frame limit
 # The accessibility tree: a LibreOffice or browser window's tree is some hundreds of KB; 4 MiB of XML,
-# escaped into JSON, stays well under the frame limit. 60 s: a whole desktop's read under TCG on a
+# escaped into JSON, stays well under the frame limit. 120 s: a whole desktop's read under TCG on a
 # loaded host (bench/a11y_read.py).
 ACCESSIBILITY_MAX_BYTES = 4 * 1024 * 1024
-ACCESSIBILITY_TIMEOUT = 60.0
+ACCESSIBILITY_TIMEOUT = 120.0
 
 
 def refuse(req: MachineRequest, reason: str) -> MachineResponse:

@@ -129,7 +129,7 @@ class Machine:
             raise MachineError("screen: the runner sent no image")
         return base64.b64decode(resp.png_b64)
 
-    async def accessibility(self, timeout: float = 60.0) -> str:
+    async def accessibility(self, timeout: float = 120.0) -> str:
         """The signed-in session's accessibility tree as XML in OSWorld's form (docs/desktop-guests.md).
         MachineError with refusal NO_ACCESSIBILITY, ACCESSIBILITY_TOO_LARGE or ACCESSIBILITY_TIMEOUT
         when the machine has none, or it is over the runner's size or time bound."""

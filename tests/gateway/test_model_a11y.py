@@ -3,12 +3,15 @@ table. bench/a11y_read.py checks the same rules against OSWorld's own published 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gh_server.agents.model import a11y
 from providers.qemu import atspi_tree as T
 
 SHOWN = ["showing", "visible", "enabled"]
+DATA = Path(__file__).with_name("data")
 
 
 def _tree() -> str:
@@ -49,3 +52,14 @@ def test_the_text_is_bounded_and_says_it_was_cut() -> None:
 def test_a_body_that_is_not_xml_is_refused() -> None:
     with pytest.raises(a11y.NotATree):
         a11y.linearize("<desktop-frame>")
+
+
+@pytest.mark.parametrize("name", ["linux-desktop"])
+def test_a_recorded_desktop_tree_linearizes_as_osworlds_own_function_does(name: str) -> None:
+    # Read from a real linux-desktop with Mousepad open, with OSWorld's text of it from desktop-env 1.0.2's
+    # linearize_accessibility_tree (bench/a11y_read.py --record tests/gateway/data).
+    xml = (DATA / f"a11y-{name}.xml").read_text()
+    theirs = (DATA / f"a11y-{name}.osworld.txt").read_text()
+    ours = a11y.linearize(xml)
+    assert ours == theirs
+    assert len(ours.splitlines()) > 5  # a desktop's panel and the editor, not an empty table

@@ -44,7 +44,7 @@ from gh_wire.protocol import MachineRefusal, TaskEndReason
 from gh_wire.vocab import AgentFault
 
 SCREEN_S = 30.0
-A11Y_S = 60.0  # the runner's own bound on a read (gh_runner/machine_requests.py)
+A11Y_S = 120.0  # the runner's own bound on a read (gh_runner/machine_requests.py)
 # The tree's refusals the model is told of in its place (the machine has no desktop, or its tree is too
 # large or too slow to read now): the agent goes on with the screen, or without; any other failure is ours.
 A11Y_SAID = (MachineRefusal.NO_ACCESSIBILITY, MachineRefusal.ACCESSIBILITY_TOO_LARGE,
