@@ -7,6 +7,10 @@ output cap, one timeout rule and one way of saying what went wrong:
 - screen: bounded by `timeouts.screen`.
 - input:  the events in order, each bounded by `timeouts.screen`; a failure says which event and
           which were delivered before it.
+- accessibility: the session's AT-SPI tree as XML (providers/qemu/atspi_tree.py), within
+          ACCESSIBILITY_TIMEOUT and ACCESSIBILITY_MAX_BYTES (each a typed refusal when exceeded, as is a
+          machine without a desktop); one read at a time per machine (GLib in the guest crashes in
+          concurrent AT-SPI reads: OSWorld 2.0's E2B port, at 98 workers).
 - exec:   the provider stops the script at the request's `timeout`; this adds SCRIPT_SLACK on top,
           which only catches a guest channel that stopped answering altogether. Each stream is cut
           at EXEC_OUTPUT_CAP, which keeps a `machine_response` well under the frame limit.
@@ -37,7 +41,7 @@ from gh_runner.save_points import SavePoints
 from gh_wire.protocol import ExecFrozen, MachineRefusal, MachineRequest, MachineResponse
 from gh_wire.vocab import ExecFreeze
 from providers.base import Machine, ScriptResult
-from providers.errors import InputNotSupported, ProviderError
+from providers.errors import AccessibilityTooLarge, InputNotSupported, NoAccessibilityTree, ProviderError
 
 log = structlog.get_logger(__name__)
 
@@ -48,6 +52,11 @@ SCRIPT_SLACK = 15.0
 # well under SCRIPT_SLACK, so a freeze is seen before the bound could pass.
 FROZEN_LOOK_S = 1.0
 EXEC_OUTPUT_CAP = 256 * 1024  # per stream; keeps a machine_response well under the frame limit
+# The accessibility tree: a LibreOffice or browser window's tree is some hundreds of KB; 4 MiB of XML,
+# escaped into JSON, stays well under the frame limit. 120 s: a whole desktop's read under TCG on a
+# loaded host (bench/a11y_read.py).
+ACCESSIBILITY_MAX_BYTES = 4 * 1024 * 1024
+ACCESSIBILITY_TIMEOUT = 120.0
 
 
 def refuse(req: MachineRequest, reason: str) -> MachineResponse:
@@ -68,6 +77,7 @@ class MachineRequests:
         self._screen_lock = asyncio.Lock()
         self.steps = 0  # input and exec requests served: the step a save point is made at
         self.save_points: SavePoints | None = None  # an attempt's machine (a start state's has none)
+        self._accessibility_lock = asyncio.Lock()
 
     async def screenshot(self) -> bytes:
         """The machine's screen as PNG, bounded by `timeouts.screen`."""
@@ -87,6 +97,8 @@ class MachineRequests:
                 return await self._exec(req)
             if req.op == "save_point":
                 return await self._save_point(req)
+            if req.op == "accessibility":
+                return await self._accessibility(req)
             return refuse(req, f"unknown op {req.op!r}")
         except TimeoutError:
             return refuse(req, f"{req.op} got no answer from the machine in time")
@@ -137,6 +149,20 @@ class MachineRequests:
                 await self._frame_after("input", with_note(shown, req.note, req.redact) if i == 0 else shown)
         self.steps += 1
         return MachineResponse(request_id=req.request_id, ok=True)
+
+    async def _accessibility(self, req: MachineRequest) -> MachineResponse:
+        timeout = min(req.timeout, ACCESSIBILITY_TIMEOUT)
+        try:
+            async with self._accessibility_lock:
+                async with asyncio.timeout(timeout + SCRIPT_SLACK):
+                    xml = await self.machine.accessibility_tree(timeout, ACCESSIBILITY_MAX_BYTES)
+        except (NoAccessibilityTree, AccessibilityTooLarge, TimeoutError) as e:
+            refusal = refuse(req, str(e) or f"the accessibility tree was not read in {timeout:g} s")
+            refusal.refusal = (MachineRefusal.NO_ACCESSIBILITY if isinstance(e, NoAccessibilityTree)
+                               else MachineRefusal.ACCESSIBILITY_TOO_LARGE if isinstance(e, AccessibilityTooLarge)
+                               else MachineRefusal.ACCESSIBILITY_TIMEOUT)
+            return refusal
+        return MachineResponse(request_id=req.request_id, ok=True, xml=xml)
 
     async def _exec(self, req: MachineRequest) -> MachineResponse:
         if not req.script:

@@ -80,6 +80,14 @@ class ChatOutput(StrEnum):
     UI_TARS = "ui-tars"  # UI-TARS action text (Thought: ... Action: click(start_box='(x,y)')), 0-1000 grid
 
 
+class ModelObservation(StrEnum):
+    """What a model agent is shown at each look (OSWorld's observation types)."""
+
+    SCREENSHOT = "screenshot"
+    A11Y_TREE = "a11y_tree"  # the accessibility tree as OSWorld's linearized table, no image
+    SCREENSHOT_A11Y_TREE = "screenshot_a11y_tree"  # both
+
+
 class ModelTool(StrEnum):
     COMPUTER = "computer"  # screen, pointer and keyboard
     SHELL = "shell"  # run a script on the machine (the image's script language), as the exec request
@@ -127,7 +135,11 @@ class ModelAgentConfig(BaseModel):
     # The size screenshots are scaled to for the model, and its coordinates scaled back from (None: the
     # guest's own size).
     screen: tuple[int, int] | None = None
-    keep_screens: int = Field(default=3, ge=1, le=100)  # past screenshots kept in the model's context
+    keep_screens: int = Field(default=3, ge=1, le=100)  # past screenshots (and trees) kept in the model's context
+    # The accessibility tree beside or instead of the screen (openai-chat only; docs/agents.md), cut at
+    # a11y_max_chars (about OSWorld's 10,000-token default at 4 characters a token).
+    observation: ModelObservation = ModelObservation.SCREENSHOT
+    a11y_max_chars: int = Field(default=40_000, ge=1_000, le=1_000_000)
     # Past turns kept whole in the model's context; older ones are condensed to a line each
     # (gh_server/agents/model/window.py), so a try of hundreds of steps keeps its requests bounded.
     keep_turns: int = Field(default=50, ge=1, le=10_000)
@@ -167,6 +179,9 @@ class ModelAgentConfig(BaseModel):
             raise ValueError("tools lists a tool twice")
         if self.output is not None and self.api != ModelApi.OPENAI_CHAT:
             raise ValueError(f"output is for api openai-chat, not {self.api}")
+        if self.observation != ModelObservation.SCREENSHOT and self.api != ModelApi.OPENAI_CHAT:
+            # The computer-use APIs take the screen in their own tool results, with no place for a tree.
+            raise ValueError(f"observation {self.observation} is for api openai-chat, not {self.api}")
         versions = TOOL_VERSIONS[self.api]
         if self.tool_version is not None and self.tool_version not in versions:
             raise ValueError(f"tool_version for api {self.api} is one of {', '.join(versions)}")

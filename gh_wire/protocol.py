@@ -58,6 +58,12 @@ class MachineRefusal(StrEnum):
     # A person took the machine over while the request waited (docs/agents.md, "Takeover"): an input or
     # exec planned on the screen before is not done; the agent looks again. Neither side's fault.
     TAKEN_OVER = "taken_over"
+    # The accessibility tree (op `accessibility`, docs/desktop-guests.md): the image has no signed-in
+    # desktop session or no AT-SPI bus in it (linux-tiny); the tree is over the size cap; its read ran
+    # past its time bound. None is the machine's failure.
+    NO_ACCESSIBILITY = "no_accessibility"
+    ACCESSIBILITY_TOO_LARGE = "accessibility_too_large"
+    ACCESSIBILITY_TIMEOUT = "accessibility_timeout"
 
 
 class LeaseRefusal(StrEnum):
@@ -362,6 +368,7 @@ class MachineResponse(_Msg):
     error: str | None = None
     refusal: MachineRefusal | None = None  # set when the request was refused rather than failed
     png_b64: str | None = None  # for screen
+    xml: str | None = None  # for accessibility: the session's AT-SPI tree (providers/qemu/atspi_tree.py)
     exit_code: int | None = None  # for exec
     stdout: str | None = None
     stderr: str | None = None
@@ -468,7 +475,7 @@ class MachineRequest(_Msg):
     attempt_id: str | None = None
     job_id: str | None = None
     start_state_id: str | None = None  # the open machine of a start state (after an `open` job)
-    op: Literal["screen", "input", "exec", "save_point"]
+    op: Literal["screen", "input", "exec", "save_point", "accessibility"]
     events: list[InputEvent] = Field(default_factory=list)
     script: str | None = Field(default=None, max_length=100_000)
     env: dict[str, str] = Field(default_factory=dict)

@@ -19,7 +19,14 @@ from enum import StrEnum
 from pathlib import Path
 
 from gh_wire.input import InputEvent
-from providers.errors import InputNotSupported, MachineLimitExceeded, MachineNotReady, NoScreenStream, ProviderError
+from providers.errors import (
+    InputNotSupported,
+    MachineLimitExceeded,
+    MachineNotReady,
+    NoAccessibilityTree,
+    NoScreenStream,
+    ProviderError,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Results and descriptions
@@ -218,6 +225,18 @@ class Machine(abc.ABC):
             MachineLimitExceeded: the machine was stopped over one of the runner's limits.
             ProviderError: the hypervisor failed or the machine is gone.
         """
+
+    async def accessibility_tree(self, timeout: float, max_bytes: int) -> str:
+        """The signed-in session's accessibility tree as XML in OSWorld's form
+        (providers/qemu/atspi_tree.py), read within `timeout` and `max_bytes`.
+
+        Raises:
+            NoAccessibilityTree: the machine has no desktop session or no accessibility bus (the default).
+            AccessibilityTooLarge: the tree is over `max_bytes`.
+            TimeoutError: the read ran past `timeout`.
+            ProviderError: the guest channel failed.
+        """
+        raise NoAccessibilityTree("this machine has no desktop session to read an accessibility tree from")
 
     async def open_screen_stream(self, timeout: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A new connection to the machine's own display server, speaking RFB 3.8 (security type

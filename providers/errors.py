@@ -31,6 +31,15 @@ class NoScreenStream(ProviderError):
     its display): a live view of it cannot be had, the machine itself is fine."""
 
 
+class NoAccessibilityTree(ProviderError):
+    """The machine has no accessibility tree to read: no signed-in desktop session (a console image),
+    or no AT-SPI bus or reader in it. The machine itself is fine."""
+
+
+class AccessibilityTooLarge(ProviderError):
+    """The accessibility tree is over the size cap of the read."""
+
+
 class MachineLimit(StrEnum):
     """Which of the runner's limits a machine went over."""
 
@@ -46,5 +55,5 @@ class MachineLimitExceeded(ProviderError):
         self.limit = limit
 
 
-__all__ = ["HypervisorUnavailable", "InputNotSupported", "MachineLimit", "MachineLimitExceeded", "MachineNotReady",
-           "NoScreenStream", "ProviderError"]
+__all__ = ["AccessibilityTooLarge", "HypervisorUnavailable", "InputNotSupported", "MachineLimit",
+           "MachineLimitExceeded", "MachineNotReady", "NoAccessibilityTree", "NoScreenStream", "ProviderError"]

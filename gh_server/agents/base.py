@@ -102,7 +102,7 @@ class Machine:
         while True:
             if self._gate is not None and await self._gate.passage(self.attempt_id, self.runner_id):
                 held = True
-            if held and req.op != "screen":
+            if held and req.op not in ("screen", "accessibility"):  # looks, taken as the machine is now
                 raise MachineError(TAKEN_OVER, protocol.MachineRefusal.TAKEN_OVER)
             resp = await self._relay(self.runner_id, req, timeout + SLACK_S)
             if (self._gate is None or resp.refusal != protocol.MachineRefusal.TAKEN_OVER
@@ -134,6 +134,15 @@ class Machine:
         if not resp.png_b64:
             raise MachineError("screen: the runner sent no image")
         return base64.b64decode(resp.png_b64)
+
+    async def accessibility(self, timeout: float = 120.0) -> str:
+        """The signed-in session's accessibility tree as XML in OSWorld's form (docs/desktop-guests.md).
+        MachineError with refusal NO_ACCESSIBILITY, ACCESSIBILITY_TOO_LARGE or ACCESSIBILITY_TIMEOUT
+        when the machine has none, or it is over the runner's size or time bound."""
+        resp = await self._ask(self._req("accessibility", None, timeout=timeout), timeout)
+        if resp.xml is None:
+            raise MachineError("accessibility: the runner sent no tree")
+        return resp.xml
 
     async def input(self, events: Sequence[InputEvent], timeout: float = 60.0,
                     note: dict[str, Any] | None = None) -> None:

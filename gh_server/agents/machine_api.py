@@ -69,6 +69,8 @@ async def _machine_failed(sup: AgentSupervisor, grant: Grant, e: MachineError, s
     """A refused request: 409 when the task was stopped (the agent's end), or with code `taken_over` when
     a person held the machine while it waited (not done, and no step spent: look again); 413 when it is too large to
     relay over the runner's websocket (the caller's request, or what it asked for, is what to change);
+    for the accessibility tree 422 `no_accessibility` (no desktop), 413 `accessibility_too_large`, 503
+    `accessibility_timeout` (none counts against the agent or as the machine's failure);
     400 for an input event the machine cannot deliver (an unknown key name); 422 when the caller's own
     exec broke the guest channel (the guest still runs); 502 when the machine failed
     under the agent, remembered so that an agent which then gives up is our error, not its failure."""
@@ -80,6 +82,12 @@ async def _machine_failed(sup: AgentSupervisor, grant: Grant, e: MachineError, s
         return _error(409, "conflict", str(e), code=MachineRefusal.TAKEN_OVER.value)
     if e.refusal == MachineRefusal.INPUT_NOT_SUPPORTED:
         return _error(400, "invalid_request", str(e))
+    if e.refusal == MachineRefusal.NO_ACCESSIBILITY:  # the image has no desktop: what was asked cannot be had
+        return _error(422, "invalid_request", str(e), code=e.refusal.value)
+    if e.refusal == MachineRefusal.ACCESSIBILITY_TOO_LARGE:
+        return _error(413, "invalid_request", str(e), code=e.refusal.value)
+    if e.refusal == MachineRefusal.ACCESSIBILITY_TIMEOUT:  # the desktop's applications were slow: not a failure
+        return _error(503, "server_error", str(e), code=e.refusal.value)
     if e.refusal == MachineRefusal.CHANNEL_LOST_IN_EXEC:  # its own script broke the channel: not ours
         return _error(422, "invalid_request", str(e))
     if e.refusal is not None:
@@ -137,6 +145,19 @@ def router(sup: AgentSupervisor) -> APIRouter:
         except MachineError as e:
             return await _machine_failed(sup, grant, e, stepped=False)
         return Response(png, media_type="image/png")
+
+    @r.get("/accessibility", response_class=Response, responses={200: {"content": {"application/xml": {}}}})
+    async def accessibility(request: Request) -> Response:
+        """The signed-in session's AT-SPI tree as XML in OSWorld's form (docs/desktop-guests.md). A look,
+        like the screen: no step is spent."""
+        grant = await grant_of(request)
+        if isinstance(grant, JSONResponse):
+            return grant
+        try:
+            xml = await grant.machine.accessibility()
+        except MachineError as e:
+            return await _machine_failed(sup, grant, e, stepped=False)
+        return Response(xml, media_type="application/xml")
 
     @r.post("/input")
     async def send_input(request: Request) -> Response:

@@ -53,7 +53,7 @@ VARIANT = "important"
 # Beyond `important`: the kernel and its init, X on QEMU's display, XFCE 4.18 with the usual
 # applications, sound as a setting (PulseAudio: with no sound card it plays into a null sink whose
 # volume and mute are real settings), the guest agent, sudo, the display manager, and what the
-# proofs and tests read the desktop with (python3-tk, xdotool, x11-utils).
+# proofs and tests read the desktop with (python3-tk, xdotool, x11-utils, python3-pyatspi).
 PACKAGES = [
     "linux-image-amd64", "systemd-sysv", "udev", "dbus", "dbus-user-session", "libpam-systemd",
     "xserver-xorg-core", "xserver-xorg-input-libinput", "xserver-xorg-video-fbdev", "x11-xserver-utils",
@@ -66,6 +66,10 @@ PACKAGES = [
     "python3", "python3-tk", "qemu-guest-agent", "sudo", "procps",
     # The standard tools a desktop case's setup calls: gio and gsettings (libglib2.0-bin), xdg-open.
     "libglib2.0-bin", "xdg-utils",
+    # The accessibility tree (GET {machine.url}/accessibility, docs/desktop-guests.md): the AT-SPI
+    # bus (at-spi2-core, above), its Python reader (python3-pyatspi: gir1.2-atspi-2.0 and
+    # python3-gi) and the schema whose toolkit-accessibility key turns the toolkits' bridge on.
+    "python3-pyatspi", "gsettings-desktop-schemas",
 ]
 USER = "user"
 UID = 1000

@@ -29,8 +29,14 @@ import structlog
 from gh_common.backoff import Backoff
 from gh_wire.input import InputEvent, MoveEvent
 from providers.base import DEFAULT_OUTPUT_CAP, Machine, MachineNotReady, MachineOrigin, SavedVersion, ScriptResult
-from providers.errors import MachineLimitExceeded, NoScreenStream, ProviderError
-from providers.qemu import fileperms, lazy
+from providers.errors import (
+    AccessibilityTooLarge,
+    MachineLimitExceeded,
+    NoAccessibilityTree,
+    NoScreenStream,
+    ProviderError,
+)
+from providers.qemu import atspi_tree, fileperms, lazy
 from providers.qemu.agent_groups import SETTLE_EXIT, freeze_script, joined, new_group
 from providers.qemu.channels import Channel, Duty
 from providers.qemu.connection import Connection
@@ -393,6 +399,28 @@ class QemuMachine(Machine):
         if self._winrm is None:
             self._winrm = WinRMChannel.for_machine(self)
         return self._winrm
+
+    # -- the accessibility tree ------------------------------------------------------------------------
+
+    async def accessibility_tree(self, timeout: float, max_bytes: int) -> str:
+        """The session's AT-SPI tree, read by atspi_tree.py in the guest as the signed-in user (its
+        session bus) and stopped by `timeout` there; the output cap is one byte over `max_bytes`, so the
+        reader's own check refuses first."""
+        if self.image.manifest.session is None or self._uses_winrm:
+            raise NoAccessibilityTree(f"{self.image.manifest.name} has no desktop session to read an "
+                                      "accessibility tree from")
+        res = await self.run_script(atspi_tree.reader_script(max_bytes, timeout), timeout=timeout + 5,
+                                    output_cap=max_bytes + 1)
+        why = res.stderr.strip()[-300:]
+        if res.timed_out or res.exit_code == 124:
+            raise TimeoutError(f"the accessibility tree was not read in {timeout:g} s")
+        if res.exit_code == atspi_tree.TOO_LARGE_EXIT or res.stdout_truncated:
+            raise AccessibilityTooLarge(why or f"the accessibility tree is over {max_bytes} bytes")
+        if res.exit_code in (atspi_tree.NO_BUS_EXIT, atspi_tree.NO_READER_EXIT, 127):
+            raise NoAccessibilityTree(f"{self.image.manifest.name} gives no accessibility tree: {why}")
+        if res.exit_code != 0:
+            raise ProviderError(f"the accessibility reader failed (exit {res.exit_code}): {why}")
+        return res.stdout
 
     # -- screen and input -----------------------------------------------------------------------------
 

@@ -58,6 +58,7 @@ class Machine:
         self.input_error = input_error
         self.input_refusal = input_refusal
         self.requests: list[protocol.MachineRequest] = []
+        self.a11y: str | None = None  # the accessibility tree's XML (None: refused, no desktop)
         r.on_message = self.handle
 
     async def handle(self, msg: Any) -> bool:
@@ -71,6 +72,10 @@ class Machine:
             resp = protocol.MachineResponse(request_id=msg.request_id, ok=ok,
                                             refusal=None if ok else self.input_refusal,
                                             error=None if ok else self.input_error)
+        elif msg.op == "accessibility":
+            resp = (protocol.MachineResponse(request_id=msg.request_id, ok=True, xml=self.a11y) if self.a11y else
+                    protocol.MachineResponse(request_id=msg.request_id, ok=False, error="linux-tiny has no desktop",
+                                             refusal=protocol.MachineRefusal.NO_ACCESSIBILITY))
         elif self.exec_ok:
             resp = protocol.MachineResponse(request_id=msg.request_id, ok=True, exit_code=0, stdout=self.exec_stdout,
                                             stderr="")

@@ -16,8 +16,10 @@ import pytest
 from openai.types.responses import computer_action as ca
 from PIL import Image
 
+from gh_server.agents.model import a11y
 from gh_server.settings import ModelAgentConfig, ModelEndpoint
 from gh_wire import protocol
+from providers.qemu import atspi_tree as T
 
 from .conftest import GwServer
 from .fakehttp import chat_reply, serve
@@ -74,11 +76,13 @@ def _key(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def _run(server_factory: Any, agents: dict[str, ModelAgentConfig], case: dict[str, Any] | None = None,
-               refusal: protocol.MachineRefusal | None = None, **server_kw: Any) -> tuple[protocol.TaskEnd, Guest]:
+               refusal: protocol.MachineRefusal | None = None, a11y: str | None = None,
+               **server_kw: Any) -> tuple[protocol.TaskEnd, Guest]:
     # The simulated runner sends no heartbeats of its own: give it longer than a slow model call.
     server: GwServer = server_factory(agents=agents, dead_after=300.0, **server_kw)
     r = await connect(server)
     guest = Guest(r, refusal)
+    guest.a11y = a11y
     try:
         await start_task(server, r, case or {}, "m")
         end = await r.expect("task_end", timeout=120)
@@ -438,3 +442,40 @@ async def test_openai_bodies_are_the_sdks_own_without_its_per_call_transform(
         assert await async_transform(body, params) == body  # the transform would have sent the same
         assert body["model"] == "test-model" and body["temperature"] == 0.0
         assert headers["authorization"] == f"Bearer {KEY}"
+
+
+# -- the accessibility tree as the observation (OSWorld's a11y_tree / screenshot_a11y_tree) -------------
+
+TREE = T.to_xml([T.Node("application", "mousepad", children=[
+    T.Node("push button", "Save", states=["showing", "visible", "enabled"], extents=(40, 60, 32, 32))])], 1 << 20)
+
+
+def _user_parts(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for m in body["messages"] if m["role"] == "user" for p in m["content"]]
+
+
+async def test_a11y_tree_shows_the_linearized_tree_and_no_screen(server_factory: Any) -> None:
+    with model_server(sequence(chat("Nothing to do."))) as (url, seen):
+        end, guest = await _run(server_factory, agent(url, "openai-chat", observation="a11y_tree"), a11y=TREE)
+    assert end.error is None and end.answer == "Nothing to do."
+    parts = _user_parts(seen.bodies[0])
+    assert not [p for p in parts if p["type"] == "image_url"]
+    trees = [p["text"] for p in parts if p["type"] == "text" and p["text"].startswith("The accessibility tree")]
+    assert len(trees) == 1 and trees[0].endswith(f"{a11y.HEADER}\npush-button\tSave\t\"\"\t\t\t(40, 60)\t(32, 32)")
+    assert [q.op for q in guest.requests][:2] == ["screen", "accessibility"]
+
+
+async def test_screenshot_a11y_tree_on_a_machine_without_a_desktop_says_so_beside_the_screen(
+        server_factory: Any) -> None:
+    with model_server(sequence(chat("Nothing to do."))) as (url, seen):
+        end, _guest = await _run(server_factory, agent(url, "openai-chat", observation="screenshot_a11y_tree",
+                                                      a11y_max_chars=1000))
+    assert end.error is None  # the refusal is told to the model, never our error or the agent's failure
+    parts = _user_parts(seen.bodies[0])
+    assert [p["type"] for p in parts] == ["text", "image_url", "text"]
+    assert parts[2]["text"].startswith("The accessibility tree") and "no accessibility tree" in parts[2]["text"]
+
+
+def test_a11y_observation_is_for_the_chat_api_only() -> None:
+    with pytest.raises(ValueError, match="observation a11y_tree is for api openai-chat"):
+        agent("http://127.0.0.1:1", "anthropic", observation="a11y_tree")

@@ -26,7 +26,7 @@ from PIL import Image
 from gh_wire.input import InputEvent
 from gh_wire.protocol import AttemptResult, Lease, MachineRequest, MachineResponse, TaskEnd
 from providers.base import ImageInfo, Machine, MachineSource, Provider, SavedVersion, ScriptResult
-from providers.errors import HypervisorUnavailable, ProviderError
+from providers.errors import AccessibilityTooLarge, HypervisorUnavailable, ProviderError
 
 
 def tiny_png() -> bytes:
@@ -57,6 +57,21 @@ class FakeMachine(Machine):
     async def send_input(self, events: Sequence[InputEvent]) -> None:
         self.inputs.extend(events)
 
+    async def accessibility_tree(self, timeout: float, max_bytes: int) -> str:
+        """The provider's `a11y` (None: no desktop, the base's refusal), read in `delay` seconds; the
+        most reads in flight at once are counted in `a11y_most_at_once`."""
+        if self.provider.a11y is None:
+            return await super().accessibility_tree(timeout, max_bytes)
+        self.provider.a11y_in_flight += 1
+        self.provider.a11y_most_at_once = max(self.provider.a11y_most_at_once, self.provider.a11y_in_flight)
+        try:
+            await asyncio.sleep(self.provider.delay)
+        finally:
+            self.provider.a11y_in_flight -= 1
+        if len(self.provider.a11y.encode()) > max_bytes:
+            raise AccessibilityTooLarge(f"the accessibility tree is over {max_bytes} bytes")
+        return self.provider.a11y
+
     async def save(self, start_state_id: str, version: int, *, with_memory: bool = True) -> SavedVersion:
         raise ProviderError("the provider double does not save machines")
 
@@ -83,6 +98,9 @@ class FakeProvider(Provider):
         self.closed = False
         self.destroy_gate: asyncio.Event | None = None
         self.pooled: list[MachineSource] = []
+        self.a11y: str | None = None  # the machines' accessibility tree (None: they have no desktop)
+        self.a11y_in_flight = 0
+        self.a11y_most_at_once = 0
 
     async def probe(self) -> None:
         if self.hypervisor_down is not None:
@@ -161,6 +179,7 @@ class ScriptedAttempt:
         self._answer = ""
         self.requests: list[MachineRequest] = []
         self.machine: Machine | None = None
+        self._requests: Any = None  # gh_runner.machine_requests.MachineRequests, made on first use
         self.masked = asyncio.Event()  # a secret typed (gh_runner/attempt.py): never, here
         self.agent_acked = False
         self.agent_late: float | None = None
@@ -195,6 +214,13 @@ class ScriptedAttempt:
             png = await self.machine.screenshot()
             await self.link.frame("input", png, None)
             return MachineResponse(request_id=req.request_id, ok=True, png_b64=base64.b64encode(png).decode())
+        if req.op == "accessibility":  # the runner's own server of it (its bounds, its one-at-a-time)
+            if self._requests is None:
+                from gh_runner.config import Timeouts
+                from gh_runner.machine_requests import MachineRequests
+
+                self._requests = MachineRequests(self.machine, Timeouts())
+            return await self._requests.serve(req)
         if req.op == "exec":
             res = await self.machine.run_script(req.script or "", env=req.env, timeout=req.timeout)
             return MachineResponse(request_id=req.request_id, ok=True, exit_code=res.exit_code, stdout=res.stdout)

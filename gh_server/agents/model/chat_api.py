@@ -34,9 +34,12 @@ from gh_server.agents.model.screen import Scale, Shot
 from gh_server.agents.model.textformats import parse_pyautogui, parse_uitars
 from gh_server.agents.model.usage import CallUsage
 from gh_server.agents.model.window import TurnWindow
-from gh_server.settings import ChatOutput, ModelAgentConfig
+from gh_server.settings import ChatOutput, ModelAgentConfig, ModelObservation
 
 REMOVED_SCREEN = "[an earlier screenshot, removed to save context]"
+# The accessibility tree's part (observation a11y_tree / screenshot_a11y_tree), and what replaces an old one.
+TREE_HEAD = "The accessibility tree (tab-separated: tag, name, text, class, description, position, size):\n"
+REMOVED_TREE = "[an earlier accessibility tree, removed to save context]"
 
 # The `computer` tool's arguments: one of our machine actions, flat (servers' tool-call parsers and
 # small models handle a flat object better than a oneOf).
@@ -110,12 +113,17 @@ class ChatConversation(Conversation):
                 {"type": "function", "function": {"name": name, "description": desc, "parameters": schema}}
                 for name, (desc, schema) in extra_tools(cfg).items()]
 
-    @staticmethod
-    def _image(shot: Shot) -> dict[str, Any]:
-        return {"type": "image_url", "image_url": {"url": shot.data_url}}
+    def _seen(self, shot: Shot) -> list[dict[str, Any]]:
+        """What the model sees of one look: the screen, the accessibility tree, or both (cfg.observation)."""
+        parts: list[dict[str, Any]] = []
+        if self.cfg.observation != ModelObservation.A11Y_TREE:
+            parts.append({"type": "image_url", "image_url": {"url": shot.data_url}})
+        if shot.tree is not None:
+            parts.append({"type": "text", "text": TREE_HEAD + shot.tree})
+        return parts
 
     def begin(self, prompt: str, shot: Shot) -> None:
-        self.messages.append({"role": "user", "content": [{"type": "text", "text": prompt}, self._image(shot)]})
+        self.messages.append({"role": "user", "content": [{"type": "text", "text": prompt}, *self._seen(shot)]})
 
     async def call(self) -> Turn:
         self._fit_window()
@@ -190,7 +198,7 @@ class ChatConversation(Conversation):
         if acted.end is None:
             shot = await look()
             content: list[dict[str, Any]] = [{"type": "text", "text": "\n".join([*lines, "The screen now:"])},
-                                             self._image(shot)]
+                                             *self._seen(shot)]
             self.messages.append({"role": "user", "content": content})
         return acted
 
@@ -224,3 +232,11 @@ class ChatConversation(Conversation):
                 images += [(m["content"], i) for i, p in enumerate(m["content"]) if p.get("type") == "image_url"]
         for container, i in images[:-self.cfg.keep_screens]:
             container[i] = {"type": "text", "text": REMOVED_SCREEN}
+        # The trees likewise: the last keep_screens looks' only.
+        trees: list[tuple[list[Any], int]] = []
+        for m in self.messages:
+            if m["role"] == "user" and isinstance(m["content"], list):
+                trees += [(m["content"], i) for i, p in enumerate(m["content"])
+                          if p.get("type") == "text" and p.get("text", "").startswith(TREE_HEAD)]
+        for container, i in trees[:-self.cfg.keep_screens]:
+            container[i] = {"type": "text", "text": REMOVED_TREE}

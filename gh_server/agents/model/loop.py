@@ -20,6 +20,7 @@ answering 429/5xx after the retries -> AgentError (ours: the attempt is an error
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import os
 import time
@@ -31,17 +32,23 @@ import httpx
 import openai
 
 from gh_common.timeouts import within
-from gh_server.agents.base import AgentContext, AgentError, AgentFailed, AgentOutcome
+from gh_server.agents.base import AgentContext, AgentError, AgentFailed, AgentOutcome, MachineError
+from gh_server.agents.model import a11y
 from gh_server.agents.model import actions as A
 from gh_server.agents.model.actor import Actor, ActResult, taken_over
 from gh_server.agents.model.conversation import Conversation, Turn
 from gh_server.agents.model.screen import Shot, prepare
 from gh_server.agents.model.usage import Account
-from gh_server.settings import ModelAgentConfig, ModelApi
-from gh_wire.protocol import TaskEndReason
+from gh_server.settings import ModelAgentConfig, ModelApi, ModelObservation
+from gh_wire.protocol import MachineRefusal, TaskEndReason
 from gh_wire.vocab import AgentFault
 
 SCREEN_S = 30.0
+A11Y_S = 120.0  # the runner's own bound on a read (gh_runner/machine_requests.py)
+# The tree's refusals the model is told of in its place (the machine has no desktop, or its tree is too
+# large or too slow to read now): the agent goes on with the screen, or without; any other failure is ours.
+A11Y_SAID = (MachineRefusal.NO_ACCESSIBILITY, MachineRefusal.ACCESSIBILITY_TOO_LARGE,
+             MachineRefusal.ACCESSIBILITY_TIMEOUT)
 ENCODE_S = 20.0
 RETRY_AFTER_CAP_S = 60.0  # the SDKs wait at most this long on a Retry-After
 TEXT_SHOWN = 4000  # of the model's words per step, on the replay frame
@@ -165,7 +172,22 @@ class ModelAgent:
             raise AgentError(f"the machine's screenshot could not be read: {e}") from None
         if actor is not None:
             actor.scale = shot.scale  # the guest may have changed its resolution
+        if self.cfg.observation != ModelObservation.SCREENSHOT:
+            shot = dataclasses.replace(shot, tree=await self._tree(ctx))
         return shot
+
+    async def _tree(self, ctx: AgentContext) -> str:
+        """The accessibility tree as OSWorld's agents give it to their model (gh_server/agents/model/a11y.py)."""
+        try:
+            xml = await ctx.machine.accessibility(timeout=A11Y_S)
+        except MachineError as e:
+            if e.refusal in A11Y_SAID:
+                return f"(no accessibility tree: {e})"
+            raise
+        try:
+            return a11y.linearize(xml, self.cfg.a11y_max_chars)
+        except a11y.NotATree as e:
+            raise AgentError(f"the runner's accessibility tree could not be read: {e}") from None
 
     async def _call(self, conv: Conversation, account: Account, key: str) -> Turn:
         """The call phase: one model turn, counted as a step whatever it says."""

@@ -38,6 +38,7 @@ class Shot:
 
     png: bytes  # the scaled image
     scale: Scale
+    tree: str | None = None  # the accessibility tree, linearized (observation a11y_tree / screenshot_a11y_tree)
 
     @property
     def b64(self) -> str:

@@ -27,12 +27,17 @@ cat > "$conf/xfce4-session.xml" <<'XML'
   <property name="general" type="empty">
     <property name="SaveOnExit" type="bool" value="false"/>
     <property name="LockCommand" type="string" value=""/>
+    <property name="StartAssistiveTechnologies" type="bool" value="true"/>
   </property>
   <property name="shutdown" type="empty">
     <property name="LockScreen" type="bool" value="false"/>
   </property>
 </channel>
 XML
+# Accessibility on for every toolkit (the default of org.gnome.desktop.interface
+# toolkit-accessibility, from rootfs/usr/share/glib-2.0/schemas): the applications register their
+# AT-SPI trees, which GET {machine.url}/accessibility reads (docs/desktop-guests.md).
+in_root glib-compile-schemas /usr/share/glib-2.0/schemas
 # A Firefox profile in place (the browser makes its files on first start), so a setting can be
 # put into it before Firefox ever ran, as a hijacker's installer would.
 prof="$home/.mozilla/firefox"
