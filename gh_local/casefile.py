@@ -69,6 +69,18 @@ def _validation_message(e: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def check_task_minutes(cf: CaseFile, bound: int) -> None:
+    """Refuse, before anything starts, a case the embedded control plane would refuse for its
+    max_task_minutes: a usage error naming the case and field, as a schema error is."""
+    from gh_server.api.common import task_minutes
+
+    for i, case in enumerate(cf.cases):
+        minutes = task_minutes(case.get("limits"))
+        if minutes > bound:
+            raise CaseFileError(f"{cf.path}: {_describe(i, case)}: field limits.minutes: {minutes} minutes is over "
+                                f"the control plane's limit of {bound} (max_task_minutes: --server-config raises it)")
+
+
 def load_case_file(path: Path) -> CaseFile:
     """Read and check a cases file; raise CaseFileError naming the case and field at fault."""
     from gh_server.api.schemas import TestCaseCreate  # the API's own rules, so local and server agree

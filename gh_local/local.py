@@ -38,7 +38,7 @@ import httpx
 import pydantic
 
 from gh_common.timeouts import within
-from gh_local.casefile import CaseFile, CaseFileError, load_case_file, parse_agents, parse_repeat
+from gh_local.casefile import CaseFile, CaseFileError, check_task_minutes, load_case_file, parse_agents, parse_repeat
 from gh_local.report import (
     build_report,
     render_errors,
@@ -152,11 +152,18 @@ def runner_config(opts: Options, env: Mapping[str, str], name: str, state_dir: P
     return load_config(flags=flags, env=env, config_file=opts.config, defaults={"slots": DEFAULT_SLOTS})
 
 
+def _default_task_minutes() -> int:
+    from gh_server.settings import Settings
+
+    return int(Settings.model_fields["max_task_minutes"].default)
+
+
 def main(args: Any) -> int:
     """Entry point for `gh-runner local` (dispatched by gh_runner.cli)."""
     try:
         opts = options_from_args(args)
         case_file = load_case_file(opts.cases)
+        check_task_minutes(case_file, int(opts.server_settings.get("max_task_minutes") or _default_task_minutes()))
     except (CaseFileError, ValueError) as e:
         print(f"gh-runner local: {e}", file=sys.stderr)
         return EXIT_USAGE

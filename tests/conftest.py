@@ -38,6 +38,18 @@ def images_dir() -> Path:
 # whatever a test did, the whole run fails if a gh- domain or a new disk file is left behind.
 _SCRATCH = Path("/var/tmp")
 _session: dict[str, object] = {}
+# The runner's own state dir when none is given (gh_runner/config.py, default_dirs): an operator's, never a
+# test's. A test that lets a runner fall back on it leaves warm snapshots and a journal there for good.
+_DEFAULT_STATE = Path("/var/lib/gh-runner/state") if os.geteuid() == 0 else None
+_wrote_default_state: list[str] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    before = _DEFAULT_STATE is not None and _DEFAULT_STATE.exists()
+    yield
+    if _DEFAULT_STATE is not None and not before and _DEFAULT_STATE.exists():
+        _wrote_default_state.append(item.nodeid)
 
 
 def _new_disks(since: float) -> list[Path]:
@@ -70,7 +82,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     left = sorted(set(domains("gh-")) - set(_session["domains"]))  # type: ignore[arg-type]
     disks = [d for d in _new_disks(float(_session["started"])) if d not in _session["disks"]]  # type: ignore[operator,arg-type]
-    if not left and not disks:
+    if not left and not disks and not _wrote_default_state:
         return
     # In CI nothing else runs on this host, so whatever is left is ours: clean it so the next run starts
     # clean. On a shared development host other people's machines may be running: only report.
@@ -80,6 +92,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             d.unlink(missing_ok=True)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     msg = f"LEAK: the suite left libvirt domains {left} and disk files {[str(d) for d in disks][:20]} behind"
+    if _wrote_default_state:
+        msg += f"; the runner's default state dir {_DEFAULT_STATE} was made by {', '.join(_wrote_default_state)}"
     if reporter is not None:
         reporter.write_line(msg, red=True, bold=True)
     else:

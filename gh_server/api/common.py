@@ -47,9 +47,14 @@ def task_minutes_bound(request: Request) -> int:
 MaxTaskMinutes = Depends(task_minutes_bound)
 
 
+def task_minutes(limits: dict[str, Any] | None) -> int:
+    """A case's task limit in minutes: its `limits.minutes`, or the default of 10."""
+    return int((limits or {}).get("minutes") or 10)
+
+
 def check_task_minutes(limits: dict[str, Any] | None, bound: int, param: str) -> None:
     """Refuse a case whose `limits.minutes` is over this server's max_task_minutes."""
-    minutes = int((limits or {}).get("minutes") or 10)
+    minutes = task_minutes(limits)
     if minutes > bound:
         raise invalid(param, f"{minutes} minutes is over this server's limit of {bound} (its max_task_minutes "
                              "setting): shorten the case, or ask the operator to raise the setting",

@@ -38,25 +38,38 @@ def work() -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def osworld_agent(work: Path, space: str, plan: list[list[Any]]) -> dict[str, Any]:
+def osworld_agent(work: Path, space: str, plan: list[list[Any]], observation: str = "screenshot",
+                  record: Path | None = None) -> dict[str, Any]:
+    """The agents file of one osworld agent; with `record`, the agent writes each observation there."""
+    if record is not None:
+        record.touch()
+        record.chmod(0o666)  # the command agents' sandbox uid appends to it
+    extra = {"record": str(record)} if record is not None else {}
     return {"agents": {f"ow-{space}": {
         "kind": "osworld", "agent": "scripted_agent:make", "python_path": [str(work / "agent")],
-        "observation": "screenshot", "action_space": space, "max_steps": 5,
-        "env": {"GH_TEST_OSWORLD_PLAN": json.dumps({"actions": plan})}}}}
+        "observation": observation, "action_space": space, "max_steps": 5,
+        "env": {"GH_TEST_OSWORLD_PLAN": json.dumps({"actions": plan, **extra})}}}}
 
 
 def test_an_osworld_agent_fixes_a_desktop_case_with_computer_13_actions(work: Path,
                                                                        desktop_images_dir: Path) -> None:
+    """With OSWorld's screenshot_a11y_tree observation: each look has the screen and the session's tree as
+    the machine's /accessibility serves it, the open terminal's window in it."""
     plan = [[{"action_type": "TYPING", "parameters": {"text": FIX}},
              {"action_type": "PRESS", "parameters": {"key": "enter"}}], [{"action_type": "DONE"}]]
+    record = work / "observations.jsonl"
     run = local_run(work, desktop_images_dir, work / "state", "ow-computer_13", dsk01(terminal_open=True),
-                    osworld_agent(work, "computer_13", plan))
+                    osworld_agent(work, "computer_13", plan, "screenshot_a11y_tree", record))
     assert run.attempt is not None, (run.proc.returncode, run.proc.stdout[-3000:], run.proc.stderr[-3000:])
     events = acted(run.frames)
     assert run.attempt["outcome"] == "passed", (run.attempt.get("error"), run.attempt.get("check"), events)
     assert events and all(e["type"] in ("type", "key") for e in events), events  # input events, no exec
     assert {e["note"]["step"] for e in events} == {1} and all(e["note"]["text"] == "step 1" for e in events)
     assert any(e["type"] == "type" and e["text"] == FIX for e in events), events
+    looks = [json.loads(line) for line in record.read_text().splitlines()]
+    assert looks and all(o["png"] for o in looks), looks
+    tree = looks[0]["accessibility_tree"]
+    assert isinstance(tree, str) and tree.startswith("<desktop-frame") and "Terminal" in tree, tree and tree[:2000]
 
 
 def test_an_osworld_agent_fixes_a_desktop_case_with_pyautogui_code(work: Path, desktop_images_dir: Path) -> None:

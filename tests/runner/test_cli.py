@@ -67,7 +67,7 @@ def test_each_subcommand_lists_only_its_own_options() -> None:
 
     top = build_parser()
     subs = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction)).choices
-    assert set(subs) == {"images", "doctor", "selftest", "local", "validate", "import"}
+    assert set(subs) == {"images", "doctor", "selftest", "local", "validate", "import", "export"}
     top_help = top.format_help()
     for name in subs:  # the top help names every subcommand, validate too
         assert f"  {name}" in top_help, name
@@ -75,7 +75,8 @@ def test_each_subcommand_lists_only_its_own_options() -> None:
         text = p.format_help()
         options = {o for a in p._actions for o in a.option_strings}
         # doctor checks the daemon's configuration, so it takes the daemon's options; no other does.
-        own = {"local": {"--slots"}, "validate": {"--slots"}}.get(name, set())  # attempts at once on this host
+        # local and validate: attempts at once on this host; export: the control plane it reads from.
+        own = {"local": {"--slots"}, "validate": {"--slots"}, "export": {"--server"}}.get(name, set())
         if name != "doctor":
             assert not options & (set(DAEMON_ONLY) - own), (name, sorted(options & set(DAEMON_ONLY)))
         # Help is complete: nothing points at a section the page does not have.

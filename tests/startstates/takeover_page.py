@@ -29,7 +29,7 @@ from playwright.sync_api import Page, expect
 from gh_server.settings import ModelAgentConfig
 
 from .conftest import Stack, await_for
-from .test_live_view import new_key, on_attempt
+from .test_live_view import in_guest, new_key
 from .test_start_states import check_after
 
 AGENT = "busy-model"
@@ -80,8 +80,9 @@ def model_stack(images_dir: Path, image: str) -> Iterator[ModelStack]:
 
 
 def guest_holds(stack: Stack, attempt_id: str, test: str) -> bool:
-    """Whether the shell condition `test` holds on the attempt's machine (asked beside the agent, on the runner)."""
-    return bool(on_attempt(stack, attempt_id, "exec", script=test).exit_code == 0)
+    """Whether the shell condition `test` holds on the attempt's machine (asked by the runner, not as the agent:
+    the agent's execs are frozen while a person holds the machine)."""
+    return in_guest(stack, attempt_id, test) == 0
 
 
 TypeFix = Callable[[Page, Stack, str, Fix], None]

@@ -114,6 +114,14 @@ def on_attempt(stack: Stack, attempt_id: str, op: Literal["exec", "input"], **kw
     return res
 
 
+def in_guest(stack: Stack, attempt_id: str, script: str) -> int:
+    """The exit code of `script` on a running attempt's machine, run by the runner itself as its check is:
+    never the agent's exec, so a takeover's hold (which freezes the agent's execs) does not stop it."""
+    machine = stack.daemon.leases.running[attempt_id].attempt.machine
+    assert machine is not None, f"{attempt_id} has no machine"
+    return int(stack.call(machine.run_script(script, timeout=60), timeout=90).exit_code)
+
+
 def test_an_attempts_view_is_read_only_and_ends_with_the_attempt(stack: Stack, gh: Eager) -> None:
     """A running attempt's machine, watched by an admin: a first frame, keys that never reach the guest
     (the attempt's input is the agent's: its view is read-only for everyone), and the end of the view

@@ -24,7 +24,7 @@ from websockets.exceptions import ConnectionClosed
 from gh_wire.vocab import HumanKey
 
 from .conftest import Stack, await_for
-from .test_live_view import new_key, on_attempt, ws_url
+from .test_live_view import in_guest, new_key, ws_url
 from .test_start_states import check_after
 
 pytestmark = pytest.mark.timeout(1800)
@@ -135,7 +135,7 @@ def test_a_takeover_holds_the_agent_and_its_time_and_hands_back(stack: Stack, lo
             for _ in range(4):  # a console not ready yet drops keys: retype after a while
                 v.type("touch /tmp/by-human")
                 try:
-                    await_for(lambda: on_attempt(stack, aid, "exec", script="test -e /tmp/by-human").exit_code == 0,
+                    await_for(lambda: in_guest(stack, aid, "test -e /tmp/by-human") == 0,
                               what="the person's command run", timeout=30)
                     break
                 except AssertionError:
@@ -151,7 +151,7 @@ def test_a_takeover_holds_the_agent_and_its_time_and_hands_back(stack: Stack, lo
             v.pointer(10, 10, 1)
             v.pointer(10, 10, 0)
             # Held past the task's whole limit, on the runner's clock, and the task runs on.
-            task_clock = stack.daemon.leases.running[aid].attempt._clock
+            task_clock = stack.daemon.leases.running[aid].attempt._hold.clock  # type: ignore[union-attr]
             await_for(lambda: task_clock.held and task_clock.held_seconds() > 70, what="a hold past the limit",
                       timeout=300, every=2)
             assert attempt(stack, aid)["status"] == "running"

@@ -40,7 +40,7 @@ else:
 PYAUTOGUI_PREFIX = "import pyautogui; import time; pyautogui.FAILSAFE = False; "  # OSWorld's, before each code
 INFEASIBLE = "infeasible"
 SCREEN_TIMEOUT_S = 60.0
-ACCESSIBILITY_TIMEOUT_S = 60.0
+ACCESSIBILITY_TIMEOUT_S = 150.0  # the runner's own bound on a read (120 s) and the way there
 EXEC_TIMEOUT_S = 90.0
 INPUT_TIMEOUT_S = 90.0
 TEXT_NOTE_MAX = 8000
