@@ -288,8 +288,11 @@ def main(argv: Sequence[str] | None = None, commands: Mapping[str, Command] | No
             return _fail("`gh-runner export` is not available in this build (start it as gh_local.cli)", EXIT_FAILED)
         return int(run(args) or 0)
     if command in ("local", "validate"):
-        # Resolved like the daemon's (flags > env > file > defaults); the whole config rides along.
-        args.images_dir, args.state_dir, args.libvirt_uri = config.images_dir, config.state_dir, config.libvirt_uri
+        # Resolved like the daemon's (flags > env > file > defaults); the whole config rides along. The state
+        # dir only where one was given (flag, env or file): without one, local's runner keeps its state in a
+        # temporary dir of its own, never in the default one a daemon on this host may be using.
+        args.images_dir, args.libvirt_uri = config.images_dir, config.libvirt_uri
+        args.state_dir = config.state_dir if "state_dir" in config.model_fields_set else None
         args.runner_config = config
         run = (commands or {}).get(command)
         if run is None:

@@ -20,6 +20,11 @@ IMAGES_DIR = Path(os.environ.get("GH_IMAGES_DIR", "/var/tmp/gh-runner/images"))
 # are a cache, like the images, not something a test left behind.
 _KEPT_STATE = os.environ.get("GH_TEST_DESKTOP_STATE_DIR")
 KEPT_WARM = Path(_KEPT_STATE) / "warm" if _KEPT_STATE else None
+# `gh-runner local` keeps its runner's state in a temporary dir of its own unless told otherwise, so each run
+# would boot linux-tiny again for its warm snapshot. The suite's local runs share this dir instead (a cache,
+# like the images; subprocesses inherit it); the one test of the temporary dir runs without it.
+LOCAL_STATE = Path(os.environ.setdefault("GH_RUNNER_STATE_DIR", "/var/tmp/gh-runner/local-state"))
+KEPT_LOCAL_WARM = LOCAL_STATE / "warm"
 # Every images dir is a cache, not a leftover: scripts/test.sh builds linux-desktop into its own while the
 # suite runs, so on a host without it (a fresh one, or new build inputs) its disk is new during the session.
 IMAGE_DIRS = [IMAGES_DIR, *(Path(os.environ[v]) for v in ("GH_DESKTOP_IMAGES_DIR", "GH_OSWORLD_IMAGES_DIR")
@@ -63,7 +68,8 @@ def _new_disks(since: float) -> list[Path]:
                 continue
             p = Path(root) / name
             try:
-                if any(d in p.parents for d in IMAGE_DIRS) or KEPT_WARM in p.parents or p.stat().st_mtime < since:
+                if (any(d in p.parents for d in IMAGE_DIRS) or KEPT_WARM in p.parents or KEPT_LOCAL_WARM in p.parents
+                        or p.stat().st_mtime < since):
                     continue
             except OSError:
                 continue  # removed while we looked

@@ -269,9 +269,14 @@ def test_own_agent_from_server_config(work: Path, images_dir: Path) -> None:
 def test_local_runs_cases_and_reports(work: Path, images_dir: Path) -> None:
     path = _cases_file(work, ["PRM-01", "ASK-01"], agents=["noop"], repeat=1)
     report = work / "out" / "report.json"
-    proc = _local([str(path), "--agents", "noop,reference", "--report", str(report)], images_dir)
+    # As an operator runs it, with no state dir given (the suite's other runs share one, tests/conftest.py):
+    # the runner's state is in a temporary dir of local's own, gone after the run.
+    env = {k: v for k, v in os.environ.items() if k != "GH_RUNNER_STATE_DIR"}
+    temps_before = set(Path("/var/tmp").glob("gh-runner-local-*"))
+    proc = _local([str(path), "--agents", "noop,reference", "--report", str(report)], images_dir, env=env)
     out, err = proc.communicate(timeout=1100)
     assert proc.returncode == 0, (out[-3000:], err[-3000:])
+    assert set(Path("/var/tmp").glob("gh-runner-local-*")) <= temps_before
     assert "4 tries" in out  # flags won over the file's agents
     table = out[out.index("case "):]
     rows = {tuple(line.split()[:2]): line.split()[2:6] for line in table.splitlines()[2:6]}

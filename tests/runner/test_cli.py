@@ -89,6 +89,37 @@ def test_each_subcommand_lists_only_its_own_options() -> None:
     assert "--drain-grace" not in images_help and "--token" not in images_help and "--images-dir" in images_help
 
 
+@pytest.mark.parametrize("command", ["local", "validate"])
+def test_local_gets_a_state_dir_only_where_one_was_given(command: str, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without one, `local` and `validate` keep their runner's state in a temporary dir of their own (and
+    remove it), never in the default dir an operator's daemon on this host may be using: before, the
+    default (/var/lib/gh-runner/state for root) rode along as if given, and warm snapshots and a journal
+    stayed there after every run."""
+    from gh_runner.cli import main
+
+    seen: list[Any] = []
+
+    def run(args: argparse.Namespace) -> int:
+        seen.append(args.state_dir)
+        return 0
+
+    for var in ("GH_RUNNER_STATE_DIR", "GH_RUNNER_CONFIG"):
+        monkeypatch.delenv(var, raising=False)
+    cases = str(tmp_path / "cases.yaml")
+    no_dir = tmp_path / "runner.yaml"
+    no_dir.write_text("timeouts: {check: 30}\n")
+    with_dir = tmp_path / "with-dir.yaml"
+    with_dir.write_text(f"state_dir: {tmp_path / 'from-file'}\n")
+    for argv in ([command, cases], [command, cases, "--config", str(no_dir)],
+                 [command, cases, "--state-dir", str(tmp_path / "from-flag")],
+                 [command, cases, "--config", str(with_dir)]):
+        assert main(argv, commands={command: run}) == 0
+    monkeypatch.setenv("GH_RUNNER_STATE_DIR", str(tmp_path / "from-env"))
+    assert main([command, cases], commands={command: run}) == 0
+    assert seen == [None, None, tmp_path / "from-flag", tmp_path / "from-file", tmp_path / "from-env"]
+
+
 def test_a_daemon_option_on_images_is_a_usage_error(tmp_path: Path) -> None:
     out = run_cli(tmp_path, "images", "--drain-grace", "5", "--images-dir", str(tmp_path / "img"))
     assert out.returncode == 2 and "unrecognized arguments: --drain-grace" in out.stderr
