@@ -30,7 +30,7 @@ import itertools
 import struct
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -39,6 +39,7 @@ import libvirt
 from gh_common.timeouts import within
 from providers.base import ScriptResult
 from providers.errors import ProviderError
+from providers.qemu.agent_groups import FrozenTime
 from providers.qemu.domain import EXECD_CHANNEL
 from providers.qemu.errors import in_thread
 from providers.qemu.guest_agent import ClockNotSet, io_paused
@@ -162,8 +163,11 @@ class ExecChannel:
         self.close()
 
     async def run(self, script: str, env: Sequence[str], *, interpreter: str, timeout: float, output_cap: int,
-                  clock_ms: int | None = None, reseed: bytes | None = None) -> ScriptResult:
+                  clock_ms: int | None = None, reseed: bytes | None = None,
+                  frozen: FrozenTime | None = None) -> ScriptResult:
         """Run `script` as guest_agent.GuestAgent.run_sh would (root; `interpreter`; `env` exactly).
+        With `frozen` (an agent's exec), the wait for its reply moves on by every second a hold froze
+        it, as gh-execd's own deadline does.
 
         Raises:
             Unavailable: the script did not run (use qemu-ga).
@@ -185,7 +189,9 @@ class ExecChannel:
                 self.give_up(str(e))
                 raise
             assert self._reader is not None and self._writer is not None
-            reply = await self._exchange(payload, request_id, keep, timeout)
+            at = time.monotonic() + timeout
+            deadline = frozen.deadline(timeout) if frozen is not None else lambda: at
+            reply = await self._exchange(payload, request_id, keep, deadline)
         duration = time.monotonic() - started
         if reply is None:  # the executor is stuck: the script's fate is unknown, as qemu-ga's stuck wrapper
             return ScriptResult(exit_code=None, stdout="", stderr="", timed_out=True, duration_s=duration)
@@ -209,24 +215,23 @@ class ExecChannel:
             duration_s=duration,
         )
 
-    async def _reply_head(self, reader: asyncio.StreamReader, wait: float) -> bytes:
-        """The next reply's header, within `wait` seconds. While it is awaited the domain is looked
-        at every WATCH_S: a guest paused under the script (QEMU stops it when a write to its disk
-        fails, as on a full host disk) or a stopped one will never answer, and that is ours to
-        report, not the script's timeout. (qemu-ga's path learns the same from its failing polls.)
+    async def _reply_head(self, reader: asyncio.StreamReader, deadline: Callable[[], float]) -> bytes:
+        """The next reply's header, by the monotonic time `deadline()` says (it can move on). While it
+        is awaited the domain is looked at every WATCH_S: a guest paused under the script (QEMU stops
+        it when a write to its disk fails, as on a full host disk) or a stopped one will never answer,
+        and that is ours to report, not the script's timeout. (qemu-ga's path learns the same from its failing polls.)
 
         Raises:
-            TimeoutError: no header within `wait`.
+            TimeoutError: no header by the deadline.
             ProviderError: the guest was paused or stopped under the script.
         """
         read = asyncio.ensure_future(reader.readexactly(REPLY.size))
-        deadline = time.monotonic() + wait
         try:
             while True:
-                done, _ = await asyncio.wait({read}, timeout=max(0.0, min(WATCH_S, deadline - time.monotonic())))
+                done, _ = await asyncio.wait({read}, timeout=max(0.0, min(WATCH_S, deadline() - time.monotonic())))
                 if done:
                     return read.result()
-                if time.monotonic() >= deadline:
+                if time.monotonic() >= deadline():
                     raise TimeoutError
                 if (why := await self._not_running()) is not None:
                     raise ProviderError(why)
@@ -250,14 +255,20 @@ class ExecChannel:
         except ProviderError:
             return None
 
-    async def _exchange(self, payload: bytes, request_id: int, keep: int, timeout: float) -> Reply | None:
+    async def _exchange(self, payload: bytes, request_id: int, keep: int,
+                        deadline: Callable[[], float]) -> Reply | None:
+        """Send `payload` and read its reply, the script's deadline (`deadline()`) and REPLY_GRACE_S later at most."""
         assert self._reader is not None and self._writer is not None
         reader, writer = self._reader, self._writer
+
+        def late() -> float:
+            return deadline() + REPLY_GRACE_S
+
         try:
             writer.write(payload)
-            await within(timeout + REPLY_GRACE_S, writer.drain())
+            await within(max(0.0, late() - time.monotonic()), writer.drain())
             while True:
-                head = await self._reply_head(reader, timeout + REPLY_GRACE_S)
+                head = await self._reply_head(reader, late)
                 magic, got_id, kind, code, out_len, err_len = REPLY.unpack(head)
                 if (magic != REPLY_MAGIC or got_id > request_id or kind not in ReplyKind._value2member_map_
                         or out_len > MAX_KEEP or err_len > MAX_KEEP):
@@ -269,7 +280,7 @@ class ExecChannel:
             if out_len > keep or err_len > keep:
                 raise ProviderError("gh-execd answered with more output than it was asked to keep")
         except TimeoutError:
-            self.give_up(f"gh-execd did not answer within {timeout + REPLY_GRACE_S:g}s")
+            self.give_up(f"gh-execd did not answer within {REPLY_GRACE_S:g}s of the script's deadline")
             return None
         except (OSError, asyncio.IncompleteReadError) as e:
             self.give_up(f"gh-execd's port closed: {e}")

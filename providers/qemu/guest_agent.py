@@ -32,7 +32,7 @@ import libvirt_qemu
 from gh_common.backoff import Backoff
 from providers.base import DEFAULT_OUTPUT_CAP, ScriptResult
 from providers.errors import MachineNotReady, ProviderError
-from providers.qemu.agent_groups import join
+from providers.qemu.agent_groups import FrozenTime, join
 from providers.qemu.errors import in_thread, plain_reason
 from providers.qemu.handle import Domain
 
@@ -310,24 +310,27 @@ class GuestAgent:
             stderr=base64.b64decode(r.get("err-data", "")),
         )
 
-    async def wait_exec(self, pid: int, deadline: float) -> ExecStatus | None:
-        """Poll guest-exec-status until the process exits or `deadline` (monotonic) passes."""
+    async def wait_exec(self, pid: int, deadline: float | Callable[[], float]) -> ExecStatus | None:
+        """Poll guest-exec-status until the process exits or `deadline` (monotonic; or the time it
+        says, when it can move on) passes."""
         backoff = replace(self.polling, failures=0)
         while True:
             st = await self.exec_status(pid)
             if st.exited:
                 return st
-            left = deadline - time.monotonic()
+            left = (deadline() if callable(deadline) else deadline) - time.monotonic()
             if left <= 0:
                 return None
             await asyncio.sleep(min(backoff.next_delay(), left))
 
     async def run_sh(self, script: str, *, env: Mapping[str, str] | None, timeout: float,
                      output_cap: int = DEFAULT_OUTPUT_CAP, set_clock: bool = False, reseed: bool = False,
-                     run_as: RunAs = ROOT_SH, group: str | None = None) -> ScriptResult:
+                     run_as: RunAs = ROOT_SH, group: str | None = None,
+                     frozen: FrozenTime | None = None) -> ScriptResult:
         """Run `script` with /bin/sh as root in the guest (or as `run_as` says: another interpreter,
         another user and that user's environment); see the module docstring for the shape. With
-        `group`, the script runs in that agent exec group (agent_groups.py).
+        `group`, the script runs in that agent exec group (agent_groups.py); with `frozen` its timeout
+        moves on by every second a hold froze it (this path's only deadline is the host's).
 
         With `set_clock`, the guest's clock is set to the host's (read as the request is sent)
         before the script starts, in the same guest-exec. Raises ClockNotSet (the script did not
@@ -349,7 +352,7 @@ class GuestAgent:
                         join(group) if group is not None else ""],
             env=env_list, stdin=script.encode("utf-8"),
         )
-        st = await self.wait_exec(pid, started + timeout)
+        st = await self.wait_exec(pid, frozen.deadline(timeout) if frozen is not None else started + timeout)
         if (set_clock and st is not None and st.exit_code == WRAPPER_REFUSED_EXIT
                 and CLOCK_NOT_SET_MARK in st.stderr):
             raise ClockNotSet(f"the guest did not set its clock: {decode(st.stderr)[:200]}")

@@ -37,7 +37,7 @@ from providers.errors import (
     ProviderError,
 )
 from providers.qemu import atspi_tree, fileperms, lazy
-from providers.qemu.agent_groups import SETTLE_EXIT, freeze_script, joined, new_group
+from providers.qemu.agent_groups import SETTLE_EXIT, FrozenTime, freeze_script, joined, new_group
 from providers.qemu.channels import Channel, Duty
 from providers.qemu.connection import Connection
 from providers.qemu.credentials import Credentials, give_machine_password
@@ -128,6 +128,7 @@ class QemuMachine(Machine):
         self.agent = GuestAgent(self.domain, polling=options.polling, wrapper=options.sh_wrapper)
         # the image's resident executor, which takes root sh scripts ahead of qemu-ga (execd.py)
         self.execd = ExecChannel(self.domain) if image.routes.execd and options.resident_exec else None
+        self._frozen = FrozenTime()  # how long holds kept the agent's execs frozen: moves their deadlines
         self.run_as = run_as_for(image.manifest)  # root, or the desktop session's user (desktop.py)
         self.input = InputDriver(self.domain, self._current_screen_size)
         self._winrm: WinRMChannel | None = None
@@ -319,7 +320,11 @@ class QemuMachine(Machine):
         with the very exec being frozen). A PowerShell image has none: False."""
         if self._uses_winrm or self._destroyed:
             return False
+        if frozen:
+            self._frozen.froze()
         res = await self.agent.run_sh(freeze_script(frozen), env=None, timeout=timeout, output_cap=4096)
+        if not frozen and res.exit_code == 0:
+            self._frozen.thawed()
         if res.exit_code != 0:
             what = "did not settle" if res.exit_code == SETTLE_EXIT else f"exit {res.exit_code}"
             raise ProviderError(f"the guest did not {'freeze' if frozen else 'thaw'} the agent's execs "
@@ -384,12 +389,14 @@ class QemuMachine(Machine):
                 res = await execd.run(text, script_env(self.run_as, env), interpreter=self.run_as.interpreter,
                                       timeout=timeout, output_cap=output_cap,
                                       clock_ms=clock_ms() if set_clock else None,
-                                      reseed=secrets.token_bytes(RESEED_BYTES) if reseed else None)
+                                      reseed=secrets.token_bytes(RESEED_BYTES) if reseed else None,
+                                      frozen=self._frozen if group is not None else None)
                 return res, Channel.EXECD
             except Unavailable as e:  # the script did not run
                 log.info("script through qemu-ga: gh-execd cannot take it", machine_id=self.machine_id, reason=str(e))
         res = await self.agent.run_sh(script, env=env, timeout=timeout, output_cap=output_cap, set_clock=set_clock,
-                                      reseed=reseed, run_as=self.run_as, group=group)
+                                      reseed=reseed, run_as=self.run_as, group=group,
+                                      frozen=self._frozen if group is not None else None)
         return res, Channel.QEMU_GA
 
     def _winrm_username(self) -> str:

@@ -104,3 +104,48 @@ async def test_a_hold_freezes_the_agents_exec_and_what_it_left_running(qemu: tup
         assert resp.frozen is not None and resp.frozen.reason is ExecFreeze.TAKEOVER, resp
         assert resp.frozen.seconds >= STILL_FOR, resp.frozen
     await assert_clean(provider, state)
+
+
+SLEEP_S = 10  # what each exec sleeps; its timeout is a little more, and the hold longer than both
+EXEC_TIMEOUT_S = 12
+HELD_FOR = 14  # guest seconds
+
+
+async def test_a_hold_does_not_count_against_the_execs_timeout(qemu: tuple[Provider, Path]) -> None:  # noqa: F811
+    """An exec frozen by a hold longer than its own timeout is not timed out for it: gh-execd's deadline
+    (the first exec) and the host's deadline on qemu-ga's path (the second) move on by the hold."""
+    provider, state = qemu
+    link = FakeLink()
+    a = new_attempt(provider, link)
+    run = asyncio.create_task(a.run())
+    try:
+        await until_task(link, run)
+        execs = [asyncio.create_task(a.handle_request(MachineRequest(
+            request_id=name, op="exec", script=f"touch /tmp/began-{name}; sleep {SLEEP_S}; echo slept",
+            timeout=EXEC_TIMEOUT_S))) for name in ("one", "two")]
+        deadline = time.monotonic() + WAIT
+        while (await a.machine.run_script("ls /tmp/began-one /tmp/began-two", timeout=60)).exit_code != 0:
+            assert time.monotonic() < deadline, "the execs did not begin"
+            await asyncio.sleep(0.2)  # a poll interval; the deadline above bounds it
+
+        assert a.task_hold(True)
+        await link.reached("frame:takeover")
+        assert not any(ex.done() for ex in execs), "an exec ended before the hold froze it"
+        _, since = await read(a)
+        uptime = since
+        while uptime - since < HELD_FOR:
+            _, uptime = await read(a)
+            assert not any(ex.done() for ex in execs), f"an exec ended {uptime - since:.1f} s into the hold"
+        assert a.task_hold(False)
+        await link.reached("frame:handback")
+        answers = [await asyncio.wait_for(ex, 2 * WAIT) for ex in execs]
+        a.task_end(TaskEnd(attempt_id=a.machine_id, answer="done"))
+        await asyncio.wait_for(run, 2 * WAIT)
+    finally:
+        if not run.done():
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+    for resp in answers:
+        assert resp.ok and not resp.timed_out and resp.exit_code == 0 and resp.stdout.strip() == "slept", resp
+        assert resp.frozen is not None and resp.frozen.seconds >= HELD_FOR, resp.frozen
+    await assert_clean(provider, state)

@@ -18,7 +18,7 @@
  * The script runs as the wrapper of providers/qemu/guest_agent.py runs it: `interp /proc/self/fd/3`
  * in its own session, the script's text on fd 3, stdin /dev/null, umask 077, exactly the given
  * environment. At its deadline its whole session is killed and the reply says so, with the output
- * so far. Output past `keep` bytes is read and dropped, so the script never blocks on a full pipe.
+ * so far; the time a takeover's hold kept it frozen does not count (held_ms). Output past `keep` bytes is read and dropped, so the script never blocks on a full pipe.
  *
  * No libc (built with -nostdlib -static): system calls only, every buffer static. One script at a
  * time: the host sends the next request after the reply (a second script at once goes to qemu-ga).
@@ -72,6 +72,7 @@
 #define SIG_SETMASK 2
 #define CLOCK_REALTIME 0
 #define CLOCK_MONOTONIC 1
+#define CLOCK_BOOTTIME 7 /* /proc/uptime's clock */
 #define RNDADDENTROPY 0x40085203 /* _IOW('R', 0x03, int[2]), linux/random.h */
 #define RNDRESEEDCRNG 0x5207 /* _IO('R', 0x07) */
 
@@ -86,6 +87,10 @@
 #define MAX_ENV_VARS 1024
 #define MAX_SCRIPT (1024 * 1024)
 #define MAX_KEEP (1024 * 1024 + 1)
+/* Kept by the hold's freeze script (providers/qemu/agent_groups.py): "<held centiseconds> <uptime in
+ * centiseconds when the current freeze began, or 0>". */
+#define HELD_FILE "/run/gh-agent.held"
+#define HELD_LOOK_MS 100
 
 enum kind {
     EXITED = 0, /* code: the exit status */
@@ -155,6 +160,31 @@ static long now_ms(void) {
     struct timespec t;
     sc(SYS_clock_gettime, CLOCK_MONOTONIC, &t, 0);
     return t.sec * 1000 + t.nsec / 1000000;
+}
+
+/* How long the agent's exec groups have stood frozen by takeovers' holds since boot, in ms (0 when
+ * no hold ever froze them). An agent's script is frozen for its hold; that time is not its own, so
+ * its deadline moves on by it, as the host's own bound on it does (execd.py). */
+static long held_ms(void) {
+    char b[64];
+    long fd = sc(SYS_open, HELD_FILE, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0) return 0;
+    long n = sc(SYS_read, fd, b, sizeof b - 1);
+    sc(SYS_close, fd, 0, 0);
+    long v[2] = {0, 0};
+    int i = 0;
+    for (long k = 0; k < n && i < 2; k++) {
+        if (b[k] >= '0' && b[k] <= '9') v[i] = v[i] * 10 + (b[k] - '0');
+        else if (k > 0 && b[k - 1] >= '0' && b[k - 1] <= '9') i++;
+    }
+    long held = v[0] * 10;
+    if (v[1] > 0) { /* frozen now: the current freeze counts up to this moment */
+        struct timespec t;
+        sc(SYS_clock_gettime, CLOCK_BOOTTIME, &t, 0);
+        long up = t.sec * 1000 + t.nsec / 1000000;
+        if (up > v[1] * 10) held += up - v[1] * 10;
+    }
+    return held;
 }
 
 static void nap_ms(long ms) {
@@ -335,16 +365,24 @@ static void run(int port, int sfd, int devnull, const struct request *q, const u
     int script_w = s[1];
     u32 sent = 0;
     int status = 0, exited = 0, timed_out = 0;
-    long deadline = now_ms() + q->timeout_ms;
+    long started = now_ms(), held_before = held_ms();
+    long deadline = started + q->timeout_ms;
     while (!exited) {
         struct pollfd p[4] = {{sfd, POLLIN, 0}, {out.fd, POLLIN, 0}, {err.fd, POLLIN, 0}, {script_w, POLLOUT, 0}};
         long wait = -1;
         if (!timed_out) wait = deadline - now_ms() > 0 ? deadline - now_ms() : 0;
         long n = sc(SYS_poll, p, 4, wait);
         if (n == 0 && !timed_out) {
-            sc(SYS_kill, -pid, SIGKILL, 0); /* its whole session: it is the session's leader */
-            sc(SYS_kill, pid, SIGKILL, 0);
-            timed_out = 1;
+            /* Only read at the deadline: a hold that froze the script meanwhile moves it on. While the
+             * hold lasts it is looked at again every HELD_LOOK_MS at most. */
+            long later = started + q->timeout_ms + (held_ms() - held_before), now = now_ms();
+            if (later > now) {
+                deadline = later - now > HELD_LOOK_MS ? later : now + HELD_LOOK_MS;
+            } else {
+                sc(SYS_kill, -pid, SIGKILL, 0); /* its whole session: it is the session's leader */
+                sc(SYS_kill, pid, SIGKILL, 0);
+                timed_out = 1;
+            }
         }
         if (p[0].revents & POLLIN) {
             struct siginfo_fd si;
