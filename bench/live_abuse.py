@@ -14,6 +14,8 @@ For each attack, for --window-s seconds:
   set_encodings   SetEncodings messages as fast as they go (each made QEMU send the display again).
   unread_open     20 viewers that send 64 KiB messages from the moment their socket opens (the relay reads none
                   until their view is open); gh-server's resident memory before and after is printed too.
+  tickets_only    unread_open's 20 tickets asked for at once and never opened: a control, what the 20 API calls
+                  alone cost beside the sockets.
   seats           12 idle watchers of the attacker's key held open, then the admin takes the attempt over.
 
 The victim, during each window: the other member's watcher opens a view and gets a full frame; in the
@@ -53,6 +55,9 @@ POLL_GAP_S = 0.05
 POLL_TIMEOUT_S = 30.0
 WAITER = {"id": "waiter", "kind": "command", "timeout": 1800,
           "command": [AGENT_PYTHON, "-c", "import sys, time; sys.stdin.read(); time.sleep(1500); print('waited')"]}
+
+
+ATTACKS = ("deflated_2mib", "small_flood", "set_encodings", "unread_open", "tickets_only", "seats")
 
 
 def poll(base_url: str, key: str, conn: Connection) -> None:
@@ -129,6 +134,28 @@ class Bench:
         finally:
             httpx.post(f"{self.base}/v1/attempts/{self.aid}/handback", headers=h, timeout=60)
 
+    def seats(self) -> tuple[str, float, float, bool, str]:
+        """12 idle watchers of the attacker's key, then the admin's takeover: the seats attack's window."""
+        held: list[Viewer] = []
+        t0 = time.monotonic()
+        for _ in range(12):
+            url = self.ticket(self.attacker)
+            if url is None:
+                continue
+            with contextlib.suppress(Exception):
+                v = Viewer(url)
+                v.handshake(timeout=60)
+                held.append(v)
+        ok = self.takeover_works()
+        # One key seats at most MAX_WATCHES_PER_KEY_MACHINE (gh_server/live/screen_relay.py) of a machine's
+        # watchers: another member's watch still finds a seat.
+        other = "another member's watch " + ("works" if self.victim_watches() else "refused")
+        window = ("seats", t0, time.monotonic(), ok and self.victim_watches(),
+                  f"{len(held)} of 12 watchers seated; {other}")
+        for v in held:
+            v.close()
+        return window
+
     # -- attacks: each runs until `stop` is set -----------------------------------------------------
 
     def _sender(self, stop: threading.Event, messages: Callable[[], bytes], deflate: bool = False) -> None:
@@ -181,7 +208,18 @@ class Bench:
             t.join(10)
 
 
-def rss_kib(pid: int) -> int:
+    def tickets_only(self, stop: threading.Event) -> None:
+        """unread_open's 20 tickets asked for at once, and no socket opened: what the API calls alone cost."""
+        threads = [threading.Thread(target=self.ticket, args=(self.attacker,), daemon=True) for _ in range(20)]
+        for t in threads:
+            t.start()
+        stop.wait()
+        for t in threads:
+            t.join(10)
+
+
+def rss_kib(
+pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
@@ -193,7 +231,12 @@ def main() -> int:
     ap.add_argument("--images-dir", type=Path, default=Path(os.environ.get("GH_TEST_IMAGES_DIR",
                                                                           "/var/tmp/gh-runner/images")))
     ap.add_argument("--window-s", type=float, default=10.0)
+    ap.add_argument("--attacks", default=",".join(ATTACKS),
+                    help="which attacks, comma-separated (default all: %(default)s)")
     args = ap.parse_args()
+    attacks = [a for a in args.attacks.split(",") if a]
+    if unknown := set(attacks) - set(ATTACKS):
+        ap.error(f"no such attack: {', '.join(sorted(unknown))} (known: {', '.join(ATTACKS)})")
     # The attackers' sockets are dropped mid-send by design: websockets' client logs each as an internal error.
     logging.getLogger("websockets").setLevel(logging.CRITICAL)
     case = marker_case("LIVE-ABUSE-01", minutes=30)
@@ -213,7 +256,7 @@ def main() -> int:
             windows.append(("idle", t0, time.monotonic(), True, ""))
             assert stack.server.proc is not None
             server_pid = stack.server.proc.pid
-            for name in ("deflated_2mib", "small_flood", "set_encodings", "unread_open"):
+            for name in [a for a in attacks if a != "seats"]:
                 stop = threading.Event()
                 before = rss_kib(server_pid)
                 attack = threading.Thread(target=getattr(bench, name), args=(stop,), daemon=True)
@@ -227,25 +270,8 @@ def main() -> int:
                 stop.set()
                 attack.join(30)  # a sender blocked on a socket the server stopped reading ends with it
                 windows.append((name, t0, end, ok, note))
-            # seats: 12 idle watchers of the attacker's key, then the admin's takeover
-            held: list[Viewer] = []
-            t0 = time.monotonic()
-            for _ in range(12):
-                url = bench.ticket(bench.attacker)
-                if url is None:
-                    continue
-                with contextlib.suppress(Exception):
-                    v = Viewer(url)
-                    v.handshake(timeout=60)
-                    held.append(v)
-            ok = bench.takeover_works()
-            # One key seats at most MAX_WATCHES_PER_KEY_MACHINE (gh_server/live/screen_relay.py) of a machine's
-            # watchers: another member's watch still finds a seat.
-            other = "another member's watch " + ("works" if bench.victim_watches() else "refused")
-            windows.append(("seats", t0, time.monotonic(), ok and bench.victim_watches(),
-                            f"{len(held)} of 12 watchers seated; {other}"))
-            for v in held:
-                v.close()
+            if "seats" in attacks:
+                windows.append(bench.seats())
         finally:
             here.send("stop")
             samples: list[tuple[float, float]] = here.recv() if here.poll(POLL_TIMEOUT_S + 30) else []
@@ -256,11 +282,11 @@ def main() -> int:
         p99 = pct(idle, 0.99) if idle else float("nan")
         print(f"\nGET /v1/runners every {POLL_GAP_S * 1000:.0f} ms; idle p50 {pct(idle, 0.5) * 1000:.1f} ms, "
               f"p99 {p99 * 1000:.1f} ms (n={len(idle)})")
-        print(f"{'attack':<15} {'worst ms':>9} {'x idle p99':>10} {'n':>5}  victim  note")
+        print(f"{'attack':<15} {'worst ms':>9} {'x idle p99':>10} {'at s':>5} {'n':>5}  victim  note")
         for name, start, end, ok, note in windows[1:]:
-            during = [s for at, s in samples if start <= at < end]
-            worst = max(during) if during else float("nan")
-            print(f"{name:<15} {worst * 1000:9.1f} {worst / p99:10.2f} {len(during):5d}  "
+            during = [(s, at - start) for at, s in samples if start <= at < end]
+            worst, when = max(during) if during else (float("nan"), float("nan"))
+            print(f"{name:<15} {worst * 1000:9.1f} {worst / p99:10.2f} {when:5.1f} {len(during):5d}  "
                   f"{'works' if ok else 'REFUSED':<7} {note}")
     return 0
 

@@ -21,12 +21,13 @@ from gh_server.api.common import state_of
 from gh_server.api.start_states import require_screen_reader
 from gh_server.auth import Principal, require_member
 from gh_server.errors import ApiError, conflict, not_found
-from gh_server.live.screen_relay import LIVE_ATTEMPT, VIEWER_PATH, LiveRelay
+from gh_server.live.screen_relay import LIVE_ATTEMPT, MAX_WATCHES_PER_KEY_MACHINE, VIEWER_PATH, LiveRelay
 from gh_server.live.tickets import Ticket, TooManyTickets
 from gh_server.models import ApiKey, Attempt, StartState
 from gh_server.state import ServerState
 from gh_server.timestamps import ts
 from gh_wire import protocol
+from gh_wire.vocab import ViewEndReason
 
 
 def view_object(issue: Callable[[], Ticket]) -> dict[str, Any]:
@@ -70,6 +71,11 @@ def install(app: FastAPI, st: ServerState, relay: LiveRelay) -> None:
     async def open_attempt_view(attempt_id: str, request: Request,
                                 p: Principal = Depends(require_member)) -> dict[str, Any]:
         state = state_of(request)
+        # The key's share of this machine's watchers, before anything is looked up (docs/server-api.md).
+        if relay.watch_seats_taken(p.key_id, attempt_id) >= MAX_WATCHES_PER_KEY_MACHINE:
+            raise ApiError(429, f"this key watches attempt {attempt_id} {MAX_WATCHES_PER_KEY_MACHINE} times "
+                                "already (open views and unused tickets): close one first",
+                           code=ViewEndReason.TOO_MANY_VIEWS.value)
 
         def load() -> tuple[str | None, str, str, str | None]:
             with state.db() as s:

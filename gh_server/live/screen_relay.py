@@ -19,7 +19,9 @@
    holds the attempt, as the hold's human steps. The holder's view is opened on the runner as not
    watch-only; every other view of an attempt is watch-only. A hold's end ends its holder's views.
    A key has at most MAX_WATCHES_PER_KEY watchers' views open here, MAX_WATCHES_PER_KEY_MACHINE of one
-   machine (fewer than its runner's watcher seats: one key cannot shut the others out); the views that
+   machine (fewer than its runner's watcher seats: one key cannot shut the others out), and a ticket for
+   a watcher's view past that share is refused before anything is looked up (`watch_seats_taken`, with
+   its unused tickets): a burst of watchers costs one refusal each, not a socket's opening; the views that
    drive (a holder's, a start state admin's) are never counted against it, nor against the runner's
    watcher seats
    (gh_runner/live_views.py). A holder's view that fails to open before its hold had any input undoes
@@ -160,6 +162,12 @@ class LiveRelay:
     @property
     def open_views(self) -> int:
         return len(self._pending)
+
+    def watch_seats_taken(self, key_id: str, machine: str) -> int:
+        """The key's watchers of that machine: open or opening here, or asked for (an unused ticket)."""
+        watching = sum(self._pending[v].watching and self._pending[v].machine == machine
+                       for v in self._by_key.get(key_id, ()))
+        return watching + self.tickets.unused(key_id, machine)
 
     def end_views_of(self, key_id: str, reason: ViewEndReason = ViewEndReason.KEY_REVOKED) -> int:
         """End every view of this key now (on the server's loop); how many there were."""

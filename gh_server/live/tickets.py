@@ -68,6 +68,12 @@ class Tickets:
         self._live[ticket.value] = ticket
         return ticket
 
+    def unused(self, key_id: str, machine: str) -> int:
+        """The key's unexpired watchers' tickets of that machine (an attempt's or start state's id)."""
+        self._prune()
+        return sum(t.key_id == key_id and t.read_only and machine in (t.attempt_id, t.start_state_id)
+                   for t in self._live.values())
+
     def take(self, value: str) -> Ticket | None:
         """The ticket, now used; None when it is unknown, used already or expired."""
         ticket = self._live.pop(value, None)

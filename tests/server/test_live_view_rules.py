@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from gh_server.auth import create_key
-from gh_server.models import Attempt, StartState, new_id
+from gh_server.live.screen_relay import MAX_WATCHES_PER_KEY_MACHINE
+from gh_server.models import ApiKey, Attempt, StartState, new_id
 
 from .conftest import RunningServer, Server, make_settings
 
@@ -87,3 +88,22 @@ def test_an_attempts_view_needs_a_member_and_a_running_attempt(server: Server) -
     assert over.status_code == 409 and "passed" in over.json()["error"]["message"], over.text
     assert (over.json()["error"]["status"], over.json()["error"]["outcome"]) == ("done", "passed")
     assert post(server, "/v1/attempts/at_nope/view", server.admin_key).status_code == 404
+
+
+def test_a_keys_watchers_of_an_attempt_past_its_share_are_refused_at_the_ticket(server: Server) -> None:
+    """Issue 49: a member that asks for more watchers of one attempt than its share (MAX_WATCHES_PER_KEY_MACHINE,
+    its unused tickets counted) is refused 429 `too_many_views` at once: no lookup, no ticket, no socket to
+    open. Another key, and the same key for another attempt, are not refused for it."""
+    relay = server.state.extras["live_relay"]
+    with server.state.db.begin() as s:
+        _row, other_key = create_key(s, "other watcher", "member")
+        member = s.query(ApiKey).filter(ApiKey.name == "watcher").one()
+    for _ in range(MAX_WATCHES_PER_KEY_MACHINE):  # tickets the member asked for and has not opened
+        relay.tickets.issue(key_id=member.id, key_name="watcher", read_only=True, attempt_id="at_watched")
+    over = post(server, "/v1/attempts/at_watched/view", server.member_key)
+    assert over.status_code == 429, over.text
+    assert over.json()["error"]["code"] == "too_many_views"
+    assert relay.tickets.unused(member.id, "at_watched") == MAX_WATCHES_PER_KEY_MACHINE  # none issued
+    # Not this key's share: the request goes on to the attempt itself (none by that id here: 404).
+    assert post(server, "/v1/attempts/at_watched/view", other_key).status_code == 404
+    assert post(server, "/v1/attempts/at_other/view", server.member_key).status_code == 404
