@@ -40,7 +40,7 @@ from pathlib import Path
 
 from providers.manifest import DesktopSession, DirectKernelBoot, DiskFile, Display, ImageManifest, sha256_file
 
-from . import debs, pipeline, proc
+from . import debs, pipeline, proc, pyautogui
 from .accel import build_accelerator
 from .errors import BuildError
 from .pipeline import BootPlan, Script, log
@@ -70,6 +70,9 @@ PACKAGES = [
     # bus (at-spi2-core, above), its Python reader (python3-pyatspi: gir1.2-atspi-2.0 and
     # python3-gi) and the schema whose toolkit-accessibility key turns the toolkits' bridge on.
     "python3-pyatspi", "gsettings-desktop-schemas",
+    # pyautogui (agent kind osworld's actions; imagebuilder/pyautogui.py installs it from PyPI) drives X
+    # with these.
+    *pyautogui.DEBIAN_PACKAGES,
 ]
 USER = "user"
 UID = 1000
@@ -105,7 +108,7 @@ SESSION_READY = "pgrep -u user -x xfce4-panel >/dev/null && pgrep -u user -x xfd
 FIRST_PAINT_TIMEOUT = 420.0
 TYPING_TRIES = 3
 SIZE_LIMIT = 1536 * 1024 * 1024  # the compressed disk
-_SOURCES = ["linux_desktop.py"]
+_SOURCES = ["linux_desktop.py", "pyautogui.py"]
 _REPO = Path(__file__).resolve().parents[2]
 
 
@@ -138,7 +141,7 @@ class Profile:
 def linux_desktop_profile() -> Profile:
     return Profile(
         name=NAME, packages=tuple(PACKAGES), assets=(ASSETS,),
-        sources=tuple(Path(__file__).parent / s for s in _SOURCES),
+        sources=tuple(Path(__file__).parent / s for s in _SOURCES), stage=pyautogui.install,
         memory_mib=MEMORY_MIB, disk_mib=DISK_MIB, size_limit=SIZE_LIMIT, session_env=SESSION_ENV,
         description="Debian 12 XFCE 4.18 desktop",
     )
@@ -309,6 +312,7 @@ def provisioning(version: str, size: str, profile: Profile | None = None) -> tup
                       "command -v xdg-open >/dev/null") + "\n",
             120,
         ),
+        Script("check pyautogui drives the session's display", as_user(pyautogui.PROOF) + "\n", 120),
         *profile.proofs(as_user),
     ]
     seal = [Script(

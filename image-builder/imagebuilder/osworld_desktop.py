@@ -29,7 +29,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from . import linux_desktop, proc
+from . import linux_desktop, proc, pyautogui
 from .errors import BuildError
 from .linux_desktop import Profile
 from .pipeline import Script, log
@@ -39,7 +39,6 @@ ASSETS = Path(__file__).parent / "assets" / "osworld-desktop"
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "gh_osworld"
 PYPI = ASSETS / "pypi.txt"
-PYAUTOGUI = ASSETS / "pyautogui.txt"
 # Where each part lands in the root.
 SITE = "usr/local/lib/python3.11/dist-packages"
 PACKAGE_DEST = "usr/lib/python3/dist-packages/gh_osworld"
@@ -50,8 +49,6 @@ PACKAGES = [
     "wmctrl", "unzip", "git", "curl", "socat", "locales",
     "python3-openpyxl", "python3-docx", "python3-pandas", "python3-pil", "python3-lxml", "python3-numpy",
     "python3-xlsxwriter", "python3-pyatspi",
-    # What pyautogui drives X with (assets/osworld-desktop/pyautogui.txt: agent kind osworld's actions).
-    "python3-xlib",
     # What gh_osworld reads with beyond those: PDFs' text (compare_pdfs, PDF members of archives),
     # the CSS selectors of check_accessibility_tree, YAML files (check_json with is_yaml).
     "poppler-utils", "python3-cssselect", "python3-yaml",
@@ -151,32 +148,6 @@ def install_pypi(root: Path, cache: Path) -> None:
     shutil.rmtree(site / "bin", ignore_errors=True)
 
 
-def install_pyautogui(root: Path, cache: Path) -> None:
-    """pyautogui.txt into the root's site dir (after install_pypi, which empties it): the sources downloaded
-    with their hashes required, built into wheels by the host's pip (pure Python; the build's own setuptools
-    comes from PyPI once), both kept in the cache so a rebuild needs no network."""
-    sources = cache / "pyautogui-src"
-    wheels = cache / "pyautogui-wheels"
-    sources.mkdir(parents=True, exist_ok=True)
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
-    pins = ["--require-hashes", "--no-deps", "-r", str(PYAUTOGUI)]
-    names = [line.split("==")[0] for line in PYAUTOGUI.read_text().splitlines() if line and not line.startswith("#")]
-    install = [*pip, "install", "--no-index", "--find-links", str(wheels), "--no-deps", "--no-compile",
-               "--target", str(root / SITE), *names]
-    if wheels.is_dir() and proc.run(install, timeout=600, check=False).returncode == 0:
-        shutil.rmtree(root / SITE / "bin", ignore_errors=True)
-        return
-    cached = proc.run([*pip, "download", "--no-index", "--find-links", str(sources), "-d", str(sources), *pins],
-                      timeout=120, check=False)
-    if cached.returncode != 0:
-        log(f"downloading {PYAUTOGUI.name}'s pins into {sources}")
-        proc.run([*pip, "download", "-d", str(sources), *pins], timeout=600)
-    shutil.rmtree(wheels, ignore_errors=True)
-    proc.run([*pip, "wheel", "--find-links", str(sources), "-w", str(wheels), *pins], timeout=600)
-    proc.run(install, timeout=600)
-    shutil.rmtree(root / SITE / "bin", ignore_errors=True)
-
-
 def proofs(as_user):  # type: ignore[no-untyped-def]
     chrome_up = "curl -sf --max-time 5 http://127.0.0.1:9222/json/version | grep -q '\"Browser\"'"
     return [
@@ -185,9 +156,7 @@ def proofs(as_user):  # type: ignore[no-untyped-def]
             "check OSWorld's Python modules and gh_osworld as the user",
             # structural_similarity's module imports scipy (skimage's own imports are lazy).
             as_user('python3 -c "import openpyxl, docx, pptx, pandas, PIL, lxml, gh_osworld.evaluate; '
-                    'from skimage.metrics import structural_similarity"') + "\n"
-            # pyautogui on the session's display (agent kind osworld's actions), at the screen's size.
-            + as_user('python3 -c "import pyautogui, pytweening; w, h = pyautogui.size(); assert w * h > 0"') + "\n",
+                    'from skimage.metrics import structural_similarity"') + "\n",
             180,
         ),
         Script(
@@ -241,7 +210,7 @@ def profile(files_dir: Path | None = None) -> Profile:
     def stage(root: Path, cache: Path) -> None:
         install_package(root)
         install_pypi(root, cache)
-        install_pyautogui(root, cache)
+        pyautogui.install(root, cache)  # again: install_pypi emptied the site dir
         stage_files(files, root)
 
     base = linux_desktop.linux_desktop_profile()

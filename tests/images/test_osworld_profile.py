@@ -122,11 +122,14 @@ def test_a_files_dir_that_is_not_the_importers_is_refused(tmp_path: Path, name: 
 
 
 def test_pyautogui_is_installed_into_the_root_at_its_pinned_versions(tmp_path: Path) -> None:
-    """Agent kind osworld's pyautogui (assets/osworld-desktop/pyautogui.txt): its sources checked by hash,
-    built and installed into the root's site dir beside pypi.txt's. The sources come from PyPI once, into a
-    cache kept in /var/tmp; a host that cannot reach PyPI and has no cache skips, saying so."""
+    """Agent kind osworld's pyautogui (assets/linux-desktop/pyautogui.txt, imagebuilder/pyautogui.py): its
+    sources checked by hash, built and installed into the root's site dir, on linux-desktop and (again, after
+    pypi.txt's) osworld-desktop. The sources come from PyPI once, into a cache kept in /var/tmp; a host that
+    cannot reach PyPI and has no cache skips, saying so."""
     import re
     import urllib.request
+
+    from imagebuilder import linux_desktop, pyautogui
 
     cache = Path("/var/tmp/gh-test-pyautogui-cache")
     if not (cache / "pyautogui-wheels").is_dir():
@@ -134,10 +137,12 @@ def test_pyautogui_is_installed_into_the_root_at_its_pinned_versions(tmp_path: P
             urllib.request.urlopen("https://pypi.org/simple/pyautogui/", timeout=10).close()
         except OSError as e:
             pytest.skip(f"PyPI is out of reach and no cache is in {cache}: {type(e).__name__}")
-    osworld_desktop.install_pyautogui(tmp_path, cache)
-    site = tmp_path / osworld_desktop.SITE
-    pinned = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+) --hash", osworld_desktop.PYAUTOGUI.read_text(), re.M))
+    pyautogui.install(tmp_path, cache)
+    site = tmp_path / pyautogui.SITE
+    pinned = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+) --hash", pyautogui.PINS.read_text(), re.M))
     installed = dict(p.name.removesuffix(".dist-info").lower().rsplit("-", 1) for p in site.glob("*.dist-info"))
     assert installed == {k.lower(): v for k, v in pinned.items()}
     assert (site / "pyautogui" / "_pyautogui_x11.py").is_file()
-    assert "python3-xlib" in osworld_desktop.profile().packages  # what pyautogui drives X with on Linux
+    for profile in (linux_desktop.linux_desktop_profile(), osworld_desktop.profile()):
+        assert "python3-xlib" in profile.packages, profile.name  # what pyautogui drives X with on Linux
+    assert linux_desktop.linux_desktop_profile().stage is pyautogui.install
