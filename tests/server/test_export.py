@@ -146,6 +146,10 @@ def test_cli_exports_a_local_report_and_a_server_run_alike(server: Server, tmp_p
     t = json.loads((tmp_path / "c" / aid / "trajectory.json").read_text())
     shots = {str(p.relative_to(tmp_path / "c" / aid)): p.read_bytes() for p in (tmp_path / "c" / aid).rglob("*.png")}
     assert atif_errors(t, shots) == [] and len(shots) == 6
+    # Each model call's tokens reach its step through the report's replay page too, summing to the totals.
+    assert [s["metrics"]["prompt_tokens"] for s in t["steps"] if "metrics" in s] == [
+        c["tokens_in"] for c in recorded.CALLS]
+    assert t["final_metrics"]["total_prompt_tokens"] == sum(c["tokens_in"] for c in recorded.CALLS) == 1200
 
     bad = _gh_runner("export", str(tmp_path / "nothing"), "--format", "atif", "--out", str(tmp_path / "d"))
     assert bad.returncode == 2 and "no report.json" in bad.stderr
