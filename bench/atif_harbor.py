@@ -11,8 +11,9 @@ show_result.py when a checkout is at hand.
 2. Harbor's `Trajectory.model_json_schema()` compared with tests/export/harbor_atif_schema.json (the suite's
    recorded copy); --write-schema rewrites the copy from the live package.
 3. `Trajectory.model_validate` (the schema and the rules its validators add) on our ATIF export of the
-   recorded replay of tests/export/recorded.py, and on every trajectory.json of `gh-runner export --format
-   atif` output given with --report.
+   recorded replay of tests/export/recorded.py (with each model call's tokens on its step, with calls
+   that had no frame of their own, and as recorded before calls were kept), and on every trajectory.json
+   of `gh-runner export --format atif` output given with --report.
 4. With --osworld-checkout (a clone of xlang-ai/OSWorld), its show_result.py `get_result` over our OSWorld
    export of recorded replays, its printed rates side by side with ours.
 About 20 s with a warm pip cache.
@@ -91,9 +92,14 @@ def main() -> int:
     venv, remove = _venv(args.keep_venv)
     try:
         installed = time.monotonic() - started
+        unframed = {"model": {**recorded.MODEL_TOTALS, "calls": [*recorded.CALLS, None, recorded.CALLS[0]]}}
         ours = [("recorded", traj.atif_trajectory(recorded.replay())),
                 ("recorded, not assisted, no answer", traj.atif_trajectory(
-                    recorded.replay(assisted=False, takeovers=None, answer=None)))]
+                    recorded.replay(assisted=False, takeovers=None, answer=None))),
+                ("recorded, calls without a frame, no answer", traj.atif_trajectory(
+                    recorded.replay(answer=None, metrics=unframed))),
+                ("recorded before calls were kept", traj.atif_trajectory(
+                    recorded.replay(metrics={"model": recorded.MODEL_TOTALS})))]
         for d in args.report:
             ours += [(str(p), json.loads(p.read_text())) for p in sorted(d.rglob("trajectory.json"))]
         done = subprocess.run([str(venv / "bin" / "python"), "-c", CHECK], input=json.dumps({"trajectories": ours}),

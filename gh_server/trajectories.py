@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 # Harbor's ATIF version we write: v1.6 is the first with images in a message or an observation
-# (`ContentPart` with an `ImageSource` path), which our screenshots need.
-ATIF_VERSION = "ATIF-v1.6"
+# (`ContentPart` with an `ImageSource` path), which our screenshots need; v1.7 the first with a step's
+# `llm_call_count`, which says which steps are a model call and which the later actions of one reply.
+ATIF_VERSION = "ATIF-v1.7"
 AGENT_SYSTEM = "gh-runner"
 # OSWorld's layout for our agents: our machine API's actions (input events, exec), seen as screenshots.
 OSWORLD_ACTION_SPACE = "gh_machine_api"
@@ -80,9 +81,99 @@ def _model(replay: dict[str, Any]) -> dict[str, Any]:
     return m if isinstance(m, dict) else {}
 
 
+def _model_calls(model: dict[str, Any]) -> list[dict[str, Any] | None] | None:
+    """Each model call's tokens and cost, in order (gh_server/agents/model/usage.py `calls`); None for an
+    attempt whose account has none (another kind of agent, or one recorded before calls were kept)."""
+    calls = model.get("calls")
+    if not isinstance(calls, list):
+        return None
+    return [c if isinstance(c, dict) else None for c in calls]
+
+
+def _model_call_of(frame: dict[str, Any]) -> int | None:
+    """The model call whose reply made this frame's request: the built-in model agent's note `step`
+    (gh_server/agents/model/loop.py), n for the n-th call; 0 is its first look, before any call. Only the
+    model agent's own notes say `agent: model` (an external agent's are `external`, machine_api.py)."""
+    event = frame.get("event")
+    note = event.get("note") if isinstance(event, dict) else None
+    if not isinstance(note, dict) or note.get("agent") != "model":
+        return None
+    n = note.get("step")
+    return n if isinstance(n, int) and not isinstance(n, bool) else None
+
+
+def _sum(entries: list[dict[str, Any]], key: str) -> int:
+    return sum(int(e.get(key) or 0) for e in entries)
+
+
+def _step_metrics(entries: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """ATIF's per-step `metrics` of the model calls a step stands for: None when none of them said its usage;
+    `cost_usd` only when each that did has a cost (the agent has a price)."""
+    known = [e for e in entries if e is not None]
+    if not known:
+        return None
+    metrics: dict[str, Any] = {"prompt_tokens": _sum(known, "tokens_in"),
+                               "completion_tokens": _sum(known, "tokens_out"),
+                               "cached_tokens": _sum(known, "tokens_cached")}
+    costs = [e.get("cost_cents_exact") for e in known]
+    if all(isinstance(c, int | float) for c in costs):
+        metrics["cost_usd"] = round(sum(float(c or 0) for c in costs) / 100, 8)
+    if len(known) < len(entries):
+        metrics["extra"] = {"calls_without_usage": len(entries) - len(known)}
+    return metrics
+
+
+def _place_calls(steps: list[dict[str, Any]], claimed: dict[int, int], calls: list[dict[str, Any] | None],
+                 at: Any) -> None:
+    """Put each model call's metrics on its step: the agent step of the call's first frame (`claimed`, call
+    number to step index). A call with no frame of its own (the reply that answered, or said done, with no
+    action; or one whose frames the replay did not keep) goes on the last step when it is the agent's final
+    answer, else on an agent step added for them: every call is counted once, so the trajectory's totals are
+    the sum of its steps. The agent's other steps from a model note carry `llm_call_count: 0` (a later action
+    of the same reply, or the first look)."""
+    held: dict[int, list[int]] = {}
+    for n, index in claimed.items():
+        held.setdefault(index, []).append(n)
+    unframed = [n for n in range(1, len(calls) + 1) if n not in claimed]
+    if unframed:
+        last = steps[-1]
+        if last["source"] == "agent" and (last.get("extra") or {}).get("final_answer"):
+            held.setdefault(len(steps) - 1, []).extend(unframed)
+        else:
+            steps.append({"step_id": len(steps) + 1, "timestamp": _iso_z(at), "source": "agent", "message": "",
+                          "extra": {"calls_without_frame": True}})
+            held[len(steps) - 1] = unframed
+    for index, ns in held.items():
+        step = steps[index]
+        step["llm_call_count"] = len(ns)
+        step["metrics"] = _step_metrics([calls[n - 1] for n in sorted(ns)])
+        step["extra"] = {**(step.get("extra") or {}), "model_calls": sorted(ns)}
+
+
+def _final_tokens(steps: list[dict[str, Any]], calls: list[dict[str, Any] | None] | None,
+                  model: dict[str, Any]) -> dict[str, Any]:
+    """The trajectory's totals: the sum of its steps' metrics when each call was recorded; else (an older
+    attempt, another kind of agent) the account's totals as they were kept, with no step's."""
+    if calls is None:
+        cost = model.get("cost_cents_exact", model.get("cost_cents"))
+        return {"total_prompt_tokens": model.get("tokens_in"), "total_completion_tokens": model.get("tokens_out"),
+                "total_cached_tokens": model.get("tokens_cached"),
+                "total_cost_usd": None if cost is None else round(float(cost) / 100, 8)}
+    metrics = [s["metrics"] for s in steps if s.get("metrics")]
+    if calls and not metrics:  # calls were made and none said its usage: unknown, not 0
+        return {}
+    costs = [m["cost_usd"] for m in metrics if "cost_usd" in m]
+    return {"total_prompt_tokens": sum(m["prompt_tokens"] for m in metrics),
+            "total_completion_tokens": sum(m["completion_tokens"] for m in metrics),
+            "total_cached_tokens": sum(m["cached_tokens"] for m in metrics),
+            "total_cost_usd": round(sum(costs), 8) if costs else None}
+
+
 def atif_trajectory(replay: dict[str, Any], image_dir: str = "screenshots") -> dict[str, Any]:
     """One attempt as an ATIF trajectory; its screenshots are referenced as `{image_dir}/{seq:05d}.png`."""
     model = _model(replay)
+    calls = _model_calls(model)
+    claimed: dict[int, int] = {}  # a model call's number -> the index of its first frame's step
     steps: list[dict[str, Any]] = [{"step_id": 1, "timestamp": _iso_z(replay.get("started_at")), "source": "user",
                                     "message": str(replay.get("prompt") or "")}]
     for frame in replay.get("frames") or []:
@@ -111,16 +202,20 @@ def atif_trajectory(replay: dict[str, Any], image_dir: str = "screenshots") -> d
                         observation={"results": [{"content": [image]}]})
         if model.get("model") and step["source"] == "agent":
             step["model_name"] = str(model["model"])
+        n = _model_call_of(frame)
+        if calls is not None and n is not None and step["source"] == "agent":
+            if 1 <= n <= len(calls) and n not in claimed:
+                claimed[n] = len(steps)
+            else:
+                step["llm_call_count"] = 0
         steps.append(step)
     if replay.get("answer"):
         steps.append({"step_id": len(steps) + 1, "timestamp": _iso_z(replay.get("finished_at")), "source": "agent",
                       "message": str(replay["answer"]), "extra": {"final_answer": True}})
-    cost = model.get("cost_cents_exact", model.get("cost_cents"))
+    if calls is not None:
+        _place_calls(steps, claimed, calls, replay.get("finished_at"))
     final = {
-        "total_prompt_tokens": model.get("tokens_in"),
-        "total_completion_tokens": model.get("tokens_out"),
-        "total_cached_tokens": model.get("tokens_cached"),
-        "total_cost_usd": None if cost is None else round(float(cost) / 100, 8),
+        **_final_tokens(steps, calls, model),
         "total_steps": len(steps),
         "extra": {"model_turns": model.get("steps"), "invalid_turns": model.get("invalid"),
                   "cost_cents": (replay.get("metrics") or {}).get("cost_cents")},

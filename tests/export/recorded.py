@@ -1,7 +1,8 @@
 """A recorded replay, as gh_server/replays.py `replay_data` hands it out, of a model agent's assisted try:
 a phase's screen, a look with the model's words, a click, a secret typed (redacted by the runner, every later
-frame masked), an exec, the last screen; tokens and cost on `metrics.model`; a takeover. Its frames are small
-PNGs made here with pillow, each a different colour so a test can tell which file is which frame."""
+frame masked), an exec, the last screen; tokens and cost on `metrics.model`, each model call's too; a takeover.
+Its frames are small PNGs made here with pillow, each a different colour so a test can tell which file is which
+frame."""
 
 from __future__ import annotations
 
@@ -23,6 +24,15 @@ def png(seq: int) -> bytes:
 
 def _at(s: int) -> str:
     return f"2026-12-05T10:00:{s:02d}Z"
+
+
+# The model agent's account (gh_server/agents/model/usage.py): its totals, and each of its three calls'
+# own (the n-th call made the frames whose note says step n), summing to the totals.
+MODEL_TOTALS = {"api": "anthropic", "model": "claude-x", "coordinates": "pixels", "steps": 3, "invalid": 0,
+                "tokens_in": 1200, "tokens_out": 80, "tokens_cached": 400, "cost_cents": 3, "cost_cents_exact": 2.5}
+CALLS = [{"tokens_in": 300, "tokens_out": 30, "tokens_cached": 0, "cost_cents_exact": 0.8},
+         {"tokens_in": 400, "tokens_out": 20, "tokens_cached": 100, "cost_cents_exact": 0.7},
+         {"tokens_in": 500, "tokens_out": 30, "tokens_cached": 300, "cost_cents_exact": 1.0}]
 
 
 def replay(**over: Any) -> dict[str, Any]:
@@ -51,9 +61,7 @@ def replay(**over: Any) -> dict[str, Any]:
         "status": "done", "outcome": "passed", "score": 1.0, "checkpoints": None,
         "error": None, "check": {"before": "False", "after": "True", "passed": True},
         "answer": "Fixed it.",
-        "metrics": {"cost_cents": 3, "model": {"api": "anthropic", "model": "claude-x", "coordinates": "pixels",
-                                                "steps": 3, "invalid": 0, "tokens_in": 1200, "tokens_out": 80,
-                                                "tokens_cached": 400, "cost_cents": 3, "cost_cents_exact": 2.5}},
+        "metrics": {"cost_cents": 3, "model": {**MODEL_TOTALS, "calls": CALLS}},
         "phases": [], "machine": None, "assisted": True,
         "takeovers": [{"by": "alice", "started_at": _at(8), "ended_at": _at(10), "ended_by": "handed_back",
                        "counts": {"keys": 1, "clicks": 0, "typed": 0}, "events": [], "events_dropped": 0}],

@@ -34,7 +34,7 @@ def test_atif_trajectory_is_valid_by_harbors_schema_and_carries_the_replay() -> 
     t = json.loads(files["at_rec1/trajectory.json"])
     shots = {k.removeprefix("at_rec1/"): v for k, v in files.items() if k.endswith(".png")}
     assert atif_errors(t, shots) == []
-    assert t["schema_version"] == "ATIF-v1.6"
+    assert t["schema_version"] == "ATIF-v1.7"
     assert t["agent"] == {"name": "claude-cu", "version": "gh-runner", "model_name": "claude-x",
                           "extra": {"api": "anthropic", "coordinates": "pixels"}}
     steps = t["steps"]
@@ -57,6 +57,15 @@ def test_atif_trajectory_is_valid_by_harbors_schema_and_carries_the_replay() -> 
     assert exec_out == {"exit_code": 0, "timed_out": False, "stdout_tail": "a\nb\n", "stderr_tail": ""}
     assert steps[-1] == {"step_id": 8, "timestamp": "2026-12-05T10:00:13Z", "source": "agent",
                          "message": "Fixed it.", "extra": {"final_answer": True}}
+    # Each model call's tokens on the step of its first frame (the note's step n: the n-th call); a later
+    # action of the same reply made no call; the totals are the steps' sums, equal to the account's.
+    assert [(s.get("llm_call_count"), s.get("metrics")) for s in steps[2:6]] == [
+        (1, {"prompt_tokens": 300, "completion_tokens": 30, "cached_tokens": 0, "cost_usd": 0.008}),
+        (0, None),
+        (1, {"prompt_tokens": 400, "completion_tokens": 20, "cached_tokens": 100, "cost_usd": 0.007}),
+        (1, {"prompt_tokens": 500, "completion_tokens": 30, "cached_tokens": 300, "cost_usd": 0.01})]
+    assert [s["extra"].get("model_calls") for s in steps[2:6]] == [[1], None, [2], [3]]
+    assert all("metrics" not in s and "llm_call_count" not in s for s in steps if s["source"] != "agent")
     assert t["final_metrics"] == {"total_prompt_tokens": 1200, "total_completion_tokens": 80,
                                   "total_cached_tokens": 400, "total_cost_usd": 0.025, "total_steps": 8,
                                   "extra": {"model_turns": 3, "invalid_turns": 0, "cost_cents": 3}}
@@ -68,11 +77,64 @@ def test_atif_trajectory_is_valid_by_harbors_schema_and_carries_the_replay() -> 
 def test_a_takeover_is_the_systems_step_never_the_agents() -> None:
     frames = [{"seq": 0, "at": "2026-12-05T10:00:08Z", "t": 8.0, "label": "takeover", "event": {"human": "takeover"}},
               {"seq": 1, "at": "2026-12-05T10:00:10Z", "t": 10.0, "label": "handback", "event": {"human": "handback"}}]
-    t = traj.atif_trajectory(recorded.replay(frames=frames, answer=None))
+    t = traj.atif_trajectory(recorded.replay(frames=frames, answer=None, metrics=None))
     assert atif_errors(t) == []
     assert [(s["source"], s["message"], s["extra"]["human"]) for s in t["steps"][1:]] == [
         ("system", "a person took the machine over", "takeover"),
         ("system", "the person handed the machine back", "handback")]
+
+
+def _final_sums(t: dict[str, Any]) -> dict[str, Any]:
+    """The trajectory's token and cost totals, summed from its steps."""
+    ms = [s["metrics"] for s in t["steps"] if "metrics" in s]
+    return {"total_prompt_tokens": sum(m["prompt_tokens"] for m in ms),
+            "total_completion_tokens": sum(m["completion_tokens"] for m in ms),
+            "total_cached_tokens": sum(m["cached_tokens"] for m in ms),
+            "total_cost_usd": round(sum(m["cost_usd"] for m in ms), 8)}
+
+
+def test_a_model_call_without_a_frame_of_its_own_is_counted_on_the_last_step() -> None:
+    """The reply that answers acts on nothing, so no frame is its: it goes on the answer's step; without an
+    answer, on an agent step of its own. Every call once: the totals stay the sum of the steps."""
+    calls = [*recorded.CALLS, {"tokens_in": 900, "tokens_out": 9, "tokens_cached": 800, "cost_cents_exact": 0.2}]
+    metrics = {"model": {**recorded.MODEL_TOTALS, "calls": calls}}
+    t = traj.atif_trajectory(recorded.replay(metrics=metrics))
+    assert atif_errors(t) == []
+    answer = t["steps"][-1]
+    assert (answer["message"], answer["llm_call_count"], answer["extra"]["model_calls"]) == ("Fixed it.", 1, [4])
+    assert answer["metrics"] == {"prompt_tokens": 900, "completion_tokens": 9, "cached_tokens": 800, "cost_usd": 0.002}
+    assert {k: t["final_metrics"][k] for k in _final_sums(t)} == _final_sums(t) == {
+        "total_prompt_tokens": 2100, "total_completion_tokens": 89, "total_cached_tokens": 1200,
+        "total_cost_usd": 0.027}
+
+    t = traj.atif_trajectory(recorded.replay(metrics=metrics, answer=None, frames=recorded.replay()["frames"][:3]))
+    assert atif_errors(t) == []
+    added = t["steps"][-1]
+    assert (added["source"], added["message"], added["llm_call_count"]) == ("agent", "", 3)
+    assert added["extra"] == {"calls_without_frame": True, "model_calls": [2, 3, 4]}
+    assert added["metrics"]["prompt_tokens"] == 1800 and t["final_metrics"]["total_prompt_tokens"] == 2100
+
+
+def test_an_attempt_without_each_calls_usage_exports_no_step_metrics() -> None:
+    """A replay recorded before calls were kept (or another kind of agent's) has its totals only: no step says
+    what it spent, and none is made up; a call whose reply gave no usage is not a 0 either."""
+    t = traj.atif_trajectory(recorded.replay(metrics={"cost_cents": 3, "model": recorded.MODEL_TOTALS}))
+    assert atif_errors(t) == []
+    assert not any("metrics" in s or "llm_call_count" in s for s in t["steps"])
+    assert t["final_metrics"]["total_prompt_tokens"] == 1200 and t["final_metrics"]["total_cost_usd"] == 0.025
+
+    t = traj.atif_trajectory(recorded.replay(metrics={"model": {**recorded.MODEL_TOTALS, "calls": [None] * 3}}))
+    assert atif_errors(t) == []
+    assert [s.get("llm_call_count") for s in t["steps"][2:6]] == [1, 0, 1, 1]
+    assert not any("metrics" in s for s in t["steps"])
+    assert "total_prompt_tokens" not in t["final_metrics"] and "total_cost_usd" not in t["final_metrics"]
+
+    unpriced = [{**c, "cost_cents_exact": None} for c in recorded.CALLS[:2]]
+    t = traj.atif_trajectory(recorded.replay(metrics={"model": {**recorded.MODEL_TOTALS, "calls": [*unpriced, None]}}))
+    assert atif_errors(t) == []
+    assert t["steps"][2]["metrics"] == {"prompt_tokens": 300, "completion_tokens": 30, "cached_tokens": 0}
+    assert "metrics" not in t["steps"][5] and t["steps"][5]["llm_call_count"] == 1
+    assert t["final_metrics"]["total_prompt_tokens"] == 700 and "total_cost_usd" not in t["final_metrics"]
 
 
 def test_atif_check_catches_what_harbor_refuses() -> None:
@@ -83,10 +145,11 @@ def test_atif_check_catches_what_harbor_refuses() -> None:
     bad["steps"][1]["tool_calls"] = []
     bad["steps"][3]["observation"]["results"][0]["source_call_id"] = "call_nope"
     bad["steps"][0]["surprise"] = 1
+    bad["steps"][3]["metrics"] = {"prompt_tokens": 1}  # the click after the look: llm_call_count 0
     del bad["agent"]["version"]
     errors = atif_errors(bad, {})
     for needle in ("step_id is 9", "tool_calls on a system step", "call_nope", "surprise", "version",
-                   "which is not a file"):
+                   "which is not a file", "metrics on a step with llm_call_count 0"):
         assert any(needle in e for e in errors), (needle, errors)
 
 

@@ -317,6 +317,24 @@ async def test_a_turn_without_action_finishes_with_its_text(server_factory: Any)
     assert end.answer == "Restart the app and it will work." and end.steps == 1 and guest.events() == []
 
 
+async def test_each_calls_usage_is_kept_and_a_reply_without_usage_counts_as_unknown(server_factory: Any) -> None:
+    """The account keeps every call's own tokens and cost beside the totals (the export's per-step metrics);
+    an OpenAI-compatible server may leave `usage` out of a reply: that call's entry is None, never 0."""
+    silent = chat("Scrolling.", ("computer", {"action": "scroll", "x": 100, "y": 100, "dy": 3}))
+    del silent.body["usage"]
+    script = sequence(chat("Clicking.", ("computer", {"action": "click", "x": 10, "y": 10}), tokens=(1000, 40),
+                           cached=600), silent, chat("It works now.", tokens=(1500, 8)))
+    with model_server(script) as (url, _seen):
+        end, _guest = await _run(server_factory, agent(url, "openai-chat", output="tool_calls"))
+    assert end.error is None and end.answer == "It works now."
+    u = end.usage or {}
+    # $3/M in, $15/M out: 1000*3 + 40*15 = 3600 micro-dollars (0.36 cents); 1500*3 + 8*15 = 4620 (0.462 cents).
+    assert u["calls"] == [{"tokens_in": 1000, "tokens_out": 40, "tokens_cached": 600, "cost_cents_exact": 0.36},
+                          None,
+                          {"tokens_in": 1500, "tokens_out": 8, "tokens_cached": 0, "cost_cents_exact": 0.462}]
+    assert (u["steps"], u["tokens_in"], u["tokens_out"], u["tokens_cached"]) == (3, 2500, 48, 600)
+
+
 async def test_infeasible_answers_with_its_reason(server_factory: Any) -> None:
     with model_server(sequence(response(function_call("infeasible", reason="no network card")))) as (url, _):
         end, _guest = await _run(server_factory, agent(url, "openai-responses"))

@@ -134,7 +134,7 @@ class ChatConversation(Conversation):
         if self.tools:
             body["tools"] = self.tools
         resp = await post(self.client, "/chat/completions", body, ChatCompletion)
-        usage = CallUsage()
+        usage: CallUsage | None = None  # an OpenAI-compatible server may send none
         if resp.usage is not None:
             details = resp.usage.prompt_tokens_details
             usage = CallUsage(resp.usage.prompt_tokens, resp.usage.completion_tokens,
@@ -151,7 +151,7 @@ class ChatConversation(Conversation):
         self.messages.append(entry)
         return turn
 
-    def _turn(self, text: str, usage: CallUsage, tool_calls: Any) -> Turn:
+    def _turn(self, text: str, usage: CallUsage | None, tool_calls: Any) -> Turn:
         if self.output == ChatOutput.TOOL_CALLS:
             return Turn(text=text, usage=usage, calls=list(tool_calls or []))
         try:

@@ -72,7 +72,7 @@ class Turn:
     """One model reply: its words, what it cost, and (adapter-specific) the calls it made."""
 
     text: str
-    usage: CallUsage
+    usage: CallUsage | None  # from the SDK's reply; None when the reply carried no usage
     calls: list[Any] = field(default_factory=list)
     problem: str | None = None  # the reply could not be read; sent back as an error, counted as invalid
 

@@ -160,7 +160,7 @@ class ResponsesConversation(Conversation):
         if self.cfg.temperature is not None:
             body["temperature"] = self.cfg.temperature
         resp = await post(self.client, "/responses", body, Response)
-        usage = CallUsage()
+        usage: CallUsage | None = None  # an OpenAI-compatible server may send none
         if resp.usage is not None:
             details = resp.usage.input_tokens_details
             usage = CallUsage(resp.usage.input_tokens, resp.usage.output_tokens,
