@@ -53,7 +53,9 @@ def _agent_event(frame: dict[str, Any]) -> tuple[str | None, dict[str, Any], str
     words = note.get("text") if isinstance(note.get("text"), str) and note.get("text") else None
     kind = event.get("type")
     args = {k: v for k, v in event.items() if k not in ("type", "note", "masked")}
-    if isinstance(note.get("action"), dict):  # the model's own action, as it chose it
+    # The agent's own action as it chose it: a model's tool call (a dict), an OSWorld agent's pyautogui code (a
+    # string: the exec's script only runs it) or computer_13 action.
+    if isinstance(note.get("action"), dict | str):
         args = {**args, "action": note["action"]}
     if not isinstance(kind, str) or kind == "screen":
         return None, args, words

@@ -228,3 +228,19 @@ def test_a_name_that_would_leave_the_output_directory_is_refused(tmp_path: Path)
     with pytest.raises(ValueError, match="outside"):
         traj.write_files([("../escape.txt", b"x")], tmp_path / "out")
     assert not (tmp_path / "escape.txt").exists()
+
+
+def test_an_osworld_agents_pyautogui_code_is_its_steps_action() -> None:
+    """An OSWorld agent's exec runs its code from the environment (gh_server/agents/osworld/loop.py): the code
+    itself, the note's `action`, is what the step says the agent did, in ATIF and in OSWorld's traj.jsonl."""
+    code = "pyautogui.press('enter')"
+    frames = [{"seq": 0, "at": "2026-12-05T10:00:08Z", "t": 8.0, "label": "exec",
+               "event": {"type": "exec", "script": 'exec python3 -c "$GH_OSWORLD_CODE"', "exit_code": 0,
+                         "note": {"step": 1, "text": "pressing enter", "action": code}}}]
+    replay = recorded.replay(frames=frames, answer=None, metrics=None)
+    t = traj.atif_trajectory(replay)
+    assert atif_errors(t) == []
+    [call] = t["steps"][1]["tool_calls"]
+    assert call["function_name"] == "exec" and call["arguments"]["action"] == code, call
+    [traj_jsonl] = [v for k, v in _files(traj.ExportFormat.OSWORLD, replay).items() if k.endswith("traj.jsonl")]
+    assert json.loads(traj_jsonl.decode().splitlines()[0])["action"]["action"] == code
