@@ -79,6 +79,11 @@ ORACLE_MODULES = {
     "compare_docx_images": "docs", "compare_contains_image": "docs", "find_default_font": "docs",
     "check_config_status": "gimp", "is_utc_0": "basic_os", "check_text_enlarged": "basic_os",
     "check_gnome_favorite_apps": "basic_os",
+    "check_qt_bgcone": "vlc", "check_qt_max_volume": "vlc", "check_qt_minimal_view": "vlc",
+    "check_qt_slider_colours": "vlc", "check_global_key_play_pause": "vlc",
+    "check_one_instance_when_started_from_file": "vlc", "is_vlc_recordings_folder": "vlc", "is_vlc_playing": "vlc",
+    "check_thunderbird_prefs": "thunderbird", "check_thunderbird_filter": "thunderbird",
+    "check_accessibility_tree": "general",
 }
 TOLERANCE = 1e-3
 PIP_TIMEOUT_S = 900

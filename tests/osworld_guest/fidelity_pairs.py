@@ -41,10 +41,11 @@ def _write(root: str, name: str, data: bytes | str) -> str:
 
 def pair(pid: str, func: str, result: str | None, expected: str | None = None, *,
          rules: dict[str, Any] | None = None, text: str | None = None, options: dict[str, Any] | None = None,
-         **more: Any) -> Pair:
-    """`rules`: OSWorld's expected rule dict; `options` (or keywords): the metric's options."""
+         read: bool = False, **more: Any) -> Pair:
+    """`rules`: OSWorld's expected rule dict; `options` (or keywords): the metric's options. `read`: our
+    getter hands the metric the result file's text where OSWorld's hands it the file (VLC's status)."""
     return {"id": pid, "func": func, "result": result, "expected": expected, "rules": rules, "text": text,
-            "options": {**(options or {}), **more}}
+            "read": read, "options": {**(options or {}), **more}}
 
 
 # -- images --
@@ -988,12 +989,178 @@ def _slide_pairs(root: str) -> list[Pair]:
             pair(f"{f}/malformed", f, "pptx/bad.pptx", "pptx/gold.pptx")]
 
 
+# -- VLC, Thunderbird, the accessibility tree: files and texts as their getters give them --
+
+def _vlcrc(**values: str) -> str:
+    """A vlcrc as VLC writes it: every option a comment with its default until it is set (then uncommented)."""
+    defaults = {"qt-bgcone": "1", "qt-max-volume": "125", "qt-minimal-view": "0",
+                "qt-slider-colours": "153;210;153;20;210;20;255;199;15;245;39;29", "global-key-play-pause": "",
+                "one-instance-when-started-from-file": "1", "input-record-path": ""}
+    lines = ["###", "###  vlc 3.0.18", "###", "", "[qt] # Qt interface", ""]
+    for name, default in defaults.items():
+        lines += [f"# {name.replace('-', ' ')} (string)",
+                  f"{name}={values[name]}" if name in values else f"#{name}={default}", ""]
+    return "\n".join(lines) + "\n"
+
+
+def _vlc_status(state: str, **meta: str) -> str:
+    """VLC's HTTP status.xml: its state and the playing item's meta data."""
+    infos = "".join(f"<info name='{k}'>{v}</info>" for k, v in meta.items())
+    return (f"<?xml version=\"1.0\" encoding=\"utf-8\" standalone=\"yes\" ?>\n<root><fullscreen>false</fullscreen>"
+            f"<volume>256</volume><state>{state}</state><information><category name=\"meta\">{infos}</category>"
+            f"</information></root>\n")
+
+
+def _vlc_pairs(root: str) -> list[Pair]:
+    _write(root, "vlc/default.vlcrc", _vlcrc())
+    _write(root, "vlc/set.vlcrc", _vlcrc(**{
+        "qt-bgcone": "0", "qt-max-volume": "200", "qt-minimal-view": "1", "qt-slider-colours":
+        "10;20;30;40;50;60;70;80;90;0;0;0",
+        "global-key-play-pause": "Ctrl+Space",
+        "one-instance-when-started-from-file": "0", "input-record-path": "/home/user/Desktop"}))
+    _write(root, "vlc/bad.vlcrc", b"\xff\xfe[qt]\x00\x81 not text")
+    pairs: list[Pair] = []
+    for f, key, set_to, default, near in (
+            ("check_qt_bgcone", "expected_qt_bgcone", "0", "1", None),
+            ("check_qt_max_volume", "expected_qt_max_volume", "200", "125", "150"),
+            ("check_qt_minimal_view", "expected_qt_minimal_view", "1", "0", None),
+            ("check_global_key_play_pause", "expected_global_key_play_pause", "1", "0", None),
+            ("check_one_instance_when_started_from_file", "expected_one_instance_when_started_from_file", "0",
+             "1", None)):
+        pairs += [pair(f"{f}/exact", f, "vlc/set.vlcrc", rules={key: set_to}),
+                  pair(f"{f}/untouched", f, "vlc/default.vlcrc", rules={key: set_to}),
+                  pair(f"{f}/default", f, "vlc/default.vlcrc", rules={key: default}),
+                  pair(f"{f}/number", f, "vlc/set.vlcrc", rules={key: int(set_to)}),
+                  pair(f"{f}/malformed", f, "vlc/bad.vlcrc", rules={key: set_to})]
+        if near is not None:
+            pairs.append(pair(f"{f}/near", f, "vlc/set.vlcrc", rules={key: near}))
+    f = "check_qt_slider_colours"
+    dark = "10;20;30;40;50;60;70;80;90;0;0;0"
+    pairs += [pair(f"{f}/exact", f, "vlc/set.vlcrc", rules={"type": "match", "expected_qt_slider_colours": dark}),
+              pair(f"{f}/near", f, "vlc/set.vlcrc", rules={"type": "match",
+                                                             "expected_qt_slider_colours": dark.replace("90", "91")}),
+              pair(f"{f}/blackish", f, "vlc/set.vlcrc", rules={"type": "blackish"}),
+              pair(f"{f}/untouched-blackish", f, "vlc/default.vlcrc", rules={"type": "blackish"}),
+              pair(f"{f}/malformed", f, "vlc/bad.vlcrc", rules={"type": "blackish"})]
+    f = "is_vlc_recordings_folder"
+    pairs += [pair(f"{f}/exact", f, "vlc/set.vlcrc", rules={"recording_file_path": "/home/user/Desktop"}),
+              pair(f"{f}/near", f, "vlc/set.vlcrc", rules={"recording_file_path": "/home/user/Desktop/"}),
+              pair(f"{f}/untouched", f, "vlc/default.vlcrc", rules={"recording_file_path": "/home/user/Desktop"}),
+              pair(f"{f}/malformed", f, "vlc/bad.vlcrc", rules={"recording_file_path": "/home/user/Desktop"})]
+    stream = "https://media.example.org/live/news/stream.m3u8"
+    _write(root, "vlc/playing.xml", _vlc_status("playing", filename="Rick Astley.mp4"))
+    _write(root, "vlc/paused.xml", _vlc_status("paused", filename="Rick Astley.mp4"))
+    _write(root, "vlc/other.xml", _vlc_status("playing", filename="Never Gonna.mp4"))
+    _write(root, "vlc/titled.xml", _vlc_status("playing", title="Rick Astley.mp4"))
+    _write(root, "vlc/stream.xml", _vlc_status("playing", url=stream))
+    _write(root, "vlc/stream-name.xml", _vlc_status("playing", filename="stream.m3u8"))
+    _write(root, "vlc/stream-longer.xml", _vlc_status("playing", url="https://media.example.org/live/news/stream.m3u8?t=1"))
+    _write(root, "vlc/stream-other.xml", _vlc_status("playing", url="https://other.example.org/stream.m3u8"))
+    _write(root, "vlc/bad.xml", "<root><state>playing</state>")
+    f = "is_vlc_playing"
+    name = {"type": "file_name", "file_name": "Rick Astley.mp4"}
+    url = {"type": "url", "url": stream}
+    pairs += [pair(f"{f}/exact", f, "vlc/playing.xml", rules=name, read=True),
+              pair(f"{f}/paused", f, "vlc/paused.xml", rules=name, read=True),
+              pair(f"{f}/far", f, "vlc/other.xml", rules=name, read=True),
+              pair(f"{f}/title", f, "vlc/titled.xml", rules=name, read=True),
+              pair(f"{f}/url", f, "vlc/stream.xml", rules=url, read=True),
+              pair(f"{f}/url-file-name", f, "vlc/stream-name.xml", rules=url, read=True),
+              pair(f"{f}/url-longer", f, "vlc/stream-longer.xml", rules=url, read=True),
+              pair(f"{f}/url-far", f, "vlc/stream-other.xml", rules=url, read=True),
+              pair(f"{f}/malformed", f, "vlc/bad.xml", rules=name, read=True)]
+    return pairs
+
+
+def _thunderbird_pairs(root: str) -> list[Pair]:
+    prefs = ['// Mozilla User Preferences', '', 'user_pref("mail.spellcheck.inline", false);',
+             'user_pref("mailnews.default_sort_order", 2);',
+             'user_pref("mail.identity.id1.fullName", "Ana \\"A\\" Lima");',
+             'user_pref("browser.cache.disk.capacity", 1048576);']
+    _write(root, "tb/prefs.js", "\n".join(prefs) + "\n")
+    _write(root, "tb/near-prefs.js", "\n".join([*prefs[:-1], 'user_pref("mailnews.default_sort_order", 1);']) + "\n")
+    _write(root, "tb/empty-prefs.js", "// Mozilla User Preferences\n")
+    _write(root, "tb/bad-prefs.js", b"\xff\xfeuser_pref(\x81")
+    f = "check_thunderbird_prefs"
+    want = {"expect": {"mail.spellcheck.inline": {"method": "eq", "ref": False},
+                       "mailnews.default_sort_order": {"method": "eq", "ref": 2}},
+            "unexpect": {"browser.cache.disk.capacity": {"method": "eq", "ref": 0}}}
+    pairs = [pair(f"{f}/exact", f, "tb/prefs.js", rules=want),
+             pair(f"{f}/near", f, "tb/near-prefs.js", rules=want),
+             pair(f"{f}/far", f, "tb/empty-prefs.js", rules=want),
+             pair(f"{f}/quoted", f, "tb/prefs.js", rules={"expect": {"mail.identity.id1.fullName": {
+                 "method": "eq", "ref": 'Ana "A" Lima'}}}),
+             pair(f"{f}/unexpected", f, "tb/prefs.js", rules={"unexpect": {"mail.spellcheck.inline": {
+                 "method": "eq", "ref": False}}}),
+             pair(f"{f}/malformed", f, "tb/bad-prefs.js", rules=want)]
+
+    def rules_file(*filters: tuple[str, str, str, str]) -> str:
+        lines = ['version="9"', 'logging="no"']
+        for name, enabled, value, condition in filters:
+            lines += [f'name="{name}"', f'enabled="{enabled}"', 'type="17"', 'action="Move to folder"',
+                      f'actionValue="{value}"', f'condition="{condition}"']
+        return "\n".join(lines) + "\n"
+
+    spam = ("Discounts", "yes", "mailbox://nobody@Local%20Folders/Promotions", 'AND (subject,contains,discount)')
+    boss = ("Boss", "yes", "mailbox://nobody@Local%20Folders/Work",
+            'OR (from,contains,boss@example.org) OR (subject,is,\\"urgent\\")')
+    _write(root, "tb/msgFilterRules.dat", rules_file(spam, boss))
+    _write(root, "tb/near-filters.dat", rules_file((spam[0], "no", *spam[2:])))
+    _write(root, "tb/no-filters.dat", 'version="9"\nlogging="no"\n')
+    _write(root, "tb/bad-filters.dat", b"\xff\xfename=\x81")
+    f = "check_thunderbird_filter"
+    want_f = {"expect": [{"name": "Discounts", "enabled": "yes", "action": "Move to folder",
+                          "actionValue": "mailbox://nobody@Local%20Folders/Promotions",
+                          "condition": ["AND (subject,contains,discount)"]}]}
+    pairs += [pair(f"{f}/exact", f, "tb/msgFilterRules.dat", rules=want_f),
+              pair(f"{f}/near", f, "tb/near-filters.dat", rules=want_f),
+              pair(f"{f}/far", f, "tb/no-filters.dat", rules=want_f),
+              pair(f"{f}/quoted-condition", f, "tb/msgFilterRules.dat", rules={"expect": [{
+                  "name": "Boss", "condition": ["OR (from,contains,boss@example.org)", 'OR (subject,is,"urgent")']}]}),
+              pair(f"{f}/unexpected", f, "tb/msgFilterRules.dat", rules={"unexpect": [{"name": "Boss"}]}),
+              pair(f"{f}/malformed", f, "tb/bad-filters.dat", rules=want_f)]
+    return pairs
+
+
+def _a11y_tree(address: str) -> str:
+    """An accessibility tree as gh_osworld/a11y.py writes it (its namespaces): Chromium with an address bar."""
+    ns = " ".join(f'xmlns:{k}="{v}"' for k, v in (
+        ("st", "uri:deskat:state.at-spi.gnome.org"), ("attr", "uri:deskat:attributes.at-spi.gnome.org"),
+        ("cp", "uri:deskat:component.at-spi.gnome.org")))
+    return (f'<desktop-frame {ns} name="main"><application name="Chromium"><frame name="Settings - Chromium" '
+            f'st:showing="true"><entry name="Address and search bar" st:focused="true">{address}</entry>'
+            f'<push-button name="Reload" cp:screencoord="(87, 84)"/><label name="Font size">Medium</label>'
+            f'</frame></application></desktop-frame>')
+
+
+def _a11y_pairs(root: str) -> list[Pair]:
+    f = "check_accessibility_tree"
+    tree = _a11y_tree("chrome://settings/fonts")
+    bar = ["application[name=Chromium] entry[name=\"Address and search bar\"]"]
+
+    def rule(**r: Any) -> list[dict[str, Any]]:
+        return [r]
+    return [pair(f"{f}/exact", f, None, text=tree, rules=rule(selectors=bar, text="chrome://settings/fonts",
+                                                              exact=True)),
+            pair(f"{f}/near-exact", f, None, text=tree, rules=rule(selectors=bar, text="chrome://settings/font",
+                                                                   exact=True)),
+            pair(f"{f}/near-fuzzy", f, None, text=tree, rules=rule(selectors=bar, text="chrome://settings/font",
+                                                                   exact=False)),
+            pair(f"{f}/fuzzy-two", f, None, text=tree,
+                 rules=[{"selectors": bar, "text": "chrome://settings/appearance", "exact": False},
+                        {"xpath": "//label[@name='Font size']", "text": "Large", "exact": False}]),
+            pair(f"{f}/xpath", f, None, text=tree, rules=rule(xpath="//push-button[@name='Reload']")),
+            pair(f"{f}/far", f, None, text=tree, rules=rule(selectors=["application[name=Firefox] entry"])),
+            pair(f"{f}/empty-text", f, None, text=tree, rules=rule(xpath="//push-button", text="Reload", exact=False)),
+            pair(f"{f}/malformed", f, None, text="<desktop-frame><application", rules=rule(xpath="//entry"))]
+
+
 def make(root: str) -> list[Pair]:
     pairs: list[Pair] = []
     for part in (_image_pairs, _more_image_pairs, _pdf_pairs, _text_pairs, _text_file_pairs, _string_pairs,
                  _os_text_pairs, _archive_pairs, _epub_pairs, _sqlite_pairs, _docx_pairs, _table_pairs, _slide_pairs,
                  _rule_file_pairs, _file_file_pairs, _docx_format_pairs, _slide_metric_pairs, _docx_content_pairs,
-                 _tabstop_pairs):
+                 _tabstop_pairs, _vlc_pairs, _thunderbird_pairs, _a11y_pairs):
         pairs += part(root)
     return pairs
 
@@ -1028,6 +1195,8 @@ def spec(root: str, p: Pair) -> dict[str, Any]:
                               "dest": "r"}
     if p["text"] is not None:
         result = {"type": "vm_command_line", "command": ["printf", "%s", p["text"]]}
+    elif p.get("read"):
+        result = {"type": "vm_command_line", "command": ["cat", os.path.join(root, p["result"])]}
     expected: dict[str, Any] | None = None
     if p["rules"] is not None:
         expected = {"type": "rule", "rules": p["rules"]}
