@@ -82,8 +82,13 @@ ORACLE_MODULES = {
     "check_qt_bgcone": "vlc", "check_qt_max_volume": "vlc", "check_qt_minimal_view": "vlc",
     "check_qt_slider_colours": "vlc", "check_global_key_play_pause": "vlc",
     "check_one_instance_when_started_from_file": "vlc", "is_vlc_recordings_folder": "vlc", "is_vlc_playing": "vlc",
+    "is_vlc_fullscreen": "vlc",
     "check_thunderbird_prefs": "thunderbird", "check_thunderbird_filter": "thunderbird",
     "check_accessibility_tree": "general",
+    **{name: "chrome" for name in (
+        "is_expected_active_tab", "is_expected_url_pattern_match", "is_expected_search_query", "is_expected_tabs",
+        "is_expected_bookmarks", "check_history_deleted", "is_cookie_deleted", "check_enabled_experiments",
+        "check_font_size", "is_expected_installed_extensions", "is_shortcut_on_desktop")},
 }
 TOLERANCE = 1e-3
 PIP_TIMEOUT_S = 900
@@ -112,6 +117,8 @@ out = {}
 for p in pairs:
     f = getattr(importlib.import_module("desktop_env.evaluators.metrics." + modules[p["func"]]), p["func"])
     result = p["text"] if p["text"] is not None else os.path.join(root, p["result"]) if p["result"] else None
+    if p.get("value") is not None:
+        result = p["value"]
     expected = p["rules"] if p["rules"] is not None else os.path.join(root, p["expected"]) if p["expected"] else None
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -191,7 +198,9 @@ def main() -> None:
         shutil.copytree(files, theirs_dir)
         theirs = json.loads(_run([str(py), "-c", ORACLE_WORKER, str(theirs_dir), json.dumps(ORACLE_MODULES),
                                   json.dumps(STAND_INS)],
-                                 stdin=json.dumps(pairs), env={"PATH": os.environ["PATH"], "HOME": str(scratch)},
+                                 stdin=json.dumps(pairs), env={"PATH": os.environ["PATH"], "HOME": str(scratch),
+                                                              # tldextract's bundled suffix list, not the network's
+                                                              "TLDEXTRACT_PUBLIC_SUFFIX_LIST_URLS": ""},
                                  cwd=scratch))  # some of OSWorld's metrics write temporary files there
         if args.versus_recorded:
             recorded = json.loads(ORACLE_FILE.read_text(encoding="utf-8"))["osworld"]

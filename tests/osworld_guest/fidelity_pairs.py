@@ -14,7 +14,9 @@ edit), a far one (another document) and a malformed one (the agent's file is no 
      "rules": {...} | null, "text": TEXT | null, "options": {...}}
 
 FILE is relative to DIR; `rules` stands where OSWorld passes a rule dict as the expected value; `text`,
-where it is set, is the result itself (a command's output: the vm_command_line getter prints it here).
+where it is set, is the result itself (a command's output: the vm_command_line getter prints it here);
+`value`, where it is set, is the result as a getter of the machine's state gives it (JSON: Chrome's tabs,
+a window's size), handed to ours by the rule getter; `read`: ours gets the result file's text.
 """
 
 from __future__ import annotations
@@ -41,11 +43,12 @@ def _write(root: str, name: str, data: bytes | str) -> str:
 
 def pair(pid: str, func: str, result: str | None, expected: str | None = None, *,
          rules: dict[str, Any] | None = None, text: str | None = None, options: dict[str, Any] | None = None,
-         read: bool = False, **more: Any) -> Pair:
+         read: bool = False, value: Any = None, **more: Any) -> Pair:
     """`rules`: OSWorld's expected rule dict; `options` (or keywords): the metric's options. `read`: our
-    getter hands the metric the result file's text where OSWorld's hands it the file (VLC's status)."""
+    getter hands the metric the result file's text where OSWorld's hands it the file (VLC's status).
+    `value`: the result itself, a getter's JSON (Chrome's tabs, bookmarks, ...), where it is not None."""
     return {"id": pid, "func": func, "result": result, "expected": expected, "rules": rules, "text": text,
-            "read": read, "options": {**(options or {}), **more}}
+            "read": read, "value": value, "options": {**(options or {}), **more}}
 
 
 # -- images --
@@ -1057,6 +1060,12 @@ def _vlc_pairs(root: str) -> list[Pair]:
     _write(root, "vlc/stream-longer.xml", _vlc_status("playing", url="https://media.example.org/live/news/stream.m3u8?t=1"))
     _write(root, "vlc/stream-other.xml", _vlc_status("playing", url="https://other.example.org/stream.m3u8"))
     _write(root, "vlc/bad.xml", "<root><state>playing</state>")
+    f = "is_vlc_fullscreen"
+    screen = {"width": 1920, "height": 1080}
+    pairs += [pair(f"{f}/exact", f, None, rules=screen, value={"width": 1920, "height": 1080}),
+              pair(f"{f}/near", f, None, rules=screen, value={"width": 1920, "height": 1053}),
+              pair(f"{f}/far", f, None, rules=screen, value={"width": 800, "height": 600}),
+              pair(f"{f}/none", f, None, rules=screen, value={})]
     f = "is_vlc_playing"
     name = {"type": "file_name", "file_name": "Rick Astley.mp4"}
     url = {"type": "url", "url": stream}
@@ -1155,12 +1164,116 @@ def _a11y_pairs(root: str) -> list[Pair]:
             pair(f"{f}/malformed", f, None, text="<desktop-frame><application", rules=rule(xpath="//entry"))]
 
 
+def _chrome_pairs(root: str) -> list[Pair]:
+    """Chrome's metrics on what its getters give (the front tab, the tabs, bookmarks, history rows, cookie
+    rows, flags, font sizes, extensions, desktop shortcuts), as values: no browser runs here."""
+    docs = "https://docs.example.org/guide/"
+    tab = {"title": "Guide", "url": "https://www.docs.example.org/guide/"}
+    pairs: list[Pair] = []
+    f = "is_expected_active_tab"
+    want = {"type": "url", "url": docs}
+    pairs += [pair(f"{f}/exact", f, None, rules=want, value={"title": "Guide", "url": docs}),
+              pair(f"{f}/www", f, None, rules=want, value=tab),
+              pair(f"{f}/near", f, None, rules=want, value={"title": "Guide", "url": docs + "install"}),
+              pair(f"{f}/scheme", f, None, rules={"type": "url", "url": "http://docs.example.org/guide"},
+                   value={"title": "Guide", "url": "docs.example.org/guide"}),
+              pair(f"{f}/text", f, None, rules=want, value=docs.upper().replace("HTTPS", "https")),
+              pair(f"{f}/suffix", f, None, rules=want, value={"title": "Guide", "url": "https://docs.example.com.sg/guide"}),
+              pair(f"{f}/port", f, None, rules=want, value={"title": "Guide", "url": "https://docs.example.org:8443/guide"}),
+              pair(f"{f}/far", f, None, rules=want, value={"title": "News", "url": "https://news.example.org/"}),
+              pair(f"{f}/none", f, None, rules=want, value={})]
+    f = "is_expected_url_pattern_match"
+    pattern = {"expected": [r"docs\.example\.org", r"/guide/?$"]}
+    pairs += [pair(f"{f}/exact", f, None, rules=pattern, value=tab),
+              pair(f"{f}/text", f, None, rules=pattern, value=docs),
+              pair(f"{f}/near", f, None, rules=pattern, value={"url": docs + "install"}),
+              pair(f"{f}/far", f, None, rules=pattern, value={"url": "https://news.example.org/"}),
+              pair(f"{f}/none", f, None, rules=pattern, value={"title": "no url"})]
+    f = "is_expected_search_query"
+    query = {"expect": {"pattern": r"q=dogs(&|$)"}}
+    pairs += [pair(f"{f}/exact", f, None, rules=query, value={"url": "https://search.example.org/search?q=dogs"}),
+              pair(f"{f}/near", f, None, rules=query, value={"url": "https://search.example.org/search?q=dogsled"}),
+              pair(f"{f}/far", f, None, rules=query, value=tab),
+              pair(f"{f}/none", f, None, rules=query, value={})]
+    f = "is_expected_tabs"
+    tabs = {"type": "url", "urls": [docs, "https://news.example.org/today"]}
+    open_tabs = [{"title": "News", "url": "https://www.news.example.org/today"}, tab]
+    pairs += [pair(f"{f}/exact", f, None, rules=tabs, value=open_tabs),
+              pair(f"{f}/near", f, None, rules=tabs, value=[*open_tabs, {"title": "New Tab", "url": "chrome://newtab/"}]),
+              pair(f"{f}/far", f, None, rules=tabs,
+                   value=[{"title": "Guide", "url": docs}, {"title": "Guide", "url": docs}]),
+              pair(f"{f}/none", f, None, rules=tabs, value=[])]
+    f = "is_expected_bookmarks"
+    bookmarks = {"bookmark_bar": {"children": [
+        {"type": "folder", "name": "Liked Authors", "children": [
+            {"type": "url", "name": "A", "url": "https://authors.example.org/a"},
+            {"type": "url", "name": "B", "url": "https://authors.example.org/b2"}]},
+        {"type": "folder", "name": "Recipes", "children": []},
+        {"type": "url", "name": "Guide", "url": docs}]}, "other": {"children": []}}
+    liked = {"type": "liked_authors_websites_urls",
+             "urls": ["https://authors.example.org/a", ["https://authors.example.org/b", "https://authors.example.org/b2"]]}
+    pairs += [pair(f"{f}/folders", f, None, rules={"type": "bookmark_bar_folders_names",
+                                                    "names": ["Recipes", "Liked Authors"]}, value=bookmarks),
+              pair(f"{f}/folders-near", f, None, rules={"type": "bookmark_bar_folders_names", "names": ["Recipes"]},
+                   value=bookmarks),
+              pair(f"{f}/urls", f, None, rules={"type": "bookmark_bar_websites_urls", "urls": [docs]}, value=bookmarks),
+              pair(f"{f}/liked", f, None, rules=liked, value=bookmarks),
+              pair(f"{f}/liked-far", f, None, rules={**liked, "urls": ["https://authors.example.org/a"]},
+                   value=bookmarks),
+              pair(f"{f}/none", f, None, rules=liked, value={})]
+    f = "check_history_deleted"
+    history = [["https://shop.example.org/cart", "Cart", 3], ["https://docs.example.org/", "Docs", 1]]
+    keywords = {"type": "keywords", "keywords": ["shop.example", "tickets"]}
+    pairs += [pair(f"{f}/deleted", f, None, rules=keywords, value=history[1:]),
+              pair(f"{f}/kept", f, None, rules=keywords, value=history),
+              pair(f"{f}/near", f, None, rules={**keywords, "keywords": ["shop.example.org/basket"]}, value=history),
+              pair(f"{f}/empty", f, None, rules=keywords, value=[])]
+    f = "is_cookie_deleted"
+    cookies = [[1, ".shop.example.org", "session"], [2, "docs.example.org", "theme"]]
+    domains = {"type": "domains", "domains": ["docs.example.org"]}
+    pairs += [pair(f"{f}/kept", f, None, rules=domains, value=cookies),
+              pair(f"{f}/deleted", f, None, rules=domains, value=cookies[:1]),
+              pair(f"{f}/www", f, None, rules={"type": "domains", "domains": ["www.docs.example.org"]}, value=cookies),
+              pair(f"{f}/empty", f, None, rules=domains, value=[])]
+    f = "check_enabled_experiments"
+    names = {"type": "names", "names": ["smooth-scrolling", "enable-parallel-downloading"]}
+    pairs += [pair(f"{f}/exact", f, None, rules=names, value=["smooth-scrolling@2", "enable-parallel-downloading@1"]),
+              pair(f"{f}/order", f, None, rules=names, value=["enable-parallel-downloading@1", "smooth-scrolling@2"]),
+              pair(f"{f}/near", f, None, rules=names, value=["smooth-scrolling@2"]),
+              pair(f"{f}/none", f, None, rules=names, value=[])]
+    f = "check_font_size"
+    pairs += [pair(f"{f}/value", f, None, rules={"type": "value", "value": 20}, value={"default_font_size": 20}),
+              pair(f"{f}/value-near", f, None, rules={"type": "value", "value": 20}, value={"default_font_size": 21}),
+              pair(f"{f}/range", f, None, rules={"type": "range", "min": 16, "max": 24},
+                   value={"default_font_size": 20}),
+              pair(f"{f}/range-edge", f, None, rules={"type": "range", "min": 16, "max": 24},
+                   value={"default_font_size": 24})]
+    f = "is_expected_installed_extensions"
+    pairs += [pair(f"{f}/exact", f, None, rules={"type": "name", "expected": ["Dark Reader"]},
+                   value=["Dark Reader", "uBlock Origin"]),
+              pair(f"{f}/near", f, None, rules={"type": "name", "expected": ["Dark Reader", "Todoist"]},
+                   value=["Dark Reader", "uBlock Origin"]),
+              pair(f"{f}/far", f, None, rules={"type": "name", "expected": ["Todoist"]}, value=["uBlock Origin"]),
+              pair(f"{f}/none", f, None, rules={"type": "name", "expected": ["Todoist"]}, value=[])]
+    f = "is_shortcut_on_desktop"
+    shortcut = "[Desktop Entry]\nVersion=1.0\nName=Docs Guide\nExec=chromium --app=https://docs.example.org\n"
+    pairs += [pair(f"{f}/exact", f, None, rules={"type": "name", "name": "Docs Guide"},
+                   value={"/home/user/Desktop/docs.desktop": shortcut}),
+              pair(f"{f}/near", f, None, rules={"type": "name", "name": "Docs"},
+                   value={"/home/user/Desktop/docs.desktop": shortcut}),
+              pair(f"{f}/far", f, None, rules={"type": "name", "name": "Docs Guide"},
+                   value={"/home/user/Desktop/other.desktop": "[Desktop Entry]\nName=Other\n"}),
+              pair(f"{f}/none", f, None, rules={"type": "name", "name": "Docs Guide"}, value={})]
+    return pairs
+
+
 def make(root: str) -> list[Pair]:
     pairs: list[Pair] = []
     for part in (_image_pairs, _more_image_pairs, _pdf_pairs, _text_pairs, _text_file_pairs, _string_pairs,
                  _os_text_pairs, _archive_pairs, _epub_pairs, _sqlite_pairs, _docx_pairs, _table_pairs, _slide_pairs,
                  _rule_file_pairs, _file_file_pairs, _docx_format_pairs, _slide_metric_pairs, _docx_content_pairs,
-                 _tabstop_pairs, _vlc_pairs, _thunderbird_pairs, _a11y_pairs):
+                 _tabstop_pairs, _vlc_pairs, _thunderbird_pairs, _a11y_pairs,
+                 _chrome_pairs):
         pairs += part(root)
     return pairs
 
@@ -1195,6 +1308,8 @@ def spec(root: str, p: Pair) -> dict[str, Any]:
                               "dest": "r"}
     if p["text"] is not None:
         result = {"type": "vm_command_line", "command": ["printf", "%s", p["text"]]}
+    elif p.get("value") is not None:
+        result = {"type": "rule", "rules": p["value"]}  # the rule getter hands its `rules` over as they are
     elif p.get("read"):
         result = {"type": "vm_command_line", "command": ["cat", os.path.join(root, p["result"])]}
     expected: dict[str, Any] | None = None
