@@ -896,6 +896,98 @@ def _table_rule_pairs() -> list[Pair]:
                                                                                           "ref": "North"}))]
 
 
+def _props_xlsx(*, freeze: str = "B2", zoom: int = 150, height: float = 30, width: float = 20, pick: str = "North",
+                title: str = "Sales", bold: bool = True, validation: str = '"Yes,No"') -> bytes:
+    """SALES with a sheet's properties set as Calc saves them: frozen panes, zoom, a list validation, a row's
+    height, columns' widths (one hidden), an autofilter with a picked value, a bar chart, a bold filled cell."""
+    import datetime
+
+    import openpyxl
+    from openpyxl.chart import BarChart, Reference
+    from openpyxl.styles import Font, PatternFill
+    from openpyxl.worksheet.datavalidation import DataValidation
+
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.title = "Sheet1"
+    for row in SALES:
+        ws.append(row)
+    ws.freeze_panes = freeze
+    ws.sheet_view.zoomScale = zoom
+    dv = DataValidation(type="list", formula1=validation, allow_blank=True)
+    dv.add("D2:D4")
+    ws.add_data_validation(dv)
+    ws.row_dimensions[1].height = height
+    ws.column_dimensions["A"].width = width
+    ws.column_dimensions["C"].hidden = True
+    ws.auto_filter.ref = "A1:C4"
+    ws.auto_filter.add_filter_column(0, [pick])
+    chart = BarChart()
+    chart.title = title
+    chart.add_data(Reference(ws, min_col=2, min_row=1, max_col=3, max_row=4), titles_from_data=True)
+    chart.set_categories(Reference(ws, min_col=1, min_row=2, max_row=4))
+    ws.add_chart(chart, "E2")
+    ws["A1"].font = Font(bold=bold)
+    ws["A1"].fill = PatternFill("solid", fgColor="FFFF00")
+    wb.properties.created = wb.properties.modified = datetime.datetime(2024, 1, 1)
+    out = io.BytesIO()
+    wb.save(out)
+    return _restamped(out.getvalue())
+
+
+def _sheet_print_pairs(root: str) -> list[Pair]:
+    """sheet_print: each workbook's sheet as Calc prints it to `<book>-<sheet>.csv` beside it (the task's
+    postconfig exports it)."""
+    printed = "Region,Q1,Q2\nNorth,120,135.5\nZürich,98,101.25\n\n"
+    _write(root, "print/gold.xlsx", _xlsx({"Sheet1": SALES}))
+    _write(root, "print/gold-Sheet1.csv", printed)
+    for name, text in (("exact", printed.replace("\n", "\r\n") + "\n"), ("near", printed.replace("135.5", "135.4")),
+                       ("case", printed.upper()), ("latin1", printed.encode("latin-1")), ("far", "x\n1\n")):
+        _write(root, f"print/{name}.xlsx", _xlsx({"Sheet1": SALES}))
+        _write(root, f"print/{name}-Sheet1.csv", text)
+    _write(root, "print/unprinted.xlsx", _xlsx({"Sheet1": SALES}))
+    f = "compare_table"
+    rule = {"rules": [{"type": "sheet_print", "sheet_idx0": "RNSheet1", "sheet_idx1": "ENSheet1"}]}
+    caseless = {"rules": [{**rule["rules"][0], "ignore_case": True}]}
+    return [pair(f"{f}/print-exact", f, "print/exact.xlsx", "print/gold.xlsx", options=rule),
+            pair(f"{f}/print-near", f, "print/near.xlsx", "print/gold.xlsx", options=rule),
+            pair(f"{f}/print-case", f, "print/case.xlsx", "print/gold.xlsx", options=rule),
+            pair(f"{f}/print-ignore-case", f, "print/case.xlsx", "print/gold.xlsx", options=caseless),
+            pair(f"{f}/print-latin1", f, "print/latin1.xlsx", "print/gold.xlsx", options=rule),
+            pair(f"{f}/print-far", f, "print/far.xlsx", "print/gold.xlsx", options=rule),
+            pair(f"{f}/print-unprinted", f, "print/unprinted.xlsx", "print/gold.xlsx", options=rule),
+            pair(f"{f}/print-malformed", f, "xlsx/bad.xlsx", "print/gold.xlsx", options=rule)]
+
+
+def _table_props_pairs(root: str) -> list[Pair]:
+    """compare_table's rules on a sheet's properties: freeze, zoom, data_validation, row_props, col_props,
+    filter, chart, style (each against the workbook with all of them set, one set otherwise, none, and a
+    file that is no workbook)."""
+    _write(root, "xlsx/props.xlsx", _props_xlsx())
+    near = {"freeze": dict(freeze="B3"), "zoom": dict(zoom=140), "row_props": dict(height=28),
+            "col_props": dict(width=18), "filter": dict(pick="South"), "chart": dict(title="Sale"),
+            "style": dict(bold=False), "data_validation": dict(validation='"Yes,No,Maybe"')}
+    for kind, change in near.items():
+        _write(root, f"xlsx/props-{kind}.xlsx", _props_xlsx(**change))  # type: ignore[arg-type]
+    both = {"sheet_idx0": "RI0", "sheet_idx1": "EI0"}
+    rules = {"freeze": both, "row_props": {**both, "props": ["height", "hidden"]},
+             "col_props": {**both, "props": ["width", "hidden"]}, "filter": both,
+             "chart": {**both, "chart_props": ["type", "title", "direction"]},
+             "style": {**both, "props": ["font_bold", "font_size", "fill_type", "bgcolor"]},
+             "zoom": {"sheet_idx": 0, "method": "ge", "ref": 150},
+             "data_validation": {"sheet_idx": 0, "dv_props": [{"type": {"method": "eq", "ref": "list"},
+                                                               "formula1": {"method": "eq", "ref": '"Yes,No"'}}]}}
+    f = "compare_table"
+    pairs = _sheet_print_pairs(root)
+    for kind, r in rules.items():
+        given = {"rules": [{"type": kind, **r}]}
+        pairs += [pair(f"{f}/{kind}-exact", f, "xlsx/props.xlsx", "xlsx/props.xlsx", options=given),
+                  pair(f"{f}/{kind}-near", f, f"xlsx/props-{kind}.xlsx", "xlsx/props.xlsx", options=given),
+                  pair(f"{f}/{kind}-far", f, "xlsx/gold.xlsx", "xlsx/props.xlsx", options=given),
+                  pair(f"{f}/{kind}-malformed", f, "xlsx/bad.xlsx", "xlsx/props.xlsx", options=given)]
+    return pairs
+
+
 def _pptx(slides: list[tuple[str, str]]) -> bytes:
     import datetime
 
@@ -1273,7 +1365,7 @@ def make(root: str) -> list[Pair]:
                  _os_text_pairs, _archive_pairs, _epub_pairs, _sqlite_pairs, _docx_pairs, _table_pairs, _slide_pairs,
                  _rule_file_pairs, _file_file_pairs, _docx_format_pairs, _slide_metric_pairs, _docx_content_pairs,
                  _tabstop_pairs, _vlc_pairs, _thunderbird_pairs, _a11y_pairs,
-                 _chrome_pairs):
+                 _chrome_pairs, _table_props_pairs):
         pairs += part(root)
     return pairs
 
