@@ -84,7 +84,7 @@ ORACLE_MODULES = {
     "check_one_instance_when_started_from_file": "vlc", "is_vlc_recordings_folder": "vlc", "is_vlc_playing": "vlc",
     "is_vlc_fullscreen": "vlc",
     "check_thunderbird_prefs": "thunderbird", "check_thunderbird_filter": "thunderbird",
-    "check_accessibility_tree": "general",
+    "check_accessibility_tree": "general", "check_highlighted_words": "docs",
     **{name: "chrome" for name in (
         "is_expected_active_tab", "is_expected_url_pattern_match", "is_expected_search_query", "is_expected_tabs",
         "is_expected_bookmarks", "check_history_deleted", "is_cookie_deleted", "check_enabled_experiments",

@@ -1359,13 +1359,67 @@ def _chrome_pairs(root: str) -> list[Pair]:
     return pairs
 
 
+def _odt(paragraphs: list[str], highlight: str | None = None, colour: str = "#ffff00") -> bytes:
+    """An OpenDocument text as Writer saves one (mimetype first and stored, the manifest, content.xml):
+    one text:p each, with `highlight` in a span of an automatic style whose background is `colour`."""
+    ns = ('xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" '
+          'xmlns:style="urn:oasis:names:tc:opendocument:xmlns:style:1.0" '
+          'xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0" '
+          'xmlns:fo="urn:oasis:names:tc:opendocument:xmlns:xsl-fo-compatible:1.0"')
+    body = ""
+    for p in paragraphs:
+        if highlight and highlight in p:
+            before, _, after = p.partition(highlight)
+            p = f'{before}<text:span text:style-name="T1">{highlight}</text:span>{after}'
+        body += f'<text:p text:style-name="P1">{p}</text:p>'
+    content = (f'<?xml version="1.0" encoding="UTF-8"?>\n<office:document-content {ns} office:version="1.3">'
+               '<office:automatic-styles><style:style style:name="P1" style:family="paragraph"/>'
+               '<style:style style:name="T1" style:family="text">'
+               f'<style:text-properties fo:background-color="{colour}"/>'
+               '</style:style></office:automatic-styles>'
+               f'<office:body><office:text>{body}</office:text></office:body></office:document-content>')
+    manifest = ('<?xml version="1.0" encoding="UTF-8"?>\n<manifest:manifest '
+                'xmlns:manifest="urn:oasis:names:tc:opendocument:xmlns:manifest:1.0" manifest:version="1.3">'
+                '<manifest:file-entry manifest:full-path="/" '
+                'manifest:media-type="application/vnd.oasis.opendocument.text"/>'
+                '<manifest:file-entry manifest:full-path="content.xml" manifest:media-type="text/xml"/>'
+                '</manifest:manifest>')
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for name, data in (("mimetype", "application/vnd.oasis.opendocument.text"),
+                           ("META-INF/manifest.xml", manifest), ("content.xml", content)):
+            info = zipfile.ZipInfo(name, date_time=(2024, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_STORED if name == "mimetype" else zipfile.ZIP_DEFLATED
+            z.writestr(info, data)
+    return out.getvalue()
+
+
+def _odt_pairs(root: str) -> list[Pair]:
+    text = ["Call the office on Tuesday.", "Bring the signed forms."]
+    _write(root, "odt/gold.odt", _odt(text))
+    _write(root, "odt/task.odt", _odt(text, highlight="Tuesday"))
+    _write(root, "odt/near.odt", _odt(["Call the office on Tuesday", text[1]]))
+    _write(root, "odt/upper.odt", _odt(text, highlight="Tuesday", colour="#FFFF00"))
+    _write(root, "odt/green.odt", _odt(text, highlight="Tuesday", colour="#00ff00"))
+    _write(root, "odt/far.odt", _odt(["Dear Ana,", "See you soon."]))
+    _write(root, "odt/bad.odt", b"PK\x03\x04 not a document")
+    f = "check_highlighted_words"
+    return [pair(f"{f}/exact", f, "odt/gold.odt", "odt/gold.odt"),
+            pair(f"{f}/untouched", f, "odt/task.odt", "odt/gold.odt"),
+            pair(f"{f}/near", f, "odt/near.odt", "odt/gold.odt"),
+            pair(f"{f}/upper-case-colour", f, "odt/upper.odt", "odt/gold.odt"),
+            pair(f"{f}/green", f, "odt/green.odt", "odt/gold.odt"),
+            pair(f"{f}/far", f, "odt/far.odt", "odt/gold.odt"),
+            pair(f"{f}/malformed", f, "odt/bad.odt", "odt/gold.odt")]
+
+
 def make(root: str) -> list[Pair]:
     pairs: list[Pair] = []
     for part in (_image_pairs, _more_image_pairs, _pdf_pairs, _text_pairs, _text_file_pairs, _string_pairs,
                  _os_text_pairs, _archive_pairs, _epub_pairs, _sqlite_pairs, _docx_pairs, _table_pairs, _slide_pairs,
                  _rule_file_pairs, _file_file_pairs, _docx_format_pairs, _slide_metric_pairs, _docx_content_pairs,
                  _tabstop_pairs, _vlc_pairs, _thunderbird_pairs, _a11y_pairs,
-                 _chrome_pairs, _table_props_pairs):
+                 _chrome_pairs, _table_props_pairs, _odt_pairs):
         pairs += part(root)
     return pairs
 
