@@ -85,6 +85,8 @@ ORACLE_MODULES = {
     "is_vlc_fullscreen": "vlc",
     "check_thunderbird_prefs": "thunderbird", "check_thunderbird_filter": "thunderbird",
     "check_accessibility_tree": "general", "check_highlighted_words": "docs",
+    "literal_match": "general", "check_direct_json_object": "general", "check_moved_jpgs": "basic_os",
+    "is_in_vm_clickboard": "basic_os", "is_extension_installed": "vscode", "check_json_keybindings": "vscode",
     **{name: "chrome" for name in (
         "is_expected_active_tab", "is_expected_url_pattern_match", "is_expected_search_query", "is_expected_tabs",
         "is_expected_bookmarks", "check_history_deleted", "is_cookie_deleted", "check_enabled_experiments",

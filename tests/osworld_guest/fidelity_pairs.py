@@ -1413,13 +1413,76 @@ def _odt_pairs(root: str) -> list[Pair]:
             pair(f"{f}/malformed", f, "odt/bad.odt", "odt/gold.odt")]
 
 
+def _value_metric_pairs(root: str) -> list[Pair]:
+    """Metrics of a getter's value or a command's output: literal_match, check_direct_json_object,
+    check_moved_jpgs, is_in_vm_clickboard, is_extension_installed; and check_json_keybindings (a file)."""
+    f = "literal_match"
+    pairs = [pair(f"{f}/exact", f, None, rules="Hello", text="Hello"),
+             pair(f"{f}/case", f, None, rules="hello", text="Hello", ignore_case=True),
+             pair(f"{f}/near", f, None, rules="Hello", text="Hello "),
+             pair(f"{f}/number", f, None, rules="3", value=3),
+             pair(f"{f}/list", f, None, rules=["a", "b"], value=["a", "B"], type="list", ignore_case=True),
+             pair(f"{f}/list-short", f, None, rules=["a", "b"], value=["a"], type="list"),
+             pair(f"{f}/list-text", f, None, rules=["a", "b"], text="a,b", type="list")]
+    f = "check_direct_json_object"
+    want = {"expected": {"name": "Ana Lima", "age": 41}}
+    pairs += [pair(f"{f}/exact", f, None, rules=want, text='{"name": "Ana Lima", "age": 41, "city": "Porto"}\n'),
+              pair(f"{f}/quotes", f, None, rules=want, text="{'name': 'Ana Lima', 'age': 41}"),
+              pair(f"{f}/value", f, None, rules=want, value={"name": "Ana Lima", "age": 41}),
+              pair(f"{f}/near", f, None, rules=want, value={"name": "Ana Lima", "age": 42}),
+              pair(f"{f}/in-result", f, None, rules={"expected": {"name": "Ana", "tags": ["z", "y"]},
+                                                     "expect_in_result": True},
+                   value={"name": "Ana Lima", "tags": ["x", "y"]}),
+              pair(f"{f}/in-result-far", f, None, rules={"expected": {"name": "Rui"}, "expect_in_result": True},
+                   value={"name": "Ana Lima"}),
+              pair(f"{f}/missing-key", f, None, rules=want, value={"name": "Ana Lima"}),
+              pair(f"{f}/malformed", f, None, rules=want, text="name: Ana Lima")]
+    f = "check_moved_jpgs"
+    jpgs = {"expected": ["beach.jpg", "dog.jpg"]}
+
+    def folder(*names: str) -> dict[str, Any]:
+        return {"name": "photos", "type": "directory", "children": [{"name": n, "type": "file"} for n in names]}
+    pairs += [pair(f"{f}/exact", f, None, rules=jpgs, value=folder("dog.jpg", "beach.jpg")),
+              pair(f"{f}/near", f, None, rules=jpgs, value=folder("dog.jpg")),
+              pair(f"{f}/twice", f, None, rules=jpgs, value=folder("dog.jpg", "dog.jpg")),
+              pair(f"{f}/far", f, None, rules=jpgs, value=folder("notes.txt", "cat.png", "dog.jpg"))]
+    f = "is_in_vm_clickboard"
+    clipboard = "Order 1182 shipped to Porto\n"
+    pairs += [pair(f"{f}/exact", f, None, rules=clipboard, value={"expected": "Order 1182"}),
+              pair(f"{f}/list", f, None, rules=clipboard, value={"expected": ["1182", "Porto"]}),
+              pair(f"{f}/near", f, None, rules=clipboard, value={"expected": ["1182", "Lisbon"]}),
+              pair(f"{f}/far", f, None, rules="", value={"expected": "Order 1182"})]
+    f = "is_extension_installed"
+    listing = "ms-python.python\nms-toolsai.jupyter\n"
+    pairs += [pair(f"{f}/exact", f, None, text=listing, rules={"type": "contain", "expected": "ms-python.python"}),
+              pair(f"{f}/near", f, None, text=listing, rules={"type": "contain", "expected": "ms-python.pylance"}),
+              pair(f"{f}/absent", f, None, text=listing, rules={"type": "not_contain", "expected": "vscodevim.vim"}),
+              pair(f"{f}/present", f, None, text=listing, rules={"type": "not_contain", "expected": "jupyter"})]
+    bindings = [{"key": "ctrl+j", "command": "workbench.action.togglePanel"},
+                {"key": "ctrl+f1", "command": "workbench.action.files.save", "when": "editorTextFocus"}]
+    _write(root, "vscode/keybindings.json", json.dumps(bindings, indent=4) + "\n")
+    _write(root, "vscode/commented.json", "// Place your key bindings in this file\n" + json.dumps(bindings) + "\n")
+    _write(root, "vscode/near.json", json.dumps([bindings[0]]) + "\n")
+    _write(root, "vscode/bad.json", "[{\"key\": ")
+    f = "check_json_keybindings"
+    want_b = {"expected": bindings[1]}
+    pairs += [pair(f"{f}/exact", f, "vscode/keybindings.json", rules=want_b),
+              pair(f"{f}/comment-line", f, "vscode/commented.json", rules=want_b),
+              pair(f"{f}/near", f, "vscode/near.json", rules=want_b),
+              pair(f"{f}/near-when", f, "vscode/keybindings.json",
+                   rules={"expected": {**bindings[1], "when": "editorFocus"}}),
+              pair(f"{f}/malformed", f, "vscode/bad.json", rules=want_b)]
+    return pairs
+
+
 def make(root: str) -> list[Pair]:
     pairs: list[Pair] = []
     for part in (_image_pairs, _more_image_pairs, _pdf_pairs, _text_pairs, _text_file_pairs, _string_pairs,
                  _os_text_pairs, _archive_pairs, _epub_pairs, _sqlite_pairs, _docx_pairs, _table_pairs, _slide_pairs,
                  _rule_file_pairs, _file_file_pairs, _docx_format_pairs, _slide_metric_pairs, _docx_content_pairs,
                  _tabstop_pairs, _vlc_pairs, _thunderbird_pairs, _a11y_pairs,
-                 _chrome_pairs, _table_props_pairs, _odt_pairs):
+                 _chrome_pairs, _table_props_pairs, _odt_pairs,
+                 _value_metric_pairs):
         pairs += part(root)
     return pairs
 
