@@ -1475,6 +1475,117 @@ def _value_metric_pairs(root: str) -> list[Pair]:
     return pairs
 
 
+def _xcu(**props: tuple[str, str]) -> str:
+    """LibreOffice's registrymodifications.xcu with each setting (name: (path, value))."""
+    items = "".join(f'<item oor:path="{path}"><prop oor:name="{name}" oor:op="fuse"><value>{value}</value></prop>'
+                    '</item>\n'
+                    for name, (path, value) in props.items())
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n<oor:items xmlns:oor="http://openoffice.org/2001/registry" '
+            'xmlns:xs="http://www.w3.org/2001/XMLSchema" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">\n'
+            '<item oor:path="/org.openoffice.Office.Common/Misc"><prop oor:name="FirstRun" oor:op="fuse">'
+            f'<value>false</value></prop></item>\n{items}</oor:items>\n')
+
+
+def _numbered_deck(number_rgb: str) -> bytes:
+    """A deck whose slide master fills its slide number's text in number_rgb (Impress writes that fill as
+    the master's last solid RGB fill but one; a footer's fill follows it)."""
+    import re
+
+    with zipfile.ZipFile(io.BytesIO(_pptx([("Numbers", "One")]))) as z:
+        members = {name: z.read(name) for name in z.namelist()}
+    fills = "".join(f'<a:p><a:r><a:rPr><a:solidFill><a:srgbClr val="{v}"/></a:solidFill></a:rPr><a:t>{t}</a:t>'
+                    '</a:r></a:p>'
+                    for v, t in (("1F1F1F", "title"), (number_rgb, "number"), ("595959", "footer")))
+    shape = ('<p:sp><p:nvSpPr><p:cNvPr id="90" name="Numbers"/><p:cNvSpPr/><p:nvPr/></p:nvSpPr><p:spPr/>'
+             f'<p:txBody><a:bodyPr/>{fills}</p:txBody></p:sp>')
+    xml = members["ppt/slideMasters/slideMaster1.xml"]
+    members["ppt/slideMasters/slideMaster1.xml"] = re.sub(rb"(</p:spTree>)", shape.encode() + rb"\1", xml, count=1)
+    return _zip(members)
+
+
+def _picture_deck(box: tuple[float, float, float, float] | None) -> bytes:
+    """A 10 x 7.5 inch deck with one picture on its first slide at (left, top, width, height) in inches."""
+    import datetime
+
+    from PIL import Image
+    from pptx import Presentation
+    from pptx.util import Inches
+
+    deck = Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[6])
+    if box is not None:
+        left, top, width, height = (Inches(v) for v in box)
+        slide.shapes.add_picture(io.BytesIO(_png(Image.fromarray(_picture(2)))), left, top, width, height)
+    deck.core_properties.created = deck.core_properties.modified = datetime.datetime(2024, 1, 1)
+    out = io.BytesIO()
+    deck.save(out)
+    return _restamped(out.getvalue())
+
+
+def _impress_setting_pairs(root: str) -> list[Pair]:
+    """Impress's settings and master: check_presenter_console_disable, check_auto_saving_time (the user's
+    registrymodifications.xcu), check_page_number_colors (the master), check_image_stretch_and_center."""
+    start, save = "/org.openoffice.Office.Impress/Misc/Start", "/org.openoffice.Office.Common/Save/Document"
+    _write(root, "lo/off.xcu", _xcu(EnablePresenterScreen=(start, "false"), AutoSaveTimeIntervall=(save, "3")))
+    _write(root, "lo/on.xcu", _xcu(EnablePresenterScreen=(start, "true"), AutoSaveTimeIntervall=(save, "10")))
+    _write(root, "lo/untouched.xcu", _xcu())
+    _write(root, "lo/bad.xcu", "<oor:items><item>")
+    f = "check_presenter_console_disable"
+    pairs = [pair(f"{f}/exact", f, "lo/off.xcu"), pair(f"{f}/near", f, "lo/on.xcu"),
+             pair(f"{f}/untouched", f, "lo/untouched.xcu"), pair(f"{f}/malformed", f, "lo/bad.xcu")]
+    f = "check_auto_saving_time"
+    pairs += [pair(f"{f}/exact", f, "lo/off.xcu", rules={"minutes": 3}),
+              pair(f"{f}/near", f, "lo/on.xcu", rules={"minutes": 3}),
+              pair(f"{f}/untouched", f, "lo/untouched.xcu", rules={"minutes": 3}),
+              pair(f"{f}/malformed", f, "lo/bad.xcu", rules={"minutes": 3})]
+    for name, rgb in (("red", "FF0000"), ("dark-red", "C00000"), ("blue", "0000FF"), ("sky", "3366FF"),
+                      ("green", "00B050"), ("black", "000000"), ("grey", "404040")):
+        _write(root, f"pptx/number-{name}.pptx", _numbered_deck(rgb))
+    f = "check_page_number_colors"
+    pairs += [pair(f"{f}/{name}-{color}", f, f"pptx/number-{name}.pptx", rules={"color": color})
+              for name, color in (("red", "red"), ("dark-red", "red"), ("blue", "red"), ("blue", "blue"),
+                                  ("sky", "blue"), ("green", "green"), ("black", "black"), ("grey", "black"))]
+    pairs.append(pair(f"{f}/malformed", f, "pptx/bad.pptx", rules={"color": "red"}))
+    _write(root, "pptx/picture.pptx", _picture_deck((3, 2, 4, 3)))
+    _write(root, "pptx/stretched.pptx", _picture_deck((0, 0, 10, 7.5)))
+    _write(root, "pptx/nearly.pptx", _picture_deck((0.3, 0.2, 9.6, 7.2)))
+    _write(root, "pptx/off-centre.pptx", _picture_deck((1, 0, 10, 7.5)))
+    _write(root, "pptx/no-picture.pptx", _picture_deck(None))
+    f = "check_image_stretch_and_center"
+    pairs += [pair(f"{f}/exact", f, "pptx/stretched.pptx", "pptx/picture.pptx"),
+              pair(f"{f}/near", f, "pptx/nearly.pptx", "pptx/picture.pptx"),
+              pair(f"{f}/off-centre", f, "pptx/off-centre.pptx", "pptx/picture.pptx"),
+              pair(f"{f}/untouched", f, "pptx/picture.pptx", "pptx/picture.pptx"),
+              pair(f"{f}/no-picture", f, "pptx/no-picture.pptx", "pptx/picture.pptx"),
+              pair(f"{f}/malformed", f, "pptx/bad.pptx", "pptx/picture.pptx")]
+    return pairs
+
+
+def _mbox(*messages: tuple[str, str, str]) -> str:
+    """A Thunderbird folder (mbox): each message a `From - ` line, its headers and body."""
+    return "".join(f"From - Mon Jan  1 00:00:00 2024\nX-Mozilla-Status: {status}\nX-Mozilla-Status2: 00000000\n"
+                   f"Subject: {subject}\nFrom: ana@example.org\n\n{body}\n\n" for subject, status, body in messages)
+
+
+def _thunderbird_folder_pairs(root: str) -> list[Pair]:
+    """check_thunderbird_folder: the folder's mbox against the gold one."""
+    mail = [("Invoice 1182", "0001", "Please find it attached."), ("Lunch", "0001", "Noon?")]
+    _write(root, "tb/Invoices", _mbox(*mail))
+    _write(root, "tb/Invoices-read", _mbox(*[(s, "0000", b) for s, _, b in mail]))
+    _write(root, "tb/Invoices-one", _mbox(mail[0]))
+    _write(root, "tb/Invoices-other", _mbox(("Newsletter", "0001", "Sale!")))
+    _write(root, "tb/Invoices-empty", "")
+    _write(root, "tb/Invoices-bad", b"\xff\xfeFrom - \x81")
+    f = "check_thunderbird_folder"
+    return [pair(f"{f}/exact", f, "tb/Invoices", "tb/Invoices"),
+            pair(f"{f}/status", f, "tb/Invoices-read", "tb/Invoices"),
+            pair(f"{f}/status-ignored", f, "tb/Invoices-read", "tb/Invoices", ignore_status=True),
+            pair(f"{f}/near", f, "tb/Invoices-one", "tb/Invoices"),
+            pair(f"{f}/far", f, "tb/Invoices-other", "tb/Invoices"),
+            pair(f"{f}/empty", f, "tb/Invoices-empty", "tb/Invoices"),
+            pair(f"{f}/malformed", f, "tb/Invoices-bad", "tb/Invoices")]
+
+
 def make(root: str) -> list[Pair]:
     pairs: list[Pair] = []
     for part in (_image_pairs, _more_image_pairs, _pdf_pairs, _text_pairs, _text_file_pairs, _string_pairs,
@@ -1482,7 +1593,7 @@ def make(root: str) -> list[Pair]:
                  _rule_file_pairs, _file_file_pairs, _docx_format_pairs, _slide_metric_pairs, _docx_content_pairs,
                  _tabstop_pairs, _vlc_pairs, _thunderbird_pairs, _a11y_pairs,
                  _chrome_pairs, _table_props_pairs, _odt_pairs,
-                 _value_metric_pairs):
+                 _value_metric_pairs, _impress_setting_pairs, _thunderbird_folder_pairs):
         pairs += part(root)
     return pairs
 
