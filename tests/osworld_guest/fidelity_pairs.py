@@ -959,6 +959,38 @@ def _sheet_print_pairs(root: str) -> list[Pair]:
             pair(f"{f}/print-malformed", f, "xlsx/bad.xlsx", "print/gold.xlsx", options=rule)]
 
 
+def _sparkline_xlsx(lines: dict[str, str]) -> bytes:
+    """SALES with a sparkline group (x14, as Calc and Excel save one) drawing each of `lines`: cell -> range."""
+    import re
+
+    with zipfile.ZipFile(io.BytesIO(_xlsx({"Sheet1": SALES}))) as z:
+        members = {name: z.read(name) for name in z.namelist()}
+    each = "".join(f"<x14:sparkline><xm:f>{source}</xm:f><xm:sqref>{cell}</xm:sqref></x14:sparkline>"
+                   for cell, source in lines.items())
+    ext = ('<extLst><ext uri="{05C60535-1F16-4fd2-B633-F4F36F0B64E0}" '
+           'xmlns:x14="http://schemas.microsoft.com/office/spreadsheetml/2009/9/main"><x14:sparklineGroups '
+           'xmlns:xm="http://schemas.microsoft.com/office/excel/2006/main"><x14:sparklineGroup displayEmptyCellsAs="gap">'
+           f'<x14:colorSeries rgb="FF376092"/><x14:sparklines>{each}</x14:sparklines></x14:sparklineGroup>'
+           '</x14:sparklineGroups></ext></extLst>')
+    members["xl/worksheets/sheet1.xml"] = re.sub(rb"</worksheet>", ext.encode() + b"</worksheet>",
+                                                 members["xl/worksheets/sheet1.xml"], count=1)
+    return _zip(members)
+
+
+def _sparkline_pairs(root: str) -> list[Pair]:
+    lines = {"D2": "Sheet1!B2:C2", "D3": "Sheet1!B3:C3", "D4": "Sheet1!B4:C4"}
+    _write(root, "xlsx/spark.xlsx", _sparkline_xlsx(lines))
+    _write(root, "xlsx/spark-near.xlsx", _sparkline_xlsx({**lines, "D4": "Sheet1!B4:B4"}))
+    _write(root, "xlsx/spark-fewer.xlsx", _sparkline_xlsx({"D2": lines["D2"]}))
+    f = "compare_table"
+    rule = {"rules": [{"type": "sparkline", "sheet_idx0": "RNSheet1", "sheet_idx1": "ENSheet1"}]}
+    return [pair(f"{f}/sparkline-exact", f, "xlsx/spark.xlsx", "xlsx/spark.xlsx", options=rule),
+            pair(f"{f}/sparkline-near", f, "xlsx/spark-near.xlsx", "xlsx/spark.xlsx", options=rule),
+            pair(f"{f}/sparkline-fewer", f, "xlsx/spark-fewer.xlsx", "xlsx/spark.xlsx", options=rule),
+            pair(f"{f}/sparkline-far", f, "xlsx/gold.xlsx", "xlsx/spark.xlsx", options=rule),
+            pair(f"{f}/sparkline-malformed", f, "xlsx/bad.xlsx", "xlsx/spark.xlsx", options=rule)]
+
+
 def _table_props_pairs(root: str) -> list[Pair]:
     """compare_table's rules on a sheet's properties: freeze, zoom, data_validation, row_props, col_props,
     filter, chart, style (each against the workbook with all of them set, one set otherwise, none, and a
@@ -978,7 +1010,7 @@ def _table_props_pairs(root: str) -> list[Pair]:
              "data_validation": {"sheet_idx": 0, "dv_props": [{"type": {"method": "eq", "ref": "list"},
                                                                "formula1": {"method": "eq", "ref": '"Yes,No"'}}]}}
     f = "compare_table"
-    pairs = _sheet_print_pairs(root)
+    pairs = _sheet_print_pairs(root) + _sparkline_pairs(root)
     for kind, r in rules.items():
         given = {"rules": [{"type": kind, **r}]}
         pairs += [pair(f"{f}/{kind}-exact", f, "xlsx/props.xlsx", "xlsx/props.xlsx", options=given),
