@@ -969,7 +969,8 @@ def _sparkline_xlsx(lines: dict[str, str]) -> bytes:
                    for cell, source in lines.items())
     ext = ('<extLst><ext uri="{05C60535-1F16-4fd2-B633-F4F36F0B64E0}" '
            'xmlns:x14="http://schemas.microsoft.com/office/spreadsheetml/2009/9/main"><x14:sparklineGroups '
-           'xmlns:xm="http://schemas.microsoft.com/office/excel/2006/main"><x14:sparklineGroup displayEmptyCellsAs="gap">'
+           'xmlns:xm="http://schemas.microsoft.com/office/excel/2006/main">'
+           '<x14:sparklineGroup displayEmptyCellsAs="gap">'
            f'<x14:colorSeries rgb="FF376092"/><x14:sparklines>{each}</x14:sparklines></x14:sparklineGroup>'
            '</x14:sparklineGroups></ext></extLst>')
     members["xl/worksheets/sheet1.xml"] = re.sub(rb"</worksheet>", ext.encode() + b"</worksheet>",
