@@ -992,6 +992,60 @@ def _sparkline_pairs(root: str) -> list[Pair]:
             pair(f"{f}/sparkline-malformed", f, "xlsx/bad.xlsx", "xlsx/spark.xlsx", options=rule)]
 
 
+def _pivot_xlsx(*, data: int = 1, subtotal: str = "sum", rows: int = 0, hidden: tuple[int, ...] = ()) -> bytes:
+    """SALES with a pivot table beside it (openpyxl writes the definition and its cache as given): rows by
+    field `rows`, the `subtotal` of field `data`, the row field's items in `hidden` filtered out."""
+    import datetime
+
+    import openpyxl
+    from openpyxl.pivot.cache import CacheDefinition, CacheField, CacheSource, SharedItems, WorksheetSource
+    from openpyxl.pivot.record import RecordList
+    from openpyxl.pivot.table import DataField, FieldItem, Location, PivotField, RowColField, TableDefinition
+
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.title = "Sheet1"
+    for row in SALES:
+        ws.append(row)
+    cache = CacheDefinition(
+        cacheSource=CacheSource(type="worksheet", worksheetSource=WorksheetSource(ref="A1:C4", sheet="Sheet1")),
+        cacheFields=[CacheField(name=name, sharedItems=SharedItems()) for name in SALES[0]])
+    cache.records = RecordList()
+    fields = []
+    for i in range(3):
+        if i == rows:
+            items = [FieldItem(x=x, h=True if x in hidden else None) for x in range(3)] + [FieldItem(t="default")]
+            fields.append(PivotField(axis="axisRow", showAll=False, items=items))
+        else:
+            fields.append(PivotField(dataField=i == data, showAll=False))
+    table = TableDefinition(name="DataPilot1", cacheId=1, dataCaption="Data",
+                            location=Location(ref="E1:F5", firstHeaderRow=1, firstDataRow=1, firstDataCol=1),
+                            pivotFields=fields, rowFields=[RowColField(x=rows)],
+                            dataFields=[DataField(name=f"{subtotal} - {SALES[0][data]}", fld=data, subtotal=subtotal)])
+    table.cache = cache
+    ws._pivots.append(table)
+    wb.properties.created = wb.properties.modified = datetime.datetime(2024, 1, 1)
+    out = io.BytesIO()
+    wb.save(out)
+    return _restamped(out.getvalue())
+
+
+def _pivot_pairs(root: str) -> list[Pair]:
+    _write(root, "xlsx/pivot.xlsx", _pivot_xlsx())
+    _write(root, "xlsx/pivot-q2.xlsx", _pivot_xlsx(data=2))
+    _write(root, "xlsx/pivot-average.xlsx", _pivot_xlsx(subtotal="average"))
+    _write(root, "xlsx/pivot-filtered.xlsx", _pivot_xlsx(hidden=(1,)))
+    f = "compare_table"
+    rule = {"rules": [{"type": "pivot_table", "sheet_idx0": "RNSheet1", "sheet_idx1": "ENSheet1",
+                       "pivot_props": ["col_fields", "filter", "row_fields", "data_fields"]}]}
+    return [pair(f"{f}/pivot-exact", f, "xlsx/pivot.xlsx", "xlsx/pivot.xlsx", options=rule),
+            pair(f"{f}/pivot-other-field", f, "xlsx/pivot-q2.xlsx", "xlsx/pivot.xlsx", options=rule),
+            pair(f"{f}/pivot-average", f, "xlsx/pivot-average.xlsx", "xlsx/pivot.xlsx", options=rule),
+            pair(f"{f}/pivot-filtered", f, "xlsx/pivot-filtered.xlsx", "xlsx/pivot.xlsx", options=rule),
+            pair(f"{f}/pivot-far", f, "xlsx/gold.xlsx", "xlsx/pivot.xlsx", options=rule),
+            pair(f"{f}/pivot-malformed", f, "xlsx/bad.xlsx", "xlsx/pivot.xlsx", options=rule)]
+
+
 def _table_props_pairs(root: str) -> list[Pair]:
     """compare_table's rules on a sheet's properties: freeze, zoom, data_validation, row_props, col_props,
     filter, chart, style (each against the workbook with all of them set, one set otherwise, none, and a
@@ -1011,7 +1065,7 @@ def _table_props_pairs(root: str) -> list[Pair]:
              "data_validation": {"sheet_idx": 0, "dv_props": [{"type": {"method": "eq", "ref": "list"},
                                                                "formula1": {"method": "eq", "ref": '"Yes,No"'}}]}}
     f = "compare_table"
-    pairs = _sheet_print_pairs(root) + _sparkline_pairs(root)
+    pairs = _sheet_print_pairs(root) + _sparkline_pairs(root) + _pivot_pairs(root)
     for kind, r in rules.items():
         given = {"rules": [{"type": kind, **r}]}
         pairs += [pair(f"{f}/{kind}-exact", f, "xlsx/props.xlsx", "xlsx/props.xlsx", options=given),
