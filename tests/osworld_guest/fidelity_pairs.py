@@ -1357,8 +1357,10 @@ def _chrome_pairs(root: str) -> list[Pair]:
               pair(f"{f}/scheme", f, None, rules={"type": "url", "url": "http://docs.example.org/guide"},
                    value={"title": "Guide", "url": "docs.example.org/guide"}),
               pair(f"{f}/text", f, None, rules=want, value=docs.upper().replace("HTTPS", "https")),
-              pair(f"{f}/suffix", f, None, rules=want, value={"title": "Guide", "url": "https://docs.example.com.sg/guide"}),
-              pair(f"{f}/port", f, None, rules=want, value={"title": "Guide", "url": "https://docs.example.org:8443/guide"}),
+              pair(f"{f}/suffix", f, None, rules=want,
+                   value={"title": "Guide", "url": "https://docs.example.com.sg/guide/"}),
+              pair(f"{f}/port", f, None, rules=want,
+                   value={"title": "Guide", "url": "https://docs.example.org:8443/guide/"}),
               pair(f"{f}/far", f, None, rules=want, value={"title": "News", "url": "https://news.example.org/"}),
               pair(f"{f}/none", f, None, rules=want, value={})]
     f = "is_expected_url_pattern_match"
