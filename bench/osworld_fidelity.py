@@ -13,7 +13,9 @@
    stand as empty modules: the metrics package's __init__ imports every module and their libraries,
    torch among them); the OCR and audio libraries of docs.py and vlc.py (STAND_INS) stand as empty
    modules, used by none of the metrics measured. OSWorld runs on a copy of the files (some of its
-   metrics write beside them).
+   metrics write beside them), and its URL comparison (tldextract) on tldextract's bundled public suffix
+   list: nothing is fetched. A pair's `value` (a getter's JSON: Chrome's tabs, a window's size) is
+   OSWorld's result as it is.
 4. One row per metric: pairs, pairs where OSWorld crashes (no number to compare: listed by id), the
    largest |ours - OSWorld's|, and how many pairs differ by more than TOLERANCE (listed with both numbers).
 
