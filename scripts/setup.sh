@@ -21,7 +21,7 @@ APT_PACKAGES=(
   python3  # the system interpreter the gh-agent uid can run (tests' command agents; the venv may be under /root)
   # the osworld-desktop guest's Python modules, Debian's as there: tests/osworld_guest runs gh_osworld on them
   python3-openpyxl python3-docx python3-pandas python3-pil python3-lxml python3-numpy python3-xlsxwriter
-  python3-cssselect python3-yaml poppler-utils
+  python3-cssselect python3-yaml poppler-utils publicsuffix
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

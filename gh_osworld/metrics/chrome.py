@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from itertools import product
 from typing import Any
@@ -10,13 +11,75 @@ from urllib.parse import urlparse, urlunparse
 from gh_osworld.registry import metric
 from gh_osworld.spec import SpecError
 
+# Debian's publicsuffix package (osworld-desktop's image): the public suffix list, whose ICANN section
+# OSWorld's URL comparison (tldextract, its default list) uses.
+SUFFIX_LIST = "/usr/share/publicsuffix/public_suffix_list.dat"
+_SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+\-.]*://")
+
+
+@functools.cache
+def _suffix_rules(path: str) -> tuple[frozenset[str], frozenset[str], frozenset[str]] | None:
+    """The list's ICANN rules: plain suffixes, the bases of wildcards (`*.ck`: "ck"), exceptions (`!www.ck`);
+    None where the guest has no list."""
+    plain: set[str] = set()
+    wild: set[str] = set()
+    exceptions: set[str] = set()
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if "===BEGIN PRIVATE DOMAINS===" in line:
+                    break
+                rule = line.strip().split(" ", 1)[0].lower()
+                if not rule or rule.startswith("//"):
+                    continue
+                if rule.startswith("!"):
+                    exceptions.add(rule[1:])
+                elif rule.startswith("*."):
+                    wild.add(rule[2:])
+                else:
+                    plain.add(rule)
+    except OSError:
+        return None
+    return frozenset(plain), frozenset(wild), frozenset(exceptions)
+
+
+def _suffix_length(labels: list[str]) -> int:
+    """How many of the host's last labels are its public suffix: the longest listed one (an exception is
+    not one), 0 when its top label is not listed (`localhost`, an address). Without the list, the top label."""
+    rules = _suffix_rules(SUFFIX_LIST)
+    if rules is None:
+        return 1 if len(labels) > 1 else 0
+    plain, wild, exceptions = rules
+    for i in range(len(labels)):
+        name = ".".join(labels[i:])
+        if name in exceptions:
+            return len(labels) - i - 1
+        if name in plain or (i + 1 < len(labels) and ".".join(labels[i + 1:]) in wild):
+            return len(labels) - i
+    return 0
+
+
+def _host(netloc: str) -> str:
+    """The host of a netloc without its user and port, its public suffix dropped, and "www" dropped where it
+    is all that stands before the registered name: www.example.org and example.com.sg are both "example"."""
+    host = netloc.rpartition("@")[2]
+    if not host.startswith("["):
+        host = host.partition(":")[0]
+    labels = host.strip(".").split(".")
+    suffix = _suffix_length(labels)
+    name = labels[:len(labels) - suffix]
+    if not name:
+        return ""
+    sub = ".".join(name[:-1])
+    return name[-1] if sub in ("", "www") else f"{sub}.{name[-1]}"
+
 
 def normal_url(url: str) -> str:
-    """A URL as OSWorld compares them: scheme (http when none) and host lowercased, "www." dropped from the
-    host, a path of only "/" dropped."""
-    parts = urlparse(url)
-    return urlunparse(parts._replace(scheme=(parts.scheme or "http").lower(),
-                                     netloc=parts.netloc.lower().replace("www.", ""),
+    """A URL as OSWorld compares them (desktop-env 1.0.2's compare_urls): http:// put before a URL without a
+    scheme, the scheme and host lowercased, the host as _host gives it, a path of only "/" dropped; the
+    parameters, query and fragment kept."""
+    parts = urlparse(url if _SCHEME.match(url) else "http://" + url)
+    return urlunparse(parts._replace(scheme=parts.scheme.lower(), netloc=_host(parts.netloc.lower()),
                                      path="" if parts.path == "/" else parts.path))
 
 

@@ -247,17 +247,20 @@ def check_transition(result: Any, rules: dict[str, Any], **_: Any) -> bool:
     return next(transition.iter(f"{{{_P}}}{rules['transition_type']}"), None) is not None
 
 
-def _channels(hexrgb: str) -> tuple[int, int, int]:
-    v = hexrgb.lstrip("#")
-    return int(v[0:2], 16), int(v[2:4], 16), int(v[4:6], 16)
+def _osworld_channels(val: str) -> tuple[int, int, int]:
+    """The three numbers desktop-env 1.0.2 reads from an srgbClr's val as red, green and blue: it expects a
+    leading "#", which the XML has not, so it reads the hex digits from the second on in pairs (FF0000 is
+    F0, 00, 0: 240, 0, 0; C00000 is 0, 0, 0). Kept: a page number Impress writes C00000 is not red to OSWorld,
+    nor 0000FF blue, and an agent's score must equal OSWorld's on the same file."""
+    return int(val[1:3], 16), int(val[3:5], 16), int(val[5:7], 16)
 
 
 @metric("check_page_number_colors")
 def check_page_number_colors(result: Any, rules: dict[str, Any], **_: Any) -> bool:
     """The colour the first slide master gives its slide numbers (its last solid RGB fill but one, where
     Impress writes the number placeholder's) is rules.color: red, blue or green when that channel exceeds
-    the other two by more than 50, black when all three are below 50. (OSWorld reads the hex digits one
-    place off; this reads them as written.)"""
+    the other two by more than 50, black when all three are below 50, the channels as OSWorld reads them
+    (_osworld_channels: one place off)."""
     if not result:
         raise Fail("there is no result presentation")
     try:
@@ -269,7 +272,7 @@ def check_page_number_colors(result: Any, rules: dict[str, Any], **_: Any) -> bo
     if len(colors) < 2 or not colors[-2]:
         return False
     try:
-        r, g, b = _channels(str(colors[-2]))
+        r, g, b = _osworld_channels(str(colors[-2]))
     except ValueError:
         return False
     color = rules["color"]

@@ -68,14 +68,21 @@ class _Book:
         return pd.read_excel(self.pd, name)
 
     def printed(self, name: str) -> list[str]:
-        """The sheet's exported CSV, lines stripped, trailing empty lines dropped."""
+        """The sheet's exported CSV, lines stripped, trailing empty lines dropped. A CSV that is not UTF-8 is
+        read as Latin-1, as desktop-env 1.0.2's sheet_print reads it (its next encodings after UTF-8 and
+        UTF-8 with a BOM; Latin-1 reads any bytes)."""
         want = f"{os.path.splitext(os.path.basename(self.path))[0]}-{name}.csv"
         found = [p for p in self.companions if os.path.basename(p) == want or p.endswith(f"-{name}.csv")]
         path = found[0] if found else os.path.join(os.path.dirname(self.path), want)
         try:
-            with open(path, encoding="utf-8") as f:
-                lines = [line.strip() for line in f.read().splitlines()]
-        except (OSError, UnicodeDecodeError) as e:
+            with open(path, "rb") as f:
+                data = f.read()
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                text = data.decode("latin-1")
+            lines = [line.strip() for line in text.splitlines()]
+        except OSError as e:
             if self.ours:
                 raise
             raise Fail(f"the sheet {name!r} as printed ({path}): {e}") from e

@@ -76,39 +76,27 @@ def check_thunderbird_filter(result: str | None, rules: dict[str, Any]) -> float
                  and not any(matches_record(r, f) for r in rules.get("unexpect", []) for f in found))
 
 
-_MESSAGE_START = re.compile(r"^From - ", re.MULTILINE | re.IGNORECASE)
-_DELETED = re.compile(r"X-Mozilla-Status: 000[89]")
-
-
-def messages(text: str, options: dict[str, Any]) -> str:
-    """A folder's messages (an mbox: each starts with a `From - ` line) normalised and sorted:
-    `ignore_status` drops X-Mozilla-Status headers, `ignore_keys` X-Mozilla-Keys, `remove_deleted`
-    (default) drops messages marked deleted, `remove_duplicate` (default) keeps one of each."""
-    found = []
-    for body in _MESSAGE_START.split(text.strip()):
-        if not body.strip():
-            continue
-        if options.get("remove_deleted", True) and _DELETED.search(body):
-            continue
-        if options.get("ignore_status", False):
-            body = re.sub(r"X-Mozilla-Status\d?:[ \t\d]+\n?", "", body)
-        if options.get("ignore_keys", False):
-            body = re.sub(r"X-Mozilla-Keys:[^\n]*\n", "", body)
-        found.append("From - " + body.strip())
+def osworld_messages(text: str, options: dict[str, Any]) -> list[str]:
+    """What desktop-env 1.0.2's check_thunderbird_folder compares of a folder (an mbox). It splits the text
+    at "FROM - " in upper case and keeps only the parts that are blank, each as "FROM - "; Thunderbird
+    starts each message with "From - ", so a folder with mail has no such part and an empty folder has
+    one. `remove_duplicate` (default) keeps one of each. Kept as OSWorld scores it: two folders with any
+    mail compare equal, an empty one equals only an empty one (docs/osworld.md)."""
+    found = ["FROM - " for part in text.strip().split("FROM - ") if not part.strip()]
     if options.get("remove_duplicate", True):
         found = list(set(found))
-    return "\n".join(sorted(found))
+    return sorted(found)
 
 
 @metric("check_thunderbird_folder")
 def check_thunderbird_folder(result: Any, expected: Any, **options: Any) -> float:
-    """Each folder file holds the same messages as its gold file (a path, or lists of them)."""
+    """Each folder file compares to its gold file (a path, or lists of them) as osworld_messages reads them."""
     mine = result if isinstance(result, list) else [result]
     gold = expected if isinstance(expected, list) else [expected]
     for r, e in zip(mine, gold, strict=False):
         if r is None or e is None:
             return 0.0
         gold_text = ours_text(e) if is_ours(e) else agent_text(e, what="the folder")
-        if messages(agent_text(r, what="the folder"), options) != messages(gold_text, options):
+        if osworld_messages(agent_text(r, what="the folder"), options) != osworld_messages(gold_text, options):
             return 0.0
     return 1.0

@@ -6,8 +6,10 @@ user changes it. An option's value is its uncommented line's, else the default V
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlparse
 from xml.etree import ElementTree
 
 from gh_osworld.reading import agent_text
@@ -28,10 +30,41 @@ def _want(rules: dict[str, Any], key: str) -> str:
     return str(rules[key])
 
 
+# Where OSWorld's is_vlc_playing (desktop-env 1.0.2) looks for what is playing, in order: the first of these
+# meta entries with text is the one compared.
+_NAME_INFO = ("filename", "title", "uri", "location", "name")
+_URL_INFO = ("url", "URI", "location", "title", "filename")
+_URL_STREAM_INFO = ("Codec", "Type", "Language")
+
+
+def _first_info(tree: ElementTree.Element, category: str, names: tuple[str, ...]) -> str | None:
+    for name in names:
+        text = tree.findtext(f'information/category[@name="{category}"]/info[@name="{name}"]')
+        if text:
+            return text
+    return None
+
+
+def _url_plays(info: str, want: str) -> bool:
+    """The URL VLC names is the expected one: it contains it; or it is the expected URL's file name alone
+    (VLC names an HLS stream by its playlist's file); or it is a URL on the same host whose path contains
+    the expected path."""
+    if want in info:
+        return True
+    expected = urlparse(want)
+    if info == posixpath.basename(expected.path):
+        return True
+    if "://" not in info:
+        return False
+    actual = urlparse(info)
+    return actual.netloc == expected.netloc and expected.path in actual.path
+
+
 @metric("is_vlc_playing")
 def is_vlc_playing(result: str | None, rules: dict[str, Any]) -> float:
-    """VLC's state (status.xml's text, getters/apps.py vlc_playing_info) is "playing", and its file name
-    (`type: file_name`) or URL (`type: url`) ends with the expected one."""
+    """VLC's state (status.xml's text, getters/apps.py vlc_playing_info) is "playing", and what it plays
+    is the expected file (`type: file_name`: the first of _NAME_INFO given ends with it) or URL (`type: url`:
+    the first of _URL_INFO given, else of the first stream's _URL_STREAM_INFO, names it: _url_plays)."""
     if result is None:
         return 0.0
     try:
@@ -41,11 +74,13 @@ def is_vlc_playing(result: str | None, rules: dict[str, Any]) -> float:
     if tree.findtext("state") != "playing":
         return 0.0
     kind = rules.get("type")
-    if kind not in ("file_name", "url"):
-        raise SpecError(f"is_vlc_playing: type {kind!r} is not known")
-    info = "filename" if kind == "file_name" else "url"
-    value = tree.findtext(f'information/category[@name="meta"]/info[@name="{info}"]')
-    return float(bool(value) and str(value).endswith(rules[kind]))
+    if kind == "file_name":
+        info = _first_info(tree, "meta", _NAME_INFO)
+        return float(info is not None and info.endswith(rules["file_name"]))
+    if kind == "url":
+        info = _first_info(tree, "meta", _URL_INFO) or _first_info(tree, "Stream 0", _URL_STREAM_INFO)
+        return float(info is not None and _url_plays(info, rules["url"]))
+    raise SpecError(f"is_vlc_playing: type {kind!r} is not known")
 
 
 @metric("is_vlc_recordings_folder")

@@ -52,6 +52,8 @@ PACKAGES = [
     # What gh_osworld reads with beyond those: PDFs' text (compare_pdfs, PDF members of archives),
     # the CSS selectors of check_accessibility_tree, YAML files (check_json with is_yaml).
     "poppler-utils", "python3-cssselect", "python3-yaml",
+    # The public suffix list, by which Chrome's metrics compare URLs as OSWorld does (metrics/chrome.py).
+    "publicsuffix",
     # What the pinned scikit-image (pypi.txt) runs on beside numpy and Pillow.
     "python3-scipy", "python3-packaging",
     # What the tasks' setups `apt install` from the network, which a machine here does not have: in the image,

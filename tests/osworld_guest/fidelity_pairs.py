@@ -14,7 +14,9 @@ edit), a far one (another document) and a malformed one (the agent's file is no 
      "rules": {...} | null, "text": TEXT | null, "options": {...}}
 
 FILE is relative to DIR; `rules` stands where OSWorld passes a rule dict as the expected value; `text`,
-where it is set, is the result itself (a command's output: the vm_command_line getter prints it here).
+where it is set, is the result itself (a command's output: the vm_command_line getter prints it here);
+`value`, where it is set, is the result as a getter of the machine's state gives it (JSON: Chrome's tabs,
+a window's size), handed to ours by the rule getter; `read`: ours gets the result file's text.
 """
 
 from __future__ import annotations
@@ -41,10 +43,12 @@ def _write(root: str, name: str, data: bytes | str) -> str:
 
 def pair(pid: str, func: str, result: str | None, expected: str | None = None, *,
          rules: dict[str, Any] | None = None, text: str | None = None, options: dict[str, Any] | None = None,
-         **more: Any) -> Pair:
-    """`rules`: OSWorld's expected rule dict; `options` (or keywords): the metric's options."""
+         read: bool = False, value: Any = None, **more: Any) -> Pair:
+    """`rules`: OSWorld's expected rule dict; `options` (or keywords): the metric's options. `read`: our
+    getter hands the metric the result file's text where OSWorld's hands it the file (VLC's status).
+    `value`: the result itself, a getter's JSON (Chrome's tabs, bookmarks, ...), where it is not None."""
     return {"id": pid, "func": func, "result": result, "expected": expected, "rules": rules, "text": text,
-            "options": {**(options or {}), **more}}
+            "read": read, "value": value, "options": {**(options or {}), **more}}
 
 
 # -- images --
@@ -892,6 +896,185 @@ def _table_rule_pairs() -> list[Pair]:
                                                                                           "ref": "North"}))]
 
 
+def _props_xlsx(*, freeze: str = "B2", zoom: int = 150, height: float = 30, width: float = 20, pick: str = "North",
+                title: str = "Sales", bold: bool = True, validation: str = '"Yes,No"') -> bytes:
+    """SALES with a sheet's properties set as Calc saves them: frozen panes, zoom, a list validation, a row's
+    height, columns' widths (one hidden), an autofilter with a picked value, a bar chart, a bold filled cell."""
+    import datetime
+
+    import openpyxl
+    from openpyxl.chart import BarChart, Reference
+    from openpyxl.styles import Font, PatternFill
+    from openpyxl.worksheet.datavalidation import DataValidation
+
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.title = "Sheet1"
+    for row in SALES:
+        ws.append(row)
+    ws.freeze_panes = freeze
+    ws.sheet_view.zoomScale = zoom
+    dv = DataValidation(type="list", formula1=validation, allow_blank=True)
+    dv.add("D2:D4")
+    ws.add_data_validation(dv)
+    ws.row_dimensions[1].height = height
+    ws.column_dimensions["A"].width = width
+    ws.column_dimensions["C"].hidden = True
+    ws.auto_filter.ref = "A1:C4"
+    ws.auto_filter.add_filter_column(0, [pick])
+    chart = BarChart()
+    chart.title = title
+    chart.add_data(Reference(ws, min_col=2, min_row=1, max_col=3, max_row=4), titles_from_data=True)
+    chart.set_categories(Reference(ws, min_col=1, min_row=2, max_row=4))
+    ws.add_chart(chart, "E2")
+    ws["A1"].font = Font(bold=bold)
+    ws["A1"].fill = PatternFill("solid", fgColor="FFFF00")
+    wb.properties.created = wb.properties.modified = datetime.datetime(2024, 1, 1)
+    out = io.BytesIO()
+    wb.save(out)
+    return _restamped(out.getvalue())
+
+
+def _sheet_print_pairs(root: str) -> list[Pair]:
+    """sheet_print: each workbook's sheet as Calc prints it to `<book>-<sheet>.csv` beside it (the task's
+    postconfig exports it)."""
+    printed = "Region,Q1,Q2\nNorth,120,135.5\nZürich,98,101.25\n\n"
+    _write(root, "print/gold.xlsx", _xlsx({"Sheet1": SALES}))
+    _write(root, "print/gold-Sheet1.csv", printed)
+    for name, text in (("exact", printed.replace("\n", "\r\n") + "\n"), ("near", printed.replace("135.5", "135.4")),
+                       ("case", printed.upper()), ("latin1", printed.encode("latin-1")), ("far", "x\n1\n")):
+        _write(root, f"print/{name}.xlsx", _xlsx({"Sheet1": SALES}))
+        _write(root, f"print/{name}-Sheet1.csv", text)
+    _write(root, "print/unprinted.xlsx", _xlsx({"Sheet1": SALES}))
+    f = "compare_table"
+    rule = {"rules": [{"type": "sheet_print", "sheet_idx0": "RNSheet1", "sheet_idx1": "ENSheet1"}]}
+    caseless = {"rules": [{**rule["rules"][0], "ignore_case": True}]}
+    return [pair(f"{f}/print-exact", f, "print/exact.xlsx", "print/gold.xlsx", options=rule),
+            pair(f"{f}/print-near", f, "print/near.xlsx", "print/gold.xlsx", options=rule),
+            pair(f"{f}/print-case", f, "print/case.xlsx", "print/gold.xlsx", options=rule),
+            pair(f"{f}/print-ignore-case", f, "print/case.xlsx", "print/gold.xlsx", options=caseless),
+            pair(f"{f}/print-latin1", f, "print/latin1.xlsx", "print/gold.xlsx", options=rule),
+            pair(f"{f}/print-far", f, "print/far.xlsx", "print/gold.xlsx", options=rule),
+            pair(f"{f}/print-unprinted", f, "print/unprinted.xlsx", "print/gold.xlsx", options=rule),
+            pair(f"{f}/print-malformed", f, "xlsx/bad.xlsx", "print/gold.xlsx", options=rule)]
+
+
+def _sparkline_xlsx(lines: dict[str, str]) -> bytes:
+    """SALES with a sparkline group (x14, as Calc and Excel save one) drawing each of `lines`: cell -> range."""
+    import re
+
+    with zipfile.ZipFile(io.BytesIO(_xlsx({"Sheet1": SALES}))) as z:
+        members = {name: z.read(name) for name in z.namelist()}
+    each = "".join(f"<x14:sparkline><xm:f>{source}</xm:f><xm:sqref>{cell}</xm:sqref></x14:sparkline>"
+                   for cell, source in lines.items())
+    ext = ('<extLst><ext uri="{05C60535-1F16-4fd2-B633-F4F36F0B64E0}" '
+           'xmlns:x14="http://schemas.microsoft.com/office/spreadsheetml/2009/9/main"><x14:sparklineGroups '
+           'xmlns:xm="http://schemas.microsoft.com/office/excel/2006/main">'
+           '<x14:sparklineGroup displayEmptyCellsAs="gap">'
+           f'<x14:colorSeries rgb="FF376092"/><x14:sparklines>{each}</x14:sparklines></x14:sparklineGroup>'
+           '</x14:sparklineGroups></ext></extLst>')
+    members["xl/worksheets/sheet1.xml"] = re.sub(rb"</worksheet>", ext.encode() + b"</worksheet>",
+                                                 members["xl/worksheets/sheet1.xml"], count=1)
+    return _zip(members)
+
+
+def _sparkline_pairs(root: str) -> list[Pair]:
+    lines = {"D2": "Sheet1!B2:C2", "D3": "Sheet1!B3:C3", "D4": "Sheet1!B4:C4"}
+    _write(root, "xlsx/spark.xlsx", _sparkline_xlsx(lines))
+    _write(root, "xlsx/spark-near.xlsx", _sparkline_xlsx({**lines, "D4": "Sheet1!B4:B4"}))
+    _write(root, "xlsx/spark-fewer.xlsx", _sparkline_xlsx({"D2": lines["D2"]}))
+    f = "compare_table"
+    rule = {"rules": [{"type": "sparkline", "sheet_idx0": "RNSheet1", "sheet_idx1": "ENSheet1"}]}
+    return [pair(f"{f}/sparkline-exact", f, "xlsx/spark.xlsx", "xlsx/spark.xlsx", options=rule),
+            pair(f"{f}/sparkline-near", f, "xlsx/spark-near.xlsx", "xlsx/spark.xlsx", options=rule),
+            pair(f"{f}/sparkline-fewer", f, "xlsx/spark-fewer.xlsx", "xlsx/spark.xlsx", options=rule),
+            pair(f"{f}/sparkline-far", f, "xlsx/gold.xlsx", "xlsx/spark.xlsx", options=rule),
+            pair(f"{f}/sparkline-malformed", f, "xlsx/bad.xlsx", "xlsx/spark.xlsx", options=rule)]
+
+
+def _pivot_xlsx(*, data: int = 1, subtotal: str = "sum", rows: int = 0, hidden: tuple[int, ...] = ()) -> bytes:
+    """SALES with a pivot table beside it (openpyxl writes the definition and its cache as given): rows by
+    field `rows`, the `subtotal` of field `data`, the row field's items in `hidden` filtered out."""
+    import datetime
+
+    import openpyxl
+    from openpyxl.pivot.cache import CacheDefinition, CacheField, CacheSource, SharedItems, WorksheetSource
+    from openpyxl.pivot.record import RecordList
+    from openpyxl.pivot.table import DataField, FieldItem, Location, PivotField, RowColField, TableDefinition
+
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.title = "Sheet1"
+    for row in SALES:
+        ws.append(row)
+    cache = CacheDefinition(
+        cacheSource=CacheSource(type="worksheet", worksheetSource=WorksheetSource(ref="A1:C4", sheet="Sheet1")),
+        cacheFields=[CacheField(name=name, sharedItems=SharedItems()) for name in SALES[0]])
+    cache.records = RecordList()
+    fields = []
+    for i in range(3):
+        if i == rows:
+            items = [FieldItem(x=x, h=True if x in hidden else None) for x in range(3)] + [FieldItem(t="default")]
+            fields.append(PivotField(axis="axisRow", showAll=False, items=items))
+        else:
+            fields.append(PivotField(dataField=i == data, showAll=False))
+    table = TableDefinition(name="DataPilot1", cacheId=1, dataCaption="Data",
+                            location=Location(ref="E1:F5", firstHeaderRow=1, firstDataRow=1, firstDataCol=1),
+                            pivotFields=fields, rowFields=[RowColField(x=rows)],
+                            dataFields=[DataField(name=f"{subtotal} - {SALES[0][data]}", fld=data, subtotal=subtotal)])
+    table.cache = cache
+    ws._pivots.append(table)
+    wb.properties.created = wb.properties.modified = datetime.datetime(2024, 1, 1)
+    out = io.BytesIO()
+    wb.save(out)
+    return _restamped(out.getvalue())
+
+
+def _pivot_pairs(root: str) -> list[Pair]:
+    _write(root, "xlsx/pivot.xlsx", _pivot_xlsx())
+    _write(root, "xlsx/pivot-q2.xlsx", _pivot_xlsx(data=2))
+    _write(root, "xlsx/pivot-average.xlsx", _pivot_xlsx(subtotal="average"))
+    _write(root, "xlsx/pivot-filtered.xlsx", _pivot_xlsx(hidden=(1,)))
+    f = "compare_table"
+    rule = {"rules": [{"type": "pivot_table", "sheet_idx0": "RNSheet1", "sheet_idx1": "ENSheet1",
+                       "pivot_props": ["col_fields", "filter", "row_fields", "data_fields"]}]}
+    return [pair(f"{f}/pivot-exact", f, "xlsx/pivot.xlsx", "xlsx/pivot.xlsx", options=rule),
+            pair(f"{f}/pivot-other-field", f, "xlsx/pivot-q2.xlsx", "xlsx/pivot.xlsx", options=rule),
+            pair(f"{f}/pivot-average", f, "xlsx/pivot-average.xlsx", "xlsx/pivot.xlsx", options=rule),
+            pair(f"{f}/pivot-filtered", f, "xlsx/pivot-filtered.xlsx", "xlsx/pivot.xlsx", options=rule),
+            pair(f"{f}/pivot-far", f, "xlsx/gold.xlsx", "xlsx/pivot.xlsx", options=rule),
+            pair(f"{f}/pivot-malformed", f, "xlsx/bad.xlsx", "xlsx/pivot.xlsx", options=rule)]
+
+
+def _table_props_pairs(root: str) -> list[Pair]:
+    """compare_table's rules on a sheet's properties: freeze, zoom, data_validation, row_props, col_props,
+    filter, chart, style (each against the workbook with all of them set, one set otherwise, none, and a
+    file that is no workbook)."""
+    _write(root, "xlsx/props.xlsx", _props_xlsx())
+    near = {"freeze": dict(freeze="B3"), "zoom": dict(zoom=140), "row_props": dict(height=28),
+            "col_props": dict(width=18), "filter": dict(pick="South"), "chart": dict(title="Sale"),
+            "style": dict(bold=False), "data_validation": dict(validation='"Yes,No,Maybe"')}
+    for kind, change in near.items():
+        _write(root, f"xlsx/props-{kind}.xlsx", _props_xlsx(**change))  # type: ignore[arg-type]
+    both = {"sheet_idx0": "RI0", "sheet_idx1": "EI0"}
+    rules = {"freeze": both, "row_props": {**both, "props": ["height", "hidden"]},
+             "col_props": {**both, "props": ["width", "hidden"]}, "filter": both,
+             "chart": {**both, "chart_props": ["type", "title", "direction"]},
+             "style": {**both, "props": ["font_bold", "font_size", "fill_type", "bgcolor"]},
+             "zoom": {"sheet_idx": 0, "method": "ge", "ref": 150},
+             "data_validation": {"sheet_idx": 0, "dv_props": [{"type": {"method": "eq", "ref": "list"},
+                                                               "formula1": {"method": "eq", "ref": '"Yes,No"'}}]}}
+    f = "compare_table"
+    pairs = _sheet_print_pairs(root) + _sparkline_pairs(root) + _pivot_pairs(root)
+    for kind, r in rules.items():
+        given = {"rules": [{"type": kind, **r}]}
+        pairs += [pair(f"{f}/{kind}-exact", f, "xlsx/props.xlsx", "xlsx/props.xlsx", options=given),
+                  pair(f"{f}/{kind}-near", f, f"xlsx/props-{kind}.xlsx", "xlsx/props.xlsx", options=given),
+                  pair(f"{f}/{kind}-far", f, "xlsx/gold.xlsx", "xlsx/props.xlsx", options=given),
+                  pair(f"{f}/{kind}-malformed", f, "xlsx/bad.xlsx", "xlsx/props.xlsx", options=given)]
+    return pairs
+
+
 def _pptx(slides: list[tuple[str, str]]) -> bytes:
     import datetime
 
@@ -988,12 +1171,518 @@ def _slide_pairs(root: str) -> list[Pair]:
             pair(f"{f}/malformed", f, "pptx/bad.pptx", "pptx/gold.pptx")]
 
 
+# -- VLC, Thunderbird, the accessibility tree: files and texts as their getters give them --
+
+def _vlcrc(**values: str) -> str:
+    """A vlcrc as VLC writes it: every option a comment with its default until it is set (then uncommented)."""
+    defaults = {"qt-bgcone": "1", "qt-max-volume": "125", "qt-minimal-view": "0",
+                "qt-slider-colours": "153;210;153;20;210;20;255;199;15;245;39;29", "global-key-play-pause": "",
+                "one-instance-when-started-from-file": "1", "input-record-path": ""}
+    lines = ["###", "###  vlc 3.0.18", "###", "", "[qt] # Qt interface", ""]
+    for name, default in defaults.items():
+        lines += [f"# {name.replace('-', ' ')} (string)",
+                  f"{name}={values[name]}" if name in values else f"#{name}={default}", ""]
+    return "\n".join(lines) + "\n"
+
+
+def _vlc_status(state: str, **meta: str) -> str:
+    """VLC's HTTP status.xml: its state and the playing item's meta data."""
+    infos = "".join(f"<info name='{k}'>{v}</info>" for k, v in meta.items())
+    return (f"<?xml version=\"1.0\" encoding=\"utf-8\" standalone=\"yes\" ?>\n<root><fullscreen>false</fullscreen>"
+            f"<volume>256</volume><state>{state}</state><information><category name=\"meta\">{infos}</category>"
+            f"</information></root>\n")
+
+
+def _vlc_pairs(root: str) -> list[Pair]:
+    _write(root, "vlc/default.vlcrc", _vlcrc())
+    _write(root, "vlc/set.vlcrc", _vlcrc(**{
+        "qt-bgcone": "0", "qt-max-volume": "200", "qt-minimal-view": "1", "qt-slider-colours":
+        "10;20;30;40;50;60;70;80;90;0;0;0",
+        "global-key-play-pause": "Ctrl+Space",
+        "one-instance-when-started-from-file": "0", "input-record-path": "/home/user/Desktop"}))
+    _write(root, "vlc/bad.vlcrc", b"\xff\xfe[qt]\x00\x81 not text")
+    pairs: list[Pair] = []
+    for f, key, set_to, default, near in (
+            ("check_qt_bgcone", "expected_qt_bgcone", "0", "1", None),
+            ("check_qt_max_volume", "expected_qt_max_volume", "200", "125", "150"),
+            ("check_qt_minimal_view", "expected_qt_minimal_view", "1", "0", None),
+            ("check_global_key_play_pause", "expected_global_key_play_pause", "1", "0", None),
+            ("check_one_instance_when_started_from_file", "expected_one_instance_when_started_from_file", "0",
+             "1", None)):
+        pairs += [pair(f"{f}/exact", f, "vlc/set.vlcrc", rules={key: set_to}),
+                  pair(f"{f}/untouched", f, "vlc/default.vlcrc", rules={key: set_to}),
+                  pair(f"{f}/default", f, "vlc/default.vlcrc", rules={key: default}),
+                  pair(f"{f}/number", f, "vlc/set.vlcrc", rules={key: int(set_to)}),
+                  pair(f"{f}/malformed", f, "vlc/bad.vlcrc", rules={key: set_to})]
+        if near is not None:
+            pairs.append(pair(f"{f}/near", f, "vlc/set.vlcrc", rules={key: near}))
+    f = "check_qt_slider_colours"
+    dark = "10;20;30;40;50;60;70;80;90;0;0;0"
+    pairs += [pair(f"{f}/exact", f, "vlc/set.vlcrc", rules={"type": "match", "expected_qt_slider_colours": dark}),
+              pair(f"{f}/near", f, "vlc/set.vlcrc", rules={"type": "match",
+                                                             "expected_qt_slider_colours": dark.replace("90", "91")}),
+              pair(f"{f}/blackish", f, "vlc/set.vlcrc", rules={"type": "blackish"}),
+              pair(f"{f}/untouched-blackish", f, "vlc/default.vlcrc", rules={"type": "blackish"}),
+              pair(f"{f}/malformed", f, "vlc/bad.vlcrc", rules={"type": "blackish"})]
+    f = "is_vlc_recordings_folder"
+    pairs += [pair(f"{f}/exact", f, "vlc/set.vlcrc", rules={"recording_file_path": "/home/user/Desktop"}),
+              pair(f"{f}/near", f, "vlc/set.vlcrc", rules={"recording_file_path": "/home/user/Desktop/"}),
+              pair(f"{f}/untouched", f, "vlc/default.vlcrc", rules={"recording_file_path": "/home/user/Desktop"}),
+              pair(f"{f}/malformed", f, "vlc/bad.vlcrc", rules={"recording_file_path": "/home/user/Desktop"})]
+    stream = "https://media.example.org/live/news/stream.m3u8"
+    _write(root, "vlc/playing.xml", _vlc_status("playing", filename="Rick Astley.mp4"))
+    _write(root, "vlc/paused.xml", _vlc_status("paused", filename="Rick Astley.mp4"))
+    _write(root, "vlc/other.xml", _vlc_status("playing", filename="Never Gonna.mp4"))
+    _write(root, "vlc/titled.xml", _vlc_status("playing", title="Rick Astley.mp4"))
+    _write(root, "vlc/stream.xml", _vlc_status("playing", url=stream))
+    _write(root, "vlc/stream-name.xml", _vlc_status("playing", filename="stream.m3u8"))
+    _write(root, "vlc/stream-longer.xml", _vlc_status("playing", url="https://media.example.org/live/news/stream.m3u8?t=1"))
+    _write(root, "vlc/stream-other.xml", _vlc_status("playing", url="https://other.example.org/stream.m3u8"))
+    _write(root, "vlc/bad.xml", "<root><state>playing</state>")
+    f = "is_vlc_fullscreen"
+    screen = {"width": 1920, "height": 1080}
+    pairs += [pair(f"{f}/exact", f, None, rules=screen, value={"width": 1920, "height": 1080}),
+              pair(f"{f}/near", f, None, rules=screen, value={"width": 1920, "height": 1053}),
+              pair(f"{f}/far", f, None, rules=screen, value={"width": 800, "height": 600}),
+              pair(f"{f}/none", f, None, rules=screen, value={})]
+    f = "is_vlc_playing"
+    name = {"type": "file_name", "file_name": "Rick Astley.mp4"}
+    url = {"type": "url", "url": stream}
+    pairs += [pair(f"{f}/exact", f, "vlc/playing.xml", rules=name, read=True),
+              pair(f"{f}/paused", f, "vlc/paused.xml", rules=name, read=True),
+              pair(f"{f}/far", f, "vlc/other.xml", rules=name, read=True),
+              pair(f"{f}/title", f, "vlc/titled.xml", rules=name, read=True),
+              pair(f"{f}/url", f, "vlc/stream.xml", rules=url, read=True),
+              pair(f"{f}/url-file-name", f, "vlc/stream-name.xml", rules=url, read=True),
+              pair(f"{f}/url-longer", f, "vlc/stream-longer.xml", rules=url, read=True),
+              pair(f"{f}/url-far", f, "vlc/stream-other.xml", rules=url, read=True),
+              pair(f"{f}/malformed", f, "vlc/bad.xml", rules=name, read=True)]
+    return pairs
+
+
+def _thunderbird_pairs(root: str) -> list[Pair]:
+    prefs = ['// Mozilla User Preferences', '', 'user_pref("mail.spellcheck.inline", false);',
+             'user_pref("mailnews.default_sort_order", 2);',
+             'user_pref("mail.identity.id1.fullName", "Ana \\"A\\" Lima");',
+             'user_pref("browser.cache.disk.capacity", 1048576);']
+    _write(root, "tb/prefs.js", "\n".join(prefs) + "\n")
+    _write(root, "tb/near-prefs.js", "\n".join([*prefs[:-1], 'user_pref("mailnews.default_sort_order", 1);']) + "\n")
+    _write(root, "tb/empty-prefs.js", "// Mozilla User Preferences\n")
+    _write(root, "tb/bad-prefs.js", b"\xff\xfeuser_pref(\x81")
+    f = "check_thunderbird_prefs"
+    want = {"expect": {"mail.spellcheck.inline": {"method": "eq", "ref": False},
+                       "mailnews.default_sort_order": {"method": "eq", "ref": 2}},
+            "unexpect": {"browser.cache.disk.capacity": {"method": "eq", "ref": 0}}}
+    pairs = [pair(f"{f}/exact", f, "tb/prefs.js", rules=want),
+             pair(f"{f}/near", f, "tb/near-prefs.js", rules=want),
+             pair(f"{f}/far", f, "tb/empty-prefs.js", rules=want),
+             pair(f"{f}/quoted", f, "tb/prefs.js", rules={"expect": {"mail.identity.id1.fullName": {
+                 "method": "eq", "ref": 'Ana "A" Lima'}}}),
+             pair(f"{f}/unexpected", f, "tb/prefs.js", rules={"unexpect": {"mail.spellcheck.inline": {
+                 "method": "eq", "ref": False}}}),
+             pair(f"{f}/malformed", f, "tb/bad-prefs.js", rules=want)]
+
+    def rules_file(*filters: tuple[str, str, str, str]) -> str:
+        lines = ['version="9"', 'logging="no"']
+        for name, enabled, value, condition in filters:
+            lines += [f'name="{name}"', f'enabled="{enabled}"', 'type="17"', 'action="Move to folder"',
+                      f'actionValue="{value}"', f'condition="{condition}"']
+        return "\n".join(lines) + "\n"
+
+    spam = ("Discounts", "yes", "mailbox://nobody@Local%20Folders/Promotions", 'AND (subject,contains,discount)')
+    boss = ("Boss", "yes", "mailbox://nobody@Local%20Folders/Work",
+            'OR (from,contains,boss@example.org) OR (subject,is,\\"urgent\\")')
+    _write(root, "tb/msgFilterRules.dat", rules_file(spam, boss))
+    _write(root, "tb/near-filters.dat", rules_file((spam[0], "no", *spam[2:])))
+    _write(root, "tb/no-filters.dat", 'version="9"\nlogging="no"\n')
+    _write(root, "tb/bad-filters.dat", b"\xff\xfename=\x81")
+    f = "check_thunderbird_filter"
+    want_f = {"expect": [{"name": "Discounts", "enabled": "yes", "action": "Move to folder",
+                          "actionValue": "mailbox://nobody@Local%20Folders/Promotions",
+                          "condition": ["AND (subject,contains,discount)"]}]}
+    pairs += [pair(f"{f}/exact", f, "tb/msgFilterRules.dat", rules=want_f),
+              pair(f"{f}/near", f, "tb/near-filters.dat", rules=want_f),
+              pair(f"{f}/far", f, "tb/no-filters.dat", rules=want_f),
+              pair(f"{f}/quoted-condition", f, "tb/msgFilterRules.dat", rules={"expect": [{
+                  "name": "Boss", "condition": ["OR (from,contains,boss@example.org)", 'OR (subject,is,"urgent")']}]}),
+              pair(f"{f}/unexpected", f, "tb/msgFilterRules.dat", rules={"unexpect": [{"name": "Boss"}]}),
+              pair(f"{f}/malformed", f, "tb/bad-filters.dat", rules=want_f)]
+    return pairs
+
+
+def _a11y_tree(address: str) -> str:
+    """An accessibility tree as gh_osworld/a11y.py writes it (its namespaces): Chromium with an address bar."""
+    ns = " ".join(f'xmlns:{k}="{v}"' for k, v in (
+        ("st", "uri:deskat:state.at-spi.gnome.org"), ("attr", "uri:deskat:attributes.at-spi.gnome.org"),
+        ("cp", "uri:deskat:component.at-spi.gnome.org")))
+    return (f'<desktop-frame {ns} name="main"><application name="Chromium"><frame name="Settings - Chromium" '
+            f'st:showing="true"><entry name="Address and search bar" st:focused="true">{address}</entry>'
+            f'<push-button name="Reload" cp:screencoord="(87, 84)"/><label name="Font size">Medium</label>'
+            f'</frame></application></desktop-frame>')
+
+
+def _a11y_pairs(root: str) -> list[Pair]:
+    f = "check_accessibility_tree"
+    tree = _a11y_tree("chrome://settings/fonts")
+    bar = ["application[name=Chromium] entry[name=\"Address and search bar\"]"]
+
+    def rule(**r: Any) -> list[dict[str, Any]]:
+        return [r]
+    return [pair(f"{f}/exact", f, None, text=tree, rules=rule(selectors=bar, text="chrome://settings/fonts",
+                                                              exact=True)),
+            pair(f"{f}/near-exact", f, None, text=tree, rules=rule(selectors=bar, text="chrome://settings/font",
+                                                                   exact=True)),
+            pair(f"{f}/near-fuzzy", f, None, text=tree, rules=rule(selectors=bar, text="chrome://settings/font",
+                                                                   exact=False)),
+            pair(f"{f}/fuzzy-two", f, None, text=tree,
+                 rules=[{"selectors": bar, "text": "chrome://settings/appearance", "exact": False},
+                        {"xpath": "//label[@name='Font size']", "text": "Large", "exact": False}]),
+            pair(f"{f}/xpath", f, None, text=tree, rules=rule(xpath="//push-button[@name='Reload']")),
+            pair(f"{f}/far", f, None, text=tree, rules=rule(selectors=["application[name=Firefox] entry"])),
+            pair(f"{f}/empty-text", f, None, text=tree, rules=rule(xpath="//push-button", text="Reload", exact=False)),
+            pair(f"{f}/malformed", f, None, text="<desktop-frame><application", rules=rule(xpath="//entry"))]
+
+
+def _chrome_pairs(root: str) -> list[Pair]:
+    """Chrome's metrics on what its getters give (the front tab, the tabs, bookmarks, history rows, cookie
+    rows, flags, font sizes, extensions, desktop shortcuts), as values: no browser runs here."""
+    docs = "https://docs.example.org/guide/"
+    tab = {"title": "Guide", "url": "https://www.docs.example.org/guide/"}
+    pairs: list[Pair] = []
+    f = "is_expected_active_tab"
+    want = {"type": "url", "url": docs}
+    pairs += [pair(f"{f}/exact", f, None, rules=want, value={"title": "Guide", "url": docs}),
+              pair(f"{f}/www", f, None, rules=want, value=tab),
+              pair(f"{f}/near", f, None, rules=want, value={"title": "Guide", "url": docs + "install"}),
+              pair(f"{f}/scheme", f, None, rules={"type": "url", "url": "http://docs.example.org/guide"},
+                   value={"title": "Guide", "url": "docs.example.org/guide"}),
+              pair(f"{f}/text", f, None, rules=want, value=docs.upper().replace("HTTPS", "https")),
+              pair(f"{f}/suffix", f, None, rules=want,
+                   value={"title": "Guide", "url": "https://docs.example.com.sg/guide/"}),
+              pair(f"{f}/port", f, None, rules=want,
+                   value={"title": "Guide", "url": "https://docs.example.org:8443/guide/"}),
+              pair(f"{f}/far", f, None, rules=want, value={"title": "News", "url": "https://news.example.org/"}),
+              pair(f"{f}/none", f, None, rules=want, value={})]
+    f = "is_expected_url_pattern_match"
+    pattern = {"expected": [r"docs\.example\.org", r"/guide/?$"]}
+    pairs += [pair(f"{f}/exact", f, None, rules=pattern, value=tab),
+              pair(f"{f}/text", f, None, rules=pattern, value=docs),
+              pair(f"{f}/near", f, None, rules=pattern, value={"url": docs + "install"}),
+              pair(f"{f}/far", f, None, rules=pattern, value={"url": "https://news.example.org/"}),
+              pair(f"{f}/none", f, None, rules=pattern, value={"title": "no url"})]
+    f = "is_expected_search_query"
+    query = {"expect": {"pattern": r"q=dogs(&|$)"}}
+    pairs += [pair(f"{f}/exact", f, None, rules=query, value={"url": "https://search.example.org/search?q=dogs"}),
+              pair(f"{f}/near", f, None, rules=query, value={"url": "https://search.example.org/search?q=dogsled"}),
+              pair(f"{f}/far", f, None, rules=query, value=tab),
+              pair(f"{f}/none", f, None, rules=query, value={})]
+    f = "is_expected_tabs"
+    tabs = {"type": "url", "urls": [docs, "https://news.example.org/today"]}
+    open_tabs = [{"title": "News", "url": "https://www.news.example.org/today"}, tab]
+    pairs += [pair(f"{f}/exact", f, None, rules=tabs, value=open_tabs),
+              pair(f"{f}/near", f, None, rules=tabs, value=[*open_tabs, {"title": "New Tab", "url": "chrome://newtab/"}]),
+              pair(f"{f}/far", f, None, rules=tabs,
+                   value=[{"title": "Guide", "url": docs}, {"title": "Guide", "url": docs}]),
+              pair(f"{f}/none", f, None, rules=tabs, value=[])]
+    f = "is_expected_bookmarks"
+    bookmarks = {"bookmark_bar": {"children": [
+        {"type": "folder", "name": "Liked Authors", "children": [
+            {"type": "url", "name": "A", "url": "https://authors.example.org/a"},
+            {"type": "url", "name": "B", "url": "https://authors.example.org/b2"}]},
+        {"type": "folder", "name": "Recipes", "children": []},
+        {"type": "url", "name": "Guide", "url": docs}]}, "other": {"children": []}}
+    liked = {"type": "liked_authors_websites_urls",
+             "urls": ["https://authors.example.org/a", ["https://authors.example.org/b", "https://authors.example.org/b2"]]}
+    pairs += [pair(f"{f}/folders", f, None, rules={"type": "bookmark_bar_folders_names",
+                                                    "names": ["Recipes", "Liked Authors"]}, value=bookmarks),
+              pair(f"{f}/folders-near", f, None, rules={"type": "bookmark_bar_folders_names", "names": ["Recipes"]},
+                   value=bookmarks),
+              pair(f"{f}/urls", f, None, rules={"type": "bookmark_bar_websites_urls", "urls": [docs]}, value=bookmarks),
+              pair(f"{f}/liked", f, None, rules=liked, value=bookmarks),
+              pair(f"{f}/liked-far", f, None, rules={**liked, "urls": ["https://authors.example.org/a"]},
+                   value=bookmarks),
+              pair(f"{f}/none", f, None, rules=liked, value={})]
+    f = "check_history_deleted"
+    history = [["https://shop.example.org/cart", "Cart", 3], ["https://docs.example.org/", "Docs", 1]]
+    keywords = {"type": "keywords", "keywords": ["shop.example", "tickets"]}
+    pairs += [pair(f"{f}/deleted", f, None, rules=keywords, value=history[1:]),
+              pair(f"{f}/kept", f, None, rules=keywords, value=history),
+              pair(f"{f}/near", f, None, rules={**keywords, "keywords": ["shop.example.org/basket"]}, value=history),
+              pair(f"{f}/empty", f, None, rules=keywords, value=[])]
+    f = "is_cookie_deleted"
+    cookies = [[1, ".shop.example.org", "session"], [2, "docs.example.org", "theme"]]
+    domains = {"type": "domains", "domains": ["docs.example.org"]}
+    pairs += [pair(f"{f}/kept", f, None, rules=domains, value=cookies),
+              pair(f"{f}/deleted", f, None, rules=domains, value=cookies[:1]),
+              pair(f"{f}/www", f, None, rules={"type": "domains", "domains": ["www.docs.example.org"]}, value=cookies),
+              pair(f"{f}/empty", f, None, rules=domains, value=[])]
+    f = "check_enabled_experiments"
+    names = {"type": "names", "names": ["smooth-scrolling", "enable-parallel-downloading"]}
+    pairs += [pair(f"{f}/exact", f, None, rules=names, value=["smooth-scrolling@2", "enable-parallel-downloading@1"]),
+              pair(f"{f}/order", f, None, rules=names, value=["enable-parallel-downloading@1", "smooth-scrolling@2"]),
+              pair(f"{f}/near", f, None, rules=names, value=["smooth-scrolling@2"]),
+              pair(f"{f}/none", f, None, rules=names, value=[])]
+    f = "check_font_size"
+    pairs += [pair(f"{f}/value", f, None, rules={"type": "value", "value": 20}, value={"default_font_size": 20}),
+              pair(f"{f}/value-near", f, None, rules={"type": "value", "value": 20}, value={"default_font_size": 21}),
+              pair(f"{f}/range", f, None, rules={"type": "range", "min": 16, "max": 24},
+                   value={"default_font_size": 20}),
+              pair(f"{f}/range-edge", f, None, rules={"type": "range", "min": 16, "max": 24},
+                   value={"default_font_size": 24})]
+    f = "is_expected_installed_extensions"
+    pairs += [pair(f"{f}/exact", f, None, rules={"type": "name", "expected": ["Dark Reader"]},
+                   value=["Dark Reader", "uBlock Origin"]),
+              pair(f"{f}/near", f, None, rules={"type": "name", "expected": ["Dark Reader", "Todoist"]},
+                   value=["Dark Reader", "uBlock Origin"]),
+              pair(f"{f}/far", f, None, rules={"type": "name", "expected": ["Todoist"]}, value=["uBlock Origin"]),
+              pair(f"{f}/none", f, None, rules={"type": "name", "expected": ["Todoist"]}, value=[])]
+    f = "is_shortcut_on_desktop"
+    shortcut = "[Desktop Entry]\nVersion=1.0\nName=Docs Guide\nExec=chromium --app=https://docs.example.org\n"
+    pairs += [pair(f"{f}/exact", f, None, rules={"type": "name", "name": "Docs Guide"},
+                   value={"/home/user/Desktop/docs.desktop": shortcut}),
+              pair(f"{f}/near", f, None, rules={"type": "name", "name": "Docs"},
+                   value={"/home/user/Desktop/docs.desktop": shortcut}),
+              pair(f"{f}/far", f, None, rules={"type": "name", "name": "Docs Guide"},
+                   value={"/home/user/Desktop/other.desktop": "[Desktop Entry]\nName=Other\n"}),
+              pair(f"{f}/none", f, None, rules={"type": "name", "name": "Docs Guide"}, value={})]
+    return pairs
+
+
+def _odt(paragraphs: list[str], highlight: str | None = None, colour: str = "#ffff00") -> bytes:
+    """An OpenDocument text as Writer saves one (mimetype first and stored, the manifest, content.xml):
+    one text:p each, with `highlight` in a span of an automatic style whose background is `colour`."""
+    ns = ('xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" '
+          'xmlns:style="urn:oasis:names:tc:opendocument:xmlns:style:1.0" '
+          'xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0" '
+          'xmlns:fo="urn:oasis:names:tc:opendocument:xmlns:xsl-fo-compatible:1.0"')
+    body = ""
+    for p in paragraphs:
+        if highlight and highlight in p:
+            before, _, after = p.partition(highlight)
+            p = f'{before}<text:span text:style-name="T1">{highlight}</text:span>{after}'
+        body += f'<text:p text:style-name="P1">{p}</text:p>'
+    content = (f'<?xml version="1.0" encoding="UTF-8"?>\n<office:document-content {ns} office:version="1.3">'
+               '<office:automatic-styles><style:style style:name="P1" style:family="paragraph"/>'
+               '<style:style style:name="T1" style:family="text">'
+               f'<style:text-properties fo:background-color="{colour}"/>'
+               '</style:style></office:automatic-styles>'
+               f'<office:body><office:text>{body}</office:text></office:body></office:document-content>')
+    manifest = ('<?xml version="1.0" encoding="UTF-8"?>\n<manifest:manifest '
+                'xmlns:manifest="urn:oasis:names:tc:opendocument:xmlns:manifest:1.0" manifest:version="1.3">'
+                '<manifest:file-entry manifest:full-path="/" '
+                'manifest:media-type="application/vnd.oasis.opendocument.text"/>'
+                '<manifest:file-entry manifest:full-path="content.xml" manifest:media-type="text/xml"/>'
+                '</manifest:manifest>')
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for name, data in (("mimetype", "application/vnd.oasis.opendocument.text"),
+                           ("META-INF/manifest.xml", manifest), ("content.xml", content)):
+            info = zipfile.ZipInfo(name, date_time=(2024, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_STORED if name == "mimetype" else zipfile.ZIP_DEFLATED
+            z.writestr(info, data)
+    return out.getvalue()
+
+
+def _odt_pairs(root: str) -> list[Pair]:
+    text = ["Call the office on Tuesday.", "Bring the signed forms."]
+    _write(root, "odt/gold.odt", _odt(text))
+    _write(root, "odt/task.odt", _odt(text, highlight="Tuesday"))
+    _write(root, "odt/near.odt", _odt(["Call the office on Tuesday", text[1]]))
+    _write(root, "odt/upper.odt", _odt(text, highlight="Tuesday", colour="#FFFF00"))
+    _write(root, "odt/green.odt", _odt(text, highlight="Tuesday", colour="#00ff00"))
+    _write(root, "odt/far.odt", _odt(["Dear Ana,", "See you soon."]))
+    _write(root, "odt/bad.odt", b"PK\x03\x04 not a document")
+    f = "check_highlighted_words"
+    return [pair(f"{f}/exact", f, "odt/gold.odt", "odt/gold.odt"),
+            pair(f"{f}/untouched", f, "odt/task.odt", "odt/gold.odt"),
+            pair(f"{f}/near", f, "odt/near.odt", "odt/gold.odt"),
+            pair(f"{f}/upper-case-colour", f, "odt/upper.odt", "odt/gold.odt"),
+            pair(f"{f}/green", f, "odt/green.odt", "odt/gold.odt"),
+            pair(f"{f}/far", f, "odt/far.odt", "odt/gold.odt"),
+            pair(f"{f}/malformed", f, "odt/bad.odt", "odt/gold.odt")]
+
+
+def _value_metric_pairs(root: str) -> list[Pair]:
+    """Metrics of a getter's value or a command's output: literal_match, check_direct_json_object,
+    check_moved_jpgs, is_in_vm_clickboard, is_extension_installed; and check_json_keybindings (a file)."""
+    f = "literal_match"
+    pairs = [pair(f"{f}/exact", f, None, rules="Hello", text="Hello"),
+             pair(f"{f}/case", f, None, rules="hello", text="Hello", ignore_case=True),
+             pair(f"{f}/near", f, None, rules="Hello", text="Hello "),
+             pair(f"{f}/number", f, None, rules="3", value=3),
+             pair(f"{f}/list", f, None, rules=["a", "b"], value=["a", "B"], type="list", ignore_case=True),
+             pair(f"{f}/list-short", f, None, rules=["a", "b"], value=["a"], type="list"),
+             pair(f"{f}/list-text", f, None, rules=["a", "b"], text="a,b", type="list")]
+    f = "check_direct_json_object"
+    want = {"expected": {"name": "Ana Lima", "age": 41}}
+    pairs += [pair(f"{f}/exact", f, None, rules=want, text='{"name": "Ana Lima", "age": 41, "city": "Porto"}\n'),
+              pair(f"{f}/quotes", f, None, rules=want, text="{'name': 'Ana Lima', 'age': 41}"),
+              pair(f"{f}/value", f, None, rules=want, value={"name": "Ana Lima", "age": 41}),
+              pair(f"{f}/near", f, None, rules=want, value={"name": "Ana Lima", "age": 42}),
+              pair(f"{f}/in-result", f, None, rules={"expected": {"name": "Ana", "tags": ["z", "y"]},
+                                                     "expect_in_result": True},
+                   value={"name": "Ana Lima", "tags": ["x", "y"]}),
+              pair(f"{f}/in-result-far", f, None, rules={"expected": {"name": "Rui"}, "expect_in_result": True},
+                   value={"name": "Ana Lima"}),
+              pair(f"{f}/missing-key", f, None, rules=want, value={"name": "Ana Lima"}),
+              pair(f"{f}/malformed", f, None, rules=want, text="name: Ana Lima")]
+    f = "check_moved_jpgs"
+    jpgs = {"expected": ["beach.jpg", "dog.jpg"]}
+
+    def folder(*names: str) -> dict[str, Any]:
+        return {"name": "photos", "type": "directory", "children": [{"name": n, "type": "file"} for n in names]}
+    pairs += [pair(f"{f}/exact", f, None, rules=jpgs, value=folder("dog.jpg", "beach.jpg")),
+              pair(f"{f}/near", f, None, rules=jpgs, value=folder("dog.jpg")),
+              pair(f"{f}/twice", f, None, rules=jpgs, value=folder("dog.jpg", "dog.jpg")),
+              pair(f"{f}/far", f, None, rules=jpgs, value=folder("notes.txt", "cat.png", "dog.jpg"))]
+    f = "is_in_vm_clickboard"
+    clipboard = "Order 1182 shipped to Porto\n"
+    pairs += [pair(f"{f}/exact", f, None, rules=clipboard, value={"expected": "Order 1182"}),
+              pair(f"{f}/list", f, None, rules=clipboard, value={"expected": ["1182", "Porto"]}),
+              pair(f"{f}/near", f, None, rules=clipboard, value={"expected": ["1182", "Lisbon"]}),
+              pair(f"{f}/far", f, None, rules="", value={"expected": "Order 1182"})]
+    f = "is_extension_installed"
+    listing = "ms-python.python\nms-toolsai.jupyter\n"
+    pairs += [pair(f"{f}/exact", f, None, text=listing, rules={"type": "contain", "expected": "ms-python.python"}),
+              pair(f"{f}/near", f, None, text=listing, rules={"type": "contain", "expected": "ms-python.pylance"}),
+              pair(f"{f}/absent", f, None, text=listing, rules={"type": "not_contain", "expected": "vscodevim.vim"}),
+              pair(f"{f}/present", f, None, text=listing, rules={"type": "not_contain", "expected": "jupyter"})]
+    bindings = [{"key": "ctrl+j", "command": "workbench.action.togglePanel"},
+                {"key": "ctrl+f1", "command": "workbench.action.files.save", "when": "editorTextFocus"}]
+    _write(root, "vscode/keybindings.json", json.dumps(bindings, indent=4) + "\n")
+    _write(root, "vscode/commented.json", "// Place your key bindings in this file\n" + json.dumps(bindings) + "\n")
+    _write(root, "vscode/near.json", json.dumps([bindings[0]]) + "\n")
+    _write(root, "vscode/bad.json", "[{\"key\": ")
+    f = "check_json_keybindings"
+    want_b = {"expected": bindings[1]}
+    pairs += [pair(f"{f}/exact", f, "vscode/keybindings.json", rules=want_b),
+              pair(f"{f}/comment-line", f, "vscode/commented.json", rules=want_b),
+              pair(f"{f}/near", f, "vscode/near.json", rules=want_b),
+              pair(f"{f}/near-when", f, "vscode/keybindings.json",
+                   rules={"expected": {**bindings[1], "when": "editorFocus"}}),
+              pair(f"{f}/malformed", f, "vscode/bad.json", rules=want_b)]
+    return pairs
+
+
+def _xcu(**props: tuple[str, str]) -> str:
+    """LibreOffice's registrymodifications.xcu with each setting (name: (path, value))."""
+    items = "".join(f'<item oor:path="{path}"><prop oor:name="{name}" oor:op="fuse"><value>{value}</value></prop>'
+                    '</item>\n'
+                    for name, (path, value) in props.items())
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n<oor:items xmlns:oor="http://openoffice.org/2001/registry" '
+            'xmlns:xs="http://www.w3.org/2001/XMLSchema" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">\n'
+            '<item oor:path="/org.openoffice.Office.Common/Misc"><prop oor:name="FirstRun" oor:op="fuse">'
+            f'<value>false</value></prop></item>\n{items}</oor:items>\n')
+
+
+def _numbered_deck(number_rgb: str) -> bytes:
+    """A deck whose slide master fills its slide number's text in number_rgb (Impress writes that fill as
+    the master's last solid RGB fill but one; a footer's fill follows it)."""
+    import re
+
+    with zipfile.ZipFile(io.BytesIO(_pptx([("Numbers", "One")]))) as z:
+        members = {name: z.read(name) for name in z.namelist()}
+    fills = "".join(f'<a:p><a:r><a:rPr><a:solidFill><a:srgbClr val="{v}"/></a:solidFill></a:rPr><a:t>{t}</a:t>'
+                    '</a:r></a:p>'
+                    for v, t in (("1F1F1F", "title"), (number_rgb, "number"), ("595959", "footer")))
+    shape = ('<p:sp><p:nvSpPr><p:cNvPr id="90" name="Numbers"/><p:cNvSpPr/><p:nvPr/></p:nvSpPr><p:spPr/>'
+             f'<p:txBody><a:bodyPr/>{fills}</p:txBody></p:sp>')
+    xml = members["ppt/slideMasters/slideMaster1.xml"]
+    members["ppt/slideMasters/slideMaster1.xml"] = re.sub(rb"(</p:spTree>)", shape.encode() + rb"\1", xml, count=1)
+    return _zip(members)
+
+
+def _picture_deck(box: tuple[float, float, float, float] | None) -> bytes:
+    """A 10 x 7.5 inch deck with one picture on its first slide at (left, top, width, height) in inches."""
+    import datetime
+
+    from PIL import Image
+    from pptx import Presentation
+    from pptx.util import Inches
+
+    deck = Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[6])
+    if box is not None:
+        left, top, width, height = (Inches(v) for v in box)
+        slide.shapes.add_picture(io.BytesIO(_png(Image.fromarray(_picture(2)))), left, top, width, height)
+    deck.core_properties.created = deck.core_properties.modified = datetime.datetime(2024, 1, 1)
+    out = io.BytesIO()
+    deck.save(out)
+    return _restamped(out.getvalue())
+
+
+def _impress_setting_pairs(root: str) -> list[Pair]:
+    """Impress's settings and master: check_presenter_console_disable, check_auto_saving_time (the user's
+    registrymodifications.xcu), check_page_number_colors (the master), check_image_stretch_and_center."""
+    start, save = "/org.openoffice.Office.Impress/Misc/Start", "/org.openoffice.Office.Common/Save/Document"
+    _write(root, "lo/off.xcu", _xcu(EnablePresenterScreen=(start, "false"), AutoSaveTimeIntervall=(save, "3")))
+    _write(root, "lo/on.xcu", _xcu(EnablePresenterScreen=(start, "true"), AutoSaveTimeIntervall=(save, "10")))
+    _write(root, "lo/untouched.xcu", _xcu())
+    _write(root, "lo/bad.xcu", "<oor:items><item>")
+    f = "check_presenter_console_disable"
+    pairs = [pair(f"{f}/exact", f, "lo/off.xcu"), pair(f"{f}/near", f, "lo/on.xcu"),
+             pair(f"{f}/untouched", f, "lo/untouched.xcu"), pair(f"{f}/malformed", f, "lo/bad.xcu")]
+    f = "check_auto_saving_time"
+    pairs += [pair(f"{f}/exact", f, "lo/off.xcu", rules={"minutes": 3}),
+              pair(f"{f}/near", f, "lo/on.xcu", rules={"minutes": 3}),
+              pair(f"{f}/untouched", f, "lo/untouched.xcu", rules={"minutes": 3}),
+              pair(f"{f}/malformed", f, "lo/bad.xcu", rules={"minutes": 3})]
+    for name, rgb in (("red", "FF0000"), ("dark-red", "C00000"), ("blue", "0000FF"), ("sky", "3366FF"),
+                      ("green", "00B050"), ("black", "000000"), ("grey", "404040")):
+        _write(root, f"pptx/number-{name}.pptx", _numbered_deck(rgb))
+    f = "check_page_number_colors"
+    pairs += [pair(f"{f}/{name}-{color}", f, f"pptx/number-{name}.pptx", rules={"color": color})
+              for name, color in (("red", "red"), ("dark-red", "red"), ("blue", "red"), ("blue", "blue"),
+                                  ("sky", "blue"), ("green", "green"), ("black", "black"), ("grey", "black"))]
+    pairs.append(pair(f"{f}/malformed", f, "pptx/bad.pptx", rules={"color": "red"}))
+    _write(root, "pptx/picture.pptx", _picture_deck((3, 2, 4, 3)))
+    _write(root, "pptx/stretched.pptx", _picture_deck((0, 0, 10, 7.5)))
+    _write(root, "pptx/nearly.pptx", _picture_deck((0.3, 0.2, 9.6, 7.2)))
+    _write(root, "pptx/off-centre.pptx", _picture_deck((1, 0, 10, 7.5)))
+    _write(root, "pptx/no-picture.pptx", _picture_deck(None))
+    f = "check_image_stretch_and_center"
+    pairs += [pair(f"{f}/exact", f, "pptx/stretched.pptx", "pptx/picture.pptx"),
+              pair(f"{f}/near", f, "pptx/nearly.pptx", "pptx/picture.pptx"),
+              pair(f"{f}/off-centre", f, "pptx/off-centre.pptx", "pptx/picture.pptx"),
+              pair(f"{f}/untouched", f, "pptx/picture.pptx", "pptx/picture.pptx"),
+              pair(f"{f}/no-picture", f, "pptx/no-picture.pptx", "pptx/picture.pptx"),
+              pair(f"{f}/malformed", f, "pptx/bad.pptx", "pptx/picture.pptx")]
+    return pairs
+
+
+def _mbox(*messages: tuple[str, str, str]) -> str:
+    """A Thunderbird folder (mbox): each message a `From - ` line, its headers and body."""
+    return "".join(f"From - Mon Jan  1 00:00:00 2024\nX-Mozilla-Status: {status}\nX-Mozilla-Status2: 00000000\n"
+                   f"Subject: {subject}\nFrom: ana@example.org\n\n{body}\n\n" for subject, status, body in messages)
+
+
+def _thunderbird_folder_pairs(root: str) -> list[Pair]:
+    """check_thunderbird_folder: the folder's mbox against the gold one."""
+    mail = [("Invoice 1182", "0001", "Please find it attached."), ("Lunch", "0001", "Noon?")]
+    _write(root, "tb/Invoices", _mbox(*mail))
+    _write(root, "tb/Invoices-read", _mbox(*[(s, "0000", b) for s, _, b in mail]))
+    _write(root, "tb/Invoices-one", _mbox(mail[0]))
+    _write(root, "tb/Invoices-other", _mbox(("Newsletter", "0001", "Sale!")))
+    _write(root, "tb/Invoices-empty", "")
+    _write(root, "tb/Invoices-bad", b"\xff\xfeFrom - \x81")
+    f = "check_thunderbird_folder"
+    return [pair(f"{f}/exact", f, "tb/Invoices", "tb/Invoices"),
+            pair(f"{f}/status", f, "tb/Invoices-read", "tb/Invoices"),
+            pair(f"{f}/status-ignored", f, "tb/Invoices-read", "tb/Invoices", ignore_status=True),
+            pair(f"{f}/near", f, "tb/Invoices-one", "tb/Invoices"),
+            pair(f"{f}/far", f, "tb/Invoices-other", "tb/Invoices"),
+            pair(f"{f}/empty", f, "tb/Invoices-empty", "tb/Invoices"),
+            pair(f"{f}/malformed", f, "tb/Invoices-bad", "tb/Invoices")]
+
+
 def make(root: str) -> list[Pair]:
     pairs: list[Pair] = []
     for part in (_image_pairs, _more_image_pairs, _pdf_pairs, _text_pairs, _text_file_pairs, _string_pairs,
                  _os_text_pairs, _archive_pairs, _epub_pairs, _sqlite_pairs, _docx_pairs, _table_pairs, _slide_pairs,
                  _rule_file_pairs, _file_file_pairs, _docx_format_pairs, _slide_metric_pairs, _docx_content_pairs,
-                 _tabstop_pairs):
+                 _tabstop_pairs, _vlc_pairs, _thunderbird_pairs, _a11y_pairs,
+                 _chrome_pairs, _table_props_pairs, _odt_pairs,
+                 _value_metric_pairs, _impress_setting_pairs, _thunderbird_folder_pairs):
         pairs += part(root)
     return pairs
 
@@ -1028,6 +1717,10 @@ def spec(root: str, p: Pair) -> dict[str, Any]:
                               "dest": "r"}
     if p["text"] is not None:
         result = {"type": "vm_command_line", "command": ["printf", "%s", p["text"]]}
+    elif p.get("value") is not None:
+        result = {"type": "rule", "rules": p["value"]}  # the rule getter hands its `rules` over as they are
+    elif p.get("read"):
+        result = {"type": "vm_command_line", "command": ["cat", os.path.join(root, p["result"])]}
     expected: dict[str, Any] | None = None
     if p["rules"] is not None:
         expected = {"type": "rule", "rules": p["rules"]}

@@ -206,7 +206,9 @@ Body of {subject}
 """
 
 
-def test_thunderbird_folder(tmp_path: Path) -> None:
+def test_thunderbird_folder_scores_as_osworld_does(tmp_path: Path) -> None:
+    """desktop-env 1.0.2 compares only the blank parts of a folder split at "FROM - " (thunderbird.py
+    osworld_messages): any two folders with mail score 1, a folder with mail against an empty one 0."""
     gold = tmp_path / "gold"
     gold.write_text(MBOX.format(status="0001", subject="Invoice") + MBOX.format(status="0001", subject="Receipt"))
     same = tmp_path / "Bills"
@@ -214,11 +216,13 @@ def test_thunderbird_folder(tmp_path: Path) -> None:
                     + MBOX.format(status="0009", subject="Deleted"))
     fewer = tmp_path / "Fewer"
     fewer.write_text(MBOX.format(status="0001", subject="Invoice"))
+    empty = tmp_path / "Empty"
+    empty.write_text("")
     assert verdict(check(metric("check_thunderbird_folder", vm_file(same), embedded(gold), ignore_status=True)),
                    tmp_path)
-    assert not verdict(check(metric("check_thunderbird_folder", vm_file(same), embedded(gold))), tmp_path)
-    assert not verdict(check(metric("check_thunderbird_folder", vm_file(fewer), embedded(gold), ignore_status=True)),
-                       tmp_path)
+    assert verdict(check(metric("check_thunderbird_folder", vm_file(fewer), embedded(gold))), tmp_path)
+    assert not verdict(check(metric("check_thunderbird_folder", vm_file(empty), embedded(gold))), tmp_path)
+    assert verdict(check(metric("check_thunderbird_folder", vm_file(empty), embedded(empty))), tmp_path)
     assert not verdict(check(metric("check_thunderbird_folder", vm_file(tmp_path / "none"), embedded(gold))),
                        tmp_path)
 

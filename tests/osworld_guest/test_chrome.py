@@ -17,7 +17,7 @@ import httpx
 import pytest
 from kit.net import free_port, wait_answering
 
-from .kit import check, metric, rule, verdict
+from .kit import GUEST_PYTHON, TIMEOUT_S, check, guest_env, metric, rule, verdict
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -269,3 +269,32 @@ def test_flags_and_shortcuts(profile: Path, tmp_path: Path) -> None:
     assert not judge(tmp_path, "is_shortcut_on_desktop", "shortcuts_on_desktop", name)
     (desktop / "chrome-abc.desktop").write_text("[Desktop Entry]\nName=Play Puzzle Game 2048\nExec=x\n")
     assert judge(tmp_path, "is_shortcut_on_desktop", "shortcuts_on_desktop", name)
+
+
+
+SAME_URL = """
+import json, sys
+from gh_osworld.metrics import chrome
+chrome.SUFFIX_LIST = sys.argv[1]
+print(json.dumps([chrome.same_url(a, b) for a, b in json.loads(sys.argv[2])]))
+"""
+
+
+def test_urls_compare_as_osworld_compares_them_with_or_without_the_suffix_list() -> None:
+    """OSWorld's compare_urls drops a host's public suffix, a lone "www" before the registered name, and the
+    port (tldextract); the bench holds ours to it on Debian's list (fidelity_pairs.py _chrome_pairs). An image
+    without the list takes the top label for the suffix."""
+    pairs = [("https://docs.example.com.sg/a", "https://docs.example.org/a"),
+             ("https://www.example.co.uk/", "https://example.org"),
+             ("https://www.docs.example.org/a", "https://docs.example.org/a"),
+             ("example.org/a", "http://example.org/a"),
+             ("https://example.org:8443/a", "https://example.org/a")]
+
+    def same(suffix_list: str) -> list[bool]:
+        p = subprocess.run([GUEST_PYTHON, "-c", SAME_URL, suffix_list, json.dumps(pairs)], env=guest_env(),
+                           capture_output=True, text=True, timeout=TIMEOUT_S)
+        assert p.returncode == 0, p.stderr
+        return list(json.loads(p.stdout))
+
+    assert same("/usr/share/publicsuffix/public_suffix_list.dat") == [True, True, False, True, True]
+    assert same("/nonexistent/public_suffix_list.dat") == [False, False, False, True, True]
