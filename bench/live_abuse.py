@@ -8,6 +8,7 @@ A real gh-server and gh-runner as processes (tests/e2e/faults.py Stack), one att
 a process of its own asks `GET /v1/runners` every 50 ms all along; the idle p99 is of a window with no attack.
 For each attack, for --window-s seconds:
 
+  no_attack       none: the victim's watch alone, as every window has it (the baseline of what an attack adds).
   deflated_2mib   the attacker's watcher offers per-message deflate and sends 2 MiB messages of KeyEvents (3 KB
                   each deflated), reconnecting when dropped: the issue's attack (9.9 s worst before).
   small_flood     64 KiB messages of KeyEvents as fast as the socket takes them, reconnecting when dropped.
@@ -16,11 +17,14 @@ For each attack, for --window-s seconds:
                   until their view is open); gh-server's resident memory before and after is printed too.
   tickets_only    unread_open's 20 tickets asked for at once and never opened: a control, what the 20 API calls
                   alone cost beside the sockets.
-  seats           12 idle watchers of the attacker's key held open, then the admin takes the attempt over.
+  seats           12 idle watchers of one member's key (a key of its own) held open, then the admin takes the
+                  attempt over.
 
 The victim, during each window: the other member's watcher opens a view and gets a full frame; in the
 seats attack, the admin's takeover view gets a full frame, and the attempt is handed back. Target (issue 49):
-worst within 3x the idle p99, and nothing the victims do refused. Everything is removed at the end.
+worst within 3x the idle p99, and nothing the victims do refused. Each window's worst is also put beside the
+no_attack window's worst (the same victim's watch, no attack): what the attack itself adds, apart from the
+victim's own view opening, which moves a full screen through the server. Everything is removed at the end.
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ WAITER = {"id": "waiter", "kind": "command", "timeout": 1800,
           "command": [AGENT_PYTHON, "-c", "import sys, time; sys.stdin.read(); time.sleep(1500); print('waited')"]}
 
 
-ATTACKS = ("deflated_2mib", "small_flood", "set_encodings", "unread_open", "tickets_only", "seats")
+ATTACKS = ("no_attack", "deflated_2mib", "small_flood", "set_encodings", "unread_open", "tickets_only", "seats")
 
 
 def poll(base_url: str, key: str, conn: Connection) -> None:
@@ -137,9 +141,10 @@ class Bench:
     def seats(self) -> tuple[str, float, float, bool, str]:
         """12 idle watchers of the attacker's key, then the admin's takeover: the seats attack's window."""
         held: list[Viewer] = []
+        attacker = self.new_key("seats")  # a key of its own: the attacks before may have used the other's tickets
         t0 = time.monotonic()
         for _ in range(12):
-            url = self.ticket(self.attacker)
+            url = self.ticket(attacker)
             if url is None:
                 continue
             with contextlib.suppress(Exception):
@@ -174,6 +179,10 @@ class Bench:
             finally:
                 with contextlib.suppress(Exception):
                     ws.close()
+
+    def no_attack(self, stop: threading.Event) -> None:
+        """No attack: the window holds only what every attack's window holds besides it (the victim's watch)."""
+        stop.wait()
 
     def deflated_2mib(self, stop: threading.Event) -> None:
         big = KEYS * (2 * 1024 * 1024 // 8)
@@ -282,12 +291,16 @@ def main() -> int:
         p99 = pct(idle, 0.99) if idle else float("nan")
         print(f"\nGET /v1/runners every {POLL_GAP_S * 1000:.0f} ms; idle p50 {pct(idle, 0.5) * 1000:.1f} ms, "
               f"p99 {p99 * 1000:.1f} ms (n={len(idle)})")
-        print(f"{'attack':<15} {'worst ms':>9} {'x idle p99':>10} {'at s':>5} {'n':>5}  victim  note")
+        worst_of = {name: max([s for at, s in samples if start <= at < end], default=float("nan"))
+                    for name, start, end, _, _ in windows}
+        base = worst_of.get("no_attack", float("nan"))
+        print(f"{'attack':<15} {'worst ms':>9} {'x idle p99':>10} {'x no_attack':>11} {'at s':>5} {'n':>5}  "
+              "victim  note")
         for name, start, end, ok, note in windows[1:]:
             during = [(s, at - start) for at, s in samples if start <= at < end]
             worst, when = max(during) if during else (float("nan"), float("nan"))
-            print(f"{name:<15} {worst * 1000:9.1f} {worst / p99:10.2f} {when:5.1f} {len(during):5d}  "
-                  f"{'works' if ok else 'REFUSED':<7} {note}")
+            print(f"{name:<15} {worst * 1000:9.1f} {worst / p99:10.2f} {worst / base:11.2f} {when:5.1f} "
+                  f"{len(during):5d}  {'works' if ok else 'REFUSED':<7} {note}")
     return 0
 
 

@@ -39,6 +39,7 @@ import contextlib
 import logging
 import secrets
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -158,6 +159,7 @@ class LiveRelay:
         self._pending: dict[str, _Pending] = {}
         self._by_key: dict[str, set[str]] = {}  # key id -> the ids of its views, so a revocation ends them
         self.ended: collections.Counter[ViewEndReason] = collections.Counter()  # views by how they ended
+        self._opening: dict[str, tuple[asyncio.Lock, int]] = {}  # key id -> its opening's lock, and its users
 
     @property
     def open_views(self) -> int:
@@ -274,6 +276,32 @@ class LiveRelay:
             return a.runner_id if a is not None and a.status in LIVE_ATTEMPT else None
 
     async def _view(self, ws: WebSocket, t: Ticket, view_id: str, p: _Pending, count: InputCount) -> ViewEndReason:
+        async with self._opening_of(t.key_id):
+            got = await self._open(t, view_id, p)
+        if isinstance(got, ViewEndReason):
+            return got
+        return await self._pipe(ws, got, t, p, count)
+
+    @contextlib.asynccontextmanager
+    async def _opening_of(self, key_id: str) -> AsyncIterator[None]:
+        """One view of a key opens at a time: a view's opening (a lookup, the runner's dial-back, its socket
+        and QEMU's) is the most a view costs the server, and a page opens one. A key's burst of its
+        MAX_WATCHES_PER_KEY_MACHINE watchers then opens one after another, not all at once on the one loop
+        (bench/live_abuse.py, unread_open); other keys' views do not wait for it."""
+        lock, users = self._opening.get(key_id, (asyncio.Lock(), 0))
+        self._opening[key_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._opening[key_id]
+            if users == 1:
+                del self._opening[key_id]
+            else:
+                self._opening[key_id] = (lock, users - 1)
+
+    async def _open(self, t: Ticket, view_id: str, p: _Pending) -> WebSocket | ViewEndReason:
+        """The runner's socket of the view, or why it did not come."""
         runner_id = await run_in_threadpool(self._runner_of, t)
         gw = self.st.gateway
         if runner_id is None:
@@ -302,9 +330,7 @@ class LiveRelay:
             await gw.send(p.runner_id, protocol.ViewClose(view_id=view_id, reason=ViewEndReason.CLOSED))
             return p.stop_reason if p.stop.is_set() else ViewEndReason.RUNNER_UNAVAILABLE
         got = p.arrived.result()
-        if isinstance(got, protocol.ViewRefused):
-            return got.reason
-        return await self._pipe(ws, got, t, p, count)
+        return got.reason if isinstance(got, protocol.ViewRefused) else got
 
     async def _pipe(self, viewer: WebSocket, runner: WebSocket, t: Ticket, p: _Pending,
                     count: InputCount) -> ViewEndReason:

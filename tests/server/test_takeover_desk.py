@@ -484,3 +484,67 @@ async def test_one_key_cannot_take_every_watcher_seat_of_a_machine(desk: Any) ->
     assert await watch("k_a", "at_run") == (protocol.CLOSE_VIEW_ENDED, ViewEndReason.TOO_MANY_VIEWS)
     assert await watch("k_b", "at_run") == (protocol.CLOSE_VIEW_ENDED, ViewEndReason.NO_SCREEN)
     assert await watch("k_a", "at_done") == (protocol.CLOSE_VIEW_ENDED, ViewEndReason.NO_MACHINE)
+
+
+class _SlowRunner:
+    """A runner that takes views and answers each `view_open` only when the test says (`refuse`)."""
+
+    def __init__(self, relay: Any) -> None:
+        self.relay = relay
+        self.opened: list[protocol.ViewOpen] = []
+        self.sent = asyncio.Event()
+
+    def takes_views(self, runner_id: str) -> bool:
+        return True
+
+    async def send(self, runner_id: str, msg: pydantic.BaseModel) -> bool:
+        if isinstance(msg, protocol.ViewOpen):
+            self.opened.append(msg)
+            self.sent.set()
+        return True
+
+    def refuse(self, msg: protocol.ViewOpen) -> None:
+        self.relay.refused("rn_1", protocol.ViewRefused(view_id=msg.view_id, reason=ViewEndReason.NO_SCREEN,
+                                                        message="none"))
+
+    async def until_opened(self, n: int) -> None:
+        async with asyncio.timeout(30):
+            while len(self.opened) < n:
+                self.sent.clear()
+                await self.sent.wait()
+
+
+async def test_one_keys_views_open_one_after_another(desk: Any) -> None:
+    """Issue 49: a key's burst of views costs the server one view's opening at a time (bench/live_abuse.py,
+    unread_open). While one view of k_a waits for the runner, k_a's next is not sent to the runner; k_b's is."""
+    d, link, _ = desk
+    with link.db.begin() as s:
+        for kid in ("k_a", "k_b"):
+            s.add(ApiKey(id=kid, name=kid, role="member", key_hash=kid * 32, prefix="gh_"))
+    st = SimpleNamespace(db=link.db, gateway=None)
+    relay = LiveRelay(st, takeovers=d)  # type: ignore[arg-type]
+    runner = _SlowRunner(relay)
+    st.gateway = runner
+
+    async def watch(key_id: str) -> tuple[int, str] | None:
+        ticket = relay.tickets.issue(key_id=key_id, key_name=key_id, read_only=True, attempt_id="at_run")
+        ws = _Socket()
+        await relay.viewer_endpoint(ws, ticket.value)  # type: ignore[arg-type]
+        return ws.closed
+
+    first = asyncio.create_task(watch("k_a"))
+    await runner.until_opened(1)
+    second = asyncio.create_task(watch("k_a"))
+    other = asyncio.create_task(watch("k_b"))
+    await runner.until_opened(2)
+    for _ in range(20):  # k_a's second view has had every chance to reach the runner
+        await asyncio.sleep(0)
+    assert len(runner.opened) == 2 and not second.done()
+    runner.refuse(runner.opened[0])
+    await runner.until_opened(3)
+    for msg in runner.opened[1:]:
+        runner.refuse(msg)
+    async with asyncio.timeout(30):
+        ended = await asyncio.gather(first, second, other)
+    assert ended == [(protocol.CLOSE_VIEW_ENDED, ViewEndReason.NO_SCREEN)] * 3
+    assert relay._opening == {}
