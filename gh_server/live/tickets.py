@@ -19,6 +19,11 @@ TICKET_PREFIX = "lv_"
 TICKET_TTL_S = 30.0
 MAX_TICKETS = 4096  # unexpired at once, across every key: past this, new ones are refused
 MAX_TICKETS_PER_KEY = 32  # unexpired at once for one key: one key cannot take the others' tickets
+# How often one key is given a ticket: 8 at once, then one every 2 s. A page asks once per view it opens;
+# a key that opens and drops views in a loop (bench/live_abuse.py, small_flood) made the server open a view
+# for each, back to back, and that opening is the most a view costs the server.
+TICKET_BURST_PER_KEY = 8
+TICKETS_PER_KEY_PER_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -39,11 +44,15 @@ class TooManyTickets(Exception):
 
 class Tickets:
     def __init__(self, ttl: float = TICKET_TTL_S, clock: Callable[[], float] = time.monotonic,
-                 limit: int = MAX_TICKETS, per_key: int = MAX_TICKETS_PER_KEY) -> None:
+                 limit: int = MAX_TICKETS, per_key: int = MAX_TICKETS_PER_KEY,
+                 rate: tuple[float, float] | None = (TICKETS_PER_KEY_PER_S, TICKET_BURST_PER_KEY)) -> None:
+        """`rate`: (tickets a second, burst) one key is given; None: unlimited."""
         self.ttl = ttl
         self._clock = clock
         self._limit = limit
         self._per_key = per_key
+        self._rate = rate
+        self._buckets: dict[str, tuple[float, float]] = {}  # key id -> (tickets left, when counted)
         self._live: dict[str, Ticket] = {}
 
     def issue(self, *, key_id: str, key_name: str, read_only: bool, start_state_id: str | None = None,
@@ -62,6 +71,14 @@ class Tickets:
             raise TooManyTickets(f"this key has {self._per_key} unused live-view tickets out; open them, or try "
                                  f"again in {self.ttl:g} s")
         now = self._clock()
+        if self._rate is not None:
+            per_s, burst = self._rate
+            left, at = self._buckets.get(key_id, (burst, now))
+            left = min(burst, left + (now - at) * per_s)
+            if left < 1.0:
+                raise TooManyTickets(f"this key asked for {burst:g} live-view tickets in a short time; the next in "
+                                     f"{(1.0 - left) / per_s:.1f} s")
+            self._buckets[key_id] = (left - 1.0, now)
         ticket = Ticket(value=TICKET_PREFIX + secrets.token_urlsafe(32), key_id=key_id, key_name=key_name,
                         read_only=read_only, expires_at=datetime.now(UTC) + timedelta(seconds=self.ttl),
                         deadline=now + self.ttl, start_state_id=start_state_id, attempt_id=attempt_id)
@@ -89,6 +106,11 @@ class Tickets:
         now = self._clock()
         for value in [v for v, t in self._live.items() if now >= t.deadline]:
             del self._live[value]
+        if self._rate is not None:  # a key's full bucket is as good as none
+            per_s, burst = self._rate
+            for key_id in [k for k, (left, at) in self._buckets.items() if left + (now - at) * per_s >= burst]:
+                del self._buckets[key_id]
 
 
-__all__ = ["MAX_TICKETS", "MAX_TICKETS_PER_KEY", "TICKET_TTL_S", "Ticket", "Tickets", "TooManyTickets"]
+__all__ = ["MAX_TICKETS", "MAX_TICKETS_PER_KEY", "TICKETS_PER_KEY_PER_S", "TICKET_BURST_PER_KEY", "TICKET_TTL_S",
+           "Ticket", "Tickets", "TooManyTickets"]
