@@ -76,6 +76,10 @@ def install(app: FastAPI, st: ServerState, relay: LiveRelay) -> None:
             raise ApiError(429, f"this key watches attempt {attempt_id} {MAX_WATCHES_PER_KEY_MACHINE} times "
                                 "already (open views and unused tickets): close one first",
                            code=ViewEndReason.TOO_MANY_VIEWS.value)
+        try:
+            relay.tickets.admit(p.key_id)
+        except TooManyTickets as e:
+            raise ApiError(429, str(e)) from None
 
         def load() -> tuple[str | None, str, str, str | None]:
             with state.db() as s:

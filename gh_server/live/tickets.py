@@ -19,7 +19,7 @@ TICKET_PREFIX = "lv_"
 TICKET_TTL_S = 30.0
 MAX_TICKETS = 4096  # unexpired at once, across every key: past this, new ones are refused
 MAX_TICKETS_PER_KEY = 32  # unexpired at once for one key: one key cannot take the others' tickets
-# How often one key is given a ticket: 8 at once, then one every 2 s. A page asks once per view it opens;
+# How often one key is given a watcher's ticket: 8 at once, then one every 2 s. A page asks once per view it opens;
 # a key that opens and drops views in a loop (bench/live_abuse.py, small_flood) made the server open a view
 # for each, back to back, and that opening is the most a view costs the server.
 TICKET_BURST_PER_KEY = 8
@@ -46,7 +46,7 @@ class Tickets:
     def __init__(self, ttl: float = TICKET_TTL_S, clock: Callable[[], float] = time.monotonic,
                  limit: int = MAX_TICKETS, per_key: int = MAX_TICKETS_PER_KEY,
                  rate: tuple[float, float] | None = (TICKETS_PER_KEY_PER_S, TICKET_BURST_PER_KEY)) -> None:
-        """`rate`: (tickets a second, burst) one key is given; None: unlimited."""
+        """`rate`: (watchers' tickets a second, burst) one key is given (`admit`); None: unlimited."""
         self.ttl = ttl
         self._clock = clock
         self._limit = limit
@@ -71,14 +71,6 @@ class Tickets:
             raise TooManyTickets(f"this key has {self._per_key} unused live-view tickets out; open them, or try "
                                  f"again in {self.ttl:g} s")
         now = self._clock()
-        if self._rate is not None:
-            per_s, burst = self._rate
-            left, at = self._buckets.get(key_id, (burst, now))
-            left = min(burst, left + (now - at) * per_s)
-            if left < 1.0:
-                raise TooManyTickets(f"this key asked for {burst:g} live-view tickets in a short time; the next in "
-                                     f"{(1.0 - left) / per_s:.1f} s")
-            self._buckets[key_id] = (left - 1.0, now)
         ticket = Ticket(value=TICKET_PREFIX + secrets.token_urlsafe(32), key_id=key_id, key_name=key_name,
                         read_only=read_only, expires_at=datetime.now(UTC) + timedelta(seconds=self.ttl),
                         deadline=now + self.ttl, start_state_id=start_state_id, attempt_id=attempt_id)
@@ -90,6 +82,24 @@ class Tickets:
         self._prune()
         return sum(t.key_id == key_id and t.read_only and machine in (t.attempt_id, t.start_state_id)
                    for t in self._live.values())
+
+    def admit(self, key_id: str) -> None:
+        """A watcher's ticket may be asked for by this key now (its rate, counted here): called before anything
+        is looked up for it. The views that drive (a takeover's holder, a start state's admin) are not counted.
+
+        Raises:
+            TooManyTickets: the key asked for its burst and its rate since.
+        """
+        if self._rate is None:
+            return
+        per_s, burst = self._rate
+        now = self._clock()
+        left, at = self._buckets.get(key_id, (burst, now))
+        left = min(burst, left + (now - at) * per_s)
+        if left < 1.0:
+            raise TooManyTickets(f"this key asked for {burst:g} live-view tickets in a short time; the next in "
+                                 f"{(1.0 - left) / per_s:.1f} s")
+        self._buckets[key_id] = (left - 1.0, now)
 
     def take(self, value: str) -> Ticket | None:
         """The ticket, now used; None when it is unknown, used already or expired."""

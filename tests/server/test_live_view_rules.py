@@ -107,3 +107,16 @@ def test_a_keys_watchers_of_an_attempt_past_its_share_are_refused_at_the_ticket(
     # Not this key's share: the request goes on to the attempt itself (none by that id here: 404).
     assert post(server, "/v1/attempts/at_watched/view", other_key).status_code == 404
     assert post(server, "/v1/attempts/at_other/view", server.member_key).status_code == 404
+
+
+def test_a_keys_watchers_tickets_past_its_rate_are_refused_before_any_lookup(server: Server) -> None:
+    """Issue 49: a key asks for TICKET_BURST_PER_KEY watchers' tickets, then one every 1/TICKETS_PER_KEY_PER_S
+    s; past that it is told 429 at once, before the attempt is looked up (no such attempt here: 404 while
+    admitted)."""
+    from gh_server.live.tickets import TICKET_BURST_PER_KEY
+
+    with server.state.db.begin() as s:
+        _row, key = create_key(s, "bursting watcher", "member")
+    answers = [post(server, "/v1/attempts/at_nowhere/view", key) for _ in range(TICKET_BURST_PER_KEY + 1)]
+    assert [r.status_code for r in answers] == [404] * TICKET_BURST_PER_KEY + [429], [r.text for r in answers]
+    assert "the next in" in answers[-1].json()["error"]["message"]
