@@ -312,6 +312,10 @@ class Settings(BaseModel):
     # how many of a try's save points its runner keeps.
     save_point_minutes: int | None = Field(default=None, ge=1, le=MAX_TASK_MINUTES)
     save_points_kept: int = Field(default=3, ge=1, le=50)
+    # How long a finished try's save points stay on its runner for a fork (POST .../start_state); past
+    # it they are deleted there (start_state_jobs.collect_save_points), but one a start state was made
+    # from, which lives on as that start state.
+    save_point_retention_hours: float = Field(default=72.0, gt=0, le=24 * 365)
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod
@@ -378,6 +382,7 @@ class Settings(BaseModel):
             "max_task_minutes": "GH_SERVER_MAX_TASK_MINUTES",
             "save_point_minutes": "GH_SERVER_SAVE_POINT_MINUTES",
             "save_points_kept": "GH_SERVER_SAVE_POINTS_KEPT",
+            "save_point_retention_hours": "GH_SERVER_SAVE_POINT_RETENTION_HOURS",
         }
         if os.environ.get("FORWARDED_ALLOW_IPS") and "trusted_proxies" not in env:
             env["trusted_proxies"] = os.environ["FORWARDED_ALLOW_IPS"]  # what uvicorn read before this setting

@@ -48,6 +48,7 @@ from gh_server.models import (
     utcnow,
 )
 from gh_server.state import ServerState
+from gh_server.timestamps import ts
 from gh_wire import protocol
 from gh_wire.vocab import UNFINISHED
 
@@ -113,7 +114,7 @@ def close_idle(session: Session, idle: float, now: datetime | None = None) -> li
             if done.rowcount != 1:  # type: ignore[attr-defined]
                 continue
             log.info("start state %s closed after %.0f s without input", ss.id, idle)
-        jobs.append(new_job(session, ss, "close", ss.runner_id).id)
+        jobs.append(new_job(session, ss.id, "close", ss.runner_id).id)
     return jobs
 
 
@@ -215,9 +216,37 @@ def collect_versions(session: Session, now: datetime | None = None) -> list[str]
         # The saver and every runner that pulled it from the registry; no new lease may count on it from now on.
         runner_ids = holders(session, v.start_state_id, v.version, known=[v.runner_id])
         for rid in runner_ids:
-            jobs.append(new_job(session, ss, "delete", rid, version=v.version).id)
+            jobs.append(new_job(session, ss.id, "delete", rid, version=v.version).id)
         log.info("start state %s version %d is no longer pinned; deleting it on runners %s", *key,
                  ", ".join(runner_ids) or "(none)")
+    return jobs
+
+
+def collect_save_points(session: Session, retention: timedelta, now: datetime | None = None) -> list[str]:
+    """Queue a `delete` job on its runner for every save point of a try finished more than `retention` ago,
+    but those a start state was made from (a fork: it is that start state's version 1 now, collected as
+    one); each is marked `collected_at` on its attempt, so a fork of it is refused from then. Returns
+    the job ids."""
+    now = now or utcnow()
+    rows = session.scalars(
+        select(Attempt).where(Attempt.status == "done", Attempt.save_points.is_not(None),
+                              Attempt.finished_at < now - retention)
+    ).all()
+    jobs: list[str] = []
+    for a in rows:
+        points = [dict(p) for p in a.save_points or []]
+        due = [p for p in points if not p.get("collected_at")
+               and session.get(StartState, str(p.get("save_point_id"))) is None]
+        if not due:
+            continue
+        runner = session.get(Runner, a.runner_id) if a.runner_id else None
+        for p in due:
+            p["collected_at"] = ts(now)
+            if runner is not None and runner.revoked_at is None:  # a revoked runner's disk is its operator's
+                jobs.append(new_job(session, str(p["save_point_id"]), "delete", runner.id, version=1).id)
+        a.save_points = points
+        log.info("save points of attempt %s deleted on runner %s after %s: %s", a.id, a.runner_id, retention,
+                 ", ".join(str(p["save_point_id"]) for p in due))
     return jobs
 
 
@@ -226,7 +255,7 @@ def collect_versions(session: Session, now: datetime | None = None) -> list[str]
 
 def new_job(
     session: Session,
-    ss: StartState,
+    start_state_id: str,
     op: str,
     runner_id: str | None,
     *,
@@ -234,12 +263,13 @@ def new_job(
     version: int | None = None,
     script: str | None = None,
 ) -> RunnerJob:
-    """A queued start-state job for `runner_id` (sent by `dispatch_jobs` after the caller commits)."""
+    """A queued start-state job for `runner_id` (sent by `dispatch_jobs` after the caller commits); the start
+    state may have no row (a save point no start state was made from)."""
     job_id = new_id("jb_")
     msg = protocol.Job(
         job_id=job_id,
         op=op,  # type: ignore[arg-type]
-        start_state_id=ss.id,
+        start_state_id=start_state_id,
         source=protocol.StartStateRef(**source) if source else None,
         version=version,
         script=script,
@@ -247,7 +277,7 @@ def new_job(
     row = RunnerJob(
         id=job_id,
         runner_id=runner_id,
-        start_state_id=ss.id,
+        start_state_id=start_state_id,
         op=op,
         payload=msg.model_dump(mode="json"),
         status="queued",
@@ -328,9 +358,9 @@ def finish_instruction(session: Session, start_state_id: str, task_id: str, erro
     if ss is None or ss.task_id != task_id or ss.status != "building":
         return []  # deleted or changed meanwhile: nothing of ours to finish
     if error is None:
-        return [new_job(session, ss, "save", ss.runner_id, version=ss.version + 1).id]
+        return [new_job(session, ss.id, "save", ss.runner_id, version=ss.version + 1).id]
     ss.status, ss.error, ss.updated_at = "failed", error, utcnow()
-    job = new_job(session, ss, "close", ss.runner_id)
+    job = new_job(session, ss.id, "close", ss.runner_id)
     session.flush()
     webhooks.enqueue(session, "start_state.failed", serialize.start_state(ss))
     return [job.id]
@@ -411,6 +441,8 @@ async def housekeeping_once(st: ServerState) -> list[str]:
             jobs = close_idle(s, idle)
         with st.db.begin() as s:
             jobs += collect_versions(s)
+        with st.db.begin() as s:
+            jobs += collect_save_points(s, timedelta(hours=st.settings.save_point_retention_hours))
         with st.db.begin() as s:
             jobs += expire_instructions(s)
         with st.db.begin() as s:

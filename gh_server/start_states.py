@@ -41,7 +41,8 @@ def from_save_point(session: Session, attempt: Attempt, save_point_id: str, name
     so nothing is copied and it is `ready` at once. Made once; asked again, the same one.
 
     Raises:
-        ApiError: 404 for a save point the attempt does not list, 409 when its runner is unknown.
+        ApiError: 404 for a save point the attempt does not list, 409 when its runner is unknown or the
+            save point was deleted after the server's `save_point_retention_hours`.
     """
     point = next((p for p in attempt.save_points or [] if p.get("save_point_id") == save_point_id), None)
     if point is None:
@@ -49,6 +50,10 @@ def from_save_point(session: Session, attempt: Attempt, save_point_id: str, name
     made = session.get(StartState, save_point_id)
     if made is not None:
         return made
+    if point.get("collected_at"):
+        raise conflict(f"save point {save_point_id} was deleted from its runner at {point['collected_at']}, "
+                       "past the server's save_point_retention_hours after its try finished",
+                       code="save_point_collected")
     runner = session.get(Runner, attempt.runner_id) if attempt.runner_id else None
     if runner is None:
         raise conflict(f"the runner that holds save point {save_point_id} is gone")

@@ -174,7 +174,7 @@ async def create_start_state(body: StartStateCreate, request: Request, _p: Princ
             s.add(ss)
             s.flush()
             op = "build" if method == "script" else "open"
-            job = _job(s, ss, op, runner_id, source=source, script=body.script, version=1 if op == "build" else None)
+            job = _job(s, ss.id, op, runner_id, source=source, script=body.script, version=1 if op == "build" else None)
             return serialize.start_state(ss), [job.id]
 
     out, jobs = await run_in_threadpool(work)
@@ -272,7 +272,7 @@ async def delete_start_state(start_state_id: str, request: Request, _p: Principa
             savers = s.scalars(select(StartStateVersion.runner_id).where(StartStateVersion.start_state_id == ss.id))
             # Those that saved a version, and those that pulled one from the registry.
             runner_ids = holders(s, ss.id, None, known=[*savers, ss.runner_id])
-            jobs = [_job(s, ss, "delete", rid).id for rid in runner_ids]
+            jobs = [_job(s, ss.id, "delete", rid).id for rid in runner_ids]
             s.delete(ss)
             return jobs
 
@@ -293,20 +293,20 @@ async def _transition(request: Request, start_state_id: str, op: str) -> dict[st
                         f"Start state {ss.id} is {ss.status}: only a ready one can be opened.", status=ss.status
                     )
                 ss.status, ss.opened_at, ss.last_input_at = "open", utcnow(), None
-                job = _job(s, ss, "open", ss.runner_id, source=_source_of(s, ss), version=ss.version)
+                job = _job(s, ss.id, "open", ss.runner_id, source=_source_of(s, ss), version=ss.version)
             elif op == "save":
                 if ss.status != "open":
                     raise conflict(
                         f"Start state {ss.id} is {ss.status}: only an open one can be saved.", status=ss.status
                     )
                 ss.status = "saving"
-                job = _job(s, ss, "save", ss.runner_id, version=ss.version + 1)
+                job = _job(s, ss.id, "save", ss.runner_id, version=ss.version + 1)
             else:
                 if ss.status != "open":
                     raise conflict(
                         f"Start state {ss.id} is {ss.status}: only an open one can be closed.", status=ss.status
                     )
-                job = _job(s, ss, "close", ss.runner_id)
+                job = _job(s, ss.id, "close", ss.runner_id)
                 if ss.version < 1:
                     # Made by hand and never saved: closing discards it (docs/start-states.md).
                     out = serialize.start_state(ss)

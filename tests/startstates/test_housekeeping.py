@@ -205,3 +205,50 @@ def test_instruction_claimed_once_and_given_up_when_its_agent_never_ends(st: Ser
         assert failed is not None and failed.status == "failed" and claim["task_id"] in (failed.error or "")
         job = s.get(RunnerJob, close)
         assert job is not None and job.op == "close"
+
+
+def test_a_finished_trys_save_points_are_deleted_after_the_retention_but_a_forked_one(st: ServerState) -> None:
+    """Issue 51: save points outlive their try on the runner's disk only for `save_point_retention_hours`;
+    then each is deleted there (a `delete` job of its id, version 1), but one a start state was made from
+    (a fork), which is that start state's now. A collected one is marked, and a fork of it refused."""
+    from gh_server.errors import ApiError
+    from gh_server.start_state_jobs import collect_save_points
+    from gh_server.start_states import from_save_point
+
+    retention = timedelta(hours=st.settings.save_point_retention_hours)
+    now = utcnow()
+    with st.db.begin() as s:
+        _runner(s, [])
+        for run_id, ended in (("tr_old", now - retention - timedelta(minutes=1)), ("tr_new", now)):
+            _run_on(s, run_id, ("ss_base", 1), run_status="completed", attempt_status="done")
+            s.flush()
+            a = s.get(Attempt, "at_" + run_id)
+            assert a is not None
+            a.runner_id, a.finished_at = "rn_1", ended
+            a.save_points = [{"save_point_id": f"ss_{run_id}p{n}", "step": 10 * n, "created_at": "x", "bytes": 1}
+                             for n in (1, 2, 3)]
+        s.flush()
+        old = s.get(Attempt, "at_tr_old")
+        assert old is not None
+        from_save_point(s, old, "ss_tr_oldp2", "forked at step 20")
+    with st.db.begin() as s:
+        jobs = collect_save_points(s, retention)
+    with st.db() as s:
+        deletes = _jobs(s, "delete")
+        assert sorted((j.start_state_id, j.payload["version"], j.runner_id) for j in deletes) == [
+            ("ss_tr_oldp1", 1, "rn_1"), ("ss_tr_oldp3", 1, "rn_1")]
+        assert sorted(jobs) == sorted(j.id for j in deletes)
+        old = s.get(Attempt, "at_tr_old")
+        assert old is not None and old.save_points is not None
+        assert [bool(p.get("collected_at")) for p in old.save_points] == [True, False, True]
+        new = s.get(Attempt, "at_tr_new")
+        assert new is not None and not any(p.get("collected_at") for p in new.save_points or [])
+    with st.db.begin() as s:  # a second pass finds nothing left to do
+        assert collect_save_points(s, retention) == []
+    with st.db.begin() as s:
+        old = s.get(Attempt, "at_tr_old")
+        assert old is not None
+        with pytest.raises(ApiError) as refused:
+            from_save_point(s, old, "ss_tr_oldp1", None)
+        assert refused.value.status == 409 and refused.value.extra["code"] == "save_point_collected"
+        assert from_save_point(s, old, "ss_tr_oldp2", None).id == "ss_tr_oldp2"  # the fork stands
