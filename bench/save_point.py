@@ -35,7 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-TICKS = "/root/ticks"
+# In the home of whoever the image's scripts run as: root on linux-tiny, the session's user on linux-desktop.
+TICKS = "$HOME/gh-bench-ticks"
 # BusyBox `date` has no sub-second format; a file's mtime is the wall clock to the nanosecond.
 NOW = "touch /tmp/now && stat -c %y /tmp/now"
 LOOP = (f"rm -f {TICKS}; setsid sh -c 'while :; do echo \"$({NOW})|$(cut -d\" \" -f1 /proc/uptime)\" "
