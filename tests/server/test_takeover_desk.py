@@ -456,16 +456,21 @@ async def test_the_holders_view_refused_by_the_runner_undoes_the_hold_through_th
     assert link.sent[-1] == protocol.TaskHold(attempt_id="at_run", held=False)
 
 
-async def test_one_key_cannot_take_every_watcher_seat_of_a_machine(desk: Any) -> None:
-    """A member's key with its share of watchers' views of one machine open gets `too_many_views` for
-    another of that machine (before: 16 per key, more than the runner's 10 watcher seats of a machine);
-    another key's watcher of that machine, and this key's of another machine, are not refused here."""
+def _members_relay(desk: Any) -> tuple[Any, LiveRelay]:
+    """A live relay on the desk's database with two member keys, k_a and k_b, and no gateway yet."""
     d, link, _ = desk
     with link.db.begin() as s:
         for kid in ("k_a", "k_b"):
             s.add(ApiKey(id=kid, name=kid, role="member", key_hash=kid * 32, prefix="gh_"))
     st = SimpleNamespace(db=link.db, gateway=None)
-    relay = LiveRelay(st, takeovers=d)  # type: ignore[arg-type]
+    return st, LiveRelay(st, takeovers=d)  # type: ignore[arg-type]
+
+
+async def test_one_key_cannot_take_every_watcher_seat_of_a_machine(desk: Any) -> None:
+    """A member's key with its share of watchers' views of one machine open gets `too_many_views` for
+    another of that machine (before: 16 per key, more than the runner's 10 watcher seats of a machine);
+    another key's watcher of that machine, and this key's of another machine, are not refused here."""
+    st, relay = _members_relay(desk)
     st.gateway = _Gateway(relay, ViewEndReason.NO_SCREEN)  # a view that reaches the runner ends so here
     loop = asyncio.get_running_loop()
     for n in range(MAX_WATCHES_PER_KEY_MACHINE):  # k_a's watchers of at_run, open
@@ -517,12 +522,7 @@ class _SlowRunner:
 async def test_one_keys_views_open_one_after_another(desk: Any) -> None:
     """Issue 49: a key's burst of views costs the server one view's opening at a time (bench/live_abuse.py,
     unread_open). While one view of k_a waits for the runner, k_a's next is not sent to the runner; k_b's is."""
-    d, link, _ = desk
-    with link.db.begin() as s:
-        for kid in ("k_a", "k_b"):
-            s.add(ApiKey(id=kid, name=kid, role="member", key_hash=kid * 32, prefix="gh_"))
-    st = SimpleNamespace(db=link.db, gateway=None)
-    relay = LiveRelay(st, takeovers=d)  # type: ignore[arg-type]
+    st, relay = _members_relay(desk)
     runner = _SlowRunner(relay)
     st.gateway = runner
 
