@@ -99,6 +99,9 @@ class ReferenceLink:
     async def frame(self, label: str, png: bytes, event: dict[str, Any] | None) -> None:
         return None
 
+    async def save_point_made(self, point: Any) -> None:
+        return None
+
     async def _reference(self, attempt: Attempt) -> None:
         meta = self.case.get("metadata") or {}
         fix = meta.get("reference_fix")

@@ -60,6 +60,9 @@ class NullLink:
     async def frame(self, label: str, png: bytes, event: dict[str, Any] | None) -> None:
         return None
 
+    async def save_point_made(self, point: Any) -> None:
+        return None
+
 
 def attempt_factory(kind: str) -> Any:
     if kind == "scripted":

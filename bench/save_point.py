@@ -15,6 +15,11 @@ measured side by side on the same machine and load. For each save it prints:
   uptime gap   the largest gap in the guest's uptime: the pause as the guest's own monotonic clock saw it
   bytes        what the save keeps on the runner (disk delta + memory image)
 
+Then `--resumes` times a resume's part on the runner (docs/start-states.md, "Resume"): a machine made
+from the last save point with memory, ready, and its first script run (which sets the restored guest's
+clock), as a resumed attempt's `machine`, `ready` and `resume` phases do; beside it the same three steps
+from the image itself (a cold boot), in the same run.
+
 Everything it makes is named gh-bench-savepoint-* and removed at the end. The host may be shared:
 numbers are noisy; the ratio of the two kinds of save, measured in one run, is what counts.
 """
@@ -32,6 +37,7 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -66,7 +72,20 @@ def gaps(lines: list[str], since: float) -> tuple[float, float]:
     return paused, up
 
 
-async def run(images_dir: Path, state: Path, image: str, saves: int) -> None:
+async def ready_and_first_script(p: Any, machine_id: str, source: Any) -> float:
+    """Seconds to make a machine from `source`, see it ready and run its first script; then it goes."""
+    t0 = time.monotonic()
+    m = await p.create_machine(machine_id, source, timeout=1800)
+    try:
+        await m.wait_ready(1800)
+        res = await m.run_script("exit 0", timeout=120)
+        assert res.exit_code == 0, res
+        return time.monotonic() - t0
+    finally:
+        await m.destroy()
+
+
+async def run(images_dir: Path, state: Path, image: str, saves: int, resumes: int) -> None:
     from providers.base import MachineSource
     from providers.qemu import QemuProvider
 
@@ -103,6 +122,18 @@ async def run(images_dir: Path, state: Path, image: str, saves: int) -> None:
             unit = (lambda x: f"{x / 2**20:.1f} MiB") if name == "bytes" else (lambda x: f"{x:.2f}")
             print(f"  {name:13s} {unit(a):>12s} {unit(b):>12s}   ratio {a / b if b else float('nan'):.2f}")
         await m.destroy()
+        last = next((sp for sp in reversed(made) if int(sp.rsplit("-", 1)[1]) % 2 == 1), None)  # memory+disk
+        if resumes and last is not None:
+            times: dict[str, list[float]] = {"resume": [], "cold boot": []}
+            for i in range(resumes):
+                times["resume"].append(await ready_and_first_script(
+                    p, f"r{i}", MachineSource(image=image, start_state_id=last, version=1)))
+                times["cold boot"].append(await ready_and_first_script(p, f"c{i}", MachineSource(image=image)))
+                print(f"resume {i + 1}: {times['resume'][-1]:6.2f} s   cold boot {times['cold boot'][-1]:6.2f} s",
+                      flush=True)
+            r, c = statistics.median(times["resume"]), statistics.median(times["cold boot"])
+            print(f"\n{image}, median of {resumes}: machine + ready + first script from the save point {r:.2f} s, "
+                  f"from the image {c:.2f} s, ratio {r / c:.2f}")
     finally:
         for sp_id in made:
             await p.delete_version(sp_id, 1)
@@ -118,11 +149,12 @@ def main() -> int:
                     default=Path(os.environ.get("GH_IMAGES_DIR", "/var/tmp/gh-runner/images")))
     ap.add_argument("--image", default="linux-tiny")
     ap.add_argument("--saves", type=int, default=3)
+    ap.add_argument("--resumes", type=int, default=3)
     args = ap.parse_args()
     state = Path(tempfile.mkdtemp(prefix="gh-bench-savepoint-", dir="/var/tmp"))
     os.chmod(state, 0o755)  # libvirt-qemu must reach the overlays
     try:
-        asyncio.run(run(args.images_dir, state, args.image, args.saves))
+        asyncio.run(run(args.images_dir, state, args.image, args.saves, args.resumes))
     finally:
         shutil.rmtree(state, ignore_errors=True)
     return 0

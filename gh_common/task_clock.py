@@ -41,6 +41,12 @@ class TaskClock:
     def remaining(self) -> float:
         return max(0.0, self.limit_s - self.used())
 
+    def rewind(self, used_s: float) -> None:
+        """Set the task's own time so far to `used_s` (it went back to a save point made then); a hold
+        in progress stays one."""
+        self._started = self._now() - self.held_seconds() - max(0.0, used_s)
+        self._wake()
+
     def hold(self) -> bool:
         """Stop the clock; False when it was held already."""
         if self._held_since is not None:

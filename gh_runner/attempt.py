@@ -5,6 +5,14 @@ The phases run in the order `_lifecycle` reads, each bounded by its own timeout:
     [fetch] -> machine -> ready -> setup -> check_before -> first_screen -> task -> check_after -> last_screen
     (teardown, always, in `run`'s finally)
 
+An attempt that goes on from a save point (`lease.restore`: its runner was lost mid-task) makes its
+machine from that save point and, instead of setup, the check before and the first screen, runs
+`resume`: the guest's clock set by a first script, and the replay marked. Its task then picks up at
+the save point's step and task time, and the agent's first action is refused `machine_restored`
+(gh_runner/machine_requests.py), so that it looks again:
+
+    [fetch] -> machine -> ready -> resume -> task -> check_after -> last_screen
+
 Each check phase runs the case's checkpoints one after another (its check_script alone when it has
 none); their scores' weighted mean is the try's score (`gh_runner.outcome.weighted_mean`).
 
@@ -48,9 +56,11 @@ from gh_wire.protocol import (
     Checkpoint,
     CheckpointScore,
     Lease,
+    MachineRefusal,
     MachineRequest,
     MachineResponse,
     Outcome,
+    Restore,
     SavePoint,
     TaskEnd,
     TaskEndReason,
@@ -70,6 +80,7 @@ READY = "ready"
 SETUP = "setup"
 CHECK_BEFORE = "check_before"
 FIRST_SCREEN = "first_screen"
+RESUME = "resume"
 TASK = "task"
 CHECK_AFTER = "check_after"
 LAST_SCREEN = "last_screen"
@@ -93,6 +104,8 @@ class AttemptLink(Protocol):
     async def status(self, status: str, phase: str) -> None: ...
 
     async def frame(self, label: str, png: bytes, event: dict[str, Any] | None) -> None: ...
+
+    async def save_point_made(self, point: SavePoint) -> None: ...
 
 
 class AttemptError(Exception):
@@ -185,7 +198,6 @@ class Attempt:
     # -----------------------------------------------------------------------------------------
 
     async def _lifecycle(self) -> None:
-        case = self.lease.case
         t = self.timeouts
         script_t = min(self.lease.script_timeout, t.setup)
         check_t = self._check_timeout()
@@ -196,20 +208,12 @@ class Attempt:
         await self._status("preparing", READY)
         await self._phase(READY, t.ready, lambda: self._machine().wait_ready(t.ready))
 
-        if case.setup_script:
-            await self._status("preparing", SETUP)
-            res = await self._phase(SETUP, script_t,
-                                    lambda: self._script(case.setup_script or "", {}, script_t))
-            setup = rules.judge_setup(res, script_t)
-            if setup is not None:
-                raise AttemptError(SETUP, setup.reason or "the setup failed", setup.cause or ErrorCause.INFRASTRUCTURE)
-
         checks = self._checks()
-        if checks:
-            await self._status("checking", CHECK_BEFORE)
-            await self._check_before_run(checks, check_t)
-
-        await self._phase(FIRST_SCREEN, None, lambda: self._capture("first"))
+        if self.lease.restore is not None:
+            restore = self.lease.restore
+            await self._phase(RESUME, script_t, lambda: self._resume(restore, script_t))
+        else:
+            await self._prepare_task(checks, script_t, check_t)
 
         await self._status("running", TASK)
         end = await self._phase(TASK, None, self._task)
@@ -238,6 +242,37 @@ class Attempt:
             self._outcome = "passed"
 
         await self._phase(LAST_SCREEN, None, lambda: self._capture("last"))
+
+    async def _prepare_task(self, checks: list[Checkpoint], script_t: float, check_t: float) -> None:
+        """setup -> check_before -> first_screen: the broken machine, checked broken, and its first frame."""
+        case = self.lease.case
+        if case.setup_script:
+            await self._status("preparing", SETUP)
+            res = await self._phase(SETUP, script_t,
+                                    lambda: self._script(case.setup_script or "", {}, script_t))
+            setup = rules.judge_setup(res, script_t)
+            if setup is not None:
+                raise AttemptError(SETUP, setup.reason or "the setup failed", setup.cause or ErrorCause.INFRASTRUCTURE)
+
+        if checks:
+            await self._status("checking", CHECK_BEFORE)
+            await self._check_before_run(checks, check_t)
+
+        await self._phase(FIRST_SCREEN, None, lambda: self._capture("first"))
+
+    async def _resume(self, restore: Restore, script_t: float) -> None:
+        """The machine is the save point's, as it was then: a first script sets its clock (the provider
+        sets a restored guest's clock in it, or beside it), and the replay marks where the task picks up."""
+        point = restore.save_point
+        self._metrics.resumed = restore.resumed
+        self._log.info("the attempt goes on from a save point", save_point_id=point.save_point_id, step=point.step,
+                       task_seconds=point.task_seconds, resumed=restore.resumed)
+        res = await self._script("exit 0", {}, script_t)
+        if res.exit_code != 0:
+            raise AttemptError(RESUME, f"the restored guest did not run a script (exit {res.exit_code}): "
+                               f"{rules.last_line(res.stderr or res.stdout)}")
+        await self._capture_event("resumed", {"resumed": restore.resumed, "save_point_id": point.save_point_id,
+                                              "step": point.step})
 
     # -----------------------------------------------------------------------------------------
     # What the daemon calls
@@ -273,7 +308,10 @@ class Attempt:
             if req.op in ("exec", "input"):
                 self._agent_acted = True  # it could have broken the guest's channel
         if not self._accepting or self._requests is None:
-            return self._stopped(refuse(req, self._why_not_now()))
+            refusal = self._stopped(refuse(req, self._why_not_now()))
+            if self._restoring():
+                refusal.refusal = MachineRefusal.AWAY  # nothing done: the server asks again once the task is on
+            return refusal
         op = asyncio.create_task(self._requests.serve(req), name=f"request-{req.request_id}")
         self._inflight.add(op)
         op.add_done_callback(self._inflight.discard)
@@ -332,6 +370,12 @@ class Attempt:
             self._log.warning("the agent's execs were not frozen" if frozen else "the agent's execs were not thawed",
                               error=f"{type(e).__name__}: {str(e)[:200]}")
             return False
+
+    def _restoring(self) -> bool:
+        """Its machine is being made again from a save point, and the task is not on yet: the agent, on
+        the server, runs on meanwhile (its requests wait there)."""
+        return (self.lease.restore is not None and self.phase != TASK and not self._task_over
+                and self._cancel_reason is None and self._error is None)
 
     def _frozen_seconds(self) -> float:
         return self._hold.frozen_seconds() if self._hold is not None else 0.0
@@ -402,9 +446,18 @@ class Attempt:
         machine = await asyncio.shield(self._create)
         self._metrics.machine_origin = str(machine.origin)
         self._requests = MachineRequests(machine, self.timeouts, replay=self._replay, frozen=self._frozen_seconds)
+        restore = self.lease.restore
         self._requests.save_points = SavePoints(machine, self.provider, self.lease.attempt_id,
-                                                self.lease.save_points_kept)
+                                                self.lease.save_points_kept,
+                                                kept=restore.kept if restore is not None else None,
+                                                task_seconds=self._task_seconds, told=self.link.save_point_made)
+        if restore is not None:  # the agent's steps and its next action, from the save point on
+            self._requests.restored_at(restore.save_point)
         return machine
+
+    def _task_seconds(self) -> float:
+        """The task's own time so far (a hold's not counted)."""
+        return self._hold.clock.used() if self._hold is not None else 0.0
 
     def _check_timeout(self) -> float:
         """The check's bound: the runner's `timeouts.check` and the lease's script timeout, and never
@@ -569,6 +622,8 @@ class Attempt:
         own time (a TaskClock: the time a person holds the machine, `task_hold`, is not counted). A task
         that hits its limit still goes on to the check: the machine may be fixed anyway."""
         clock = TaskClock(self.lease.case.limits.minutes * self._seconds_per_minute)
+        if self.lease.restore is not None:  # the task's time at its save point is spent
+            clock.rewind(self.lease.restore.save_point.task_seconds or 0.0)
         hold = self._hold = TaskHold(clock, freeze=self._freeze_agent,
                                      mark=lambda label: self._capture_event(label, {"human": label}),
                                      step_timeout=self.timeouts.screen + WATCH_INTERVAL)

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gh_runner.log import get_logger
-from gh_wire.protocol import AttemptStatus, ReplayFrame
+from gh_wire.protocol import AttemptStatus, ReplayFrame, SavePoint, SavePointMade
 
 log = get_logger("gh_runner.attempt_link")
 
@@ -21,14 +21,18 @@ log = get_logger("gh_runner.attempt_link")
 class DaemonLink:
     def __init__(self, attempt_id: str, *, send: Callable[[Any], Awaitable[bool]],
                  note_phase: Callable[[str, str, datetime], Awaitable[None]],
-                 status_acks: Callable[[], bool]) -> None:
+                 status_acks: Callable[[], bool], save_points_told: Callable[[], bool] = lambda: False,
+                 first_seq: int = 0) -> None:
         """`note_phase(status, phase, at)` writes the phase into the attempt's in-flight record;
-        `status_acks()` says whether the server acknowledges statuses (its last welcome)."""
+        `status_acks()` says whether the server acknowledges statuses, `save_points_told()` whether it
+        takes `save_point_made` (its last welcome); `first_seq` numbers the first replay frame (an
+        attempt that goes on from a save point adds frames after the ones it sent before)."""
         self.attempt_id = attempt_id
         self._send = send
         self._note_phase = note_phase
         self._status_acks = status_acks
-        self._seq = 0
+        self._save_points_told = save_points_told
+        self._seq = first_seq
 
     @property
     def status_acks(self) -> bool:
@@ -51,3 +55,7 @@ class DaemonLink:
         self._seq += 1
         await self._send(ReplayFrame(attempt_id=self.attempt_id, seq=seq, at=datetime.now(UTC), label=label,
                                      png_b64=base64.b64encode(png).decode(), event=event))
+
+    async def save_point_made(self, point: SavePoint) -> None:
+        if self._save_points_told():
+            await self._send(SavePointMade(attempt_id=self.attempt_id, save_point=point))

@@ -181,6 +181,7 @@ class Daemon:
         self._signals = 0
         self.exit_code = 0
         self.status_acks = False  # the server acknowledges statuses (its last welcome said so)
+        self.save_points_told = False  # the server takes `save_point_made` (its last welcome said so)
         self._destroy_leftovers = 0
         self.hypervisor = HypervisorWatch(provider.probe, self._hypervisor_changed, interval_up=probe_interval,
                                           interval_down=min(1.0, probe_interval))
@@ -188,6 +189,7 @@ class Daemon:
             config, provider, attempt_factory=attempt_factory or default_attempt_factory, journal=self.journal,
             run_io=self._journal, outbox=self.outbox, slots=self.slots, inventory=self.inventory,
             library=self.library, state=self._state, send=self.send_message, status_acks=lambda: self.status_acks,
+            save_points_told=lambda: self.save_points_told,
             emit=self._emit, changed=self._busy_changed, errored=self.hypervisor.poke)
         self._session_task: asyncio.Task[None] | None = None
         self._timers: list[asyncio.Task[None]] = []
@@ -476,10 +478,12 @@ class Daemon:
             live_views=True,
             task_holds=True,
             scores=True,
+            restores=True,
         )
 
     async def on_welcome(self, welcome: Welcome) -> None:
         self.status_acks = welcome.status_acks
+        self.save_points_told = welcome.save_points_told
         if welcome.name and welcome.name != self.config.name and self._take_registered_name(welcome.name):
             return
         self._emit("welcome", welcome)

@@ -234,6 +234,7 @@ class Journal:
                 error=(f"interrupted: the runner stopped (crash or restart) while the attempt was "
                        f"{rec.status} (phase {rec.phase}); its machine was destroyed"),
                 error_phase=rec.phase,
+                interrupted=True,
                 started_at=datetime.fromisoformat(rec.accepted_at) if rec.accepted_at else None,
                 finished_at=now,
             )

@@ -111,6 +111,7 @@ class Leases:
         state: Callable[[], RunnerState],
         send: Callable[[Any], Awaitable[bool]],
         status_acks: Callable[[], bool],
+        save_points_told: Callable[[], bool],
         emit: Callable[..., None],
         changed: Callable[[], None],
         errored: Callable[[], None],
@@ -130,6 +131,7 @@ class Leases:
         self._state = state
         self._send = send
         self._status_acks = status_acks
+        self._save_points_told = save_points_told
         self._emit = emit
         self._changed = changed
         self._errored = errored
@@ -185,6 +187,15 @@ class Leases:
         if aid in self.running:  # our accept was lost on the way: say it again
             await self._send(LeaseAccept(attempt_id=aid))
             return
+        if aid in self.outbox and lease.restore is not None and self.outbox.interrupted(aid):
+            # The server heard our hello and resumes the attempt this process's predecessor left: the
+            # report of its interruption is moot (the server applies none to an attempt it resumed).
+            try:
+                await self.outbox.ack(aid)
+            except OSError as e:
+                await self._refuse(aid, LeaseRefusal.JOURNAL_FAILED,
+                                   f"runner cannot write its journal: {e.strerror or e}")
+                return
         if aid in self.outbox:
             await self._refuse(aid, LeaseRefusal.DUPLICATE,
                                "already finished on this runner; its result is being re-sent")
@@ -313,7 +324,8 @@ class Leases:
             await self._refuse(aid, LeaseRefusal.JOURNAL_FAILED, f"runner cannot write its journal: {e.strerror or e}")
             return False
         link = DaemonLink(aid, send=self._send, note_phase=lambda *a: self._note_phase(aid, *a),
-                          status_acks=self._status_acks)
+                          status_acks=self._status_acks, save_points_told=self._save_points_told,
+                          first_seq=lease.restore.replay_seq if lease.restore is not None else 0)
         try:
             attempt = self.attempt_factory(lease, self.provider, link, self.config.timeouts)
         except Exception as e:

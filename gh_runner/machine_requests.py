@@ -38,7 +38,7 @@ import structlog
 from gh_runner.config import Timeouts
 from gh_runner.replay import ReplayRecorder, exec_event, is_secret_event, redact_event, redact_text, with_note
 from gh_runner.save_points import SavePoints
-from gh_wire.protocol import ExecFrozen, MachineRefusal, MachineRequest, MachineResponse
+from gh_wire.protocol import ExecFrozen, MachineRefusal, MachineRequest, MachineResponse, SavePoint
 from gh_wire.vocab import ExecFreeze
 from providers.base import Machine, ScriptResult
 from providers.errors import AccessibilityTooLarge, InputNotSupported, NoAccessibilityTree, ProviderError
@@ -76,8 +76,16 @@ class MachineRequests:
         self._frozen = frozen
         self._screen_lock = asyncio.Lock()
         self.steps = 0  # input and exec requests served: the step a save point is made at
+        self._restored: SavePoint | None = None  # went back to this save point; the next action is refused
         self.save_points: SavePoints | None = None  # an attempt's machine (a start state's has none)
         self._accessibility_lock = asyncio.Lock()
+
+    def restored_at(self, point: SavePoint) -> None:
+        """The machine is `point`'s (an attempt that goes on from a save point): the steps are its, and the
+        agent's next input or exec is refused `machine_restored`, not done: it was planned on a screen
+        the agent saw before the runner was lost, and the agent must look again."""
+        self.steps = point.step
+        self._restored = point
 
     async def screenshot(self) -> bytes:
         """The machine's screen as PNG, bounded by `timeouts.screen`."""
@@ -88,6 +96,13 @@ class MachineRequests:
     async def serve(self, req: MachineRequest) -> MachineResponse:
         """Answer one request, or refuse it with a reason."""
         log.info("machine request", request_id=req.request_id, op=req.op)
+        if self._restored is not None and req.op in ("input", "exec"):
+            point, self._restored = self._restored, None
+            refusal = refuse(req, f"not done: the machine went back to save point {point.save_point_id} (step "
+                                  f"{point.step}) after its runner was lost; look again")
+            refusal.refusal = MachineRefusal.RESTORED
+            refusal.save_point = point  # the agent's steps go back to its (gh_server/agents/machine_api.py)
+            return refusal
         try:
             if req.op == "screen":
                 return await self._screen(req)

@@ -72,6 +72,11 @@ class ResultOutbox:
         self._unacked[result.attempt_id] = result
         return error
 
+    def interrupted(self, attempt_id: str) -> bool:
+        """Whether the result kept for `attempt_id` is the report of an attempt a previous process left."""
+        result = self._unacked.get(attempt_id)
+        return result is not None and result.interrupted
+
     async def send(self, attempt_id: str) -> None:
         """Send (again) the result of `attempt_id`, if it is still unacknowledged."""
         result = self._unacked.get(attempt_id)

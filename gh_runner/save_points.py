@@ -9,7 +9,7 @@ a time per machine); past `keep` the oldest are deleted, so a long try holds a b
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 import structlog
@@ -29,18 +29,33 @@ def save_point_id(attempt_id: str, n: int) -> str:
     return f"ss_{attempt_id.removeprefix('at_')}p{n}"
 
 
-class SavePoints:
-    """The save points of one attempt's machine, oldest first."""
+def _number(sp_id: str) -> int:
+    """n of `save_point_id(attempt, n)`; 0 for an id not made so."""
+    _, _, n = sp_id.rpartition("p")
+    return int(n) if n.isdigit() else 0
 
-    def __init__(self, machine: Machine, provider: Provider, attempt_id: str, keep: int) -> None:
+
+class SavePoints:
+    """The save points of one attempt's machine, oldest first.
+
+    `kept`: those made before, on an attempt that goes on from one of them (`Lease.restore`): they stay
+    listed, count against `keep`, and new ones are numbered after them. `told` hears of each new save
+    point (the daemon tells the server, so that the attempt can go on from it if this runner is lost);
+    `task_seconds` is the task's own time, recorded on each."""
+
+    def __init__(self, machine: Machine, provider: Provider, attempt_id: str, keep: int, *,
+                 kept: list[SavePoint] | None = None, task_seconds: Callable[[], float] | None = None,
+                 told: Callable[[SavePoint], Awaitable[None]] | None = None) -> None:
         self._machine = machine
         self._provider = provider
         self._attempt_id = attempt_id
         self._keep = max(1, keep)
         self._lock = asyncio.Lock()
-        self._made = 0
+        self.kept: list[SavePoint] = list(kept or [])
+        self._made = max((_number(p.save_point_id) for p in self.kept), default=0)
+        self._task_seconds = task_seconds
+        self._told = told
         self._current: asyncio.Future[SavePoint] | None = None
-        self.kept: list[SavePoint] = []
 
     async def save(self, step: int) -> SavePoint:
         """Save the machine now; it runs on afterwards. Shielded: a caller cancelled mid-save (the task
@@ -64,12 +79,21 @@ class SavePoints:
         async with self._lock:
             self._made += 1
             sp_id = save_point_id(self._attempt_id, self._made)
+            task_s = self._task_seconds() if self._task_seconds is not None else None
             async with asyncio.timeout(SAVE_TIMEOUT):
                 saved = await self._machine.save(sp_id, 1, with_memory=True)
-            point = SavePoint(save_point_id=sp_id, step=step, created_at=datetime.now(UTC), bytes=saved.size_bytes)
+            # The task's time as the save began: the guest stood still from then on.
+            point = SavePoint(save_point_id=sp_id, step=step, created_at=datetime.now(UTC), bytes=saved.size_bytes,
+                              task_seconds=None if task_s is None else round(task_s, 3))
             self.kept.append(point)
             log.info("save point made", attempt_id=self._attempt_id, save_point_id=sp_id, step=step,
                      bytes=saved.size_bytes)
+            if self._told is not None:
+                try:
+                    await self._told(point)
+                except Exception as e:  # best effort: the result lists it anyway
+                    log.warning("the server was not told of a save point", save_point_id=sp_id,
+                                error=f"{type(e).__name__}: {str(e)[:200]}")
             while len(self.kept) > self._keep:
                 old = self.kept.pop(0)
                 try:

@@ -31,6 +31,8 @@ from gh_common.timeouts import timeout, within
 from gh_server import runner_rows as rows
 from gh_server.agents.supervisor import AgentSupervisor
 from gh_server.attempts.intake import ResultIntake
+from gh_server.attempts.lease import SavePointPolicy
+from gh_server.attempts.resume import record_save_point, restore_refused, resume_lease
 from gh_server.attempts.scheduler import Scheduler
 from gh_server.attempts.states import Reconciled, apply_status, reconcile_in_flight, release_lease
 from gh_server.dbqueue import DbQueue
@@ -305,7 +307,8 @@ class Gateway:
                 )
             if conn is None or not await conn.send_frame(frame):
                 return protocol.MachineResponse(
-                    request_id=req.request_id, ok=False, error="the runner holding this machine is not connected"
+                    request_id=req.request_id, ok=False, refusal=protocol.MachineRefusal.AWAY,
+                    error="the runner holding this machine is not connected",
                 )
             try:
                 return await within(timeout, asyncio.shield(fut))
@@ -392,9 +395,12 @@ class Gateway:
             runner_id, name, session_id, ws, asyncio.Lock(), asyncio.Event(), time.monotonic(), len(hello.in_flight)
         )
 
+        restore = self._restorer(runner_id, hello) if hello.restores else None
+
         def job(s: Session) -> tuple[str | None, Reconciled]:
             n = rows.record_hello(s, runner_id, session_id, hello)
-            return n, reconcile_in_flight(s, runner_id, n or name, hello.in_flight, hello.in_flight_phases)
+            return n, reconcile_in_flight(s, runner_id, n or name, hello.in_flight, hello.in_flight_phases,
+                                          restore)
 
         recorded, rec = await self.dbq.run(job)
         if recorded is None:
@@ -404,9 +410,17 @@ class Gateway:
         conn.status_acks = hello.status_acks
         conn.live_views = hello.live_views
         conn.task_holds = hello.task_holds
-        log.info("runner %s (%s) connected: %d slots, %d resumed, %d lost", name, runner_id, hello.slots,
-                 len(rec.resume), len(rec.lost))
+        log.info("runner %s (%s) connected: %d slots, %d resumed, %d lost, %d going on from a save point", name,
+                 runner_id, hello.slots, len(rec.resume), len(rec.lost), len(rec.restored))
         return conn
+
+    def _restorer(self, runner_id: str, hello: protocol.Hello) -> Callable[[Session, str], protocol.Lease | None]:
+        """How an attempt this runner lost goes on from a save point it still holds (attempts/resume.py)."""
+        held = {(h.start_state_id, h.version) for h in hello.start_states}
+        script_timeout = self.scheduler.script_timeout if self.scheduler is not None else 600.0
+        policy = (self.scheduler.save_points if self.scheduler is not None
+                  else SavePointPolicy(self.settings.save_point_minutes, self.settings.save_points_kept))
+        return lambda s, aid: resume_lease(s, aid, runner_id, held, script_timeout=script_timeout, policy=policy)
 
     async def _after_hello(self, conn: _Conn) -> None:
         """Welcome, then what the reconnect reconciliation asked for (part of the session: its failures
@@ -422,15 +436,26 @@ class Gateway:
                 dead_after=self.settings.dead_after,
                 resume=rec.resume,
                 status_acks=conn.status_acks,
+                save_points_told=True,
             )
         )
         for aid in rec.unwanted:
             await conn.send(protocol.Cancel(attempt_id=aid, reason=CancelReason.NOT_WANTED))
         for aid in rec.lost:
             self._task_over(aid)
+        for lease in rec.restored:
+            # The agent goes on (its clock back at the save point's task time) before the machine is
+            # back: its requests meanwhile are answered as any while the runner is away.
+            assert lease.restore is not None
+            await self.agents.resumed(lease.attempt_id, lease.restore.save_point)
+            await conn.send(lease)
+            log.info("attempt %s goes on from save point %s (step %d) on runner %s", lease.attempt_id,
+                     lease.restore.save_point.save_point_id, lease.restore.save_point.step, conn.name)
         for run in rec.runs:
             self.run_changed(run)
-        late = await self.agents.resend_task_ends(runner_id, rec.resume, rec.in_task, rec.task_unheard)
+        # A task_end kept while the runner was away reaches an attempt that goes on from a save point too.
+        late = await self.agents.resend_task_ends(runner_id, rec.resume + [lease.attempt_id for lease in rec.restored],
+                                                  rec.in_task, rec.task_unheard)
         if conn.status_acks:
             # Every task in progress now has its agent or a task_end saying why not: the runner's
             # `running` is answered (a runner whose task reaches its limit unanswered calls it ours).
@@ -449,7 +474,8 @@ class Gateway:
         for rid, sid, fut in list(self._pending.values()):
             if rid == conn.runner_id and sid == conn.session_id and not fut.done():
                 fut.set_result(
-                    protocol.MachineResponse(request_id="", ok=False, error="the runner disconnected before answering")
+                    protocol.MachineResponse(request_id="", ok=False, refusal=protocol.MachineRefusal.LINK_LOST,
+                                             error="the runner disconnected before answering")
                 )
         try:
             await self.dbq.run(lambda s: rows.record_disconnect(s, conn.runner_id, conn.session_id))
@@ -546,7 +572,8 @@ class Gateway:
             if paused and conn.leasable:
                 self.poke()
         elif isinstance(msg, protocol.AttemptFinished):
-            self._task_over(msg.result.attempt_id)
+            if not msg.result.interrupted:  # decided at the hello: an attempt resumed there runs on
+                self._task_over(msg.result.attempt_id)
             await self.intake.receive(rid, conn.name, msg.result)
         elif isinstance(msg, protocol.AttemptStatus):
             new = await self.dbq.run(lambda s: apply_status(s, rid, msg))
@@ -584,10 +611,16 @@ class Gateway:
         elif isinstance(msg, protocol.LeaseRefuse):
             conn.refused_in_row += 1
             log.info("runner %s refused %r (%s): %r", conn.name, msg.attempt_id[:80], msg.code, msg.reason[:200])
-            if self.scheduler is not None:
+            run = await self.dbq.run(lambda s: restore_refused(s, msg.attempt_id, rid, msg.reason))
+            if run is not None:  # it was to go on from a save point: the error it would have been
+                self._task_over(msg.attempt_id)
+                self.run_changed(run)
+            elif self.scheduler is not None:
                 await self.scheduler.refused(msg.attempt_id, rid, msg.code)
             else:
                 await self.dbq.run(lambda s: release_lease(s, msg.attempt_id, rid))
+        elif isinstance(msg, protocol.SavePointMade):
+            await self.dbq.run(lambda s: record_save_point(s, rid, msg))
         elif isinstance(msg, protocol.JobResult):
             await self._job_result(conn, msg)
         elif isinstance(msg, protocol.ViewRefused):

@@ -140,7 +140,8 @@ class PgRelay:
                 self._metrics.relayed.labels(direction="sent").inc()
             if not await self._dbq.run(lambda s: _ask(s, runner_id, req)):
                 return protocol.MachineResponse(
-                    request_id=req.request_id, ok=False, error="the runner holding this machine is not connected"
+                    request_id=req.request_id, ok=False, refusal=protocol.MachineRefusal.AWAY,
+                    error="the runner holding this machine is not connected",
                 )
             try:
                 async with timeouts.timeout(timeout):

@@ -64,6 +64,16 @@ class MachineRefusal(StrEnum):
     NO_ACCESSIBILITY = "no_accessibility"
     ACCESSIBILITY_TOO_LARGE = "accessibility_too_large"
     ACCESSIBILITY_TIMEOUT = "accessibility_timeout"
+    # The machine went back to a save point since the agent last acted (its runner was lost and the
+    # attempt goes on from the save point: docs/agents.md, "Save points"): the input or exec was
+    # planned on a screen now gone and is not done; the agent looks again. Neither side's fault.
+    RESTORED = "machine_restored"
+    # The machine cannot be reached right now: its runner is not connected, or the machine is being made
+    # again from a save point. Nothing was done: the server sends the request again once it can.
+    AWAY = "machine_away"
+    # The runner's link was lost after the request was sent and before it answered: whether an input or
+    # exec was done is not known (a look is simply asked again). Ours, not the agent's.
+    LINK_LOST = "link_lost"
 
 
 class LeaseRefusal(StrEnum):
@@ -234,6 +244,9 @@ class AttemptMetrics(_Msg):
     # Seconds a person held the machine during the task (`task_hold`): not counted in active_seconds
     # nor against limits.minutes. None when nobody took it over.
     held_seconds: float | None = None
+    # Added without a protocol bump: how many times the attempt went on from a save point after its
+    # runner was lost (`Lease.restore`). None when it never did.
+    resumed: int | None = None
 
 
 class SavePoint(_Msg):
@@ -244,6 +257,20 @@ class SavePoint(_Msg):
     step: int = Field(ge=0)  # the agent's input and exec requests served before it
     created_at: datetime
     bytes: int = Field(ge=0)
+    # Added without a protocol bump: the task's own time when it was made (held time not counted), so
+    # an attempt that goes on from it has the rest of its time limit (None from an older runner).
+    task_seconds: float | None = Field(default=None, ge=0)
+
+
+class Restore(_Msg):
+    """A lease that goes on with an attempt from its save point (its runner was lost mid-task): the
+    machine is the save point's, the task picks up at its step and task time, and the agent is told
+    (docs/agents.md, "Save points"). The lease's start state is the save point's version."""
+
+    save_point: SavePoint
+    kept: list[SavePoint] = Field(default_factory=list)  # the attempt's save points so far, oldest first
+    resumed: int = Field(ge=1)  # this is the attempt's n-th resume
+    replay_seq: int = Field(default=0, ge=0)  # the replay's next frame number (frames go on after the old ones)
 
 
 class AttemptResult(_Msg):
@@ -271,11 +298,25 @@ class AttemptResult(_Msg):
     checkpoints: list[CheckpointScore] | None = None
     # Added without a protocol bump: the save points still kept on the runner, oldest first.
     save_points: list[SavePoint] | None = None
+    # Added without a protocol bump: the error a restarted runner reports for an attempt its previous
+    # process left in flight. The server decided that attempt at the runner's hello (an error, or it
+    # went on from a save point), so it applies no such result to an attempt still running.
+    interrupted: bool = False
 
 
 # ---------------------------------------------------------------------------------------------
 # Runner -> server
 # ---------------------------------------------------------------------------------------------
+
+
+class SavePointMade(_Msg):
+    """A running attempt's machine was saved (periodically, or the agent asked): the server keeps it on
+    the attempt, so the attempt can go on from it if this runner is lost. Best effort: sent only to a
+    server whose welcome said `save_points_told`; one the server missed is in the result's list."""
+
+    type: Literal["save_point_made"] = "save_point_made"
+    attempt_id: str
+    save_point: SavePoint
 
 
 class InFlightPhase(_Msg):
@@ -314,6 +355,9 @@ class Hello(_Msg):
     # and runs a lease's `case.checkpoints`. An older one reads `0.5` as the case's error and ignores
     # checkpoints, so the server leases it no case that may score between 0 and 1 (docs/protocol.md, "Scores").
     scores: bool = False
+    # Added without a protocol bump: this runner takes a lease's `restore` (an attempt going on from a
+    # save point); the server does not resume an attempt on an older one.
+    restores: bool = False
 
 
 class LeaseAccept(_Msg):
@@ -427,6 +471,9 @@ class Welcome(_Msg):
     # The server acknowledges every `attempt_status` it applies with `status_ack` (the runner said it
     # understands them in its hello): a task whose start was never acknowledged had no agent.
     status_acks: bool = False
+    # Added without a protocol bump: this server takes `save_point_made` (a runner tells it of a save
+    # point only then: an older server would answer each with an error).
+    save_points_told: bool = False
 
 
 class Lease(_Msg):
@@ -441,6 +488,9 @@ class Lease(_Msg):
     # Added without a protocol bump: how many of the attempt's save points the runner keeps (the
     # server's `save_points_kept`); older ones are deleted as new ones are made.
     save_points_kept: int = Field(default=3, ge=1, le=50)
+    # Added without a protocol bump: the attempt goes on from this save point (sent only to a runner
+    # whose hello said `restores`).
+    restore: Restore | None = None
 
 
 class Cancel(_Msg):
@@ -583,6 +633,7 @@ RunnerMessage = Annotated[
     | MachineResponse
     | JobResult
     | ViewRefused
+    | SavePointMade
     | ErrorMsg,
     Field(discriminator="type"),
 ]
@@ -595,7 +646,7 @@ ServerMessage = Annotated[
 _runner_adapter: TypeAdapter[Any] = TypeAdapter(RunnerMessage)
 _server_adapter: TypeAdapter[Any] = TypeAdapter(ServerMessage)
 _RUNNER_TYPES = {"hello", "heartbeat", "lease_accept", "lease_refuse", "attempt_status", "attempt_result",
-                 "replay_frame", "machine_response", "job_result", "view_refused", "error"}
+                 "replay_frame", "machine_response", "job_result", "view_refused", "save_point_made", "error"}
 _SERVER_TYPES = {"welcome", "heartbeat", "lease", "cancel", "result_ack", "status_ack", "machine_request",
                  "task_end", "job", "view_open", "view_close", "task_hold", "error"}
 

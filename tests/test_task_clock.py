@@ -44,3 +44,19 @@ async def test_expired_without_a_hold() -> None:
     clock = TaskClock(0.05)
     await asyncio.wait_for(clock.expired(), 2.0)
     assert clock.remaining() == pytest.approx(0.0)
+
+
+def test_a_rewind_sets_the_tasks_own_time_and_keeps_its_holds() -> None:
+    """An attempt that goes on from a save point (gh_server/attempts/resume.py) has the time it had then."""
+    now = FakeTime()
+    clock = TaskClock(60.0, clock=now)
+    now.t += 40
+    clock.hold()
+    now.t += 7
+    clock.rewind(12.5)  # the save point's task_seconds
+    assert clock.used() == 12.5 and clock.remaining() == 47.5 and clock.held
+    now.t += 3  # still held: not counted
+    assert clock.used() == 12.5
+    clock.release()
+    now.t += 2
+    assert clock.used() == 14.5 and clock.held_seconds() == 10.0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,9 +22,11 @@ class AgentError(Exception):
 class MachineError(AgentError):
     """A screen, input or exec request on the attempt's machine was refused or failed."""
 
-    def __init__(self, message: str, refusal: protocol.MachineRefusal | None = None) -> None:
+    def __init__(self, message: str, refusal: protocol.MachineRefusal | None = None,
+                 save_point: protocol.SavePoint | None = None) -> None:
         super().__init__(message)
         self.refusal = refusal  # set when it was refused for a typed reason (e.g. too large to relay)
+        self.save_point = save_point  # for `machine_restored`: the save point the machine went back to
 
 
 class TaskStopped(MachineError):
@@ -75,6 +79,12 @@ TAKEN_OVER = "not done: a person took over the machine; look again"
 # gate did not see yet) is answered `taken_over`: that process turns requests back only once the hold is on
 # the attempt's row, where the gate sees it, so this bounds a race, never a normal wait.
 TURNED_BACK_MAX = 5
+# While the machine is away (its runner not connected, or the machine being made again from a save point),
+# a request is asked again this often, until the machine answers or `away_wait` has passed.
+AWAY_POLL_S = 1.0
+# What an action that met the machine's return from a save point is told (docs/agents.md, "Save points").
+RESTORED = "not done: the machine went back to a save point (its runner was lost); look again"
+LOOKS = ("screen", "accessibility")  # requests that change nothing: asked again whatever became of the first
 
 
 class Machine:
@@ -83,28 +93,42 @@ class Machine:
     With a `gate`, every request first waits while a person holds the machine (docs/agents.md,
     "Takeover"), in this process or, with several, in the one holding the runner: then a screen is taken
     as it is now, and an input or exec is refused with `taken_over` (MachineError), not done. The wait
-    comes before the request is relayed, so its own timeout never counts the time held."""
+    comes before the request is relayed, so its own timeout never counts the time held.
+
+    While the machine is away (`machine_away`: its runner is not connected, or the machine is being made
+    again from a save point after the runner was lost), a request waits up to `away_wait` seconds and is
+    asked again: nothing was done, so asking again is safe. A look whose answer was lost with the link
+    is asked again too; an input or exec is not (whether it was done is not known), and the agent is
+    told `link_lost`."""
 
     def __init__(self, relay: Relay, runner_id: str, attempt_id: str, redact: Sequence[str] = (),
-                 start_state_id: str | None = None, gate: TaskGate | None = None) -> None:
+                 start_state_id: str | None = None, gate: TaskGate | None = None, away_wait: float = 0.0) -> None:
         self._relay = relay
         self.runner_id = runner_id
         self.attempt_id = attempt_id
         self.start_state_id = start_state_id  # an open start state's machine is addressed by start state
         self._redact = list(redact)
         self._gate = gate if start_state_id is None else None
+        self._away_wait = away_wait
         self.requests = 0
 
     async def _ask(self, req: protocol.MachineRequest, timeout: float) -> protocol.MachineResponse:
         self.requests += 1
         held = False
         turned_back = 0
+        away_until: float | None = None
         while True:
             if self._gate is not None and await self._gate.passage(self.attempt_id, self.runner_id):
                 held = True
-            if held and req.op not in ("screen", "accessibility"):  # looks, taken as the machine is now
+            if held and req.op not in LOOKS:  # looks, taken as the machine is now
                 raise MachineError(TAKEN_OVER, protocol.MachineRefusal.TAKEN_OVER)
             resp = await self._relay(self.runner_id, req, timeout + SLACK_S)
+            if self._away(resp, req.op):
+                away_until = away_until if away_until is not None else time.monotonic() + self._away_wait
+                if time.monotonic() < away_until:
+                    await asyncio.sleep(AWAY_POLL_S)  # a poll with a deadline: the runner may be in another process
+                    continue
+                break
             if (self._gate is None or resp.refusal != protocol.MachineRefusal.TAKEN_OVER
                     or turned_back >= TURNED_BACK_MAX):
                 break
@@ -116,8 +140,14 @@ class Machine:
             why = f"{req.op} on the machine failed: {resp.error or 'no reason given'}"
             if resp.stopped is not None:
                 raise TaskStopped(why, resp.stopped)
-            raise MachineError(why, resp.refusal)
+            raise MachineError(why, resp.refusal, resp.save_point)
         return resp
+
+    @staticmethod
+    def _away(resp: protocol.MachineResponse, op: str) -> bool:
+        """Whether to ask again: nothing was done, or it was a look."""
+        return resp.refusal == protocol.MachineRefusal.AWAY or (
+            resp.refusal == protocol.MachineRefusal.LINK_LOST and op in LOOKS)
 
     def _req(self, op: str, note: dict[str, Any] | None = None, **kw: Any) -> protocol.MachineRequest:
         if self.start_state_id is not None:

@@ -100,6 +100,22 @@ def extend(session: Session, attempt_id: str, seconds: float) -> None:
         g.expires_at = g.expires_at + timedelta(seconds=seconds)
 
 
+def resumed(session: Session, attempt_id: str, expires_at: datetime) -> None:
+    """The attempt goes on from a save point (gh_server/attempts/resume.py): a machine failure met while
+    the runner was away is forgotten (it is over), and the grant lasts the time the task has left. Its
+    steps go back when the agent's next action is refused `machine_restored` (`set_steps`): an action
+    counted while the runner was away is the one refused."""
+    session.execute(update(MachineGrant)
+                    .where(MachineGrant.attempt_id == attempt_id, MachineGrant.start_state_id.is_(None))
+                    .values(machine_failure=None, expires_at=expires_at)
+                    .execution_options(synchronize_session=False))
+
+
+def set_steps(session: Session, token_hash: str, steps: int) -> None:
+    session.execute(update(MachineGrant).where(MachineGrant.token_hash == token_hash)
+                    .values(steps=max(0, steps), step_limit_hit=False).execution_options(synchronize_session=False))
+
+
 def step_limits_reached(session: Session, token_hashes: list[str]) -> list[str]:
     """Which of these grants had a step past their limit asked (in any process)."""
     return list(session.scalars(select(MachineGrant.token_hash).where(MachineGrant.token_hash.in_(token_hashes),

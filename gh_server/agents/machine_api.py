@@ -67,7 +67,10 @@ def _error(status: int, etype: str, message: str, **extra: Any) -> JSONResponse:
 
 async def _machine_failed(sup: AgentSupervisor, grant: Grant, e: MachineError, stepped: bool = True) -> JSONResponse:
     """A refused request: 409 when the task was stopped (the agent's end), or with code `taken_over` when
-    a person held the machine while it waited (not done, and no step spent: look again); 413 when it is too large to
+    a person held the machine while it waited, or `machine_restored` when the machine went back to a save
+    point after its runner was lost (not done, and no step spent: look again); 503 `link_lost` when the
+    runner's link went before it answered (not known whether done: look again) and 502 `machine_away` when
+    the runner stayed away (both ours); 413 when it is too large to
     relay over the runner's websocket (the caller's request, or what it asked for, is what to change);
     for the accessibility tree 422 `no_accessibility` (no desktop), 413 `accessibility_too_large`, 503
     `accessibility_timeout` (none counts against the agent or as the machine's failure);
@@ -80,6 +83,18 @@ async def _machine_failed(sup: AgentSupervisor, grant: Grant, e: MachineError, s
         if stepped:  # a screen spends none (it is refused so only when the holder kept turning it back)
             await sup.give_back_step(grant)
         return _error(409, "conflict", str(e), code=MachineRefusal.TAKEN_OVER.value)
+    if e.refusal == MachineRefusal.RESTORED:  # the machine went back to a save point: not done, look again
+        if e.save_point is not None:  # the steps after it (this one too) were undone by our fault, not spent
+            await sup.steps_back_to(grant, e.save_point.step)
+        elif stepped:
+            await sup.give_back_step(grant)
+        return _error(409, "conflict", str(e), code=MachineRefusal.RESTORED.value)
+    if e.refusal == MachineRefusal.LINK_LOST:  # ours: whether it was done is not known; look again
+        await sup.machine_failed(grant, str(e))
+        return _error(503, "server_error", str(e), code=MachineRefusal.LINK_LOST.value)
+    if e.refusal == MachineRefusal.AWAY:  # ours: the runner stayed away past its grace
+        await sup.machine_failed(grant, str(e))
+        return _error(502, "server_error", str(e), code=MachineRefusal.AWAY.value)
     if e.refusal == MachineRefusal.INPUT_NOT_SUPPORTED:
         return _error(400, "invalid_request", str(e))
     if e.refusal == MachineRefusal.NO_ACCESSIBILITY:  # the image has no desktop: what was asked cannot be had

@@ -61,6 +61,7 @@ GRANT_SLACK_S = 120.0
 # The agent's own time is its TaskClock's (held time not counted); the pool's bound only catches a clock
 # that never ran out (holds are capped one by one, not in total).
 HELD_BOUND_S = 24 * 3600.0
+RESTORE_S = 600.0  # a desktop's machine made again from a save point (memory read in full) on a loaded host
 CUSTOMER_SLACK_S = 5.0  # on top of the customer endpoint's timeout: waiting for a free worker
 # How often the grants of this process's running agents are read for a step limit reached through another
 # gh-server process (a shared database only; in one process the refusing request signals at once).
@@ -151,6 +152,12 @@ class AgentSupervisor:
         self._clocks: dict[str, TaskClock] = {}  # attempt id -> its agent's time limit, while it runs here
 
     @property
+    def away_wait(self) -> float:
+        """How long an agent's request waits for its machine while it is away: the runner's grace and a
+        restore from a save point (past the grace the attempt is an error and its agent stopped anyway)."""
+        return self.gw.settings.runner_grace_seconds + RESTORE_S
+
+    @property
     def machine_api_url(self) -> str:
         return self.gw.settings.base_url + MACHINE_API_PATH
 
@@ -172,6 +179,19 @@ class AgentSupervisor:
         does not run here."""
         clock = self._clocks.get(attempt_id)
         return None if clock is None else round(clock.remaining(), 3)
+
+    async def resumed(self, attempt_id: str, point: protocol.SavePoint) -> None:
+        """The attempt goes on from `point` (its runner was lost: gh_server/attempts/resume.py). Its agent
+        runs on, with the time the task had left at the save point; it is told by its next action's
+        refusal (`machine_restored`, from the runner), which also takes its steps back to the save point's."""
+        used = point.task_seconds or 0.0
+        clock = self._clocks.get(attempt_id)
+        if clock is not None:
+            clock.rewind(used)
+        info = await self.gw.dbq.run(lambda s: _load(s, attempt_id))
+        minutes = float((((info or {}).get("case") or {}).get("limits") or {}).get("minutes", 10))
+        expires = utcnow() + timedelta(seconds=max(0.0, minutes * 60.0 - used) + GRANT_SLACK_S)
+        await self.gw.dbq.run(lambda s: grants.resumed(s, attempt_id, expires))
 
     def task_held(self, attempt_id: str, held: bool) -> None:
         """A person holds the attempt's machine (or handed it back): its agent's clock stops (or runs)."""
@@ -258,7 +278,7 @@ class AgentSupervisor:
         agent_id = info["agent_id"]
         token = secrets.token_urlsafe(32)
         machine = Machine(self.gw.machine_request, runner_id, attempt_id, redact=_secret_values(case),
-                          gate=self.gw.takeovers)
+                          gate=self.gw.takeovers, away_wait=self.away_wait)
         ctx = AgentContext(
             attempt_id=attempt_id,
             runner_id=runner_id,
@@ -348,7 +368,8 @@ class AgentSupervisor:
         if row is None:
             return None
         machine = Machine(self.gw.machine_request, row.runner_id, row.attempt_id,
-                          redact=_secret_values(row.case), start_state_id=row.start_state_id, gate=self.gw.takeovers)
+                          redact=_secret_values(row.case), start_state_id=row.start_state_id, gate=self.gw.takeovers,
+                          away_wait=self.away_wait if row.start_state_id is None else 0.0)
         return Grant(key, row.attempt_id, row.runner_id, machine, row.case, row.max_steps, row.start_state_id)
 
     async def take_step(self, grant: Grant) -> bool | None:
@@ -362,6 +383,11 @@ class AgentSupervisor:
     async def give_back_step(self, grant: Grant) -> None:
         """A counted step was not done (a person took the machine over while it waited): not the agent's."""
         await self.gw.dbq.run(lambda s: grants.give_back_step(s, grant.token_hash))
+
+    async def steps_back_to(self, grant: Grant, steps: int) -> None:
+        """The machine went back to a save point made at `steps` (its runner was lost): the steps the agent
+        took after it were undone by our fault, and are not counted against limits.steps."""
+        await self.gw.dbq.run(lambda s: grants.set_steps(s, grant.token_hash, steps))
 
     async def machine_failed(self, grant: Grant, why: str) -> None:
         """The machine failed a request under the agent (ours): an agent that then gives up is our error."""

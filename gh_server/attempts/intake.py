@@ -167,6 +167,10 @@ def apply_result(
         return Applied(aid, False, row.test_run_id, note="attempt not leased to this runner")
     if not may(row.status, AttemptStatus.DONE):
         return Applied(aid, False, row.test_run_id, row.outcome)
+    if result.interrupted:
+        # The runner's report of an attempt its previous process left: sent after its hello, where the
+        # server already errored the attempt (so not here) or resumed it from a save point (it runs on).
+        return Applied(aid, False, row.test_run_id, note="an interruption the attempt went on from (a save point)")
     now = utcnow()
     outcome = Outcome(result.outcome)
     error = result.error
@@ -224,6 +228,8 @@ def apply_result(
             "task_seconds_lost": m.task_seconds_lost,
             # A person held the machine this long during the task (a takeover): not the task's time.
             "held_seconds": m.held_seconds,
+            # Went on from a save point this many times after its runner was lost (gh_server/attempts/resume.py).
+            "resumed": m.resumed,
         },
         "outcome": outcome,
         "error": None if outcome != Outcome.ERROR else (error or NO_REASON)[:4000],

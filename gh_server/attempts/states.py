@@ -13,7 +13,7 @@ Each function takes a Session and returns plain data; the caller commits.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -195,14 +195,19 @@ class Reconciled:
     # Of those, the ones whose task began while the server did not hear it (the `running` status came
     # only now, in the hello): no agent was ever started for them. Attempt id -> when the task began.
     task_unheard: dict[str, datetime] = field(default_factory=dict)
+    # The server's attempts the runner no longer has that go on from a save point it holds: each its
+    # lease with `restore` (gh_server/attempts/resume.py), to send once the runner is welcomed.
+    restored: list[protocol.Lease] = field(default_factory=list)
 
 
 def reconcile_in_flight(
     session: Session, runner_id: str, name: str, in_flight: Sequence[str],
     phases: Sequence[protocol.InFlightPhase] = (),
+    restore: Callable[[Session, str], protocol.Lease | None] | None = None,
 ) -> Reconciled:
-    """After a hello: keep what both sides have, error what the runner lost, cancel the rest, and
-    catch up on the statuses the runner sent while the link was down (`phases`, from the hello)."""
+    """After a hello: keep what both sides have, error what the runner lost (unless `restore` gives
+    the lease that makes it go on from a save point), cancel the rest, and catch up on the statuses
+    the runner sent while the link was down (`phases`, from the hello)."""
     held = set(in_flight)
     rows = session.execute(
         select(Attempt.id, Attempt.test_run_id, Attempt.status).where(
@@ -213,11 +218,15 @@ def reconcile_in_flight(
     statuses = {aid: status for aid, _, status in rows}
     now = utcnow()
     lost, runs = [], set()
+    restored: list[protocol.Lease] = []
     for aid, run, status in rows:
         if aid in held:
             continue
         if status == S.LEASED and release_lease(session, aid, runner_id):
             continue  # offered but never started: nothing ran, so it is not an error; it goes back to the queue
+        if restore is not None and (lease := restore(session, aid)) is not None:
+            restored.append(lease)  # the same attempt goes on, from its save point
+            continue
         fail_attempt(
             session,
             aid,
@@ -242,7 +251,8 @@ def reconcile_in_flight(
     # that sends no phases is judged by the database alone, as before.
     in_task = [aid for aid in resume
                if (reported[aid].status == S.RUNNING if aid in reported else statuses.get(aid) == S.RUNNING)]
-    return Reconciled(resume, lost, unwanted, runs, in_task, {a: t for a, t in unheard.items() if a in in_task})
+    return Reconciled(resume, lost, unwanted, runs, in_task, {a: t for a, t in unheard.items() if a in in_task},
+                      restored)
 
 
 def expire_disconnected(session: Session, grace_s: float, dead_after_s: float) -> tuple[list[str], set[str]]:

@@ -16,7 +16,7 @@ from PIL import Image, ImageDraw
 
 from gh_runner import answer_file
 from gh_wire.input import InputEvent
-from gh_wire.protocol import FrozenCase, Lease, Limits, StartStateRef
+from gh_wire.protocol import FrozenCase, Lease, Limits, SavePoint, StartStateRef
 from providers.base import (
     ImageInfo,
     InputNotSupported,
@@ -187,6 +187,7 @@ class FakeLink:
         self.statuses: list[tuple[str, str]] = []
         self.frames: list[tuple[str, bytes, dict[str, Any] | None]] = []
         self.frame_error = False
+        self.save_points: list[SavePoint] = []  # what the server was told of (save_point_made)
         self.status_acks = False  # a server that acknowledges statuses (status_ack, docs/protocol.md)
         self._seen: dict[str, asyncio.Event] = {}
 
@@ -202,6 +203,9 @@ class FakeLink:
             raise ConnectionError("websocket closed")
         self.frames.append((label, png, event))
         self._event("frame:" + label).set()
+
+    async def save_point_made(self, point: SavePoint) -> None:
+        self.save_points.append(point)
 
     async def reached(self, phase: str) -> None:
         await asyncio.wait_for(self._event(phase).wait(), WAIT)

@@ -58,6 +58,22 @@ def main() -> None:
         point = json.loads(body)
         print(f"save_point {status} {point.get('save_point_id')} step {point.get('step')}")
         return
+    if mode == "resume":  # a save point, then on through its runner's loss (tests/gateway/test_resume.py)
+        call(url, token, "/exec", {"script": "echo step 1", "timeout": 30})
+        status, body = call(url, token, "/save_point", {})
+        assert status == 200, (status, body)
+        call(url, token, "/exec", {"script": "echo step 2", "timeout": 30})
+        seen = []
+        while len(seen) < 10:  # until the machine is back from its save point
+            status, body = call(url, token, "/exec", {"script": "echo step 3", "timeout": 30})
+            code = ((json.loads(body) or {}).get("error") or {}).get("code") if status != 200 else None
+            seen.append(f"{status} {code}")
+            if code == "machine_restored":
+                break
+        call(url, token, "/screen")  # looks again
+        status, _ = call(url, token, "/exec", {"script": "echo fixed", "timeout": 30})
+        print(f"{', '.join(seen)}; then {status}")
+        return
     if mode == "approve":
         status, body = call(url, token, "/approval", {"request": "restart the print spooler"})
         status2, _ = call(url, token, "/approval", {"request": ""})

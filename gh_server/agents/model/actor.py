@@ -15,7 +15,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from gh_server.agents.base import TAKEN_OVER, AgentContext, AgentError, MachineError
+from gh_server.agents.base import RESTORED, TAKEN_OVER, AgentContext, AgentError, MachineError
 from gh_server.agents.model import actions as A
 from gh_server.agents.model.screen import Scale, Shot, zoom
 from gh_server.settings import ModelTool
@@ -44,12 +44,19 @@ class ActResult:
     invalid: bool = False  # and the model's own mistake (counted towards max_invalid)
     image: Shot | None = None  # zoom: the image the model asked for
     exec: dict[str, Any] | None = None
-    taken_over: bool = False  # not done: a person held the machine while it waited (the rest of the turn isn't)
+    # Not done: a person held the machine while it waited, or the machine went back to a save point (the
+    # rest of the turn isn't done either: it was planned on a screen now gone).
+    taken_over: bool = False
 
 
 def taken_over() -> ActResult:
     """An action that waited out a takeover: not done and not the model's mistake; it looks again."""
     return ActResult(TAKEN_OVER, error=True, taken_over=True)
+
+
+def restored() -> ActResult:
+    """An action that met the machine's return to a save point: as a takeover's, it looks again."""
+    return ActResult(RESTORED, error=True, taken_over=True)
 
 
 @dataclass
@@ -74,6 +81,8 @@ class Actor:
                 return ActResult(str(e), error=True, invalid=True)
             if e.refusal == MachineRefusal.TAKEN_OVER:
                 return taken_over()
+            if e.refusal == MachineRefusal.RESTORED:
+                return restored()
             raise
         return None
 
@@ -157,6 +166,8 @@ class Actor:
                     return ActResult(str(e), error=True)
                 if e.refusal == MachineRefusal.TAKEN_OVER:
                     return taken_over()
+                if e.refusal == MachineRefusal.RESTORED:
+                    return restored()
                 raise
             # A hold froze it: the model is told, since what it started stood still and the screen moved on.
             froze = f" (frozen {res.frozen.seconds:.0f} s while a person held the machine)" if res.frozen else ""
