@@ -7,32 +7,45 @@ report never names an earlier phase than the server saw. Replay frames are best 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from gh_runner.log import get_logger
+from gh_runner.registry import RegistryError
 from gh_wire.protocol import AttemptStatus, ReplayFrame, SavePoint, SavePointMade
+from providers.errors import ProviderError
 
 log = get_logger("gh_runner.attempt_link")
+
+_pushes: set[asyncio.Task[None]] = set()  # save points on their way to the registry (they outlive nothing else)
+
+
+class Publisher(Protocol):
+    """gh_runner.library.Library's push: a held version to the registry, its reference back."""
+
+    async def publish(self, start_state_id: str, version: int, image_version: str | None = None) -> str: ...
 
 
 class DaemonLink:
     def __init__(self, attempt_id: str, *, send: Callable[[Any], Awaitable[bool]],
                  note_phase: Callable[[str, str, datetime], Awaitable[None]],
                  status_acks: Callable[[], bool], save_points_told: Callable[[], bool] = lambda: False,
-                 first_seq: int = 0) -> None:
+                 first_seq: int = 0, library: Publisher | None = None) -> None:
         """`note_phase(status, phase, at)` writes the phase into the attempt's in-flight record;
         `status_acks()` says whether the server acknowledges statuses, `save_points_told()` whether it
         takes `save_point_made` (its last welcome); `first_seq` numbers the first replay frame (an
-        attempt that goes on from a save point adds frames after the ones it sent before)."""
+        attempt that goes on from a save point adds frames after the ones it sent before); with a `library`
+        (a registry), each save point is pushed there and the server told again with its reference."""
         self.attempt_id = attempt_id
         self._send = send
         self._note_phase = note_phase
         self._status_acks = status_acks
         self._save_points_told = save_points_told
         self._seq = first_seq
+        self._library = library
 
     @property
     def status_acks(self) -> bool:
@@ -57,5 +70,24 @@ class DaemonLink:
                                      png_b64=base64.b64encode(png).decode(), event=event))
 
     async def save_point_made(self, point: SavePoint) -> None:
-        if self._save_points_told():
-            await self._send(SavePointMade(attempt_id=self.attempt_id, save_point=point))
+        """Tell the server (so the attempt can go on from it if this runner is lost), then, with a registry,
+        push it in the background and tell it again with its reference: another runner can then go on
+        from it too. The push is the start-state versions' (gh_runner.library), so a pull is theirs too."""
+        if not self._save_points_told():
+            return
+        await self._send(SavePointMade(attempt_id=self.attempt_id, save_point=point))
+        if self._library is not None:
+            push = asyncio.create_task(self._push(self._library, point), name=f"push-{point.save_point_id}")
+            _pushes.add(push)
+            push.add_done_callback(_pushes.discard)
+
+    async def _push(self, library: Publisher, point: SavePoint) -> None:
+        try:
+            ref = await library.publish(point.save_point_id, 1)
+        except (RegistryError, ProviderError, TimeoutError, OSError) as e:
+            # It stays on this runner: the attempt can go on from it here, only not elsewhere.
+            log.warning("save point not pushed to the registry", attempt_id=self.attempt_id,
+                        save_point_id=point.save_point_id, reason=str(e) or type(e).__name__)
+            return
+        pushed = point.model_copy(update={"registry_ref": ref})
+        await self._send(SavePointMade(attempt_id=self.attempt_id, save_point=pushed))

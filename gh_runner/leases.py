@@ -325,7 +325,8 @@ class Leases:
             return False
         link = DaemonLink(aid, send=self._send, note_phase=lambda *a: self._note_phase(aid, *a),
                           status_acks=self._status_acks, save_points_told=self._save_points_told,
-                          first_seq=lease.restore.replay_seq if lease.restore is not None else 0)
+                          first_seq=lease.restore.replay_seq if lease.restore is not None else 0,
+                          library=self.library)
         try:
             attempt = self.attempt_factory(lease, self.provider, link, self.config.timeouts)
         except Exception as e:

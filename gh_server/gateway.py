@@ -74,6 +74,7 @@ class _Conn:
     paused: protocol.LeaseRefusal | None = None  # its heartbeat says it takes no leases (hypervisor_down)
     live_views: bool = False  # its hello said it takes `view_open`
     task_holds: bool = False  # its hello said it takes `task_hold` (its attempts can be taken over)
+    restores: bool = False  # its hello said it takes a lease's `restore` (an attempt going on from a save point)
 
     @property
     def leasable(self) -> bool:
@@ -254,6 +255,22 @@ class Gateway:
         """The runners whose sockets this process holds (leasable or not)."""
         return [rid for rid, c in self.conns.items() if not c.closed.is_set()]
 
+    def restoring_runner_ids(self) -> list[str]:
+        """The leasable runners here that take a lease's `restore`: where a lost runner's attempt may go on."""
+        return [rid for rid, c in self.conns.items() if c.leasable and c.restores]
+
+    async def resumed_elsewhere(self, runner_id: str, lease: protocol.Lease) -> None:
+        """An attempt whose runner is gone goes on on `runner_id` from a save point (attempts/resume.py):
+        its agent follows it there, and the runner gets the lease."""
+        assert lease.restore is not None
+        await self.agents.resumed(lease.attempt_id, lease.restore.save_point, runner_id)
+        if not await self.send(runner_id, lease):
+            log.warning("the lease resuming %s did not reach runner %s; its hello will tell", lease.attempt_id,
+                        runner_id)
+        await self.agents.resend_task_ends(runner_id, [lease.attempt_id], [])  # one its agent ended meanwhile
+        log.info("attempt %s goes on from save point %s (step %d) on runner %s, its own runner gone",
+                 lease.attempt_id, lease.restore.save_point.save_point_id, lease.restore.save_point.step, runner_id)
+
     def local_runner_ids(self) -> list[str]:
         """The runners the scheduler of this process may lease to now."""
         return [rid for rid, c in self.conns.items() if c.leasable]
@@ -410,6 +427,7 @@ class Gateway:
         conn.status_acks = hello.status_acks
         conn.live_views = hello.live_views
         conn.task_holds = hello.task_holds
+        conn.restores = hello.restores
         log.info("runner %s (%s) connected: %d slots, %d resumed, %d lost, %d going on from a save point", name,
                  runner_id, hello.slots, len(rec.resume), len(rec.lost), len(rec.restored))
         return conn

@@ -94,6 +94,10 @@ class LeaseSink(Protocol):
 
     async def send(self, runner_id: str, msg: Any) -> bool: ...
 
+    def restoring_runner_ids(self) -> list[str]: ...
+
+    async def resumed_elsewhere(self, runner_id: str, lease: Any) -> None: ...
+
 
 class DeskLink(Protocol):
     """What the takeover desk needs of the runner gateway (gh_server/takeover/link.py is the real one)."""

@@ -260,6 +260,9 @@ class SavePoint(_Msg):
     # Added without a protocol bump: the task's own time when it was made (held time not counted), so
     # an attempt that goes on from it has the rest of its time limit (None from an older runner).
     task_seconds: float | None = Field(default=None, ge=0)
+    # Added without a protocol bump: where the runner pushed it ("host[:port]/prefix/states@sha256:..."),
+    # when it has a registry: another runner pulling from there can go on from it (docs/start-states.md).
+    registry_ref: str | None = Field(default=None, max_length=600)
 
 
 class Restore(_Msg):

@@ -97,12 +97,14 @@ class Machine:
 
     While the machine is away (`machine_away`: its runner is not connected, or the machine is being made
     again from a save point after the runner was lost), a request waits up to `away_wait` seconds and is
-    asked again: nothing was done, so asking again is safe. A look whose answer was lost with the link
+    asked again (of the runner the attempt is on by then: `runner_of`): nothing was done, so asking again
+    is safe. A look whose answer was lost with the link
     is asked again too; an input or exec is not (whether it was done is not known), and the agent is
     told `link_lost`."""
 
     def __init__(self, relay: Relay, runner_id: str, attempt_id: str, redact: Sequence[str] = (),
-                 start_state_id: str | None = None, gate: TaskGate | None = None, away_wait: float = 0.0) -> None:
+                 start_state_id: str | None = None, gate: TaskGate | None = None, away_wait: float = 0.0,
+                 runner_of: Callable[[str], Awaitable[str | None]] | None = None) -> None:
         self._relay = relay
         self.runner_id = runner_id
         self.attempt_id = attempt_id
@@ -110,6 +112,7 @@ class Machine:
         self._redact = list(redact)
         self._gate = gate if start_state_id is None else None
         self._away_wait = away_wait
+        self._runner_of = runner_of  # where the attempt is now: asked again while away (it may move)
         self.requests = 0
 
     async def _ask(self, req: protocol.MachineRequest, timeout: float) -> protocol.MachineResponse:
@@ -127,6 +130,8 @@ class Machine:
                 away_until = away_until if away_until is not None else time.monotonic() + self._away_wait
                 if time.monotonic() < away_until:
                     await asyncio.sleep(AWAY_POLL_S)  # a poll with a deadline: the runner may be in another process
+                    if self._runner_of is not None:  # it may go on on another runner, from a save point
+                        self.runner_id = await self._runner_of(self.attempt_id) or self.runner_id
                     continue
                 break
             if (self._gate is None or resp.refusal != protocol.MachineRefusal.TAKEN_OVER

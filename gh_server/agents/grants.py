@@ -111,6 +111,13 @@ def resumed(session: Session, attempt_id: str, expires_at: datetime) -> None:
                     .execution_options(synchronize_session=False))
 
 
+def moved(session: Session, attempt_id: str, runner_id: str) -> None:
+    """The attempt went on on another runner (gh_server/attempts/resume.py): its grants lead there now."""
+    session.execute(update(MachineGrant)
+                    .where(MachineGrant.attempt_id == attempt_id, MachineGrant.start_state_id.is_(None))
+                    .values(runner_id=runner_id).execution_options(synchronize_session=False))
+
+
 def set_steps(session: Session, token_hash: str, steps: int) -> None:
     session.execute(update(MachineGrant).where(MachineGrant.token_hash == token_hash)
                     .values(steps=max(0, steps), step_limit_hit=False).execution_options(synchronize_session=False))

@@ -151,6 +151,11 @@ class AgentSupervisor:
         self._shared_db = not st.sqlalchemy_url.startswith("sqlite")  # other processes may serve its agents
         self._clocks: dict[str, TaskClock] = {}  # attempt id -> its agent's time limit, while it runs here
 
+    async def runner_of(self, attempt_id: str) -> str | None:
+        """The runner the attempt's row says it is on now (an attempt can go on on another runner)."""
+        return await self.gw.dbq.run(
+            lambda s: s.scalar(select(Attempt.runner_id).where(Attempt.id == attempt_id)))
+
     @property
     def away_wait(self) -> float:
         """How long an agent's request waits for its machine while it is away: the runner's grace and a
@@ -180,10 +185,14 @@ class AgentSupervisor:
         clock = self._clocks.get(attempt_id)
         return None if clock is None else round(clock.remaining(), 3)
 
-    async def resumed(self, attempt_id: str, point: protocol.SavePoint) -> None:
-        """The attempt goes on from `point` (its runner was lost: gh_server/attempts/resume.py). Its agent
-        runs on, with the time the task had left at the save point; it is told by its next action's
-        refusal (`machine_restored`, from the runner), which also takes its steps back to the save point's."""
+    async def resumed(self, attempt_id: str, point: protocol.SavePoint, runner_id: str | None = None) -> None:
+        """The attempt goes on from `point` (its runner was lost: gh_server/attempts/resume.py), on
+        `runner_id` when that is another runner. Its agent runs on, with the time the task had left at the
+        save point, and its requests follow the attempt's row to its runner (`runner_of`); it is told by
+        its next action's refusal (`machine_restored`, from the runner), which also takes its steps back
+        to the save point's. A task_end kept for the lost runner goes to the new one."""
+        if runner_id is not None and (ended := self._ended.get(attempt_id)) is not None:
+            self._ended[attempt_id] = (runner_id, ended[1])
         used = point.task_seconds or 0.0
         clock = self._clocks.get(attempt_id)
         if clock is not None:
@@ -278,7 +287,7 @@ class AgentSupervisor:
         agent_id = info["agent_id"]
         token = secrets.token_urlsafe(32)
         machine = Machine(self.gw.machine_request, runner_id, attempt_id, redact=_secret_values(case),
-                          gate=self.gw.takeovers, away_wait=self.away_wait)
+                          gate=self.gw.takeovers, away_wait=self.away_wait, runner_of=self.runner_of)
         ctx = AgentContext(
             attempt_id=attempt_id,
             runner_id=runner_id,
@@ -337,6 +346,10 @@ class AgentSupervisor:
             end.usage = dict(ctx.usage)
             end.steps = max(end.steps, int(ctx.usage.get("steps") or 0))
         self.tasks.pop(attempt_id, None)
+        try:  # it may have gone on on another runner
+            runner_id = await self.runner_of(attempt_id) or runner_id
+        except Exception:
+            log.warning("could not read where attempt %s runs; its task_end goes to %s", attempt_id, runner_id)
         self._ended[attempt_id] = (runner_id, end)
         while len(self._ended) > 10_000:  # runners that never came back: forget the oldest
             self._ended.pop(next(iter(self._ended)))
@@ -369,7 +382,8 @@ class AgentSupervisor:
             return None
         machine = Machine(self.gw.machine_request, row.runner_id, row.attempt_id,
                           redact=_secret_values(row.case), start_state_id=row.start_state_id, gate=self.gw.takeovers,
-                          away_wait=self.away_wait if row.start_state_id is None else 0.0)
+                          away_wait=self.away_wait if row.start_state_id is None else 0.0,
+                          runner_of=self.runner_of if row.start_state_id is None else None)
         return Grant(key, row.attempt_id, row.runner_id, machine, row.case, row.max_steps, row.start_state_id)
 
     async def take_step(self, grant: Grant) -> bool | None:

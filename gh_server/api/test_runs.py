@@ -34,6 +34,7 @@ from gh_server.api.common import (
 from gh_server.api.schemas import Rerun, TestRunCreate
 from gh_server.api.test_cases import resolve_case
 from gh_server.api.test_sets import get_set
+from gh_server.attempts.matching import registry_of
 from gh_server.auth import Principal
 from gh_server.errors import ApiError, conflict, invalid, not_found
 from gh_server.models import (
@@ -90,13 +91,6 @@ def freeze_start_state(session: Session, value: str, param: str) -> tuple[dict[s
         ref["registry"] = registry
         return ref, None
     return ref, (row.runner_id if row is not None else None) or ss.runner_id
-
-
-def registry_of(registry_ref: str | None) -> str | None:
-    """"host[:port]/prefix" of a pushed version's reference "host[:port]/prefix/states@sha256:..."."""
-    if not registry_ref or "/states@" not in registry_ref:
-        return None
-    return registry_ref.rsplit("/states@", 1)[0]
 
 
 def frozen_case(case: TestCase, set_customer: dict[str, Any] | None) -> dict[str, Any]:

@@ -95,6 +95,13 @@ def runner_can_run(c: Candidate, r: RunnerCaps) -> bool:
     return ss.get("image") in r.images
 
 
+def registry_of(registry_ref: str | None) -> str | None:
+    """"host[:port]/prefix" of a pushed version's reference "host[:port]/prefix/states@sha256:..."."""
+    if not registry_ref or "/states@" not in registry_ref:
+        return None
+    return registry_ref.rsplit("/states@", 1)[0]
+
+
 def holds(c: Candidate, r: RunnerCaps) -> bool:
     ss = c.start_state or {}
     return ss.get("kind") == "state" and (str(ss.get("start_state_id")), int(ss.get("version") or 0)) in r.held

@@ -21,6 +21,7 @@ from gh_common.timeouts import timeout
 from gh_server.attempts.completion import complete_runs
 from gh_server.attempts.lease import RunCaseCache, SavePointPolicy, lease_pass
 from gh_server.attempts.matching import RETRY_BACKOFF_S, RefusalList
+from gh_server.attempts.resume import resume_elsewhere
 from gh_server.attempts.states import cancel_attempts_of_cancelled_runs, expire_disconnected, release_lease
 from gh_server.dbqueue import DbQueue
 from gh_server.ports import LeaseSink
@@ -131,10 +132,18 @@ class Scheduler:
 
     async def housekeeping(self) -> None:
         grace, dead = self.grace_s, self.dead_after_s
-        failed, runs = await self.dbq.run(lambda s: expire_disconnected(s, grace, dead))
-        if failed:
-            log.info("errored %d attempts of runners gone past the grace period", len(failed))
-        self._dirty_runs |= runs
+        elsewhere, skip = self.sink.restoring_runner_ids(), self.refusals
+        script_timeout, policy = self.script_timeout, self.save_points
+
+        def restore(s: Session, aid: str) -> tuple[str, protocol.Lease] | None:
+            return resume_elsewhere(s, aid, elsewhere, skip, script_timeout=script_timeout, policy=policy)
+
+        expired = await self.dbq.run(lambda s: expire_disconnected(s, grace, dead, restore if elsewhere else None))
+        if expired.failed:
+            log.info("errored %d attempts of runners gone past the grace period", len(expired.failed))
+        for rid, lease in expired.moved:
+            await self.sink.resumed_elsewhere(rid, lease)
+        self._dirty_runs |= expired.runs
         for aid, rid in await self.dbq.run(cancel_attempts_of_cancelled_runs):
             await self.sink.send(rid, protocol.Cancel(attempt_id=aid, reason=CancelReason.RUN_CANCELLED))
         await self.dbq.run(lambda s: complete_runs(s, None))

@@ -255,8 +255,18 @@ def reconcile_in_flight(
                       restored)
 
 
-def expire_disconnected(session: Session, grace_s: float, dead_after_s: float) -> tuple[list[str], set[str]]:
-    """Attempts of runners gone longer than the grace period become errors (and are retried).
+@dataclass
+class Expired:
+    failed: list[str] = field(default_factory=list)  # errored (and retried)
+    runs: set[str] = field(default_factory=set)  # the runs of those
+    # Gone on on another runner from a save point (gh_server/attempts/resume.py): (runner id, its lease).
+    moved: list[tuple[str, protocol.Lease]] = field(default_factory=list)
+
+
+def expire_disconnected(session: Session, grace_s: float, dead_after_s: float,
+                        restore: Callable[[Session, str], tuple[str, protocol.Lease] | None] | None = None) -> Expired:
+    """Attempts of runners gone longer than the grace period become errors (and are retried), but those
+    `restore` moves to another runner, from a save point.
 
     A runner counts as gone when its socket closed (`session_id` cleared) or when its serving
     process stopped heartbeating it (`last_seen_at` older than the dead-peer bound), so a crashed
@@ -273,7 +283,7 @@ def expire_disconnected(session: Session, grace_s: float, dead_after_s: float) -
         .all()
     )
     if not holders:
-        return [], set()
+        return Expired()
     gone = session.scalars(
         select(Runner).where(
             Runner.id.in_(list(holders)),
@@ -286,7 +296,7 @@ def expire_disconnected(session: Session, grace_s: float, dead_after_s: float) -
             ),
         )
     ).all()
-    failed, runs = [], set()
+    out = Expired()
     for r in gone:
         if r.revoked_at is not None:
             reason = f"runner {r.name} was deleted while the attempt ran"
@@ -296,13 +306,16 @@ def expire_disconnected(session: Session, grace_s: float, dead_after_s: float) -
             select(Attempt.id, Attempt.test_run_id).where(Attempt.runner_id == r.id, Attempt.status.in_(ACTIVE))
         ).all()
         for aid, run in ids:
+            if r.revoked_at is None and restore is not None and (to := restore(session, aid)) is not None:
+                out.moved.append(to)
+                continue
             fail_attempt(session, aid, reason, now=now)
-            failed.append(aid)
-            runs.add(run)
+            out.failed.append(aid)
+            out.runs.add(run)
         if r.session_id is not None and r.last_seen_at is not None and r.last_seen_at < stale:
             r.session_id = None
             r.disconnected_at = r.disconnected_at or now
-    return failed, runs
+    return out
 
 
 def cancel_attempts_of_cancelled_runs(session: Session) -> list[tuple[str, str]]:

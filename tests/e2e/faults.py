@@ -60,7 +60,8 @@ class Stack:
     """A real gh-server (SQLite, its data under `work`) and one real gh-runner registered with it."""
 
     def __init__(self, work: Path, name_prefix: str, images_dir: Path, *, slots: int,
-                 server_settings: dict[str, Any], state: Path | None = None) -> None:
+                 server_settings: dict[str, Any], state: Path | None = None,
+                 runner_config: Path | None = None) -> None:
         self.work, self.images_dir, self.slots = work, images_dir, slots
         self.name = name_prefix + secrets.token_hex(3)
         config = work / "server.yaml"
@@ -72,6 +73,7 @@ class Stack:
         self.runner: Runner | None = None
         self.token = ""
         self.left: list[str] = []
+        self.runner_config = runner_config  # a gh-runner config file (a registry, say)
 
     def __enter__(self) -> Stack:
         try:
@@ -99,7 +101,7 @@ class Stack:
 
     def start_runner(self) -> None:
         self.runner = Runner(self.server.base_url, self.token, self.name, self.images_dir, self.state,
-                             slots=self.slots)
+                             slots=self.slots, config=self.runner_config)
 
     def run(self, cases: list[dict[str, Any]], *, repeat: int, name: str, agents: tuple[str, ...] = ("reference",)
             ) -> str:

@@ -84,7 +84,7 @@ class Server:
 
 class Runner:
     def __init__(self, server_url: str, token: str, name: str, images_dir: Path, state_dir: Path,
-                 slots: int = 2) -> None:
+                 slots: int = 2, config: Path | None = None) -> None:
         self.name = name
         self.log = _log(f"gh-runner-{name}.log")
         # The token goes by environment, never argv: `ps` would show it.
@@ -92,7 +92,7 @@ class Runner:
         self.proc = subprocess.Popen(
             [str(BIN / "gh-runner"), "--server", server_url, "--name", name, "--slots", str(slots),
              "--images-dir", str(images_dir), "--state-dir", str(state_dir), "--libvirt-uri", LIBVIRT_URI,
-             "--log-format", "json"],
+             "--log-format", "json", *(["--config", str(config)] if config is not None else [])],
             env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
         )
 

@@ -1,5 +1,6 @@
 """A runner SIGKILLed mid-task comes back and the same attempt goes on from its save point (issue 51,
-part 3): not retried, no new attempt, the same try.
+part 3): not retried, no new attempt, the same try. And a runner that does not come back: the attempt
+goes on on another runner, whose only way to the lost runner's disk is the registry.
 
 Real gh-server, real gh-runner, the real linux-tiny guest. A command agent takes ten steps, asks for a
 save point, takes five more; the runner is then killed with SIGKILL and started again on the same state
@@ -10,15 +11,22 @@ restored machine is refused `machine_restored` (it looks again), and it fixes th
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
+import yaml
 from agentfiles import agent_command
+from kit.libvirt import domains
 from kit.scratch import scratch_dir
+from registry.server import RegistryProcess
 
 from .faults import Stack, leftovers, marker_case
+from .procs import Runner
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -41,12 +49,17 @@ def until(path: Path, timeout: float) -> str:
     return path.read_text()
 
 
-def test_a_runner_killed_at_step_15_comes_back_and_the_attempt_resumes_at_step_10(
-        images_dir: Path, work: Path) -> None:
+def resumer_agent(work: Path) -> tuple[Path, dict[str, Any]]:
     shared = work / "agent"
     shared.mkdir(mode=0o777)
     shared.chmod(0o777)  # the agent runs with a uid of its own
-    resumer = {"id": "resumer", "kind": "command", "timeout": 1200, "command": agent_command(AGENT, str(shared))}
+    return shared, {"id": "resumer", "kind": "command", "timeout": 1200,
+                    "command": agent_command(AGENT, str(shared))}
+
+
+def test_a_runner_killed_at_step_15_comes_back_and_the_attempt_resumes_at_step_10(
+        images_dir: Path, work: Path) -> None:
+    shared, resumer = resumer_agent(work)
     with Stack(work, "resume", images_dir, slots=1,
                server_settings={"runner_grace_seconds": 120, "agents": {"resumer": resumer}}) as stack:
         run = stack.run([CASE], repeat=1, name="resume", agents=("resumer",))
@@ -67,3 +80,70 @@ def test_a_runner_killed_at_step_15_comes_back_and_the_attempt_resumes_at_step_1
     assert a["answer"].endswith("409 machine_restored; the guest holds 10 steps"), a["answer"]
     assert save_point_id in [p["save_point_id"] for p in a["save_points"]], a["save_points"]
     assert "the attempt goes on from a save point" in runner_log
+
+
+def pushed(stack: Stack, attempt_id: str, timeout: float) -> str:
+    """The attempt's first save point's registry reference, once its runner pushed it and said so."""
+    deadline = time.monotonic() + timeout
+    headers = {"Authorization": f"Bearer {stack.server.api_key}"}
+    while True:
+        got = httpx.get(f"{stack.server.base_url}/v1/attempts/{attempt_id}", headers=headers, timeout=30).json()
+        refs = [p.get("registry_ref") for p in got.get("save_points") or [] if p.get("registry_ref")]
+        if refs:
+            return str(refs[0])
+        assert time.monotonic() < deadline, f"the save point was not pushed within {timeout:.0f} s: {got}"
+        time.sleep(0.5)
+
+
+def online(stack: Stack, name: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(r.get("name") == name and r.get("status") == "online" for r in stack.api.runners.list()["data"]):
+        assert time.monotonic() < deadline, f"runner {name} did not come online within {timeout:.0f} s"
+        time.sleep(0.5)
+
+
+def test_a_runner_that_never_comes_back_has_its_attempt_go_on_elsewhere_from_the_registry(
+        images_dir: Path, work: Path) -> None:
+    registry = RegistryProcess.start(work / "registry")
+    config = work / "runner.yaml"
+    config.write_text(yaml.safe_dump({"registry": {"url": registry.url, "repository": "resume"}}))
+    shared, resumer = resumer_agent(work)
+    other: Runner | None = None
+    try:
+        with Stack(work, "resumea", images_dir, slots=1, runner_config=config,
+                   server_settings={"runner_grace_seconds": 10, "agents": {"resumer": resumer}}) as stack:
+            run = stack.run([CASE], repeat=1, name="resume elsewhere", agents=("resumer",))
+            until(shared / "at-step-15", timeout=900)
+            attempt_id = next(iter(stack.api.test_runs.list_all_attempts(run)))["attempt_id"]
+            ref = pushed(stack, attempt_id, timeout=300)
+            assert ref.startswith(f"{registry.host}/resume/states@sha256:"), ref
+            # The other runner: its own state dir (the lost one's disk is not there), the same registry.
+            name_b = "resumeb" + secrets.token_hex(3)
+            state_b = work / "runner-b-state"
+            state_b.mkdir(mode=0o755)
+            other = Runner(stack.server.base_url, stack.api.runners.create(name_b)["token"], name_b, images_dir,
+                           state_b, slots=1, config=config)
+            online(stack, name_b, timeout=300)
+            assert stack.runner is not None
+            stack.runner.kill()  # and it never comes back
+            (shared / "killed").touch()
+            done, attempts = stack.finish(run, timeout=900)
+            lost_left = domains(f"gh-{stack.name}-")  # the lost runner's machine: its host is gone with it
+            b_log = Path(other.log.name).read_text(errors="replace")
+            other.stop()
+            b_left = leftovers(name_b, state_b)
+            other = None
+    finally:
+        if other is not None:
+            other.stop()
+        registry.stop()
+
+    assert done["status"] == "completed", done
+    assert len(attempts) == 1, [(x["outcome"], x["error"]) for x in attempts]  # the same attempt, not retried
+    a = attempts[0]
+    assert (a["outcome"], a["try"], a["metrics"]["resumed"]) == ("passed", 1, 1), a
+    assert a["answer"].endswith("409 machine_restored; the guest holds 10 steps"), a["answer"]
+    assert "the attempt goes on from a save point" in b_log and "start state pulled" in b_log
+    assert b_left == [], b_left
+    # The lost runner's machines (its attempt's, its hot pool's) stayed with its host; the stack destroyed them.
+    assert f"gh-{stack.name}-{a['attempt_id']}" in lost_left and stack.left == lost_left, (lost_left, stack.left)

@@ -121,7 +121,11 @@ async def test_a_runner_back_without_the_attempt_resumes_it_from_its_save_point(
             assert server.attempt(aid).status == "running"
             end = await second.expect("task_end", timeout=60)
             assert end.error is None, end.error
-            assert end.answer == "409 machine_restored; then 200"  # the wait for the machine was the server's
+            # The request that met the loss in flight is 503 link_lost (whether done is not known), one made
+            # after it waited on the server for the machine; then the first one on the restored machine.
+            seen, _, last = end.answer.partition("; then ")
+            assert last == "200" and seen.split(", ")[-1] == "409 machine_restored", end.answer
+            assert set(seen.split(", ")[:-1]) <= {"503 link_lost"}, end.answer
             assert machine.ops == ["exec", "screen", "exec"]
             assert end.steps == 2  # the one before the save point and the one after: those undone are not counted
             await second.status(aid, "checking")
@@ -162,3 +166,66 @@ async def test_without_a_save_point_it_is_still_our_error_and_retried(server_fac
         assert row.outcome == "error" and "reconnected without this attempt" in (row.error or "")
     finally:
         await second.close()
+
+
+async def test_a_runner_gone_past_its_grace_has_the_attempt_go_on_elsewhere_through_the_registry(
+        server_factory: Any) -> None:
+    """Its save point was pushed to a registry (the second `save_point_made` carries the reference): once
+    the runner is gone past its grace, another runner pulling from that registry gets the attempt with
+    `restore`, the agent's requests follow it there, and the attempt passes there: same attempt, no retry."""
+    with agent_dir() as d:
+        server: GwServer = server_factory(agents=cmd_agent("resume", Path(d) / "doc.json"), runner_grace_seconds=1.0)
+        a_id, a_token = server.add_runner("a")
+        b_id, b_token = server.add_runner("b")
+        a = SimRunner(server.ws_url, a_token, name="a", images=["linux-tiny"])
+        a.hello.restores = True
+        a.hello.registry = "127.0.0.1:5000/gh"
+        await a.connect()
+        lost = LostMachine(a)
+        run_id, (aid,) = server.add_run([{"limits": {"minutes": 30}}], agents=["cmd"])
+        await a.expect("lease")
+        await a.send(protocol.LeaseAccept(attempt_id=aid))
+        await a.status(aid, "preparing")
+        await a.status(aid, "running", "task")
+        await asyncio.wait_for(lost.second_exec.wait(), 60)
+        assert lost.point is not None
+        pushed = lost.point.model_copy(update={"registry_ref": "127.0.0.1:5000/gh/states@sha256:" + "ab" * 32})
+        await a.send(protocol.SavePointMade(attempt_id=aid, save_point=pushed))
+        await await_for(lambda: [p.get("registry_ref") for p in server.attempt(aid).save_points or []]
+                        == [pushed.registry_ref], what="the pushed save point's reference kept on the attempt")
+
+        b = SimRunner(server.ws_url, b_token, name="b", images=["linux-tiny"])
+        b.hello.restores = True
+        b.hello.registry = "127.0.0.1:5000/gh"
+        await b.connect()  # connected before a is lost: nothing for it yet
+        try:
+            machine = RestoredMachine(b, pushed)
+            await a.close()  # a is lost and does not come back
+            again: protocol.Lease = await b.expect("lease", timeout=60)
+            assert again.attempt_id == aid and again.restore is not None and again.restore.save_point == pushed
+            assert again.restore.kept == [pushed]  # only the one it pulls goes along
+            assert (again.start_state.kind, again.start_state.start_state_id) == ("state", pushed.save_point_id)
+            row = server.attempt(aid)
+            assert (row.status, row.runner_id, (row.metrics or {}).get("resumed")) == ("running", b_id, 1)
+            await b.send(protocol.LeaseAccept(attempt_id=aid))
+            await b.status(aid, "preparing")
+            await b.status(aid, "running", "task")
+            try:
+                end = await b.expect("task_end", timeout=60)
+            except AssertionError:
+                raise AssertionError(f"ops {machine.ops}") from None
+            assert end.error is None and end.answer.endswith("409 machine_restored; then 200"), end
+            assert machine.ops == ["exec", "screen", "exec"]
+            await b.status(aid, "checking")
+            result = protocol.AttemptResult(
+                attempt_id=aid, outcome="passed", answer=end.answer,
+                check_after=protocol.CheckOutput(exit_code=0, stdout_tail="True", verdict="True"),
+                metrics=protocol.AttemptMetrics(steps=end.steps, resumed=1), save_points=[pushed])
+            await b.send(protocol.AttemptFinished(result=result))
+            await b.expect("result_ack", where=lambda m: m.attempt_id == aid)
+            await await_for(lambda: server.run(run_id).status == "completed", what="run completed")
+            done = server.attempt(aid)
+            assert (done.outcome, done.runner_id, done.try_number) == ("passed", b_id, 1)
+            assert [x.id for x in server.attempts_of(run_id)] == [aid] and a_id != b_id
+        finally:
+            await b.close()
