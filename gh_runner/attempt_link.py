@@ -20,7 +20,7 @@ from providers.errors import ProviderError
 
 log = get_logger("gh_runner.attempt_link")
 
-_pushes: set[asyncio.Task[None]] = set()  # save points on their way to the registry (they outlive nothing else)
+_pushes: set[asyncio.Task[SavePoint | None]] = set()  # save points on their way to the registry
 
 
 class Publisher(Protocol):
@@ -46,6 +46,7 @@ class DaemonLink:
         self._save_points_told = save_points_told
         self._seq = first_seq
         self._library = library
+        self._pushed: dict[str, asyncio.Task[SavePoint | None]] = {}  # save point id -> its push
 
     @property
     def status_acks(self) -> bool:
@@ -80,14 +81,22 @@ class DaemonLink:
             push = asyncio.create_task(self._push(self._library, point), name=f"push-{point.save_point_id}")
             _pushes.add(push)
             push.add_done_callback(_pushes.discard)
+            self._pushed[point.save_point_id] = push
 
-    async def _push(self, library: Publisher, point: SavePoint) -> None:
+    async def pushed(self, save_point_id: str) -> SavePoint | None:
+        """The save point as pushed (with its `registry_ref`) once its push ends; None when it was not
+        pushed (no registry, the server not told, or the push failed)."""
+        push = self._pushed.get(save_point_id)
+        return None if push is None else await asyncio.shield(push)
+
+    async def _push(self, library: Publisher, point: SavePoint) -> SavePoint | None:
         try:
             ref = await library.publish(point.save_point_id, 1)
         except (RegistryError, ProviderError, TimeoutError, OSError) as e:
             # It stays on this runner: the attempt can go on from it here, only not elsewhere.
             log.warning("save point not pushed to the registry", attempt_id=self.attempt_id,
                         save_point_id=point.save_point_id, reason=str(e) or type(e).__name__)
-            return
+            return None
         pushed = point.model_copy(update={"registry_ref": ref})
         await self._send(SavePointMade(attempt_id=self.attempt_id, save_point=pushed))
+        return pushed

@@ -8,6 +8,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -36,6 +37,7 @@ Subcommands (each has its own --help, listing only its own options):
   images              list the images and start-state versions this runner would advertise
   doctor              check this host and this configuration, and say how to fix what is wrong
   selftest            prove each image end to end on real machines, every step timed
+  drain [--migrate]   drain the runner of this state dir (--migrate: its attempts go on elsewhere)
   local CASES.yaml    run cases on this host with an embedded control plane; the results page
   validate CASES.yaml check each case is worth scoring: noop fails, reference passes, every time
   import osworld PATH turn OSWorld-format tasks into a cases file, saying which cannot be and why
@@ -135,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gh-runner", description=DESCRIPTION, epilog=EPILOG, parents=[machine, daemon],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"gh-runner {__version__} (protocol {PROTOCOL_VERSION})")
-    sub = parser.add_subparsers(dest="command", metavar="{images,doctor,selftest,local,validate,import,export}")
+    sub = parser.add_subparsers(dest="command",
+                                metavar="{images,doctor,selftest,drain,local,validate,import,export}")
     images = sub.add_parser("images", parents=[_machine_options()], help="list the images this runner would advertise",
                             description="List images (name, os, version, checksum) and held start-state versions.")
     images.add_argument("--json", action="store_true", help="machine-readable output")
@@ -191,6 +194,15 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--report", type=Path, default=None, metavar="FILE", help="where to write the JSON report")
     validate.add_argument("--slots", type=int, default=None, metavar="N", help="attempts at once on this host")
     validate.add_argument("--strict", action="store_true", help="exit 3 when a case is not valid")
+    drain = sub.add_parser(
+        "drain", parents=[_machine_options()], help="stop the runner of this state dir, its attempts drained",
+        description="Signal the runner daemon of this state dir (its pid file) to drain: no new leases, its "
+                    "attempts get --drain-grace to finish. With --migrate, each attempt in its task is first "
+                    "saved (a save point, pushed to the runner's registry) and goes on on another runner of the "
+                    "control plane, the same try (docs/start-states.md, \"Resume\"). Returns at once; the daemon "
+                    "exits when drained.")
+    drain.add_argument("--migrate", action="store_true",
+                       help="hand each attempt in its task to another runner instead of waiting for it")
     export = sub.add_parser(
         "export", help="a run's trajectories in Harbor's ATIF or OSWorld's result layout",
         description="Write a run's trajectories (each attempt's steps, words, actions, screenshots, tokens, cost, "
@@ -238,6 +250,26 @@ def _config_from(args: argparse.Namespace) -> RunnerConfig:
     return load_config(flags, os.environ, getattr(args, "config", None))
 
 
+def _drain(state_dir: Path, migrate: bool) -> int:
+    """Signal the daemon whose pid file is in `state_dir`: SIGUSR1 to migrate, else SIGTERM."""
+    from gh_runner.daemon import PID_FILE
+
+    pid_file = state_dir / PID_FILE
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError) as e:
+        return _fail(f"no runner daemon found for {state_dir} ({pid_file}: {e}); is it running with this "
+                     "--state-dir?", EXIT_FAILED)
+    try:
+        os.kill(pid, signal.SIGUSR1 if migrate else signal.SIGTERM)
+    except ProcessLookupError:
+        return _fail(f"the runner daemon of {state_dir} (pid {pid}) is not running", EXIT_FAILED)
+    except PermissionError:
+        return _fail(f"not allowed to signal the runner daemon (pid {pid}): run as its user or root", EXIT_FAILED)
+    print(f"gh-runner (pid {pid}) is draining{': attempts in their task go on on other runners' if migrate else ''}")
+    return 0
+
+
 def _fail(message: str, code: int = EXIT_USAGE) -> int:
     print(f"gh-runner: {message}", file=sys.stderr)
     return code
@@ -262,6 +294,8 @@ def main(argv: Sequence[str] | None = None, commands: Mapping[str, Command] | No
     if config.token is not None:
         redactor.add(config.token.get_secret_value())
     command = getattr(args, "command", None)
+    if command == "drain":
+        return _drain(config.state_dir, bool(args.migrate))
     if command == "images":
         if getattr(args, "action", None) is not None:
             if args.action not in ("push", "pull"):

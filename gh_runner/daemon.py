@@ -21,6 +21,8 @@ Shutdown: the first SIGTERM/SIGINT drains (no new leases; running attempts get `
 seconds, then are cancelled with a reason and report `error`; results get a short while to be
 acknowledged), then the process exits 0. A second signal forces: everything is cancelled at once
 and the exit code is 1. Results not yet acknowledged stay in the journal for the next start.
+SIGUSR1 (`gh-runner drain --migrate`) drains the same way, but first hands each attempt in its task
+to another runner: a save point now, pushed to the registry, and `attempt_handoff` (Leases.hand_off_all).
 
 Hooks (`observers`): any object with some of the methods of `DaemonObserver`; each is called on
 the event loop, must return quickly and never raise (exceptions are logged and ignored). This is
@@ -30,6 +32,7 @@ where sd_notify and Prometheus plug in without the daemon knowing about them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -82,6 +85,7 @@ from gh_wire.protocol import (
 from providers.base import Machine, Provider
 
 T = TypeVar("T")
+PID_FILE = "gh-runner.pid"  # in the state dir while the daemon runs: `gh-runner drain` signals it
 FORCED_TEARDOWN = 10.0  # after a second stop signal, how long cancelled attempts get to destroy machines
 
 
@@ -182,6 +186,7 @@ class Daemon:
         self.exit_code = 0
         self.status_acks = False  # the server acknowledges statuses (its last welcome said so)
         self.save_points_told = False  # the server takes `save_point_made` (its last welcome said so)
+        self.migrate = False  # the drain hands attempts off first (`drain --migrate`, SIGUSR1)
         self._destroy_leftovers = 0
         self.hypervisor = HypervisorWatch(provider.probe, self._hypervisor_changed, interval_up=probe_interval,
                                           interval_down=min(1.0, probe_interval))
@@ -247,6 +252,13 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
+        # `gh-runner drain --migrate`: drain, handing each attempt in its task to another runner first.
+        loop.add_signal_handler(signal.SIGUSR1, self._on_migrate)
+
+    def _on_migrate(self) -> None:
+        if self._signals == 0:
+            self.migrate = True
+        self._on_signal(signal.SIGUSR1)
 
     def _on_signal(self, sig: int) -> None:
         self._signals += 1
@@ -277,10 +289,22 @@ class Daemon:
         if not await self.startup():
             self._emit("stopped", self.exit_code)
             return self.exit_code
+        pid_file = self.config.state_dir / PID_FILE
+        try:
+            # Where `gh-runner drain` finds the process to signal (the systemd unit has its own MainPID).
+            pid_file.write_text(f"{os.getpid()}\n")
+        except OSError as e:
+            self.log.warning("could not write the pid file; `gh-runner drain` will not find this runner",
+                             path=str(pid_file), error=str(e))
         try:
             await self.main_loop()
         finally:
-            await self.shutdown()
+            try:
+                await self.shutdown()
+            finally:
+                with contextlib.suppress(OSError):
+                    if pid_file.read_text().strip() == str(os.getpid()):
+                        pid_file.unlink()
         return self.exit_code
 
     async def startup(self) -> bool:
@@ -371,6 +395,14 @@ class Daemon:
     async def _drain(self) -> None:
         self.draining = True
         await self.session.send_message(self.heartbeat())  # tell the server at once: no more leases here
+        if self.migrate and self.leases.running:
+            if self.library is None or not self.save_points_told:
+                self.log.warning("drain --migrate: nothing can be handed off (no registry, or a server that takes "
+                                 "no save points); the attempts get the drain's grace as in any drain")
+            else:
+                handed = await self.leases.hand_off_all()
+                self.log.info("drain --migrate: attempts handed off", handed_off=handed,
+                              in_flight=len(self.leases.running))
         grace = self.config.drain_grace
         if self.leases.running:
             self.log.info("draining: waiting for attempts to finish", in_flight=sorted(self.leases.running),

@@ -36,8 +36,10 @@ from gh_runner.journal import DiskFull, InflightRecord, Journal
 from gh_runner.library import FetchRefused, Library
 from gh_runner.log import bind_attempt, get_logger, redactor
 from gh_runner.outbox import ResultOutbox
+from gh_runner.save_points import SAVE_TIMEOUT
 from gh_wire.protocol import (
     ATTEMPT_STATUSES,
+    AttemptHandoff,
     AttemptResult,
     Cancel,
     InFlightPhase,
@@ -51,6 +53,7 @@ from gh_wire.protocol import (
     TaskEnd,
     TaskHold,
 )
+from gh_wire.vocab import CancelReason
 from providers.base import Machine, Provider, ProviderError
 
 T = TypeVar("T")
@@ -93,6 +96,8 @@ class Running:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # orders this attempt's journal writes
     fetch_seconds: float | None = None  # the `fetch` phase: the pull of its version before the accept
     uses_version: tuple[str, int] | None = None  # marked in use in the library until the attempt ends
+    link: DaemonLink | None = None  # its link to the server (its save points' pushes: `drain --migrate`)
+    migrated: bool = False  # it went on on another runner (`drain --migrate`): its save points here are moot
 
 
 class Leases:
@@ -174,6 +179,38 @@ class Leases:
             if wanted is None or aid not in wanted:
                 running.attempt.cancel(reason)
 
+    async def hand_off_all(self) -> int:
+        """`drain --migrate`: each attempt in its task is saved now (a save point, pushed to the registry)
+        and handed to the server to go on elsewhere (`attempt_handoff`; the server cancels it here, reason
+        `migrated`, once another runner has it). Those not in their task, or whose save point could not be
+        made or pushed, run on here as in any drain. Returns how many were handed off."""
+        handed = await asyncio.gather(*(self._hand_off(aid, r) for aid, r in list(self.running.items())))
+        return sum(handed)
+
+    async def _hand_off(self, aid: str, running: Running) -> bool:
+        if running.link is None or self.library is None:
+            return False
+        try:
+            async with asyncio.timeout(SAVE_TIMEOUT + 30):
+                saved = await running.attempt.handle_request(
+                    MachineRequest(request_id=f"migrate-{aid}", attempt_id=aid, op="save_point"))
+            if not saved.ok or saved.save_point is None:
+                self.log.info("not handed off: no save point now; it runs on here", attempt_id=aid,
+                              reason=saved.error)
+                return False
+            async with asyncio.timeout(self.library.push_bound(saved.save_point.bytes) + 30):
+                pushed = await running.link.pushed(saved.save_point.save_point_id)
+        except TimeoutError:
+            self.log.warning("not handed off: its save point took too long; it runs on here", attempt_id=aid)
+            return False
+        if pushed is None or pushed.registry_ref is None:
+            self.log.warning("not handed off: its save point was not pushed; it runs on here", attempt_id=aid)
+            return False
+        await self._send(AttemptHandoff(attempt_id=aid, save_point=pushed))
+        self.log.info("attempt handed off to go on elsewhere", attempt_id=aid, save_point_id=pushed.save_point_id,
+                      step=pushed.step)
+        return True
+
     async def stop_pulls(self) -> None:
         """Stop the pulls still running (their leases were never accepted)."""
         for task in list(self._pulls):
@@ -248,6 +285,7 @@ class Leases:
         running = self.running.get(msg.attempt_id)
         if running is not None:
             self.log.info("cancel from the server", attempt_id=msg.attempt_id, reason=msg.reason)
+            running.migrated = msg.reason == CancelReason.MIGRATED
             running.attempt.cancel(msg.reason)
             return True
         if msg.attempt_id in self.outbox:
@@ -336,7 +374,7 @@ class Leases:
                                f"runner could not start the attempt: {type(e).__name__}: {e}")
             return False
         running = Running(lease=lease, attempt=attempt, record=record, fetch_seconds=fetch_seconds,
-                          uses_version=uses_version)
+                          uses_version=uses_version, link=link)
         self.running[aid] = running
         self.slots.take(aid, SlotHolder.ATTEMPT)  # a pull's slot becomes the attempt's: counted once
         await self._send(LeaseAccept(attempt_id=aid))
@@ -388,9 +426,21 @@ class Leases:
         try:
             await self.outbox.send(aid)
             await running.attempt.wait_torn_down()
+            if running.migrated:
+                await self._drop_save_points(result)
         finally:
             self.tearing_down.pop(aid, None)
             self._changed()
+
+    async def _drop_save_points(self, result: AttemptResult) -> None:
+        """A migrated attempt's save points here: the attempt goes on elsewhere from the one pushed to the
+        registry, and lists only that runner's from then on, so nothing would ever collect these."""
+        for point in result.save_points or []:
+            try:
+                await self.provider.delete_version(point.save_point_id, 1)
+            except Exception as e:  # held_versions lists it: a leftover an operator can see
+                self.log.warning("a migrated attempt's save point not deleted", save_point_id=point.save_point_id,
+                                 error=f"{type(e).__name__}: {str(e)[:200]}")
 
     async def _result_of(self, running: Running) -> AttemptResult:
         """The attempt's result; a crash of ours or a forced stop is an `error` result, never lost."""

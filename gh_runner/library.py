@@ -139,7 +139,7 @@ class Library:
         bundle = await self.provider.export_version(start_state_id, version)
         size = await asyncio.to_thread(lambda: sum(p.stat().st_size for p in bundle.files.values()))
         started = time.monotonic()
-        async with bounded(transfer_bound(self.t.push, size, self.min_mib_per_s)):
+        async with bounded(self.push_bound(size)):
             pushed = await artifacts.push_files(
                 self.registry, artifacts.state_repo(self.prefix), artifacts.state_tag(start_state_id, version),
                 bundle.files, artifacts.STATE_ARTIFACT,
@@ -260,6 +260,10 @@ class Library:
                  seconds=round(seconds, 3), **{k + "_s": round(v, 3) for k, v in steps.items()},
                  blob_mib_per_s=round(size / MIB / max(steps["blobs"], 1e-6), 1))
         return seconds
+
+    def push_bound(self, size_bytes: int) -> float:
+        """Seconds a push of `size_bytes` is given (`publish` bounds itself so)."""
+        return transfer_bound(self.t.push, size_bytes, self.min_mib_per_s)
 
     def pull_bound(self, size_bytes: int) -> float:
         """Seconds the blobs of a version of `size_bytes` (from its manifest) are given before the pull

@@ -32,7 +32,7 @@ from gh_server import runner_rows as rows
 from gh_server.agents.supervisor import AgentSupervisor
 from gh_server.attempts.intake import ResultIntake
 from gh_server.attempts.lease import SavePointPolicy
-from gh_server.attempts.resume import record_save_point, restore_refused, resume_lease
+from gh_server.attempts.resume import record_save_point, restore_refused, resume_elsewhere, resume_lease
 from gh_server.attempts.scheduler import Scheduler
 from gh_server.attempts.states import Reconciled, apply_status, reconcile_in_flight, release_lease
 from gh_server.dbqueue import DbQueue
@@ -144,6 +144,7 @@ class Gateway:
         self._pending: dict[str, tuple[str, str, asyncio.Future[protocol.MachineResponse]]] = {}
         self.metrics = state.metrics
         self.scheduler: Scheduler | None = None
+        self._handed_off: dict[str, str] = {}  # attempt id -> the runner that handed it off (drain --migrate)
         self.relay: PgRelay | None = None  # PostgreSQL: machine requests for runners held by other processes
         # A person's hold on an attempt's machine: here, beside the runner's socket and the agent it gates.
         self.takeovers = desk_for(self, self.settings)
@@ -590,14 +591,17 @@ class Gateway:
             if paused and conn.leasable:
                 self.poke()
         elif isinstance(msg, protocol.AttemptFinished):
-            if not msg.result.interrupted:  # decided at the hello: an attempt resumed there runs on
+            # Not the attempt's end: a report decided at the hello (it was resumed, and runs on), or the
+            # cancelled copy of an attempt this runner handed off (it runs on elsewhere).
+            if not msg.result.interrupted and not self._copy_handed_off(msg.result.attempt_id, rid):
                 self._task_over(msg.result.attempt_id)
             await self.intake.receive(rid, conn.name, msg.result)
         elif isinstance(msg, protocol.AttemptStatus):
             new = await self.dbq.run(lambda s: apply_status(s, rid, msg))
             if new == AttemptStatus.RUNNING or (new is None and msg.status == AttemptStatus.RUNNING):
                 await self.agents.on_running(rid, msg.attempt_id)
-            elif msg.status in (AttemptStatus.CHECKING, AttemptStatus.DONE):
+            elif msg.status in (AttemptStatus.CHECKING, AttemptStatus.DONE) and not self._copy_handed_off(
+                    msg.attempt_id, rid):
                 self._task_over(msg.attempt_id)
             if conn.status_acks:
                 await conn.send(protocol.StatusAck(attempt_id=msg.attempt_id, status=msg.status, phase=msg.phase))
@@ -639,6 +643,8 @@ class Gateway:
                 await self.dbq.run(lambda s: release_lease(s, msg.attempt_id, rid))
         elif isinstance(msg, protocol.SavePointMade):
             await self.dbq.run(lambda s: record_save_point(s, rid, msg))
+        elif isinstance(msg, protocol.AttemptHandoff):
+            await self._hand_off(conn, msg)
         elif isinstance(msg, protocol.JobResult):
             await self._job_result(conn, msg)
         elif isinstance(msg, protocol.ViewRefused):
@@ -655,6 +661,41 @@ class Gateway:
             )
         if time.monotonic() - conn.last_db_seen > self.settings.heartbeat_interval:
             await self._touch(conn)
+
+    def _copy_handed_off(self, attempt_id: str, runner_id: str) -> bool:
+        """Whether `runner_id` handed the attempt off (drain --migrate): what its cancelled copy reports is
+        not the attempt's end, which runs on elsewhere."""
+        return self._handed_off.get(attempt_id) == runner_id
+
+    async def _hand_off(self, conn: _Conn, msg: protocol.AttemptHandoff) -> None:
+        """A draining runner hands an attempt off (`gh-runner drain --migrate`): it goes on on another runner
+        from the save point just pushed (attempts/resume.py), and this runner's copy is cancelled; with no
+        runner to take it, it runs on here (the drain waits for it as for any attempt)."""
+        rid, aid = conn.runner_id, msg.attempt_id
+        others = [r for r in self.restoring_runner_ids() if r != rid]
+        skip: Callable[[str, str], bool] = (self.scheduler.refusals if self.scheduler is not None
+                                            else (lambda a, r: False))
+        script_timeout = self.scheduler.script_timeout if self.scheduler is not None else 600.0
+        policy = (self.scheduler.save_points if self.scheduler is not None
+                  else SavePointPolicy(self.settings.save_point_minutes, self.settings.save_points_kept))
+
+        def move(s: Session) -> tuple[str, protocol.Lease] | None:
+            if not record_save_point(s, rid, protocol.SavePointMade(attempt_id=aid, save_point=msg.save_point)):
+                return None  # not this runner's running attempt (any more)
+            if not others:
+                return None
+            return resume_elsewhere(s, aid, others, skip, script_timeout=script_timeout, policy=policy)
+
+        moved = await self.dbq.run(move)
+        if moved is None:
+            log.info("runner %s hands attempt %s off, but no other runner can take it now: it runs on there",
+                     conn.name, aid)
+            return
+        self._handed_off[aid] = rid
+        while len(self._handed_off) > 10_000:  # drained runners that never sent their copy's result
+            self._handed_off.pop(next(iter(self._handed_off)))
+        await self.resumed_elsewhere(*moved)
+        await conn.send(protocol.Cancel(attempt_id=aid, reason=CancelReason.MIGRATED))
 
     async def _job_result(self, conn: _Conn, msg: protocol.JobResult) -> None:
         """The start-state service owns what a finished job means (status, version, webhook): its

@@ -322,6 +322,18 @@ class SavePointMade(_Msg):
     save_point: SavePoint
 
 
+class AttemptHandoff(_Msg):
+    """The runner is draining with `--migrate`: it saved the attempt's machine now and pushed it to its
+    registry (`save_point`, with its `registry_ref`), and asks the server to have the attempt go on on
+    another runner from there. The server answers `cancel` (reason `migrated`) once another runner has
+    it; without one, the attempt runs on here as any attempt of a draining runner. Sent only to a server
+    whose welcome said `save_points_told`."""
+
+    type: Literal["attempt_handoff"] = "attempt_handoff"
+    attempt_id: str
+    save_point: SavePoint
+
+
 class InFlightPhase(_Msg):
     """Where an in-flight attempt is, as the hello reports it: the runner's last `attempt_status`,
     which may never have reached the server (sent while the link was down)."""
@@ -637,6 +649,7 @@ RunnerMessage = Annotated[
     | JobResult
     | ViewRefused
     | SavePointMade
+    | AttemptHandoff
     | ErrorMsg,
     Field(discriminator="type"),
 ]
@@ -649,7 +662,8 @@ ServerMessage = Annotated[
 _runner_adapter: TypeAdapter[Any] = TypeAdapter(RunnerMessage)
 _server_adapter: TypeAdapter[Any] = TypeAdapter(ServerMessage)
 _RUNNER_TYPES = {"hello", "heartbeat", "lease_accept", "lease_refuse", "attempt_status", "attempt_result",
-                 "replay_frame", "machine_response", "job_result", "view_refused", "save_point_made", "error"}
+                 "replay_frame", "machine_response", "job_result", "view_refused", "save_point_made",
+                 "attempt_handoff", "error"}
 _SERVER_TYPES = {"welcome", "heartbeat", "lease", "cancel", "result_ack", "status_ack", "machine_request",
                  "task_end", "job", "view_open", "view_close", "task_hold", "error"}
 

@@ -46,6 +46,9 @@ class CancelReason(StrEnum):
     RUN_CANCELLED = "the test run was cancelled"
     NOT_WANTED = "the server no longer wants this attempt"  # a reconnecting runner still had it
     CANCELLED = "cancelled"  # no reason given
+    # The runner asked to hand the attempt off (`drain --migrate`) and another runner goes on with it from
+    # the save point it just made: this runner's copy ends, its result is not the attempt's.
+    MIGRATED = "migrated to another runner"
 
 
 class ErrorCode(StrEnum):

@@ -84,6 +84,7 @@ TURNED_BACK_MAX = 5
 AWAY_POLL_S = 1.0
 # What an action that met the machine's return from a save point is told (docs/agents.md, "Save points").
 RESTORED = "not done: the machine went back to a save point (its runner was lost); look again"
+MAX_MOVES = 3  # a request follows its attempt to another runner at most this often
 LOOKS = ("screen", "accessibility")  # requests that change nothing: asked again whatever became of the first
 
 
@@ -120,12 +121,16 @@ class Machine:
         held = False
         turned_back = 0
         away_until: float | None = None
+        moves = 0
         while True:
             if self._gate is not None and await self._gate.passage(self.attempt_id, self.runner_id):
                 held = True
             if held and req.op not in LOOKS:  # looks, taken as the machine is now
                 raise MachineError(TAKEN_OVER, protocol.MachineRefusal.TAKEN_OVER)
             resp = await self._relay(self.runner_id, req, timeout + SLACK_S)
+            if await self._moved(resp) and moves < MAX_MOVES:
+                moves += 1  # the attempt went on on another runner under the request: ask that one
+                continue
             if self._away(resp, req.op):
                 away_until = away_until if away_until is not None else time.monotonic() + self._away_wait
                 if time.monotonic() < away_until:
@@ -147,6 +152,19 @@ class Machine:
                 raise TaskStopped(why, resp.stopped)
             raise MachineError(why, resp.refusal, resp.save_point)
         return resp
+
+    async def _moved(self, resp: protocol.MachineResponse) -> bool:
+        """Whether a request that was not answered (refused without a reason of the machine's, away, or its
+        link lost) met the attempt gone on on another runner (`drain --migrate`, a lost runner): then the
+        request is for that runner, where the first action after the move is refused `machine_restored`."""
+        if resp.ok or self._runner_of is None or resp.refusal not in (None, protocol.MachineRefusal.AWAY,
+                                                                       protocol.MachineRefusal.LINK_LOST):
+            return False
+        now = await self._runner_of(self.attempt_id)
+        if now is None or now == self.runner_id:
+            return False
+        self.runner_id = now
+        return True
 
     @staticmethod
     def _away(resp: protocol.MachineResponse, op: str) -> bool:

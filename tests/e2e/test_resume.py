@@ -12,6 +12,7 @@ restored machine is refused `machine_restored` (it looks again), and it fixes th
 from __future__ import annotations
 
 import secrets
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +27,7 @@ from kit.scratch import scratch_dir
 from registry.server import RegistryProcess
 
 from .faults import Stack, leftovers, marker_case
-from .procs import Runner
+from .procs import BIN, Runner
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -147,3 +148,64 @@ def test_a_runner_that_never_comes_back_has_its_attempt_go_on_elsewhere_from_the
     assert b_left == [], b_left
     # The lost runner's machines (its attempt's, its hot pool's) stayed with its host; the stack destroyed them.
     assert f"gh-{stack.name}-{a['attempt_id']}" in lost_left and stack.left == lost_left, (lost_left, stack.left)
+
+
+def test_drain_migrate_hands_the_running_try_to_another_runner(images_dir: Path, work: Path) -> None:
+    """`gh-runner drain --migrate`: the runner saves its running try now, pushes the save point, and the try
+    goes on on another runner from there, the same attempt; the draining runner exits 0 with nothing left."""
+    registry = RegistryProcess.start(work / "registry")
+    config = work / "runner.yaml"
+    config.write_text(yaml.safe_dump({"registry": {"url": registry.url, "repository": "migrate"}}))
+    shared, resumer = resumer_agent(work)
+    other: Runner | None = None
+    try:
+        with Stack(work, "migratea", images_dir, slots=1, runner_config=config,
+                   server_settings={"runner_grace_seconds": 120, "agents": {"resumer": resumer}}) as stack:
+            run = stack.run([CASE], repeat=1, name="migrate", agents=("resumer",))
+            until(shared / "at-step-15", timeout=900)
+            attempt_id = next(iter(stack.api.test_runs.list_all_attempts(run)))["attempt_id"]
+            name_b = "migrateb" + secrets.token_hex(3)
+            state_b = work / "runner-b-state"
+            state_b.mkdir(mode=0o755)
+            b_id = stack.api.runners.create(name_b)
+            other = Runner(stack.server.base_url, b_id["token"], name_b, images_dir, state_b, slots=1, config=config)
+            online(stack, name_b, timeout=300)
+            drained = subprocess.run([str(BIN / "gh-runner"), "drain", "--migrate", "--state-dir", str(stack.state)],
+                                     capture_output=True, text=True, timeout=60)
+            assert drained.returncode == 0 and "draining" in drained.stdout, drained
+            moved_to(stack, attempt_id, b_id["runner_id"], timeout=600)
+            (shared / "killed").touch()  # the agent acts again only once the try is on the other runner
+            assert stack.runner is not None
+            assert stack.runner.proc.wait(timeout=600) == 0  # drained: its copy was cancelled, nothing to wait for
+            done, attempts = stack.finish(run, timeout=900)
+            b_log = Path(other.log.name).read_text(errors="replace")
+            other.stop()
+            b_left = leftovers(name_b, state_b)
+            other = None
+    finally:
+        if other is not None:
+            other.stop()
+        registry.stop()
+
+    assert done["status"] == "completed", done
+    assert len(attempts) == 1, [(x["outcome"], x["error"]) for x in attempts]  # the same attempt, not retried
+    a = attempts[0]
+    assert (a["outcome"], a["runner_id"], a["metrics"]["resumed"]) == ("passed", b_id["runner_id"], 1), a
+    # Saved as the drain began, after the agent's 15th step: it goes on from there, not from step 10.
+    assert a["answer"].endswith("409 machine_restored; the guest holds 15 steps"), a["answer"]
+    assert "the attempt goes on from a save point" in b_log
+    assert stack.left == [] and leftovers(stack.name, stack.state) == [], stack.left
+    assert not list((stack.state / "states").glob(f"ss_{attempt_id[3:]}p*")), "the drained runner kept its save points"
+    assert b_left == [], b_left
+
+
+def moved_to(stack: Stack, attempt_id: str, runner_id: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    headers = {"Authorization": f"Bearer {stack.server.api_key}"}
+    while True:
+        got = httpx.get(f"{stack.server.base_url}/v1/attempts/{attempt_id}", headers=headers, timeout=30).json()
+        if got.get("runner_id") == runner_id:
+            return
+        assert got.get("status") == "running", got
+        assert time.monotonic() < deadline, f"the attempt did not move within {timeout:.0f} s: {got}"
+        time.sleep(0.5)

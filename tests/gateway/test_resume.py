@@ -229,3 +229,30 @@ async def test_a_runner_gone_past_its_grace_has_the_attempt_go_on_elsewhere_thro
             assert [x.id for x in server.attempts_of(run_id)] == [aid] and a_id != b_id
         finally:
             await b.close()
+
+
+async def test_a_handoff_with_no_other_runner_leaves_the_attempt_running_where_it_is(server_factory: Any) -> None:
+    """`drain --migrate` with no other runner that can take the attempt: no cancel, the attempt runs on its own
+    runner (whose drain then waits for it as for any attempt), and the pushed save point is kept on it."""
+    server: GwServer = server_factory(runner_grace_seconds=60.0)
+    _, token = server.add_runner()
+    a = SimRunner(server.ws_url, token, images=["linux-tiny"])
+    a.hello.restores = True
+    a.hello.registry = "127.0.0.1:5000/gh"
+    await a.connect()
+    try:
+        _, (aid,) = server.add_run([{"limits": {"minutes": 30}}], agents=["noop"])
+        await a.expect("lease")
+        await a.send(protocol.LeaseAccept(attempt_id=aid))
+        await a.status(aid, "preparing")
+        await a.status(aid, "running", "task")
+        point = protocol.SavePoint(save_point_id=f"ss_{aid[3:]}p1", step=4, bytes=1, created_at=datetime.now(UTC),
+                                   task_seconds=3.0, registry_ref="127.0.0.1:5000/gh/states@sha256:" + "cd" * 32)
+        await a.send(protocol.AttemptHandoff(attempt_id=aid, save_point=point))
+        await await_for(lambda: server.attempt(aid).save_points is not None, what="the handed-off save point kept")
+        await a.sync()
+        assert not [m for m in a.stash if m.type == "cancel"]
+        row = server.attempt(aid)
+        assert row.status == "running" and not (row.metrics or {}).get("resumed")
+    finally:
+        await a.close()

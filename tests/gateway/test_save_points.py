@@ -54,7 +54,7 @@ async def test_an_agent_asks_for_a_save_point_and_the_attempt_lists_it(server_fa
             await r.finish(aid, "passed", save_points=[point])
             assert server.attempt(aid).save_points == [
                 {"save_point_id": f"ss_{aid[3:]}p1", "step": 1, "created_at": "2026-12-05T23:00:00Z", "bytes": 123_456,
-                 "task_seconds": None}]
+                 "task_seconds": None, "registry_ref": None}]
             await fork_and_run_from_it(server, r, aid, f"ss_{aid[3:]}p1")
         finally:
             await r.close()

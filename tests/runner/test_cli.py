@@ -67,7 +67,7 @@ def test_each_subcommand_lists_only_its_own_options() -> None:
 
     top = build_parser()
     subs = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction)).choices
-    assert set(subs) == {"images", "doctor", "selftest", "local", "validate", "import", "export"}
+    assert set(subs) == {"images", "doctor", "selftest", "drain", "local", "validate", "import", "export"}
     top_help = top.format_help()
     for name in subs:  # the top help names every subcommand, validate too
         assert f"  {name}" in top_help, name
@@ -382,3 +382,32 @@ async def test_a_runner_without_a_name_takes_the_one_it_was_registered_with(tmp_
                 p.kill()
                 await p.wait()
         await peer.stop()
+
+
+@pytest.mark.parametrize(("migrate", "expected"), [(True, "SIGUSR1"), (False, "SIGTERM")])
+def test_drain_signals_the_daemon_of_the_state_dir(tmp_path: Path, migrate: bool, expected: str) -> None:
+    """`gh-runner drain [--migrate]` finds the daemon by the pid file it keeps in its state dir (gh_runner/daemon.py)
+    and sends it SIGUSR1 (hand the attempts off first) or SIGTERM (a plain drain)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    assert run_cli(tmp_path, "drain", "--state-dir", str(state)).returncode == 1  # no daemon: said, not a traceback
+    got = tmp_path / "signal"
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import signal, sys, time\n"
+        "def on(sig, _f):\n"
+        f"    open({str(got)!r}, 'w').write(signal.Signals(sig).name); sys.exit(0)\n"
+        "signal.signal(signal.SIGUSR1, on); signal.signal(signal.SIGTERM, on)\n"
+        f"open({str(state / 'gh-runner.pid')!r}, 'w').write('%d\\n' % __import__('os').getpid())\n"
+        "time.sleep(60)\n")])
+    try:
+        deadline = time.monotonic() + 30
+        while not (state / "gh-runner.pid").exists():
+            assert time.monotonic() < deadline, "the stand-in daemon never wrote its pid file"
+            time.sleep(0.05)
+        out = run_cli(tmp_path, "drain", *(["--migrate"] if migrate else []), "--state-dir", str(state))
+        assert out.returncode == 0 and "draining" in out.stdout, out
+        assert child.wait(timeout=30) == 0 and got.read_text() == expected
+    finally:
+        child.kill()
+    gone = run_cli(tmp_path, "drain", "--state-dir", str(state))  # its pid file left behind: not running, said so
+    assert gone.returncode == 1 and "is not running" in gone.stderr, gone
