@@ -11,10 +11,12 @@ restored machine is refused `machine_restored` (it looks again), and it fixes th
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -96,109 +98,6 @@ def pushed(stack: Stack, attempt_id: str, timeout: float) -> str:
         time.sleep(0.5)
 
 
-def online(stack: Stack, name: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not any(r.get("name") == name and r.get("status") == "online" for r in stack.api.runners.list()["data"]):
-        assert time.monotonic() < deadline, f"runner {name} did not come online within {timeout:.0f} s"
-        time.sleep(0.5)
-
-
-def test_a_runner_that_never_comes_back_has_its_attempt_go_on_elsewhere_from_the_registry(
-        images_dir: Path, work: Path) -> None:
-    registry = RegistryProcess.start(work / "registry")
-    config = work / "runner.yaml"
-    config.write_text(yaml.safe_dump({"registry": {"url": registry.url, "repository": "resume"}}))
-    shared, resumer = resumer_agent(work)
-    other: Runner | None = None
-    try:
-        with Stack(work, "resumea", images_dir, slots=1, runner_config=config,
-                   server_settings={"runner_grace_seconds": 10, "agents": {"resumer": resumer}}) as stack:
-            run = stack.run([CASE], repeat=1, name="resume elsewhere", agents=("resumer",))
-            until(shared / "at-step-15", timeout=900)
-            attempt_id = next(iter(stack.api.test_runs.list_all_attempts(run)))["attempt_id"]
-            ref = pushed(stack, attempt_id, timeout=300)
-            assert ref.startswith(f"{registry.host}/resume/states@sha256:"), ref
-            # The other runner: its own state dir (the lost one's disk is not there), the same registry.
-            name_b = "resumeb" + secrets.token_hex(3)
-            state_b = work / "runner-b-state"
-            state_b.mkdir(mode=0o755)
-            other = Runner(stack.server.base_url, stack.api.runners.create(name_b)["token"], name_b, images_dir,
-                           state_b, slots=1, config=config)
-            online(stack, name_b, timeout=300)
-            assert stack.runner is not None
-            stack.runner.kill()  # and it never comes back
-            (shared / "killed").touch()
-            done, attempts = stack.finish(run, timeout=900)
-            lost_left = domains(f"gh-{stack.name}-")  # the lost runner's machine: its host is gone with it
-            b_log = Path(other.log.name).read_text(errors="replace")
-            other.stop()
-            b_left = leftovers(name_b, state_b)
-            other = None
-    finally:
-        if other is not None:
-            other.stop()
-        registry.stop()
-
-    assert done["status"] == "completed", done
-    assert len(attempts) == 1, [(x["outcome"], x["error"]) for x in attempts]  # the same attempt, not retried
-    a = attempts[0]
-    assert (a["outcome"], a["try"], a["metrics"]["resumed"]) == ("passed", 1, 1), a
-    assert a["answer"].endswith("409 machine_restored; the guest holds 10 steps"), a["answer"]
-    assert "the attempt goes on from a save point" in b_log and "start state pulled" in b_log
-    assert b_left == [], b_left
-    # The lost runner's machines (its attempt's, its hot pool's) stayed with its host; the stack destroyed them.
-    assert f"gh-{stack.name}-{a['attempt_id']}" in lost_left and stack.left == lost_left, (lost_left, stack.left)
-
-
-def test_drain_migrate_hands_the_running_try_to_another_runner(images_dir: Path, work: Path) -> None:
-    """`gh-runner drain --migrate`: the runner saves its running try now, pushes the save point, and the try
-    goes on on another runner from there, the same attempt; the draining runner exits 0 with nothing left."""
-    registry = RegistryProcess.start(work / "registry")
-    config = work / "runner.yaml"
-    config.write_text(yaml.safe_dump({"registry": {"url": registry.url, "repository": "migrate"}}))
-    shared, resumer = resumer_agent(work)
-    other: Runner | None = None
-    try:
-        with Stack(work, "migratea", images_dir, slots=1, runner_config=config,
-                   server_settings={"runner_grace_seconds": 120, "agents": {"resumer": resumer}}) as stack:
-            run = stack.run([CASE], repeat=1, name="migrate", agents=("resumer",))
-            until(shared / "at-step-15", timeout=900)
-            attempt_id = next(iter(stack.api.test_runs.list_all_attempts(run)))["attempt_id"]
-            name_b = "migrateb" + secrets.token_hex(3)
-            state_b = work / "runner-b-state"
-            state_b.mkdir(mode=0o755)
-            b_id = stack.api.runners.create(name_b)
-            other = Runner(stack.server.base_url, b_id["token"], name_b, images_dir, state_b, slots=1, config=config)
-            online(stack, name_b, timeout=300)
-            drained = subprocess.run([str(BIN / "gh-runner"), "drain", "--migrate", "--state-dir", str(stack.state)],
-                                     capture_output=True, text=True, timeout=60)
-            assert drained.returncode == 0 and "draining" in drained.stdout, drained
-            moved_to(stack, attempt_id, b_id["runner_id"], timeout=600)
-            (shared / "killed").touch()  # the agent acts again only once the try is on the other runner
-            assert stack.runner is not None
-            assert stack.runner.proc.wait(timeout=600) == 0  # drained: its copy was cancelled, nothing to wait for
-            done, attempts = stack.finish(run, timeout=900)
-            b_log = Path(other.log.name).read_text(errors="replace")
-            other.stop()
-            b_left = leftovers(name_b, state_b)
-            other = None
-    finally:
-        if other is not None:
-            other.stop()
-        registry.stop()
-
-    assert done["status"] == "completed", done
-    assert len(attempts) == 1, [(x["outcome"], x["error"]) for x in attempts]  # the same attempt, not retried
-    a = attempts[0]
-    assert (a["outcome"], a["runner_id"], a["metrics"]["resumed"]) == ("passed", b_id["runner_id"], 1), a
-    # Saved as the drain began, after the agent's 15th step: it goes on from there, not from step 10.
-    assert a["answer"].endswith("409 machine_restored; the guest holds 15 steps"), a["answer"]
-    assert "the attempt goes on from a save point" in b_log
-    assert stack.left == [] and leftovers(stack.name, stack.state) == [], stack.left
-    assert not list((stack.state / "states").glob(f"ss_{attempt_id[3:]}p*")), "the drained runner kept its save points"
-    assert b_left == [], b_left
-
-
 def moved_to(stack: Stack, attempt_id: str, runner_id: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     headers = {"Authorization": f"Bearer {stack.server.api_key}"}
@@ -209,3 +108,116 @@ def moved_to(stack: Stack, attempt_id: str, runner_id: str, timeout: float) -> N
         assert got.get("status") == "running", got
         assert time.monotonic() < deadline, f"the attempt did not move within {timeout:.0f} s: {got}"
         time.sleep(0.5)
+
+
+def online(stack: Stack, name: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(r.get("name") == name and r.get("status") == "online" for r in stack.api.runners.list()["data"]):
+        assert time.monotonic() < deadline, f"runner {name} did not come online within {timeout:.0f} s"
+        time.sleep(0.5)
+
+
+@contextlib.contextmanager
+def registry_config(work: Path, repository: str) -> Iterator[tuple[RegistryProcess, Path]]:
+    """A registry (Debian's docker-registry on loopback) and a gh-runner config file that pulls and pushes there."""
+    registry = RegistryProcess.start(work / "registry")
+    try:
+        config = work / "runner.yaml"
+        config.write_text(yaml.safe_dump({"registry": {"url": registry.url, "repository": repository}}))
+        yield registry, config
+    finally:
+        registry.stop()
+
+
+@dataclass
+class Other:
+    """The second runner: its own state dir (the first one's disk is not there), the same registry."""
+
+    name: str
+    runner_id: str
+    state: Path
+    runner: Runner
+    log: str = ""  # its log, once stopped
+    left: list[str] = field(default_factory=list)  # what it left, once stopped
+
+
+@contextlib.contextmanager
+def other_runner(stack: Stack, images_dir: Path, config: Path, prefix: str) -> Iterator[Other]:
+    name = prefix + secrets.token_hex(3)
+    state = stack.work / f"{name}-state"
+    state.mkdir(mode=0o755)
+    made = stack.api.runners.create(name)
+    other = Other(name, str(made["runner_id"]), state,
+                  Runner(stack.server.base_url, made["token"], name, images_dir, state, slots=1, config=config))
+    try:
+        online(stack, name, timeout=300)
+        yield other
+    finally:
+        other.runner.stop()
+        other.log = Path(other.runner.log.name).read_text(errors="replace")
+        other.left = leftovers(name, state)
+
+
+@contextlib.contextmanager
+def at_step_15(work: Path, images_dir: Path, name: str, grace_s: float
+               ) -> Iterator[tuple[Stack, RegistryProcess, Path, str, str]]:
+    """A registry, gh-server and a first runner pushing there, and the resumer's try on that runner once the
+    agent took its 15th step (its save point at step 10 made): the stack, registry, config, run, attempt."""
+    shared, resumer = resumer_agent(work)
+    with registry_config(work, name) as (registry, config), \
+            Stack(work, name + "a", images_dir, slots=1, runner_config=config,
+                  server_settings={"runner_grace_seconds": grace_s, "agents": {"resumer": resumer}}) as stack:
+        run = stack.run([CASE], repeat=1, name=name, agents=("resumer",))
+        until(shared / "at-step-15", timeout=900)
+        yield stack, registry, config, run, next(iter(stack.api.test_runs.list_all_attempts(run)))["attempt_id"]
+
+
+def test_a_runner_that_never_comes_back_has_its_attempt_go_on_elsewhere_from_the_registry(
+        images_dir: Path, work: Path) -> None:
+    with at_step_15(work, images_dir, "resume", grace_s=10) as (stack, registry, config, run, attempt_id):
+        shared = work / "agent"
+        ref = pushed(stack, attempt_id, timeout=300)
+        assert ref.startswith(f"{registry.host}/resume/states@sha256:"), ref
+        with other_runner(stack, images_dir, config, "resumeb") as other:
+            assert stack.runner is not None
+            stack.runner.kill()  # and it never comes back
+            (shared / "killed").touch()
+            done, attempts = stack.finish(run, timeout=900)
+            lost_left = domains(f"gh-{stack.name}-")  # the lost runner's machines: its host is gone with it
+
+    assert done["status"] == "completed", done
+    assert len(attempts) == 1, [(x["outcome"], x["error"]) for x in attempts]  # the same attempt, not retried
+    a = attempts[0]
+    assert (a["outcome"], a["try"], a["runner_id"], a["metrics"]["resumed"]) == ("passed", 1, other.runner_id, 1), a
+    assert a["answer"].endswith("409 machine_restored; the guest holds 10 steps"), a["answer"]
+    assert "the attempt goes on from a save point" in other.log and "start state pulled" in other.log
+    assert other.left == [], other.left
+    # The lost runner's machines (its attempt's, its hot pool's) stayed with its host; the stack destroyed them.
+    assert f"gh-{stack.name}-{a['attempt_id']}" in lost_left and stack.left == lost_left, (lost_left, stack.left)
+
+
+def test_drain_migrate_hands_the_running_try_to_another_runner(images_dir: Path, work: Path) -> None:
+    """`gh-runner drain --migrate`: the runner saves its running try now, pushes the save point, and the try
+    goes on on another runner from there, the same attempt; the draining runner exits 0 with nothing left."""
+    with at_step_15(work, images_dir, "migrate", grace_s=120) as (stack, _, config, run, attempt_id):
+        shared = work / "agent"
+        with other_runner(stack, images_dir, config, "migrateb") as other:
+            drained = subprocess.run([str(BIN / "gh-runner"), "drain", "--migrate", "--state-dir", str(stack.state)],
+                                     capture_output=True, text=True, timeout=60)
+            assert drained.returncode == 0 and "draining" in drained.stdout, drained
+            moved_to(stack, attempt_id, other.runner_id, timeout=600)
+            (shared / "killed").touch()  # the agent acts again only once the try is on the other runner
+            assert stack.runner is not None
+            assert stack.runner.proc.wait(timeout=600) == 0  # drained: its copy was cancelled, nothing to wait for
+            done, attempts = stack.finish(run, timeout=900)
+
+    assert done["status"] == "completed", done
+    assert len(attempts) == 1, [(x["outcome"], x["error"]) for x in attempts]  # the same attempt, not retried
+    a = attempts[0]
+    assert (a["outcome"], a["runner_id"], a["metrics"]["resumed"]) == ("passed", other.runner_id, 1), a
+    # Saved as the drain began, after the agent's 15th step: it goes on from there, not from step 10.
+    assert a["answer"].endswith("409 machine_restored; the guest holds 15 steps"), a["answer"]
+    assert "the attempt goes on from a save point" in other.log
+    assert stack.left == [] and leftovers(stack.name, stack.state) == [], stack.left
+    assert not list((stack.state / "states").glob(f"ss_{attempt_id[3:]}p*")), "the drained runner kept its save points"
+    assert other.left == [], other.left

@@ -73,6 +73,20 @@ class RestoredMachine:
         return True
 
 
+async def pass_resumed(server: GwServer, r: SimRunner, run_id: str, end: protocol.TaskEnd,
+                       point: protocol.SavePoint) -> None:
+    """The resumed attempt's check passes on `r` and its result comes in; the run completes."""
+    aid = end.attempt_id
+    await r.status(aid, "checking")
+    result = protocol.AttemptResult(
+        attempt_id=aid, outcome="passed", answer=end.answer,
+        check_after=protocol.CheckOutput(exit_code=0, stdout_tail="True", verdict="True"),
+        metrics=protocol.AttemptMetrics(steps=end.steps, resumed=1), save_points=[point])
+    await r.send(protocol.AttemptFinished(result=result))
+    await r.expect("result_ack", where=lambda m: m.attempt_id == aid)
+    await await_for(lambda: server.run(run_id).status == "completed", what="run completed")
+
+
 async def test_a_runner_back_without_the_attempt_resumes_it_from_its_save_point(server_factory: Any) -> None:
     with agent_dir() as d:
         server: GwServer = server_factory(agents=cmd_agent("resume", Path(d) / "doc.json"), runner_grace_seconds=60.0)
@@ -128,14 +142,7 @@ async def test_a_runner_back_without_the_attempt_resumes_it_from_its_save_point(
             assert set(seen.split(", ")[:-1]) <= {"503 link_lost"}, end.answer
             assert machine.ops == ["exec", "screen", "exec"]
             assert end.steps == 2  # the one before the save point and the one after: those undone are not counted
-            await second.status(aid, "checking")
-            result = protocol.AttemptResult(
-                attempt_id=aid, outcome="passed", answer=end.answer,
-                check_after=protocol.CheckOutput(exit_code=0, stdout_tail="True", verdict="True"),
-                metrics=protocol.AttemptMetrics(steps=end.steps, resumed=1), save_points=[point])
-            await second.send(protocol.AttemptFinished(result=result))
-            await second.expect("result_ack", where=lambda m: m.attempt_id == aid)
-            await await_for(lambda: server.run(run_id).status == "completed", what="run completed")
+            await pass_resumed(server, second, run_id, end, point)
             done = server.attempt(aid)
             assert (done.outcome, done.try_number, (done.metrics or {}).get("resumed")) == ("passed", 1, 1)
             assert [a.id for a in server.attempts_of(run_id)] == [aid]  # no retry
@@ -216,14 +223,7 @@ async def test_a_runner_gone_past_its_grace_has_the_attempt_go_on_elsewhere_thro
                 raise AssertionError(f"ops {machine.ops}") from None
             assert end.error is None and end.answer.endswith("409 machine_restored; then 200"), end
             assert machine.ops == ["exec", "screen", "exec"]
-            await b.status(aid, "checking")
-            result = protocol.AttemptResult(
-                attempt_id=aid, outcome="passed", answer=end.answer,
-                check_after=protocol.CheckOutput(exit_code=0, stdout_tail="True", verdict="True"),
-                metrics=protocol.AttemptMetrics(steps=end.steps, resumed=1), save_points=[pushed])
-            await b.send(protocol.AttemptFinished(result=result))
-            await b.expect("result_ack", where=lambda m: m.attempt_id == aid)
-            await await_for(lambda: server.run(run_id).status == "completed", what="run completed")
+            await pass_resumed(server, b, run_id, end, pushed)
             done = server.attempt(aid)
             assert (done.outcome, done.runner_id, done.try_number) == ("passed", b_id, 1)
             assert [x.id for x in server.attempts_of(run_id)] == [aid] and a_id != b_id

@@ -1311,10 +1311,9 @@ def _thunderbird_pairs(root: str) -> list[Pair]:
 
 
 def _a11y_tree(address: str) -> str:
-    """An accessibility tree as gh_osworld/a11y.py writes it (its namespaces): Chromium with an address bar."""
-    ns = " ".join(f'xmlns:{k}="{v}"' for k, v in (
-        ("st", "uri:deskat:state.at-spi.gnome.org"), ("attr", "uri:deskat:attributes.at-spi.gnome.org"),
-        ("cp", "uri:deskat:component.at-spi.gnome.org")))
+    """An accessibility tree as gh_osworld/a11y.py writes it (OSWorld's namespaces): Chromium with an address bar."""
+    base = "https://accessibility.ubuntu.example.org/ns/"
+    ns = " ".join(f'xmlns:{k}="{base}{v}"' for k, v in (("st", "state"), ("attr", "attributes"), ("cp", "component")))
     return (f'<desktop-frame {ns} name="main"><application name="Chromium"><frame name="Settings - Chromium" '
             f'st:showing="true"><entry name="Address and search bar" st:focused="true">{address}</entry>'
             f'<push-button name="Reload" cp:screencoord="(87, 84)"/><label name="Font size">Medium</label>'
@@ -1338,6 +1337,12 @@ def _a11y_pairs(root: str) -> list[Pair]:
                  rules=[{"selectors": bar, "text": "chrome://settings/appearance", "exact": False},
                         {"xpath": "//label[@name='Font size']", "text": "Large", "exact": False}]),
             pair(f"{f}/xpath", f, None, text=tree, rules=rule(xpath="//push-button[@name='Reload']")),
+            # Namespaced: the states and the component's place, as OSWorld's tasks select them.
+            pair(f"{f}/xpath-state", f, None, text=tree,
+                 rules=rule(xpath="//frame[@st:showing='true']//entry[@st:focused='true']",
+                            text="chrome://settings/fonts", exact=True)),
+            pair(f"{f}/xpath-component", f, None, text=tree, rules=rule(xpath="//*[@cp:screencoord='(87, 84)']")),
+            pair(f"{f}/xpath-state-absent", f, None, text=tree, rules=rule(xpath="//label[@st:focused='true']")),
             pair(f"{f}/far", f, None, text=tree, rules=rule(selectors=["application[name=Firefox] entry"])),
             pair(f"{f}/empty-text", f, None, text=tree, rules=rule(xpath="//push-button", text="Reload", exact=False)),
             pair(f"{f}/malformed", f, None, text="<desktop-frame><application", rules=rule(xpath="//entry"))]
