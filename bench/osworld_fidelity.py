@@ -91,7 +91,7 @@ ORACLE_MODULES = {
     "is_in_vm_clickboard": "basic_os", "is_extension_installed": "vscode", "check_json_keybindings": "vscode",
     "check_presenter_console_disable": "slides", "check_auto_saving_time": "slides",
     "check_page_number_colors": "slides", "check_image_stretch_and_center": "slides",
-    "check_thunderbird_folder": "thunderbird",
+    "check_thunderbird_folder": "thunderbird", "compare_time_in_speedtest_results": "general",
     **{name: "chrome" for name in (
         "is_expected_active_tab", "is_expected_url_pattern_match", "is_expected_search_query", "is_expected_tabs",
         "is_expected_bookmarks", "check_history_deleted", "is_cookie_deleted", "check_enabled_experiments",

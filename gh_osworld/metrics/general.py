@@ -431,12 +431,16 @@ def check_text_enlarged(result: str | None, expected: Any = None) -> float:
 @metric("compare_time_in_speedtest_results")
 def compare_time_in_speedtest_results(result: str | None, minutes: Any) -> float:
     """The speed test export's first result (its second line, second column, ending HH:MM) was taken less
-    than `minutes` (time_diff_range) from the time of day now."""
+    than `minutes` (time_diff_range) from the time of day now.
+
+    As desktop-env 1.0.2 reads it, to the character: the column's last five characters as they stand in
+    the line, so a quoted date (`"12/06/2026 18:21"`) or one ending the line (its newline is in them)
+    reads as no time, and scores 0 (docs/osworld.md, "Scores")."""
     if not result:
         return 0.0
-    lines = agent_text(result).splitlines()
+    lines = list(io.StringIO(agent_text(result), newline=None))  # lines as a text file gives them: "\n" kept
     try:
-        taken = datetime.strptime(lines[1].split(",")[1].strip().strip('"')[-5:], "%H:%M")
+        taken = datetime.strptime(lines[1].split(",")[1][-5:], "%H:%M")
     except (IndexError, ValueError):
         return 0.0
     now = datetime.strptime(datetime.now().strftime("%H:%M"), "%H:%M")

@@ -6,8 +6,9 @@ recorded, tests/osworld_guest/fidelity_oracle.json).
     python3 tests/osworld_guest/fidelity_pairs.py ours DIR      our score of every pair, as the guest scores it
 
 Both run on the guest's python3 (tests/osworld_guest/kit.py: Debian's modules and GUEST_SITE), so the files
-come out byte for byte the same on every run (no randomness, no clock): the oracle file records each
-file's sha256 and the test checks them first. Every metric gets at least an exact pair, a near one (a small
+come out byte for byte the same on every run (no randomness, no clock, but the `clock` pairs of the one
+metric that reads it, whose files say "now": their numbers are the same on every run): the oracle file
+records each file's sha256 and the test checks them first. Every metric gets at least an exact pair, a near one (a small
 edit), a far one (another document) and a malformed one (the agent's file is no such document); a pair is
 
     {"id": "compare_images/near", "func": NAME, "result": FILE | null, "expected": FILE | null,
@@ -1680,12 +1681,34 @@ def _thunderbird_folder_pairs(root: str) -> list[Pair]:
             pair(f"{f}/malformed", f, "tb/Invoices-bad", "tb/Invoices")]
 
 
+def _speedtest_pairs(root: str) -> list[Pair]:
+    """compare_time_in_speedtest_results reads the clock: its files hold times relative to now (as a speed
+    test's export made just before the check), `clock` pairs whose bytes differ from run to run (their
+    sha256 is not recorded). Now and three hours off are far from the 60-minute bound, so the numbers do
+    not: the quoted date and the date ending its line read as no time on both sides, to the character."""
+    from datetime import datetime, timedelta
+
+    now = datetime.now()
+    three_hours = now - timedelta(hours=3)
+    f = "compare_time_in_speedtest_results"
+    files = {"exact": f"Server,Date,Download\nX,{now:%m/%d/%Y %H:%M},90.1\n",
+             "far": f"Server,Date,Download\nX,{three_hours:%m/%d/%Y %H:%M},90.1\n",
+             "quoted": f'Server,Date,Download\nX,"{now:%m/%d/%Y %H:%M}",90.1\n',
+             "line-end": f"Server,Date\nX,{now:%m/%d/%Y %H:%M}\n",
+             "malformed": "Server,Date,Download\n"}
+    pairs = [pair(f"{f}/{n}", f, _write(root, f"speedtest/{n}.csv", text), rules="60")  # type: ignore[arg-type]
+             for n, text in files.items()]
+    for p in pairs:
+        p["clock"] = True
+    return pairs
+
+
 def make(root: str) -> list[Pair]:
     pairs: list[Pair] = []
     for part in (_image_pairs, _more_image_pairs, _pdf_pairs, _text_pairs, _text_file_pairs, _string_pairs,
                  _os_text_pairs, _archive_pairs, _epub_pairs, _sqlite_pairs, _docx_pairs, _table_pairs, _slide_pairs,
                  _rule_file_pairs, _file_file_pairs, _docx_format_pairs, _slide_metric_pairs, _docx_content_pairs,
-                 _tabstop_pairs, _vlc_pairs, _thunderbird_pairs, _a11y_pairs,
+                 _tabstop_pairs, _vlc_pairs, _thunderbird_pairs, _a11y_pairs, _speedtest_pairs,
                  _chrome_pairs, _table_props_pairs, _odt_pairs,
                  _value_metric_pairs, _impress_setting_pairs, _thunderbird_folder_pairs):
         pairs += part(root)
@@ -1693,8 +1716,8 @@ def make(root: str) -> list[Pair]:
 
 
 def digests(root: str, pairs: list[Pair]) -> dict[str, str]:
-    """Every file's sha256, by its name under root."""
-    names = sorted({p[k] for p in pairs for k in ("result", "expected") if p[k]})
+    """Every file's sha256, by its name under root; not those of `clock` pairs (made relative to now)."""
+    names = sorted({p[k] for p in pairs for k in ("result", "expected") if p[k] and not p.get("clock")})
     out = {}
     for name in names:
         with open(os.path.join(root, name), "rb") as f:

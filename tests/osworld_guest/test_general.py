@@ -265,13 +265,15 @@ def test_text_enlarged(tmp_path: Path) -> None:
 def test_speedtest_time(tmp_path: Path) -> None:
     from datetime import datetime, timedelta
 
-    def export(at: datetime) -> Path:
-        return write(tmp_path, "speed.csv", f"Server,Date,Download\nX,\"{at:%m/%d/%Y %H:%M}\",90\n")
+    def export(at: datetime, quote: str = "") -> Path:
+        return write(tmp_path, "speed.csv", f"Server,Date,Download\nX,{quote}{at:%m/%d/%Y %H:%M}{quote},90\n")
 
     window = {"type": "time_diff_range", "diff_range_in_minutes": "60"}
     now = datetime.now()
     assert judge(tmp_path, "compare_time_in_speedtest_results", vm_file(export(now)), window)
     # three hours off, as a time of day (OSWorld compares times of day): 3 or 21 hours apart
     assert not judge(tmp_path, "compare_time_in_speedtest_results", vm_file(export(now - timedelta(hours=3))), window)
+    # desktop-env reads the column's last five characters as they stand: a quoted date is no time there
+    assert not judge(tmp_path, "compare_time_in_speedtest_results", vm_file(export(now, '"')), window)
     write(tmp_path, "empty.csv", "Server,Date\n")
     assert not judge(tmp_path, "compare_time_in_speedtest_results", vm_file(tmp_path / "empty.csv"), window)
