@@ -436,10 +436,14 @@ class Gateway:
     def _restorer(self, runner_id: str, hello: protocol.Hello) -> Callable[[Session, str], protocol.Lease | None]:
         """How an attempt this runner lost goes on from a save point it still holds (attempts/resume.py)."""
         held = {(h.start_state_id, h.version) for h in hello.start_states}
-        script_timeout = self.scheduler.script_timeout if self.scheduler is not None else 600.0
-        policy = (self.scheduler.save_points if self.scheduler is not None
-                  else SavePointPolicy(self.settings.save_point_minutes, self.settings.save_points_kept))
+        script_timeout, policy = self._lease_terms()
         return lambda s, aid: resume_lease(s, aid, runner_id, held, script_timeout=script_timeout, policy=policy)
+
+    def _lease_terms(self) -> tuple[float, SavePointPolicy]:
+        """What a lease made here carries beside its case: the scheduler's script timeout and save points."""
+        if self.scheduler is not None:
+            return self.scheduler.script_timeout, self.scheduler.save_points
+        return 600.0, SavePointPolicy(self.settings.save_point_minutes, self.settings.save_points_kept)
 
     async def _after_hello(self, conn: _Conn) -> None:
         """Welcome, then what the reconnect reconciliation asked for (part of the session: its failures
@@ -675,9 +679,7 @@ class Gateway:
         others = [r for r in self.restoring_runner_ids() if r != rid]
         skip: Callable[[str, str], bool] = (self.scheduler.refusals if self.scheduler is not None
                                             else (lambda a, r: False))
-        script_timeout = self.scheduler.script_timeout if self.scheduler is not None else 600.0
-        policy = (self.scheduler.save_points if self.scheduler is not None
-                  else SavePointPolicy(self.settings.save_point_minutes, self.settings.save_points_kept))
+        script_timeout, policy = self._lease_terms()
 
         def move(s: Session) -> tuple[str, protocol.Lease] | None:
             if not record_save_point(s, rid, protocol.SavePointMade(attempt_id=aid, save_point=msg.save_point)):

@@ -99,9 +99,8 @@ class Machine:
     While the machine is away (`machine_away`: its runner is not connected, or the machine is being made
     again from a save point after the runner was lost), a request waits up to `away_wait` seconds and is
     asked again (of the runner the attempt is on by then: `runner_of`): nothing was done, so asking again
-    is safe. A look whose answer was lost with the link
-    is asked again too; an input or exec is not (whether it was done is not known), and the agent is
-    told `link_lost`."""
+    is safe. A look whose answer was lost with the link is asked again too; an input or exec is not
+    (whether it was done is not known), and the agent is told `link_lost`."""
 
     def __init__(self, relay: Relay, runner_id: str, attempt_id: str, redact: Sequence[str] = (),
                  start_state_id: str | None = None, gate: TaskGate | None = None, away_wait: float = 0.0,
