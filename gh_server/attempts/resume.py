@@ -39,6 +39,7 @@ from gh_wire import protocol
 from gh_wire.vocab import AttemptStatus
 
 MAX_RESUMES = 5
+MAX_LISTED = 50  # save points listed on an attempt at most (Lease.save_points_kept's bound)
 
 
 def record_save_point(session: Session, runner_id: str, msg: protocol.SavePointMade) -> bool:
@@ -49,7 +50,9 @@ def record_save_point(session: Session, runner_id: str, msg: protocol.SavePointM
         return False
     point = msg.save_point.model_dump(mode="json")
     kept = [dict(p) for p in a.save_points or [] if p.get("save_point_id") != point["save_point_id"]]
-    a.save_points = [*kept, point]
+    # Bounded before it is stored: a runner keeps at most `save_points_kept` (le=50) of an attempt, so a
+    # longer list is a runner telling of more than it keeps; the oldest go.
+    a.save_points = [*kept, point][-MAX_LISTED:]
     return True
 
 

@@ -256,3 +256,25 @@ async def test_a_handoff_with_no_other_runner_leaves_the_attempt_running_where_i
         assert row.status == "running" and not (row.metrics or {}).get("resumed")
     finally:
         await a.close()
+
+
+async def test_an_attempts_listed_save_points_are_bounded(server_factory: Any) -> None:
+    """A runner telling of more save points than any runner keeps (50) lists only the newest 50."""
+    server: GwServer = server_factory()
+    _, token = server.add_runner()
+    a = SimRunner(server.ws_url, token, images=["linux-tiny"])
+    await a.connect()
+    try:
+        _, (aid,) = server.add_run([{"limits": {"minutes": 30}}], agents=["noop"])
+        await a.expect("lease")
+        await a.send(protocol.LeaseAccept(attempt_id=aid))
+        await a.status(aid, "preparing")
+        await a.status(aid, "running", "task")
+        for n in range(1, 61):
+            await a.send(protocol.SavePointMade(attempt_id=aid, save_point=protocol.SavePoint(
+                save_point_id=f"ss_{aid[3:]}p{n}", step=n, bytes=1, created_at=datetime.now(UTC))))
+        await a.sync()
+        ids = [p["save_point_id"] for p in server.attempt(aid).save_points or []]
+        assert len(ids) == 50 and ids[0].endswith("p11") and ids[-1].endswith("p60")
+    finally:
+        await a.close()
