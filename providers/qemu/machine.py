@@ -36,7 +36,7 @@ from providers.errors import (
     NoScreenStream,
     ProviderError,
 )
-from providers.qemu import atspi_tree, fileperms, lazy
+from providers.qemu import atspi_tree, fileperms, lazy, livesave
 from providers.qemu.agent_groups import SETTLE_EXIT, FrozenTime, freeze_script, joined, new_group
 from providers.qemu.channels import Channel, Duty
 from providers.qemu.connection import Connection
@@ -108,6 +108,7 @@ class QemuMachine(Machine):
         self.image = image
         self.dir = mdir
         self.overlay = mdir / DISK
+        self._live_top: Path | None = None  # the file a live save left the guest on over `overlay` (livesave.py)
         self.options = options
         self.restored = False
         self.origin = MachineOrigin.COLD
@@ -486,10 +487,10 @@ class QemuMachine(Machine):
     async def save(self, start_state_id: str, version: int, *, with_memory: bool = True) -> SavedVersion:
         """Keep disk (and memory) as an immutable version; this machine keeps running afterwards.
 
-        With memory: the domain is saved to a memory image (it stops), the disk is copied while it is
-        stopped, then the domain is restored from that same image, so memory and disk agree and the
-        machine carries on. Without memory: the guest's buffers are synced, the domain is paused
-        while the disk is copied, then resumed.
+        With memory: the memory image is written while the guest runs and the disk's overlay is frozen at
+        its end (livesave.py), so memory and disk agree; the guest stops only for the last dirty pages.
+        Without memory: the guest's buffers are synced, the domain is paused while the disk is copied, then
+        resumed.
         """
         await self._clock_set()
         return await self._versions.save(start_state_id, version, image=self.image, with_memory=with_memory,
@@ -499,6 +500,7 @@ class QemuMachine(Machine):
         if with_memory:
             await self.save_files(dest, resume=True)
             return
+        await self._one_overlay()
         if not self._uses_winrm:
             await self.agent.run_sh("sync", env=None, timeout=60)
         await self.domain.suspend()
@@ -508,47 +510,56 @@ class QemuMachine(Machine):
             await self.domain.resume()
 
     async def save_files(self, dest: Path, *, resume: bool, devstate: Path | None = None) -> None:
-        """Write `dest/memory.img` and `dest/disk.qcow2` from this machine, which stops for it: with
-        `resume` it is restored from that same image afterwards, so memory and disk agree. With
-        `devstate` (a machine whose RAM is a file), its device state alone goes there too, from
-        the same moment, for lazy copies (the machine is left paused)."""
+        """Write `dest/memory.img` and `dest/disk.qcow2` from this machine, memory and disk of one moment.
+        With `resume` the machine runs on: its memory is written while it runs (livesave.py). Without, it
+        stops for it (libvirt's save) and stays stopped; with `devstate` (a machine whose RAM is a file),
+        its device state alone goes there too, from the same moment, for lazy copies (the machine is left
+        paused)."""
         mem = dest / MEMORY
+        await self._one_overlay()
         if not self._uses_winrm:
             # A smaller memory image restores faster. QEMU sends zero pages almost for free, and
             # free guest memory holds stale data: fill tmpfs (the kernel zeroes pages it hands
             # out), delete it, and drop the clean page cache.
             keep = "48" if self.image.manifest.session is None else "384"
             await self.agent.run_sh(ZERO_FREE_MEMORY, env={"GH_KEEP_MIB": keep}, timeout=120)
+        if resume:
+            await self._save_live(dest)
+            return
         await self.domain.save(str(mem), timeout=600)
-        try:
-            await self._versions.write_disk(self.overlay, self.image.disk, dest / DISK)
-            if devstate is not None:
-                # QEMU will not migrate twice from one pause, and libvirt's save ends the domain: so
-                # the full image first, then the same moment restored paused (which fills the RAM
-                # file) for the device state alone.
-                await in_thread("restoring machine paused",
-                                lambda: self._conn.call(lambda c: c.restoreFlags(str(mem), None,
-                                                                                 libvirt.VIR_DOMAIN_SAVE_PAUSED),
-                                                        retry=False),
-                                timeout=600)
-                await in_thread("saving the device state", lazy.save_devstate_blocking, self.domain, devstate, 120.0,
-                                timeout=150.0)
-        finally:
-            if resume:
-                await in_thread("resuming machine after save",
-                                lambda: self._conn.call(lambda c: c.restoreFlags(str(mem), None,
-                                                                                 libvirt.VIR_DOMAIN_SAVE_RUNNING),
-                                                        retry=False),
-                                timeout=600)
+        await self._versions.write_disk(self.overlay, self.image.disk, dest / DISK)
+        if devstate is not None:
+            # QEMU will not migrate twice from one pause, and libvirt's save ends the domain: so the full
+            # image first, then the same moment restored paused (which fills the RAM file) for the device
+            # state alone.
+            await in_thread("restoring machine paused",
+                            lambda: self._conn.call(lambda c: c.restoreFlags(str(mem), None,
+                                                                             libvirt.VIR_DOMAIN_SAVE_PAUSED),
+                                                    retry=False),
+                            timeout=600)
+            await in_thread("saving the device state", lazy.save_devstate_blocking, self.domain, devstate, 120.0,
+                            timeout=150.0)
         fileperms.disk_file(mem, read_only=True)
         if self.execd is not None:
             self.execd.close()  # the port's socket was the stopped QEMU's
-        if resume and not self._uses_winrm:
-            # Restored from what it just saved: its agent reconnects, and its clock stood still for
-            # the save. The next script sets it (as after any restore) once the agent answers.
-            await self.agent.wait_ready(CALL_TIMEOUT, alive=self._require_running)
-            if self._clock_by_exec():
-                self._clock_in_exec = True
+
+    async def _one_overlay(self) -> None:
+        """Back on its own overlay alone, should an earlier live save have left the guest on a file over it
+        (a save copies that one overlay). Raises ProviderError."""
+        if self._live_top is not None:
+            await livesave.fold(self.domain, self.overlay, self._live_top)
+            self._live_top = None
+
+    async def _save_live(self, dest: Path) -> None:
+        """`dest/memory.img` and `dest/disk.qcow2` while the guest runs (livesave.py): it stops only for the
+        last dirty pages and the disk switch, its QEMU and its agent's connections carry on."""
+        def left_on(top: Path) -> None:
+            self._live_top = top
+
+        await livesave.save_live(self.domain, self.overlay, dest / MEMORY, left_on=left_on,
+                                 copy_disk=lambda frozen: self._versions.write_disk(frozen, self.image.disk,
+                                                                                    dest / DISK))
+        fileperms.disk_file(dest / MEMORY, read_only=True)
 
     # -- destroy --------------------------------------------------------------------------------------
 

@@ -79,7 +79,9 @@ async def write_version_disk(overlay: Path, base: Path, dest: Path, *, flatten: 
         else:
             await run_cmd(["cp", "--sparse=always", str(overlay), str(tmp)], timeout=timeout,
                           what=f"copying overlay for {dest}")
-            await run_cmd([QEMU_IMG, "rebase", "-q", "-b", str(base), "-F", "qcow2", str(tmp)],
+            # -U: the layers under the copy may still be held by the machine's QEMU (a live save's frozen
+            # overlay, one a block commit wrote into), though none is written any more.
+            await run_cmd([QEMU_IMG, "rebase", "-U", "-q", "-b", str(base), "-F", "qcow2", str(tmp)],
                           timeout=timeout, what=f"writing version disk {dest}")
         fileperms.disk_file(tmp, read_only=True)
         tmp.rename(dest)
