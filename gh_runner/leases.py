@@ -47,6 +47,7 @@ from gh_wire.protocol import (
     LeaseAccept,
     LeaseRefusal,
     LeaseRefuse,
+    MachineRefusal,
     MachineRequest,
     MachineResponse,
     StatusAck,
@@ -305,9 +306,17 @@ class Leases:
         return running.attempt.masked if running is not None else None
 
     async def request(self, req: MachineRequest) -> MachineResponse | None:
-        """The agent's request on its attempt's machine; None when that attempt is not running here."""
+        """The agent's request on its attempt's machine; None when that attempt is not running here.
+
+        An attempt whose lease is still pulling its version here (one going on from a save point pushed by
+        a lost runner: the server moved it to this runner with the lease) is away, as it is while its
+        machine is made: nothing is done, and the server asks again (not a machine failure)."""
         running = self.running.get(req.attempt_id or "")
         if running is None:
+            if req.attempt_id and self.slots.holds(req.attempt_id, SlotHolder.PULL):
+                return MachineResponse(request_id=req.request_id, ok=False, refusal=MachineRefusal.AWAY,
+                                       error=f"attempt {req.attempt_id[:128]} is pulling its start state here; "
+                                             "its machine is not made yet")
             return None
         bind_attempt(running.lease.attempt_id)
         values = [v for v in req.redact if v]

@@ -65,9 +65,11 @@ async def start_daemon(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
         session_sleep = kw.pop("session_sleep", None)
         tick_interval = kw.pop("tick_interval", 1.0)
         probe_interval = kw.pop("probe_interval", 10.0)
+        library = kw.pop("library", None)  # a registry's side (gh_runner.library.Library), or a double of it
         cfg = runner_config(url, state_dir or tmp_path / "state", **kw)
         d = Daemon(cfg, provider, attempt_factory=attempt_factory, observers=observers, jobs=jobs,
-                   session_sleep=session_sleep, tick_interval=tick_interval, probe_interval=probe_interval)
+                   session_sleep=session_sleep, tick_interval=tick_interval, probe_interval=probe_interval,
+                   library=library)
         r = Running(d, asyncio.create_task(d.run()), provider)
         started.append(r)
         return r
