@@ -36,13 +36,16 @@ from .procs import RestartableServer, Runner, wait_for_log
 REPO = Path(__file__).resolve().parents[2]
 
 
-def marker_case(key: str, *, fix: str = "touch /root/fixed", minutes: int = 2) -> dict[str, Any]:
-    """The fault tests' case: `reference` passes it (its fix makes the marker), `noop` fails it."""
+def marker_case(key: str, *, fix: str | None = None, minutes: int = 2, image: str = "linux-tiny",
+                marker: str = "/root/fixed") -> dict[str, Any]:
+    """The fault tests' case: `reference` passes it (its fix, by default `touch marker`, makes the marker),
+    `noop` fails it. On another image the marker goes where its scripts may write (linux-desktop's run as
+    its signed-in user: /home/user/fixed)."""
     return {
-        "key": key, "name": "Marker file", "prompt": "Please create /root/fixed.",
-        "start_state": "linux-tiny", "setup_script": "rm -f /root/fixed",
-        "success": {"check_script": "[ -f /root/fixed ] && echo True || echo False"},
-        "metadata": {"reference_fix": fix, "reference_answer": "done"},
+        "key": key, "name": "Marker file", "prompt": f"Please create {marker}.",
+        "start_state": image, "setup_script": f"rm -f {marker}",
+        "success": {"check_script": f"[ -f {marker} ] && echo True || echo False"},
+        "metadata": {"reference_fix": fix or f"touch {marker}", "reference_answer": "done"},
         "limits": {"minutes": minutes},
     }
 

@@ -12,24 +12,21 @@ restored machine is refused `machine_restored` (it looks again), and it fixes th
 from __future__ import annotations
 
 import contextlib
-import secrets
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
-from agentfiles import agent_command
 from kit.libvirt import domains
 from kit.scratch import scratch_dir
 from registry.server import RegistryProcess
 
 from .faults import Stack, leftovers, marker_case
-from .procs import BIN, Runner
+from .procs import BIN
+from .resume_kit import command_agent, other_runner, past_the_save_point, pushed, until
 
 pytestmark = [pytest.mark.libvirt, pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -43,21 +40,8 @@ def work() -> Iterator[Path]:
         yield w
 
 
-def until(path: Path, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear within {timeout:.0f} s")
-        time.sleep(0.5)
-    return path.read_text()
-
-
 def resumer_agent(work: Path) -> tuple[Path, dict[str, Any]]:
-    shared = work / "agent"
-    shared.mkdir(mode=0o777)
-    shared.chmod(0o777)  # the agent runs with a uid of its own
-    return shared, {"id": "resumer", "kind": "command", "timeout": 1200,
-                    "command": agent_command(AGENT, str(shared))}
+    return command_agent(work, AGENT, "resumer", 1200)
 
 
 def test_a_runner_killed_at_step_15_comes_back_and_the_attempt_resumes_at_step_10(
@@ -85,19 +69,6 @@ def test_a_runner_killed_at_step_15_comes_back_and_the_attempt_resumes_at_step_1
     assert "the attempt goes on from a save point" in runner_log
 
 
-def pushed(stack: Stack, attempt_id: str, timeout: float) -> str:
-    """The attempt's first save point's registry reference, once its runner pushed it and said so."""
-    deadline = time.monotonic() + timeout
-    headers = {"Authorization": f"Bearer {stack.server.api_key}"}
-    while True:
-        got = httpx.get(f"{stack.server.base_url}/v1/attempts/{attempt_id}", headers=headers, timeout=30).json()
-        refs = [p.get("registry_ref") for p in got.get("save_points") or [] if p.get("registry_ref")]
-        if refs:
-            return str(refs[0])
-        assert time.monotonic() < deadline, f"the save point was not pushed within {timeout:.0f} s: {got}"
-        time.sleep(0.5)
-
-
 def moved_to(stack: Stack, attempt_id: str, runner_id: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     headers = {"Authorization": f"Bearer {stack.server.api_key}"}
@@ -110,66 +81,14 @@ def moved_to(stack: Stack, attempt_id: str, runner_id: str, timeout: float) -> N
         time.sleep(0.5)
 
 
-def online(stack: Stack, name: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not any(r.get("name") == name and r.get("status") == "online" for r in stack.api.runners.list()["data"]):
-        assert time.monotonic() < deadline, f"runner {name} did not come online within {timeout:.0f} s"
-        time.sleep(0.5)
-
-
-@contextlib.contextmanager
-def registry_config(work: Path, repository: str) -> Iterator[tuple[RegistryProcess, Path]]:
-    """A registry (Debian's docker-registry on loopback) and a gh-runner config file that pulls and pushes there."""
-    registry = RegistryProcess.start(work / "registry")
-    try:
-        config = work / "runner.yaml"
-        config.write_text(yaml.safe_dump({"registry": {"url": registry.url, "repository": repository}}))
-        yield registry, config
-    finally:
-        registry.stop()
-
-
-@dataclass
-class Other:
-    """The second runner: its own state dir (the first one's disk is not there), the same registry."""
-
-    name: str
-    runner_id: str
-    state: Path
-    runner: Runner
-    log: str = ""  # its log, once stopped
-    left: list[str] = field(default_factory=list)  # what it left, once stopped
-
-
-@contextlib.contextmanager
-def other_runner(stack: Stack, images_dir: Path, config: Path, prefix: str) -> Iterator[Other]:
-    name = prefix + secrets.token_hex(3)
-    state = stack.work / f"{name}-state"
-    state.mkdir(mode=0o755)
-    made = stack.api.runners.create(name)
-    other = Other(name, str(made["runner_id"]), state,
-                  Runner(stack.server.base_url, made["token"], name, images_dir, state, slots=1, config=config))
-    try:
-        online(stack, name, timeout=300)
-        yield other
-    finally:
-        other.runner.stop()
-        other.log = Path(other.runner.log.name).read_text(errors="replace")
-        other.left = leftovers(name, state)
-
-
 @contextlib.contextmanager
 def at_step_15(work: Path, images_dir: Path, name: str, grace_s: float
                ) -> Iterator[tuple[Stack, RegistryProcess, Path, str, str]]:
     """A registry, gh-server and a first runner pushing there, and the resumer's try on that runner once the
     agent took its 15th step (its save point at step 10 made): the stack, registry, config, run, attempt."""
-    shared, resumer = resumer_agent(work)
-    with registry_config(work, name) as (registry, config), \
-            Stack(work, name + "a", images_dir, slots=1, runner_config=config,
-                  server_settings={"runner_grace_seconds": grace_s, "agents": {"resumer": resumer}}) as stack:
-        run = stack.run([CASE], repeat=1, name=name, agents=("resumer",))
-        until(shared / "at-step-15", timeout=900)
-        yield stack, registry, config, run, next(iter(stack.api.test_runs.list_all_attempts(run)))["attempt_id"]
+    with past_the_save_point(work, images_dir, name, grace_s=grace_s, case=CASE, agent=AGENT,
+                             told="at-step-15") as got:
+        yield got
 
 
 def test_a_runner_that_never_comes_back_has_its_attempt_go_on_elsewhere_from_the_registry(
