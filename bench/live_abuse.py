@@ -1,7 +1,7 @@
 """The live channel against its own members: each attack of issue 49 run on the real stack, with the API's
 worst latency while it runs beside its idle p99, and whether the victims' view and takeover still work.
 
-    .venv/bin/python bench/live_abuse.py [--images-dir DIR] [--window-s 10]
+    .venv/bin/python bench/live_abuse.py [--images-dir DIR] [--window-s 10] [--attacks A,B] [--attacker-nice 0,19]
 
 A real gh-server and gh-runner as processes (tests/e2e/faults.py Stack), one attempt of linux-tiny in its task
 (a command agent that only waits), a member key that attacks and another member key that watches. A poller in
@@ -19,6 +19,14 @@ For each attack, for --window-s seconds:
                   alone cost beside the sockets.
   seats           12 idle watchers of one member's key (a key of its own) held open, then the admin takes the
                   attempt over.
+
+The attacker stands for a member on another host, but here its client runs on the server's 2 cores: its
+threads (20 sockets in unread_open, each with websockets' reader thread, masking 64 KiB frames) take CPU
+the server would have on a lab host. `--attacker-nice` runs each attack once per nice value given (each
+attack thread and every thread it starts), side by side in one run: at 0 the client's CPU counts against
+the server as it would on one shared host, at 19 it yields the cores to the server, as a remote client
+would never take them. Each window prints the bench client's CPU seconds in it (the attack's threads and
+the victim's watch).
 
 The victim, during each window: the other member's watcher opens a view and gets a full frame; in the
 seats attack, the admin's takeover view gets a full frame, and the attempt is handed back. Target (issue 49):
@@ -227,6 +235,12 @@ class Bench:
             t.join(10)
 
 
+def niced(nice: int, attack: Callable[[threading.Event], None], stop: threading.Event) -> None:
+    """`attack(stop)` in this thread at `nice` (Linux: a thread's own; the threads it starts inherit it)."""
+    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+    attack(stop)
+
+
 def rss_kib(
 pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -242,8 +256,11 @@ def main() -> int:
     ap.add_argument("--window-s", type=float, default=10.0)
     ap.add_argument("--attacks", default=",".join(ATTACKS),
                     help="which attacks, comma-separated (default all: %(default)s)")
+    ap.add_argument("--attacker-nice", default="0",
+                    help="the attack threads' nice values, comma-separated: each attack runs once per value")
     args = ap.parse_args()
     attacks = [a for a in args.attacks.split(",") if a]
+    nices = [int(n) for n in args.attacker_nice.split(",") if n]
     if unknown := set(attacks) - set(ATTACKS):
         ap.error(f"no such attack: {', '.join(sorted(unknown))} (known: {', '.join(ATTACKS)})")
     # The attackers' sockets are dropped mid-send by design: websockets' client logs each as an internal error.
@@ -265,20 +282,22 @@ def main() -> int:
             windows.append(("idle", t0, time.monotonic(), True, ""))
             assert stack.server.proc is not None
             server_pid = stack.server.proc.pid
-            for name in [a for a in attacks if a != "seats"]:
+            for name, nice in [(a, n) for a in attacks if a != "seats" for n in nices]:
                 stop = threading.Event()
                 before = rss_kib(server_pid)
-                attack = threading.Thread(target=getattr(bench, name), args=(stop,), daemon=True)
+                attack = threading.Thread(target=niced, args=(nice, getattr(bench, name), stop), daemon=True)
+                cpu0 = time.process_time()
                 t0 = time.monotonic()
                 attack.start()
                 time.sleep(args.window_s / 2)
                 ok = bench.victim_watches()
                 time.sleep(max(0.0, args.window_s - (time.monotonic() - t0)))
-                note = f"rss {before // 1024} -> {rss_kib(server_pid) // 1024} MiB"
+                note = (f"rss {before // 1024} -> {rss_kib(server_pid) // 1024} MiB; "
+                        f"client cpu {time.process_time() - cpu0:.1f} s")
                 end = time.monotonic()
                 stop.set()
                 attack.join(30)  # a sender blocked on a socket the server stopped reading ends with it
-                windows.append((name, t0, end, ok, note))
+                windows.append((name if len(nices) == 1 else f"{name}@{nice}", t0, end, ok, note))
             if "seats" in attacks:
                 windows.append(bench.seats())
         finally:
@@ -293,13 +312,13 @@ def main() -> int:
               f"p99 {p99 * 1000:.1f} ms (n={len(idle)})")
         worst_of = {name: max([s for at, s in samples if start <= at < end], default=float("nan"))
                     for name, start, end, _, _ in windows}
-        base = worst_of.get("no_attack", float("nan"))
-        print(f"{'attack':<15} {'worst ms':>9} {'x idle p99':>10} {'x no_attack':>11} {'at s':>5} {'n':>5}  "
+        base = next((w for n, w in worst_of.items() if n.split("@")[0] == "no_attack"), float("nan"))
+        print(f"{'attack':<18} {'worst ms':>9} {'x idle p99':>10} {'x no_attack':>11} {'at s':>5} {'n':>5}  "
               "victim  note")
         for name, start, end, ok, note in windows[1:]:
             during = [(s, at - start) for at, s in samples if start <= at < end]
             worst, when = max(during) if during else (float("nan"), float("nan"))
-            print(f"{name:<15} {worst * 1000:9.1f} {worst / p99:10.2f} {worst / base:11.2f} {when:5.1f} "
+            print(f"{name:<18} {worst * 1000:9.1f} {worst / p99:10.2f} {worst / base:11.2f} {when:5.1f} "
                   f"{len(during):5d}  {'works' if ok else 'REFUSED':<7} {note}")
     return 0
 
