@@ -72,6 +72,7 @@ from gh_wire.protocol import (
     JobResult,
     Lease,
     LeaseRefusal,
+    MachineRefusal,
     MachineRequest,
     MachineResponse,
     ResultAck,
@@ -186,6 +187,7 @@ class Daemon:
         self.exit_code = 0
         self.status_acks = False  # the server acknowledges statuses (its last welcome said so)
         self.save_points_told = False  # the server takes `save_point_made` (its last welcome said so)
+        self.not_here_refusals = False  # the server reads the refusal `attempt_not_here` (its last welcome said so)
         self.migrate = False  # the drain hands attempts off first (`drain --migrate`, SIGUSR1)
         self._destroy_leftovers = 0
         self.hypervisor = HypervisorWatch(provider.probe, self._hypervisor_changed, interval_up=probe_interval,
@@ -516,6 +518,7 @@ class Daemon:
     async def on_welcome(self, welcome: Welcome) -> None:
         self.status_acks = welcome.status_acks
         self.save_points_told = welcome.save_points_told
+        self.not_here_refusals = welcome.not_here_refusals
         if welcome.name and welcome.name != self.config.name and self._take_registered_name(welcome.name):
             return
         self._emit("welcome", welcome)
@@ -640,7 +643,10 @@ class Daemon:
             if resp is None:
                 target = (f"attempt {req.attempt_id}" if req.attempt_id else
                           f"start state {req.start_state_id}" if req.start_state_id else "no attempt or start state")
-                resp = MachineResponse(request_id=req.request_id, ok=False,
+                # Typed for an attempt (a moved attempt's lease may still be on its way here): the server asks
+                # again while the attempt is still running on this runner.
+                not_here = MachineRefusal.NOT_HERE if req.attempt_id and self.not_here_refusals else None
+                resp = MachineResponse(request_id=req.request_id, ok=False, refusal=not_here,
                                        error=f"{target} is not running on this runner"[:300])
         except Exception as e:
             self.log.exception("machine request failed", attempt_id=req.attempt_id, op=req.op)

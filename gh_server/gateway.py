@@ -460,6 +460,7 @@ class Gateway:
                 resume=rec.resume,
                 status_acks=conn.status_acks,
                 save_points_told=True,
+                not_here_refusals=True,
             )
         )
         for aid in rec.unwanted:

@@ -74,6 +74,10 @@ class MachineRefusal(StrEnum):
     # The runner's link was lost after the request was sent and before it answered: whether an input or
     # exec was done is not known (a look is simply asked again). Ours, not the agent's.
     LINK_LOST = "link_lost"
+    # The runner holds no such attempt: not yet (the server moved a lost runner's attempt here and its lease
+    # is still on the way) or no more (it ended here). Nothing was done. Sent only to a server whose welcome
+    # said `not_here_refusals`: the server asks again while the attempt is still running on that runner.
+    NOT_HERE = "attempt_not_here"
 
 
 class LeaseRefusal(StrEnum):
@@ -489,6 +493,9 @@ class Welcome(_Msg):
     # Added without a protocol bump: this server takes `save_point_made` (a runner tells it of a save
     # point only then: an older server would answer each with an error).
     save_points_told: bool = False
+    # Added without a protocol bump: this server reads the machine refusal `attempt_not_here` (an older
+    # server would take the unknown value for a broken answer).
+    not_here_refusals: bool = False
 
 
 class Lease(_Msg):

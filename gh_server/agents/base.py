@@ -130,7 +130,7 @@ class Machine:
             if await self._moved(resp) and moves < MAX_MOVES:
                 moves += 1  # the attempt went on on another runner under the request: ask that one
                 continue
-            if self._away(resp, req.op):
+            if await self._away(resp, req.op):
                 away_until = away_until if away_until is not None else time.monotonic() + self._away_wait
                 if time.monotonic() < away_until:
                     await asyncio.sleep(AWAY_POLL_S)  # a poll with a deadline: the runner may be in another process
@@ -157,7 +157,8 @@ class Machine:
         link lost) met the attempt gone on on another runner (`drain --migrate`, a lost runner): then the
         request is for that runner, where the first action after the move is refused `machine_restored`."""
         if resp.ok or self._runner_of is None or resp.refusal not in (None, protocol.MachineRefusal.AWAY,
-                                                                       protocol.MachineRefusal.LINK_LOST):
+                                                                       protocol.MachineRefusal.LINK_LOST,
+                                                                       protocol.MachineRefusal.NOT_HERE):
             return False
         now = await self._runner_of(self.attempt_id)
         if now is None or now == self.runner_id:
@@ -165,9 +166,13 @@ class Machine:
         self.runner_id = now
         return True
 
-    @staticmethod
-    def _away(resp: protocol.MachineResponse, op: str) -> bool:
-        """Whether to ask again: nothing was done, or it was a look."""
+    async def _away(self, resp: protocol.MachineResponse, op: str) -> bool:
+        """Whether to ask again: nothing was done, or it was a look. A runner that holds no such attempt
+        (`attempt_not_here`) is asked again while the attempt is still running on it: the server moved the
+        attempt there (a lost runner's, from a save point) as it sent the lease, and a request can reach
+        the runner before its lease does."""
+        if resp.refusal == protocol.MachineRefusal.NOT_HERE:
+            return self._runner_of is not None and await self._runner_of(self.attempt_id) == self.runner_id
         return resp.refusal == protocol.MachineRefusal.AWAY or (
             resp.refusal == protocol.MachineRefusal.LINK_LOST and op in LOOKS)
 

@@ -92,9 +92,9 @@ async def _machine_failed(sup: AgentSupervisor, grant: Grant, e: MachineError, s
     if e.refusal == MachineRefusal.LINK_LOST:  # ours: whether it was done is not known; look again
         await sup.machine_failed(grant, str(e))
         return _error(503, "server_error", str(e), code=MachineRefusal.LINK_LOST.value)
-    if e.refusal == MachineRefusal.AWAY:  # ours: the runner stayed away past its grace
+    if e.refusal in (MachineRefusal.AWAY, MachineRefusal.NOT_HERE):  # ours: away past its grace, or no lease came
         await sup.machine_failed(grant, str(e))
-        return _error(502, "server_error", str(e), code=MachineRefusal.AWAY.value)
+        return _error(502, "server_error", str(e), code=e.refusal.value)
     if e.refusal == MachineRefusal.INPUT_NOT_SUPPORTED:
         return _error(400, "invalid_request", str(e))
     if e.refusal == MachineRefusal.NO_ACCESSIBILITY:  # the image has no desktop: what was asked cannot be had

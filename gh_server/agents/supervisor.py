@@ -47,7 +47,7 @@ from gh_wire import answer as answer_contract
 from gh_wire import protocol
 from gh_wire.input import InputEvent, KeyEvent, TypeEvent
 from gh_wire.masking import mask_png
-from gh_wire.vocab import AgentFault
+from gh_wire.vocab import AgentFault, AttemptStatus
 
 log = logging.getLogger(__name__)
 
@@ -152,9 +152,11 @@ class AgentSupervisor:
         self._clocks: dict[str, TaskClock] = {}  # attempt id -> its agent's time limit, while it runs here
 
     async def runner_of(self, attempt_id: str) -> str | None:
-        """The runner the attempt's row says it is on now (an attempt can go on on another runner)."""
+        """The runner the attempt's row says it runs on now (an attempt can go on on another runner); None once
+        it is not running (a request then waits for no runner)."""
         return await self.gw.dbq.run(
-            lambda s: s.scalar(select(Attempt.runner_id).where(Attempt.id == attempt_id)))
+            lambda s: s.scalar(select(Attempt.runner_id).where(
+                Attempt.id == attempt_id, Attempt.status.in_((AttemptStatus.PREPARING, AttemptStatus.RUNNING)))))
 
     @property
     def away_wait(self) -> float:

@@ -64,6 +64,7 @@ class Peer:
     on_message: Callable[[Any], Awaitable[None]] | None = None  # reacts to each runner message (bench)
     record: bool = True  # keep every message (tests); a long bench keeps only heartbeats
     status_acks: bool = False  # say so in the welcome when the runner's hello asks for them
+    not_here_refusals: bool = False  # the welcome says the server reads `attempt_not_here`
     received: list[Received] = field(default_factory=list)
     errors_from_runner: list[Any] = field(default_factory=list)
     applied: dict[str, AttemptResult] = field(default_factory=dict)
@@ -187,7 +188,8 @@ class Peer:
                     await conn.send(encode(Welcome(runner_id="rn_test", heartbeat_interval=self.heartbeat_interval,
                                                    dead_after=self.dead_after, resume=resume,
                                                    name=self.name,
-                                                   status_acks=self.status_acks and msg.status_acks)))
+                                                   status_acks=self.status_acks and msg.status_acks,
+                                                   not_here_refusals=self.not_here_refusals)))
                     hb = asyncio.create_task(self._heartbeats(conn))
                 elif isinstance(msg, AttemptFinished):
                     aid = msg.result.attempt_id

@@ -63,3 +63,17 @@ async def test_a_request_while_its_lease_pulls_the_save_point_is_away_not_failed
 
     library.pulled.set()
     await peer.wait_type("lease_accept", where=lambda m: m.attempt_id == "at_moved")
+
+
+async def test_a_request_for_an_attempt_not_here_is_typed_for_a_server_that_reads_it(peer: Peer,
+                                                                                     start_daemon: Any) -> None:
+    # A request can reach this runner before the lease of an attempt the server moved here: typed, the
+    # server asks again while the attempt's row says it runs here (gh_server/agents/base.py).
+    peer.not_here_refusals = True
+    await start_daemon(peer.url)
+    await peer.wait_type("hello")
+    await peer.wait_type("heartbeat")  # sent once welcomed: the welcome's flag is read
+    await peer.send(MachineRequest(request_id="rq3", attempt_id="at_on_its_way", op="exec", script="true",
+                                   timeout=10))
+    resp = await peer.wait_type("machine_response", where=lambda m: m.request_id == "rq3")
+    assert not resp.ok and resp.refusal is MachineRefusal.NOT_HERE, resp
