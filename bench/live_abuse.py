@@ -260,7 +260,12 @@ def main() -> int:
                     help="the attack threads' nice values, comma-separated: each attack runs once per value")
     args = ap.parse_args()
     attacks = [a for a in args.attacks.split(",") if a]
-    nices = [int(n) for n in args.attacker_nice.split(",") if n]
+    try:
+        nices = [int(n) for n in args.attacker_nice.split(",") if n]
+    except ValueError:
+        ap.error(f"--attacker-nice wants integers, comma-separated: {args.attacker_nice!r}")
+    if not nices or any(not -20 <= n <= 19 for n in nices):
+        ap.error(f"--attacker-nice wants nice values from -20 to 19: {args.attacker_nice!r}")
     if unknown := set(attacks) - set(ATTACKS):
         ap.error(f"no such attack: {', '.join(sorted(unknown))} (known: {', '.join(ATTACKS)})")
     # The attackers' sockets are dropped mid-send by design: websockets' client logs each as an internal error.

@@ -73,6 +73,16 @@ class RestoredMachine:
         return True
 
 
+async def in_its_task(server: GwServer, r: SimRunner, agent: str) -> tuple[str, tuple[str, ...]]:
+    """A run of one 30-minute case for `agent`, its attempt leased to `r` and in its task: (run id, (attempt id,))."""
+    run_id, aids = server.add_run([{"limits": {"minutes": 30}}], agents=[agent])
+    await r.expect("lease")
+    await r.send(protocol.LeaseAccept(attempt_id=aids[0]))
+    await r.status(aids[0], "preparing")
+    await r.status(aids[0], "running", "task")
+    return run_id, tuple(aids)
+
+
 async def pass_resumed(server: GwServer, r: SimRunner, run_id: str, end: protocol.TaskEnd,
                        point: protocol.SavePoint) -> None:
     """The resumed attempt's check passes on `r` and its result comes in; the run completes."""
@@ -189,11 +199,7 @@ async def test_a_runner_gone_past_its_grace_has_the_attempt_go_on_elsewhere_thro
         a.hello.registry = "127.0.0.1:5000/gh"
         await a.connect()
         lost = LostMachine(a)
-        run_id, (aid,) = server.add_run([{"limits": {"minutes": 30}}], agents=["cmd"])
-        await a.expect("lease")
-        await a.send(protocol.LeaseAccept(attempt_id=aid))
-        await a.status(aid, "preparing")
-        await a.status(aid, "running", "task")
+        run_id, (aid,) = await in_its_task(server, a, "cmd")
         await asyncio.wait_for(lost.second_exec.wait(), 60)
         assert lost.point is not None
         pushed = lost.point.model_copy(update={"registry_ref": "127.0.0.1:5000/gh/states@sha256:" + "ab" * 32})
@@ -241,11 +247,7 @@ async def test_a_handoff_with_no_other_runner_leaves_the_attempt_running_where_i
     a.hello.registry = "127.0.0.1:5000/gh"
     await a.connect()
     try:
-        _, (aid,) = server.add_run([{"limits": {"minutes": 30}}], agents=["noop"])
-        await a.expect("lease")
-        await a.send(protocol.LeaseAccept(attempt_id=aid))
-        await a.status(aid, "preparing")
-        await a.status(aid, "running", "task")
+        _, (aid,) = await in_its_task(server, a, "noop")
         point = protocol.SavePoint(save_point_id=f"ss_{aid[3:]}p1", step=4, bytes=1, created_at=datetime.now(UTC),
                                    task_seconds=3.0, registry_ref="127.0.0.1:5000/gh/states@sha256:" + "cd" * 32)
         await a.send(protocol.AttemptHandoff(attempt_id=aid, save_point=point))
@@ -265,11 +267,7 @@ async def test_an_attempts_listed_save_points_are_bounded(server_factory: Any) -
     a = SimRunner(server.ws_url, token, images=["linux-tiny"])
     await a.connect()
     try:
-        _, (aid,) = server.add_run([{"limits": {"minutes": 30}}], agents=["noop"])
-        await a.expect("lease")
-        await a.send(protocol.LeaseAccept(attempt_id=aid))
-        await a.status(aid, "preparing")
-        await a.status(aid, "running", "task")
+        _, (aid,) = await in_its_task(server, a, "noop")
         for n in range(1, 61):
             await a.send(protocol.SavePointMade(attempt_id=aid, save_point=protocol.SavePoint(
                 save_point_id=f"ss_{aid[3:]}p{n}", step=n, bytes=1, created_at=datetime.now(UTC))))
