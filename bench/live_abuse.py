@@ -26,7 +26,9 @@ the server would have on a lab host. `--attacker-nice` runs each attack once per
 attack thread and every thread it starts), side by side in one run: at 0 the client's CPU counts against
 the server as it would on one shared host, at 19 it yields the cores to the server, as a remote client
 would never take them. Each window prints the bench client's CPU seconds in it (the attack's threads and
-the victim's watch).
+the victim's watch) and gh-server's. Every API call goes through one shared client: a client per call
+builds an SSL context each time (~20 ms of CPU), which alone made unread_open's first half second cost
+the server's cores ~0.4 s before.
 
 The victim, during each window: the other member's watcher opens a view and gets a full frame; in the
 seats attack, the admin's takeover view gets a full frame, and the attempt is handed back. Target (issue 49):
@@ -95,18 +97,21 @@ class Bench:
         self.stack, self.aid = stack, aid
         self.base = stack.server.base_url
         self.admin = stack.server.api_key
+        # One client for every API call, shared by the attack threads (httpx's client is thread-safe): a
+        # call of its own each (httpx.post) built an SSL context each time, ~20 ms of this host's CPU per
+        # ticket, so unread_open's 20 tickets took ~0.4 s of the server's 2 cores in its first half second.
+        self.http = httpx.Client(base_url=self.base, timeout=60)
         self.attacker = self.new_key("attacker")
         self.victim = self.new_key("victim")
 
     def new_key(self, name: str) -> str:
-        r = httpx.post(f"{self.base}/v1/api_keys", json={"name": name, "role": "member"}, timeout=30,
-                       headers={"Authorization": f"Bearer {self.admin}"})
+        r = self.http.post("/v1/api_keys", json={"name": name, "role": "member"},
+                           headers={"Authorization": f"Bearer {self.admin}"})
         r.raise_for_status()
         return str(r.json()["key"])
 
     def ticket(self, key: str) -> str | None:
-        r = httpx.post(f"{self.base}/v1/attempts/{self.aid}/view", timeout=30,
-                       headers={"Authorization": f"Bearer {key}"})
+        r = self.http.post(f"/v1/attempts/{self.aid}/view", headers={"Authorization": f"Bearer {key}"})
         return self.base.replace("http://", "ws://") + r.json()["url"] if r.status_code == 200 else None
 
     def raw(self, key: str, deflate: bool = False) -> ClientConnection | None:
@@ -131,7 +136,7 @@ class Bench:
 
     def takeover_works(self) -> bool:
         h = {"Authorization": f"Bearer {self.admin}"}
-        r = httpx.post(f"{self.base}/v1/attempts/{self.aid}/takeover", headers=h, timeout=60)
+        r = self.http.post(f"/v1/attempts/{self.aid}/takeover", headers=h)
         if r.status_code != 200:
             print(f"  takeover refused: {r.status_code} {r.text}")
             return False
@@ -144,7 +149,7 @@ class Bench:
             print(f"  takeover's view failed: {type(e).__name__}: {e}")
             return False
         finally:
-            httpx.post(f"{self.base}/v1/attempts/{self.aid}/handback", headers=h, timeout=60)
+            self.http.post(f"/v1/attempts/{self.aid}/handback", headers=h)
 
     def seats(self) -> tuple[str, float, float, bool, str]:
         """12 idle watchers of the attacker's key, then the admin's takeover: the seats attack's window."""
@@ -241,8 +246,13 @@ def niced(nice: int, attack: Callable[[threading.Event], None], stop: threading.
     attack(stop)
 
 
-def rss_kib(
-pid: int) -> int:
+def cpu_s(pid: int) -> float:
+    """The process's user and system CPU seconds so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
@@ -291,14 +301,15 @@ def main() -> int:
                 stop = threading.Event()
                 before = rss_kib(server_pid)
                 attack = threading.Thread(target=niced, args=(nice, getattr(bench, name), stop), daemon=True)
-                cpu0 = time.process_time()
+                cpu0, server_cpu0 = time.process_time(), cpu_s(server_pid)
                 t0 = time.monotonic()
                 attack.start()
                 time.sleep(args.window_s / 2)
                 ok = bench.victim_watches()
                 time.sleep(max(0.0, args.window_s - (time.monotonic() - t0)))
                 note = (f"rss {before // 1024} -> {rss_kib(server_pid) // 1024} MiB; "
-                        f"client cpu {time.process_time() - cpu0:.1f} s")
+                        f"client cpu {time.process_time() - cpu0:.1f} s, "
+                        f"server cpu {cpu_s(server_pid) - server_cpu0:.1f} s")
                 end = time.monotonic()
                 stop.set()
                 attack.join(30)  # a sender blocked on a socket the server stopped reading ends with it

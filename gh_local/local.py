@@ -25,7 +25,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -264,15 +263,6 @@ class LogsAbove:
 # ---------------------------------------------------------------------------------------------
 
 
-def _free_socket() -> socket.socket:
-    # Bound here and handed to uvicorn, so no other process can take the port in between.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.set_inheritable(True)
-    return sock
-
-
 def _quiet_server_class() -> type:
     import uvicorn
 
@@ -464,11 +454,13 @@ class LocalRun:
         import uvicorn
 
         from gh_server.app import HTTP_KEEP_ALIVE_S, create_app
+        from gh_server.listener import listen_socket
         from gh_server.live.sockets import LiveBoundedWebSockets
         from gh_server.settings import Settings
 
         assert self._tmp is not None
-        sock = _free_socket()
+        # Bound here and handed to uvicorn, so no other process can take the port in between.
+        sock = listen_socket("127.0.0.1", 0)
         port = sock.getsockname()[1]
         admin_key = "gh_live_" + secrets.token_urlsafe(32)
         settings = Settings(data_dir=self._tmp / "server", host="127.0.0.1", port=port, admin_api_key=admin_key,

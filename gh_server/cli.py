@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
-import socket
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -34,6 +33,7 @@ from pathlib import Path
 import pydantic
 from sqlalchemy import select
 
+from gh_server.listener import listen_socket
 from gh_server.settings import Settings
 
 EXIT_OK = 0
@@ -196,21 +196,6 @@ def serve(args: argparse.Namespace) -> int:
     server = uvicorn.Server(config)
     server.run(sockets=[sock])
     return EXIT_OK if server.started else EXIT_FAILED
-
-
-def listen_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on host:port (IPv6 when the host is one), as uvicorn would bind it."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(2048)
-        sock.set_inheritable(True)
-    except OSError:
-        sock.close()
-        raise
-    return sock
 
 
 if __name__ == "__main__":

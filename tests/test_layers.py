@@ -70,7 +70,7 @@ NOT_MODULES: dict[str, tuple[str, ...]] = {"gh_server": ("migrations",)}
 # `gh_server.agents.machine_api` is http while the rest of `gh_server.agents` is a service. The
 # package's own `gh_server` (its __init__) matches itself only.
 GH_SERVER_LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("app", ("gh_server.app", "gh_server.cli")),
+    ("app", ("gh_server.app", "gh_server.cli", "gh_server.listener")),
     ("http", ("gh_server.api", "gh_server.agents.machine_api", "gh_server.console_page", "gh_server.live.api",
               "gh_server.takeover.routes")),
     ("loops", ("gh_server.gateway", "gh_server.attempts.scheduler", "gh_server.agents.supervisor",

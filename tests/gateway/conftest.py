@@ -19,6 +19,7 @@ from server.conftest import pg_cluster  # the API tests' throwaway cluster (test
 
 from gh_server.app import create_app
 from gh_server.gateway import Gateway
+from gh_server.listener import listen_socket
 from gh_server.settings import AgentConfig, ModelEndpoint, Settings
 from gh_server.state import ServerState
 
@@ -78,10 +79,10 @@ def start_server(settings: Settings) -> GwServer:
     st: ServerState = app.state.gh
     admin = settings.admin_api_key
     assert admin is not None
-    cfg = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", lifespan="on",
-                         ws_max_size=16 * 1024 * 1024)
+    cfg = uvicorn.Config(app, log_level="warning", lifespan="on", ws_max_size=16 * 1024 * 1024)
     server = uvicorn.Server(cfg)
-    thread = threading.Thread(target=server.run, daemon=True)
+    sock = listen_socket(settings.host, settings.port)  # the socket gh-server serves on; uvicorn closes it
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
     while not server.started:

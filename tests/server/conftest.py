@@ -18,6 +18,7 @@ from kit.net import free_port
 
 from gh_server.app import HTTP_KEEP_ALIVE_S, create_app
 from gh_server.auth import create_key
+from gh_server.listener import listen_socket
 from gh_server.live.sockets import LiveBoundedWebSockets
 from gh_server.settings import Settings
 from gh_server.state import ServerState
@@ -51,10 +52,11 @@ class RunningServer:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.app = create_app(settings)
-        cfg = uvicorn.Config(self.app, host=settings.host, port=settings.port, log_level="warning", lifespan="on",
+        cfg = uvicorn.Config(self.app, log_level="warning", lifespan="on",
                              ws=LiveBoundedWebSockets, timeout_keep_alive=HTTP_KEEP_ALIVE_S)  # as gh-server's own
         self.server = uvicorn.Server(cfg)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.sock = listen_socket(settings.host, settings.port)  # the socket gh-server serves on
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def start(self) -> None:
         self.thread.start()
@@ -67,6 +69,7 @@ class RunningServer:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=30)
+        self.sock.close()
         self.app.state.gh.engine.dispose()
 
 
