@@ -19,6 +19,7 @@ from gh_server.attempts.lease import SavePointPolicy
 from gh_server.attempts.scheduler import Scheduler
 from gh_server.auth import ensure_admin_key
 from gh_server.bodylimit import BodyLimit
+from gh_server.fair_share import FairShare
 from gh_server.gateway import PATH as GATEWAY_PATH
 from gh_server.gateway import Gateway
 from gh_server.live import api as live_api
@@ -78,6 +79,9 @@ def create_app(settings: Settings, state: ServerState | None = None) -> FastAPI:
     app.add_middleware(YamlBody)
     app.add_middleware(InFlightLimit, prefix=MACHINE_API_PATH, limit=settings.machine_api_max_in_flight)
     app.add_middleware(BodyLimit, max_body=settings.max_body_bytes, max_batch_body=settings.max_batch_body_bytes)
+    # Outside the body limit: a request waiting for its caller's share has had nothing of it read.
+    app.add_middleware(FairShare, in_flight=settings.api_in_flight_per_caller,
+                       waiting=settings.api_waiting_per_caller, not_shared=(MACHINE_API_PATH,))
     # Outermost: a trusted proxy's X-Forwarded-Proto and -For become the request's scheme and client for
     # everything inside (the console's cookie, gh_server/console_sessions.py; the access log; rate limits).
     # The one decision: gh-server's uvicorn runs without its own (gh_server/cli.py).

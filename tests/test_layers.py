@@ -72,7 +72,7 @@ NOT_MODULES: dict[str, tuple[str, ...]] = {"gh_server": ("migrations",)}
 GH_SERVER_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("app", ("gh_server.app", "gh_server.cli", "gh_server.listener")),
     ("http", ("gh_server.api", "gh_server.agents.machine_api", "gh_server.console_page", "gh_server.live.api",
-              "gh_server.takeover.routes")),
+              "gh_server.takeover.routes", "gh_server.fair_share")),
     ("loops", ("gh_server.gateway", "gh_server.attempts.scheduler", "gh_server.agents.supervisor",
                "gh_server.machine_relay", "gh_server.start_state_jobs", "gh_server.live.screen_relay")),
     ("services", ("gh_server.attempts", "gh_server.start_states", "gh_server.runner_status", "gh_server.runner_rows",

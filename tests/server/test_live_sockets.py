@@ -5,7 +5,11 @@ as the frame's header arrives. The runners' sockets keep uvicorn's settings."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import os
 import shutil
+import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +23,7 @@ from starlette.websockets import WebSocket
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from gh_server.live.sockets import MAX_MESSAGE, LiveBoundedWebSockets
+from gh_server.live.sockets import CLOSING_SLACK, MAX_MESSAGE, LiveBoundedWebSockets
 from gh_wire import protocol
 from gh_wire.vocab import ViewEndReason
 
@@ -86,3 +90,45 @@ async def test_a_viewers_message_over_the_bound_closes_its_socket_1009(reader: s
             async with asyncio.timeout(10):
                 await ws.recv()
     assert ws.close_code == 1009  # message too big
+
+
+def _tcp_max(name: str) -> int:
+    return int(open(f"/proc/sys/net/ipv4/{name}").read().split()[2])
+
+
+def test_a_viewer_that_sends_on_after_its_view_ended_is_dropped_unread(server: str) -> None:
+    """The server closes a view (here at once: an unknown ticket); the viewer reads the close frame and
+    sends on without answering it. uvicorn alone read and parsed everything it sent for 10 s more."""
+    port = int(server.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"GET /v1/live/lv_unknown HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+                     b"Connection: Upgrade\r\nSec-WebSocket-Key: " + base64.b64encode(os.urandom(16)) +
+                     b"\r\nSec-WebSocket-Version: 13\r\n\r\n")
+        got = b""
+        while b"\r\n\r\n" not in got:
+            got += sock.recv(4096)
+        head, _, rest = got.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 101")
+        while len(rest) < 2 or len(rest) < 2 + (rest[1] & 0x7F):
+            rest += sock.recv(4096)
+        assert rest[0] == 0x88  # the server's close frame: the view ended
+        assert struct.unpack(">H", rest[2:4])[0] == protocol.CLOSE_VIEW_ENDED
+        assert rest[4:2 + rest[1]].decode() == ViewEndReason.TICKET_INVALID
+
+        payload = 60 * 1024  # under MAX_MESSAGE: each frame is one the view would have taken
+        frame = struct.pack(">BBH", 0x82, 0x80 | 126, payload) + b"\x00" * 4 + b"\x04" * payload
+        # Past what the kernel holds between the two sockets, every byte sent was read by the server.
+        held = _tcp_max("tcp_rmem") + _tcp_max("tcp_wmem") + CLOSING_SLACK + 256 * 1024
+        sent, dropped = 0, False
+        sock.settimeout(5)
+        while sent < 4 * held:
+            try:
+                sock.sendall(frame)
+            except (ConnectionResetError, BrokenPipeError):
+                dropped = True
+                break
+            except TimeoutError:
+                break  # no longer read, and not dropped
+            sent += len(frame)
+        assert dropped, f"sent {sent / 2**20:.1f} MiB after the close and the socket was not dropped"
+        assert sent <= held
