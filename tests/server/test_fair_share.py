@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import httpx
 import pytest
@@ -23,12 +23,29 @@ IN_FLIGHT, WAITING = 2, 3
 
 
 class Held:
-    """The held route's requests: which are inside the handler, and the gate that lets them go."""
+    """The held route's requests: which are inside the handler (the server's loop), told to the test's
+    loop as they come, and the gate that lets them go."""
 
     def __init__(self) -> None:
         self.inside: list[str] = []
         self.gate: asyncio.Event | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None  # the server's
+        self.changed: asyncio.Event | None = None  # the test's, and its loop
+        self.test_loop: asyncio.AbstractEventLoop | None = None
+
+    def came(self, tag: str) -> None:
+        self.inside.append(tag)
+        if self.test_loop is not None and self.changed is not None:
+            self.test_loop.call_soon_threadsafe(self.changed.set)
+
+    async def until(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+        self.test_loop, self.changed = asyncio.get_running_loop(), asyncio.Event()
+        async with asyncio.timeout(timeout):
+            while True:
+                self.changed.clear()
+                if predicate():
+                    return
+                await self.changed.wait()
 
     def release(self) -> None:
         assert self.loop is not None and self.gate is not None
@@ -45,7 +62,7 @@ def served() -> Iterator[tuple[str, str, str, Held]]:
         held.loop = asyncio.get_running_loop()
         if held.gate is None:
             held.gate = asyncio.Event()
-        held.inside.append(tag)
+        held.came(tag)
         await held.gate.wait()
         return {"tag": tag}
 
@@ -76,17 +93,11 @@ def served() -> Iterator[tuple[str, str, str, Held]]:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-async def _until(predicate, what: str, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.01)
-
-
 @pytest.fixture
 def held(served: tuple[str, str, str, Held]) -> Iterator[Held]:
     h = served[3]
     h.inside.clear()
-    h.gate = None
+    h.gate = h.changed = h.test_loop = None
     yield h
     if h.gate is not None:
         h.release()
@@ -98,10 +109,10 @@ async def test_one_keys_burst_is_served_a_share_at_a_time_and_another_key_goes_a
     async with httpx.AsyncClient(base_url=base, timeout=30) as http:
         burst = [asyncio.create_task(http.get(f"/test/hold/one{i}", headers={"Authorization": f"Bearer {one}"}))
                  for i in range(IN_FLIGHT + WAITING)]
-        await _until(lambda: len(held.inside) >= IN_FLIGHT, "the share served")
+        await held.until(lambda: len(held.inside) >= IN_FLIGHT)
         # Another caller's request is served now, beside the burst's share, not after the burst.
         theirs = asyncio.create_task(http.get("/test/hold/other", headers={"Authorization": f"Bearer {other}"}))
-        await _until(lambda: "other" in held.inside, "the other key's request inside")
+        await held.until(lambda: "other" in held.inside)
         assert len([t for t in held.inside if t.startswith("one")]) == IN_FLIGHT
         # Past the waiting bound: refused at once, with why.
         r = await http.get("/test/hold/over", headers={"Authorization": f"Bearer {one}"})
@@ -125,9 +136,9 @@ async def test_a_slot_is_given_back_when_the_answer_starts(served: tuple[str, st
             streams.append(s)
         # The share is free again: as many requests are served beside the streams, and one more waits.
         more = [asyncio.create_task(http.get(f"/test/hold/one{i}", headers=auth)) for i in range(IN_FLIGHT + 1)]
-        await _until(lambda: len(held.inside) >= IN_FLIGHT, "a share served beside the streams")
+        await held.until(lambda: len(held.inside) >= IN_FLIGHT)
         theirs = asyncio.create_task(http.get("/test/hold/other", headers={"Authorization": f"Bearer {other}"}))
-        await _until(lambda: "other" in held.inside, "the other key's request inside")
+        await held.until(lambda: "other" in held.inside)
         assert len([t for t in held.inside if t.startswith("one")]) == IN_FLIGHT
         held.release()
         for s in streams:
