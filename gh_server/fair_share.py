@@ -7,8 +7,9 @@ one GIL), and asyncio runs every ready request a step at a time: twenty requests
 member (a page of tickets, a script's `asyncio.gather`) were all served side by side, and another
 caller's request sent meanwhile finished only when most of them had, about twenty requests' work later
 (bench/live_abuse.py, unread_open and tickets_only: 42-47 ms against an idle p99 of 10 ms). With a share,
-the other caller waits behind at most a share's worth. A caller's own burst takes as long as before:
-the server's CPU, not its concurrency, bounds it.
+the other caller waits behind at most a share's worth: at 4 it still took 21-34 ms at the burst's start,
+at 1 10-11 ms; 2 keeps one caller's requests overlapping a database wait. A caller's own burst takes
+about as long as before: the server's CPU, not its concurrency, bounds it.
 
 A caller is its credential, hashed (never kept): the Bearer key, else the console's session cookie, else
 (no credential: the health check, the console's files, a 401 to come) the client's address, as the
@@ -28,9 +29,6 @@ from dataclasses import dataclass
 from gh_server.bodylimit import ASGIApp, Message, Receive, Scope, Send
 from gh_server.console_sessions import COOKIE, SECURE_COOKIE
 
-DEFAULT_IN_FLIGHT = 4
-DEFAULT_WAITING = 64
-
 
 @dataclass
 class _Share:
@@ -39,8 +37,7 @@ class _Share:
 
 
 class FairShare:
-    def __init__(self, app: ASGIApp, *, in_flight: int = DEFAULT_IN_FLIGHT, waiting: int = DEFAULT_WAITING,
-                 not_shared: tuple[str, ...] = ()) -> None:
+    def __init__(self, app: ASGIApp, *, in_flight: int, waiting: int, not_shared: tuple[str, ...] = ()) -> None:
         self.app = app
         self.in_flight = in_flight
         self.waiting = waiting
@@ -108,4 +105,4 @@ async def _too_many(send: Send, limit: int) -> None:
     await send({"type": "http.response.body", "body": raw})
 
 
-__all__ = ["DEFAULT_IN_FLIGHT", "DEFAULT_WAITING", "FairShare", "caller_of"]
+__all__ = ["FairShare", "caller_of"]

@@ -266,8 +266,9 @@ class Settings(BaseModel):
     webhook_backoff_base: float = 2.0
     webhook_backoff_cap: float = 600.0
     # One caller's HTTP requests served at once (its key, console session or address); more wait their turn,
-    # and past api_waiting_per_caller waiting get 429 (gh_server.fair_share).
-    api_in_flight_per_caller: int = Field(default=4, ge=1)
+    # and past api_waiting_per_caller waiting get 429 (gh_server.fair_share). 2 keeps a caller's requests
+    # overlapping a database wait, and another caller's request behind at most two of them.
+    api_in_flight_per_caller: int = Field(default=2, ge=1)
     api_waiting_per_caller: int = Field(default=64, ge=0)
     # Requests per second per API key (token bucket); 0 disables.
     rate_limit_per_second: float = 0.0
