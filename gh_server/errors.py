@@ -6,6 +6,7 @@ client never sees `{"detail": ...}`.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -15,6 +16,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from gh_server.bodylimit import Send
 from gh_server.db import is_locked
 
 log = logging.getLogger("gh_server.api")
@@ -61,6 +63,15 @@ def not_found(what: str, ident: str) -> ApiError:
 
 def conflict(message: str, **extra: Any) -> ApiError:
     return ApiError(409, message, **extra)
+
+
+async def send_too_many(send: Send, limit: int, message: str) -> None:
+    """A 429 `rate_limit` with `limit` and Retry-After, sent by an ASGI middleware before the app runs."""
+    raw = json.dumps({"error": {"type": "rate_limit", "limit": limit, "message": message}}).encode()
+    await send({"type": "http.response.start", "status": 429, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode()),
+        (b"retry-after", b"1")]})
+    await send({"type": "http.response.body", "body": raw})
 
 
 def _loc_to_param(loc: tuple[Any, ...] | list[Any]) -> str:

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 from dataclasses import dataclass
 
 from gh_server.bodylimit import ASGIApp, Message, Receive, Scope, Send
 from gh_server.console_sessions import COOKIE, SECURE_COOKIE
+from gh_server.errors import send_too_many
 
 
 @dataclass
@@ -53,7 +53,9 @@ class FairShare:
         if share is None:
             share = self._shares[caller] = _Share(asyncio.Semaphore(self.in_flight))
         if share.callers >= self.in_flight + self.waiting:
-            await _too_many(send, self.in_flight + self.waiting)
+            limit = self.in_flight + self.waiting
+            await send_too_many(send, limit, f"{limit} requests of this caller are already being served or "
+                                             "waiting: wait for some to finish")
             return
         share.callers += 1
         held = False
@@ -92,17 +94,6 @@ def caller_of(scope: Scope) -> str:
                 return "session:" + hashlib.sha256(v).hexdigest()
     client = scope.get("client")
     return f"addr:{client[0] if client else '-'}"
-
-
-async def _too_many(send: Send, limit: int) -> None:
-    body = {"error": {"type": "rate_limit", "limit": limit, "message":
-                      f"{limit} requests of this caller are already being served or waiting: "
-                      "wait for some to finish"}}
-    raw = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": 429, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode()),
-        (b"retry-after", b"1")]})
-    await send({"type": "http.response.body", "body": raw})
 
 
 __all__ = ["FairShare", "caller_of"]

@@ -12,11 +12,10 @@ would hurt attempts that are not the agent's. So:
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
-from typing import Any
 
 from gh_server.bodylimit import ASGIApp, Receive, Scope, Send
+from gh_server.errors import send_too_many
 
 ENV_MAX_ENTRIES = 64
 ENV_MAX_BYTES = 64 * 1024
@@ -64,7 +63,8 @@ class InFlightLimit:
             return
         n = self._in_flight.get(key, 0)
         if n >= self.limit:
-            await _too_many(send, self.limit)
+            await send_too_many(send, self.limit, f"{self.limit} machine requests of this attempt are already in "
+                                                  "flight; wait for one to finish")
             return
         self._in_flight[key] = n + 1
         try:
@@ -86,12 +86,3 @@ def _token_key(scope: Scope) -> str | None:
     return None
 
 
-async def _too_many(send: Send, limit: int) -> None:
-    body: dict[str, Any] = {"error": {"type": "rate_limit", "limit": limit, "message":
-                                      f"{limit} machine requests of this attempt are already in flight; "
-                                      "wait for one to finish"}}
-    raw = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": 429, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode()),
-        (b"retry-after", b"1")]})
-    await send({"type": "http.response.body", "body": raw})
