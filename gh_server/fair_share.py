@@ -25,6 +25,7 @@ import asyncio
 import hashlib
 from dataclasses import dataclass
 
+from gh_server.agents.machine_limits import token_key
 from gh_server.bodylimit import ASGIApp, Message, Receive, Scope, Send
 from gh_server.console_sessions import COOKIE, SECURE_COOKIE
 from gh_server.errors import send_too_many
@@ -81,10 +82,11 @@ class FairShare:
 
 def caller_of(scope: Scope) -> str:
     """Whose share a request is: a hash of its credential, else its client's address."""
+    # The token as auth reads it: "Bearer k" and "bearer  k " are one caller, not two shares.
+    if (key := token_key(scope)) is not None:
+        return "key:" + key
     cookie: bytes | None = None
     for name, value in scope.get("headers") or ():
-        if name == b"authorization":
-            return "key:" + hashlib.sha256(value).hexdigest()
         if name == b"cookie":
             cookie = value
     if cookie is not None:

@@ -57,7 +57,7 @@ class InFlightLimit:
         if scope["type"] != "http" or not str(scope.get("path", "")).startswith(self.prefix):
             await self.app(scope, receive, send)
             return
-        key = _token_key(scope)
+        key = token_key(scope)
         if key is None:  # no token: the handler answers 401
             await self.app(scope, receive, send)
             return
@@ -77,7 +77,8 @@ class InFlightLimit:
                 self._in_flight.pop(key, None)
 
 
-def _token_key(scope: Scope) -> str | None:
+def token_key(scope: Scope) -> str | None:
+    """The hash of the request's Bearer token, as auth reads it (scheme in any case, spaces stripped)."""
     for name, value in scope.get("headers") or ():
         if name == b"authorization":
             scheme, _, token = value.partition(b" ")

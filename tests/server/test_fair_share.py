@@ -155,3 +155,6 @@ def test_a_caller_is_its_credential_hashed_else_its_session_else_its_address() -
     assert caller_of(session).startswith("session:") and "s3cret" not in caller_of(session)
     assert caller_of(nobody) == "addr:10.0.0.2"
     assert caller_of(key) != caller_of({**key, "headers": [(b"authorization", b"Bearer gh_live_other")]})
+    # One key is one share however its header is written (auth takes each of these as the same key).
+    for same in (b"bearer gh_live_secret", b"BEARER  gh_live_secret ", b"Bearer gh_live_secret\t"):
+        assert caller_of({**key, "headers": [(b"authorization", same)]}) == caller_of(key)
