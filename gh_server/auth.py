@@ -169,11 +169,14 @@ def rate_limit(st: ServerState, p: Principal) -> None:
     buckets[p.key_id] = (tokens - 1.0, now)
 
 
-def require_member(principal: Principal = Depends(authenticate)) -> Principal:
+# The role checks are async: they do no I/O, and a sync dependency is a trip through the thread pool, which
+# under load waits its turn for the GIL (docs/security.md, "What is left"). `authenticate` reads the
+# database, so it stays sync: its one trip is the lookup.
+async def require_member(principal: Principal = Depends(authenticate)) -> Principal:
     return principal
 
 
-def require_admin(principal: Principal = Depends(authenticate)) -> Principal:
+async def require_admin(principal: Principal = Depends(authenticate)) -> Principal:
     if not principal.is_admin:
         raise ApiError(403, "This needs an admin API key: member keys can read, and start, cancel and rerun runs.")
     return principal

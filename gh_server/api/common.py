@@ -5,11 +5,12 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
 from fastapi import Depends, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import ColumnElement, Select, and_, func, or_, select
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
@@ -30,10 +31,18 @@ def state_of(request: Request) -> ServerState:
     return st
 
 
-def get_db(request: Request) -> Iterator[Session]:
-    st = state_of(request)
-    with st.db() as s:
+async def get_db(request: Request) -> AsyncIterator[Session]:
+    """The request's session. Opening one does no I/O, so it opens on the loop (a sync dependency would be a
+    trip through the thread pool); closing one that still holds a connection gives the connection back
+    (a rollback: I/O), so that close goes to the pool."""
+    s = state_of(request).db()
+    try:
         yield s
+    finally:
+        if s.in_transaction():
+            await run_in_threadpool(s.close)
+        else:
+            s.close()
 
 
 DB = Depends(get_db)
@@ -62,12 +71,9 @@ def check_task_minutes(limits: dict[str, Any] | None, bound: int, param: str) ->
 
 
 class PageParams:
-    def __init__(
-        self,
-        limit: int | None = Query(default=None, description="1 to 100 (default 20)"),
-        cursor: str | None = Query(default=None, description="next_cursor of the previous page"),
-        include: str | None = Query(default=None, description="total_count (comma-separated extras)"),
-    ) -> None:
+    """A list's page: how many rows, from which cursor, with which extras."""
+
+    def __init__(self, limit: int | None, cursor: str | None, include: str | None) -> None:
         if limit is not None and not 1 <= limit <= MAX_LIMIT:
             raise invalid("limit", f"must be 1 to {MAX_LIMIT}")
         self.limit = limit or DEFAULT_LIMIT
@@ -76,6 +82,19 @@ class PageParams:
         unknown = self.include - {"total_count", "facets"}
         if unknown:
             raise invalid("include", f"unknown value {sorted(unknown)[0]!r} (total_count, facets)")
+
+
+async def page_params(
+    limit: int | None = Query(default=None, description="1 to 100 (default 20)"),
+    cursor: str | None = Query(default=None, description="next_cursor of the previous page"),
+    include: str | None = Query(default=None, description="total_count (comma-separated extras)"),
+) -> PageParams:
+    # async: a sync dependency is a trip through the thread pool, and under load each trip waits its turn
+    # for the GIL (docs/security.md, "What is left"); this one only parses.
+    return PageParams(limit, cursor, include)
+
+
+Page = Depends(page_params)
 
 
 def encode_cursor(values: list[Any]) -> str:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from gh_server import runner_admin, serialize
-from gh_server.api.common import DB, Admin, Member, PageParams, like, page_body, paginate, state_of
+from gh_server.api.common import DB, Admin, Member, Page, PageParams, like, page_body, paginate, state_of
 from gh_server.api.schemas import RunnerCreate
 from gh_server.auth import Principal
 from gh_server.errors import not_found
@@ -36,7 +36,7 @@ def create_runner(body: RunnerCreate, s: Session = DB, _p: Principal = Admin) ->
 def list_runners(
     request: Request,
     q: str | None = Query(default=None, max_length=200),
-    page: PageParams = Depends(),
+    page: PageParams = Page,
     s: Session = DB,
     _p: Principal = Member,
 ) -> dict[str, Any]:

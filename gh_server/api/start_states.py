@@ -20,7 +20,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from gh_server import serialize
-from gh_server.api.common import DB, Admin, Member, PageParams, like, page_body, paginate, state_of
+from gh_server.api.common import DB, Admin, Member, Page, PageParams, like, page_body, paginate, state_of
 from gh_server.api.schemas import InputBody, SavePointStartState, StartStateCreate, StartStateUpdate
 from gh_server.auth import Principal, require_member
 from gh_server.errors import ApiError, conflict, invalid, not_found
@@ -61,7 +61,7 @@ SCREEN_NEEDS_ADMIN = (
 )
 
 
-def require_screen_reader(principal: Principal = Depends(require_member)) -> Principal:
+async def require_screen_reader(principal: Principal = Depends(require_member)) -> Principal:
     if not principal.is_admin:
         raise ApiError(403, SCREEN_NEEDS_ADMIN)
     return principal
@@ -89,7 +89,7 @@ def _source_of(session: Session, ss: StartState) -> dict[str, Any]:
 def list_start_states(
     kind: str | None = Query(default=None),
     q: str | None = Query(default=None, max_length=200),
-    page: PageParams = Depends(),
+    page: PageParams = Page,
     s: Session = DB,
     _p: Principal = Member,
 ) -> dict[str, Any]:

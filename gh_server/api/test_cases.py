@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from sqlalchemy import delete, func, or_, select
 from sqlalchemy.orm import Session
 
@@ -14,6 +14,7 @@ from gh_server.api.common import (
     Admin,
     MaxTaskMinutes,
     Member,
+    Page,
     PageParams,
     check_task_minutes,
     like,
@@ -186,7 +187,7 @@ def list_test_cases(
     category: str | None = Query(default=None),
     test_set_id: str | None = Query(default=None),
     q: str | None = Query(default=None, max_length=200),
-    page: PageParams = Depends(),
+    page: PageParams = Page,
     s: Session = DB,
     _p: Principal = Member,
 ) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any, cast
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from sqlalchemy import delete, insert, or_, select, update
 from sqlalchemy.orm import Session
@@ -24,6 +24,7 @@ from gh_server.api.common import (
     DB,
     Admin,
     Member,
+    Page,
     PageParams,
     check_task_minutes,
     like,
@@ -259,7 +260,7 @@ def list_test_runs(
     test_set_id: str | None = Query(default=None),
     agent_id: str | None = Query(default=None),
     q: str | None = Query(default=None, max_length=200),
-    page: PageParams = Depends(),
+    page: PageParams = Page,
     s: Session = DB,
     _p: Principal = Member,
 ) -> dict[str, Any]:
@@ -482,7 +483,7 @@ def run_attempts(
     test_case_id: str | None = Query(default=None),
     agent_id: str | None = Query(default=None),
     outcome: str | None = Query(default=None),
-    page: PageParams = Depends(),
+    page: PageParams = Page,
     s: Session = DB,
     _p: Principal = Member,
 ) -> dict[str, Any]:

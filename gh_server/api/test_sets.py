@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from sqlalchemy import delete, func, or_, select
 from sqlalchemy.orm import Session
 
 from gh_server import serialize
-from gh_server.api.common import DB, Admin, Member, PageParams, like, page_body, paginate
+from gh_server.api.common import DB, Admin, Member, Page, PageParams, like, page_body, paginate
 from gh_server.api.merge import merge_nested
 from gh_server.api.schemas import AddCases, TestSetCaseInput, TestSetCreate, TestSetFields
 from gh_server.api.test_cases import resolve_case
@@ -96,7 +96,7 @@ def create_test_set(body: TestSetCreate, s: Session = DB, _p: Principal = Admin)
 @router.get("/v1/test_sets", summary="List test sets, newest first")
 def list_test_sets(
     q: str | None = Query(default=None, max_length=200),
-    page: PageParams = Depends(),
+    page: PageParams = Page,
     s: Session = DB,
     _p: Principal = Member,
 ) -> dict[str, Any]:
