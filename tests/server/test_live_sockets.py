@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import hashlib
 import os
 import shutil
 import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 import uvicorn
@@ -22,8 +24,9 @@ from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
+from websockets.protocol import Protocol
 
-from gh_server.live.sockets import CLOSING_SLACK, MAX_MESSAGE, LiveBoundedWebSockets
+from gh_server.live.sockets import CLOSING_SLACK, MAX_MESSAGE, PARSE_STEP, LiveBoundedWebSockets
 from gh_wire import protocol
 from gh_wire.vocab import ViewEndReason
 
@@ -56,15 +59,9 @@ async def test_a_viewers_socket_refuses_deflate_and_a_runners_keeps_it(server: s
         assert "permessage-deflate" in ws.response.headers.get("Sec-WebSocket-Extensions", "")
 
 
-@pytest.fixture(scope="module")
-def reader() -> Iterator[str]:
-    """uvicorn with LiveBoundedWebSockets and one route at the viewer's path that reads until the end."""
-
-    async def endpoint(ws: WebSocket) -> None:
-        await ws.accept()
-        while (await ws.receive())["type"] != "websocket.disconnect":
-            pass
-
+@contextlib.contextmanager
+def viewer_route(endpoint: Callable[[WebSocket], Awaitable[None]]) -> Iterator[int]:
+    """uvicorn with LiveBoundedWebSockets in a thread, `endpoint` at the viewer's path: its port."""
     app = Starlette(routes=[WebSocketRoute("/v1/live/{ticket}", endpoint)])
     port = free_port()
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
@@ -76,10 +73,23 @@ def reader() -> Iterator[str]:
         assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.02)
     try:
-        yield f"ws://127.0.0.1:{port}"
+        yield port
     finally:
         srv.should_exit = True
         thread.join(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def reader() -> Iterator[str]:
+    """uvicorn with LiveBoundedWebSockets and one route at the viewer's path that reads until the end."""
+
+    async def endpoint(ws: WebSocket) -> None:
+        await ws.accept()
+        while (await ws.receive())["type"] != "websocket.disconnect":
+            pass
+
+    with viewer_route(endpoint) as port:
+        yield f"ws://127.0.0.1:{port}"
 
 
 async def test_a_viewers_message_over_the_bound_closes_its_socket_1009(reader: str) -> None:
@@ -96,19 +106,25 @@ def _tcp_max(name: str) -> int:
     return int(open(f"/proc/sys/net/ipv4/{name}").read().split()[2])
 
 
+def _upgrade(sock: socket.socket, path: str) -> bytes:
+    """A WebSocket handshake by hand on `sock`: what came after the server's 101 answer."""
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                 f"Sec-WebSocket-Key: {base64.b64encode(os.urandom(16)).decode()}\r\n"
+                 "Sec-WebSocket-Version: 13\r\n\r\n".encode())
+    got = b""
+    while b"\r\n\r\n" not in got:
+        got += sock.recv(4096)
+    head, _, rest = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101")
+    return rest
+
+
 def test_a_viewer_that_sends_on_after_its_view_ended_is_dropped_unread(server: str) -> None:
     """The server closes a view (here at once: an unknown ticket); the viewer reads the close frame and
     sends on without answering it. uvicorn alone read and parsed everything it sent for 10 s more."""
     port = int(server.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        sock.sendall(b"GET /v1/live/lv_unknown HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
-                     b"Connection: Upgrade\r\nSec-WebSocket-Key: " + base64.b64encode(os.urandom(16)) +
-                     b"\r\nSec-WebSocket-Version: 13\r\n\r\n")
-        got = b""
-        while b"\r\n\r\n" not in got:
-            got += sock.recv(4096)
-        head, _, rest = got.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 101")
+        rest = _upgrade(sock, "/v1/live/lv_unknown")
         while len(rest) < 2 or len(rest) < 2 + (rest[1] & 0x7F):
             rest += sock.recv(4096)
         assert rest[0] == 0x88  # the server's close frame: the view ended
@@ -132,3 +148,73 @@ def test_a_viewer_that_sends_on_after_its_view_ended_is_dropped_unread(server: s
             sent += len(frame)
         assert dropped, f"sent {sent / 2**20:.1f} MiB after the close and the socket was not dropped"
         assert sent <= held
+
+
+class Taker:
+    """What the taker's route and the test tell each other."""
+
+    def __init__(self) -> None:
+        self.took_one = threading.Event()
+        self.take_rest = threading.Event()
+
+
+@pytest.fixture(scope="module")
+def taker() -> Iterator[tuple[int, Taker]]:
+    """uvicorn with LiveBoundedWebSockets and one route at the viewer's path that takes one message, waits
+    until the test says, then takes the rest up to b"end" and answers how many it took and their sha256."""
+    said = Taker()
+
+    async def endpoint(ws: WebSocket) -> None:
+        await ws.accept()
+        first = await ws.receive()
+        said.took_one.set()
+        await asyncio.to_thread(said.take_rest.wait, 30)
+        digest, n = hashlib.sha256(first["bytes"]), 1
+        while (m := await ws.receive())["type"] != "websocket.disconnect" and m.get("bytes") != b"end":
+            digest.update(m["bytes"])
+            n += 1
+        await ws.send_text(f"{n} {digest.hexdigest()}")
+        await ws.close()
+
+    with viewer_route(endpoint) as port:
+        yield port, said
+
+
+def _masked(payload: bytes) -> bytes:
+    """A client's binary frame (masked with zeros: the bytes as they are), payload under 126 bytes."""
+    return struct.pack(">BB", 0x82, 0x80 | len(payload)) + b"\x00" * 4 + payload
+
+
+def test_a_viewers_bytes_are_parsed_a_step_at_a_time_as_they_are_taken(
+        taker: tuple[int, Taker], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its view open, a viewer sends 20,000 SetEncodings-sized messages at once. uvicorn parsed each read
+    whole (256 KiB of 14-byte frames: 36 ms of the loop, all of it queued) before the route took the first;
+    here the parser gets PARSE_STEP at a time, and nothing more while a message waits. When the route
+    takes them all, every message arrives, in order."""
+    port, said = taker
+    fed: list[int] = []
+    receive_data = Protocol.receive_data
+
+    def recorded(self: Protocol, data: bytes) -> None:
+        fed.append(len(data))
+        receive_data(self, data)
+
+    monkeypatch.setattr(Protocol, "receive_data", recorded)
+    payloads = [struct.pack(">BxHI", 2, 1, i) for i in range(20_000)]
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        rest = _upgrade(sock, "/v1/live/lv_x")
+        handshake = len(fed)  # the request, as uvicorn gave it to the WebSocket protocol
+        blob = b"".join(_masked(p) for p in payloads) + _masked(b"end")
+        sender = threading.Thread(target=sock.sendall, args=(blob,), daemon=True)  # blocks while it is not read
+        sender.start()
+        assert said.took_one.wait(30), "the route got no message"
+        frames = fed[handshake:]
+        assert max(frames) <= PARSE_STEP, frames[:5]  # uvicorn gave the parser each read whole
+        assert sum(frames) <= 2 * PARSE_STEP, f"{sum(frames)} bytes parsed for the first message"
+        said.take_rest.set()
+        while len(rest) < 2 or len(rest) < 2 + (rest[1] & 0x7F):
+            rest += sock.recv(4096)
+        assert rest[0] == 0x81  # the route's answer, a text frame
+        n, digest = rest[2:2 + rest[1]].decode().split()
+        sender.join(30)
+    assert int(n) == len(payloads) and digest == hashlib.sha256(b"".join(payloads)).hexdigest()
