@@ -169,9 +169,9 @@ def rate_limit(st: ServerState, p: Principal) -> None:
     buckets[p.key_id] = (tokens - 1.0, now)
 
 
-# The role checks are async: they do no I/O, and a sync dependency is a trip through the thread pool, which
-# under load waits its turn for the GIL (docs/security.md, "What is left"). `authenticate` reads the
-# database, so it stays sync: its one trip is the lookup.
+# The role checks do no I/O, so they are async: a sync dependency is a trip through the thread pool
+# (tests/server/test_thread_trips.py says why that counts). `authenticate` reads the database, so it stays
+# sync: its one trip is the lookup.
 async def require_member(principal: Principal = Depends(authenticate)) -> Principal:
     return principal
 

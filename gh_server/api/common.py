@@ -89,8 +89,7 @@ async def page_params(
     cursor: str | None = Query(default=None, description="next_cursor of the previous page"),
     include: str | None = Query(default=None, description="total_count (comma-separated extras)"),
 ) -> PageParams:
-    # async: a sync dependency is a trip through the thread pool, and under load each trip waits its turn
-    # for the GIL (docs/security.md, "What is left"); this one only parses.
+    # async, as it only parses: a sync dependency is a trip through the thread pool (test_thread_trips.py)
     return PageParams(limit, cursor, include)
 
 
