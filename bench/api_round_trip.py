@@ -141,8 +141,10 @@ def main() -> int:
         if args.before:
             tree = Path(tempfile.mkdtemp(prefix="gh-bench-rtt-rev-"))
             cleanup.callback(shutil.rmtree, tree, ignore_errors=True)
-            subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(tree / "code"),
-                            args.before], check=True, timeout=120)
+            made = subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(tree / "code"),
+                                   args.before], capture_output=True, text=True, timeout=120)
+            if made.returncode != 0:
+                ap.error(f"--before {args.before}: no such revision here ({made.stderr.strip()})")
             cleanup.callback(subprocess.run, ["git", "-C", str(REPO), "worktree", "remove", "--force",
                                               str(tree / "code")], timeout=120)
         for variant in ("now", "h11", "nagle"):
