@@ -20,7 +20,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pydantic
@@ -55,6 +55,12 @@ HELLO_TIMEOUT_S = 30.0
 PAUSE_AFTER_REFUSALS = 2
 SEND_TIMEOUT_S = 30.0
 LATE_FRAME_S = 0.1  # the second look for a frame when the dead-peer bound runs out (_read)
+# A runner's new hello waits at most this long for its replaced connection to handle what that one had
+# already received (longer than a frame's handling under load, short beside the runner's hello timeout),
+REPLACED_DRAIN_S = 10.0
+# and takes it as drained once its reader has waited this long for a frame with none coming: a few turns of
+# the loop, in which bytes already in the socket (its reading paused while frames queued) are read.
+REPLACED_QUIET_S = 0.05
 
 
 @dataclass
@@ -75,10 +81,14 @@ class _Conn:
     live_views: bool = False  # its hello said it takes `view_open`
     task_holds: bool = False  # its hello said it takes `task_hold` (its attempts can be taken over)
     restores: bool = False  # its hello said it takes a lease's `restore` (an attempt going on from a save point)
+    replaced: bool = False  # a newer connection of this runner took over: what this one received is still handled
+    waiting: bool = False  # its reader waits for the next frame (not handling one)
+    frames_in: int = 0  # frames its reader has taken, to tell a reader that waited all along from one that came back
+    done: asyncio.Event = field(default_factory=asyncio.Event)  # its session ended: its reader and cleanup ran
 
     @property
     def leasable(self) -> bool:
-        return (not self.closed.is_set() and not self.draining and self.paused is None
+        return (not self.closed.is_set() and not self.replaced and not self.draining and self.paused is None
                 and self.refused_in_row < PAUSE_AFTER_REFUSALS)
 
     async def send(self, msg: pydantic.BaseModel) -> bool:
@@ -370,6 +380,7 @@ class Gateway:
                 await beat
             await conn.close(1000, "bye")
             await self._closed(conn)
+            conn.done.set()
 
     async def _open(self, ws: WebSocket) -> _Conn:
         auth = ws.headers.get("authorization", "")
@@ -407,7 +418,7 @@ class Gateway:
             )
         old = self.conns.get(runner_id)
         if old is not None:
-            await old.close(protocol.CLOSE_REPLACED, "another connection with this token took over")
+            await self._replace(old)
         session_id = uuid.uuid4().hex
         conn = _Conn(
             runner_id, name, session_id, ws, asyncio.Lock(), asyncio.Event(), time.monotonic(), len(hello.in_flight)
@@ -432,6 +443,27 @@ class Gateway:
         log.info("runner %s (%s) connected: %d slots, %d resumed, %d lost, %d going on from a save point", name,
                  runner_id, hello.slots, len(rec.resume), len(rec.lost), len(rec.restored))
         return conn
+
+    async def _replace(self, old: _Conn) -> None:
+        """Close a runner's older connection, and let it handle the frames it had already received before the
+        new hello is reconciled: a runner that crashed and came back sent its last replay frames, statuses and
+        results on the old socket, and they come before anything the new one says."""
+        old.replaced = True
+        deadline = time.monotonic() + REPLACED_DRAIN_S
+        # Closing first would queue the disconnect ahead of frames still in the socket: wait until its reader
+        # has waited a quiet spell with nothing come (a crashed runner's socket ends by itself).
+        while not old.done.is_set() and time.monotonic() < deadline:
+            before = old.frames_in if old.waiting else -1
+            with contextlib.suppress(TimeoutError):
+                await within(REPLACED_QUIET_S, old.done.wait())
+            if old.waiting and old.frames_in == before:
+                break
+        await old.close(protocol.CLOSE_REPLACED, "another connection with this token took over")
+        try:
+            await within(max(0.0, deadline - time.monotonic()) + REPLACED_QUIET_S, old.done.wait())
+        except TimeoutError:
+            log.warning("runner %s: its replaced connection still handling frames after %g s; going on",
+                        old.name, REPLACED_DRAIN_S)
 
     def _restorer(self, runner_id: str, hello: protocol.Hello) -> Callable[[Session, str], protocol.Lease | None]:
         """How an attempt this runner lost goes on from a save point it still holds (attempts/resume.py)."""
@@ -541,7 +573,10 @@ class Gateway:
 
     async def _read(self, conn: _Conn) -> None:
         dead_after = self.settings.dead_after
-        while not conn.closed.is_set():
+        # Closed by us, it stops; replaced, it goes on to the disconnect that the close queued behind
+        # the frames this socket had already received (_replace).
+        while conn.replaced or not conn.closed.is_set():
+            conn.waiting = True
             try:
                 try:
                     async with timeout(dead_after):
@@ -558,6 +593,8 @@ class Gateway:
                 return
             except Exception:  # the socket broke
                 return
+            conn.waiting = False
+            conn.frames_in += 1
             if raw is None:
                 return
             try:

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
 import websockets
+from sqlalchemy import select
 
+from gh_server.models import ReplayFrame as ReplayRow
 from gh_wire import protocol
 
 from .conftest import GwServer, await_for, stop_server
 from .simrunner import SimRunner, now
+from .test_agents import tiny_png
 
 
 async def test_bad_token_is_closed_4001(server: GwServer) -> None:
@@ -62,6 +66,52 @@ async def test_second_connection_replaces_first_with_4003(server: GwServer) -> N
     finally:
         await a.close()
         await b.close()
+
+
+async def test_frames_a_replaced_connection_had_received_are_all_handled(server: GwServer,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runner that crashed and came back: what its old socket had already received is handled before the
+    new hello is reconciled, though the old connection was still busy with the first of it when that came."""
+    runner_id, token = server.add_runner()
+    first = await SimRunner(server.ws_url, token, images=["linux-tiny"]).connect()
+    second = SimRunner(server.ws_url, token, images=["linux-tiny"])
+    gate = threading.Event()
+    try:
+        _, (aid,) = server.add_run([{}])
+        await first.expect("lease")
+        await first.send(protocol.LeaseAccept(attempt_id=aid))
+        await first.status(aid, "preparing")
+        await first.status(aid, "running", "task")
+        await await_for(lambda: server.attempt(aid).status == "running", what="the attempt running")
+        old = server.gateway.conns[runner_id]
+        old_session = old.session_id
+        dispatch = server.gateway._dispatch
+
+        async def busy_with_the_first_frame(conn: Any, msg: Any) -> None:
+            # A loaded server: the old connection is still on its first frame, the others wait in its socket.
+            if conn.session_id == old_session and isinstance(msg, protocol.ReplayFrame) and msg.seq == 0:
+                await asyncio.get_running_loop().run_in_executor(None, gate.wait, 30)
+            await dispatch(conn, msg)
+        monkeypatch.setattr(server.gateway, "_dispatch", busy_with_the_first_frame)
+        for seq in range(3):
+            await first.send(protocol.ReplayFrame(attempt_id=aid, seq=seq, at=now(), label="exec", png_b64=tiny_png()))
+        second.hello.in_flight = [aid]
+        back = asyncio.create_task(second.connect())
+        # The new hello has come (code before the drain closed the old connection at once).
+        await await_for(lambda: getattr(old, "replaced", False) or old.closed.is_set(), what="the new hello")
+        gate.set()
+        await back
+        assert await first.wait_closed() == protocol.CLOSE_REPLACED
+
+        def stored() -> list[int]:
+            with server.session() as s:
+                return list(s.scalars(select(ReplayRow.seq).where(ReplayRow.attempt_id == aid).order_by(ReplayRow.seq)))
+        await await_for(lambda: stored() == [0, 1, 2], what="the three frames stored")
+        assert server.attempt(aid).status == "running"  # the new connection goes on with it
+    finally:
+        gate.set()
+        await first.close()
+        await second.close()
 
 
 async def test_silent_runner_is_closed_after_dead_after(server: GwServer) -> None:
