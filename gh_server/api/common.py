@@ -93,6 +93,8 @@ async def page_params(
     return PageParams(limit, cursor, include)
 
 
+# Dependencies run in the order a route names them: a list route names its key's check before Page, so a
+# caller without a key hears 401 whatever its page parameters say.
 Page = Depends(page_params)
 
 

@@ -36,9 +36,9 @@ def create_runner(body: RunnerCreate, s: Session = DB, _p: Principal = Admin) ->
 def list_runners(
     request: Request,
     q: str | None = Query(default=None, max_length=200),
+    _p: Principal = Member,
     page: PageParams = Page,
     s: Session = DB,
-    _p: Principal = Member,
 ) -> dict[str, Any]:
     settings = state_of(request).settings
     stmt = select(Runner).where(Runner.revoked_at.is_(None))

@@ -89,9 +89,9 @@ def _source_of(session: Session, ss: StartState) -> dict[str, Any]:
 def list_start_states(
     kind: str | None = Query(default=None),
     q: str | None = Query(default=None, max_length=200),
+    _p: Principal = Member,
     page: PageParams = Page,
     s: Session = DB,
-    _p: Principal = Member,
 ) -> dict[str, Any]:
     if kind not in (None, "image", "state"):
         raise invalid("kind", "must be image or state")

@@ -187,9 +187,9 @@ def list_test_cases(
     category: str | None = Query(default=None),
     test_set_id: str | None = Query(default=None),
     q: str | None = Query(default=None, max_length=200),
+    _p: Principal = Member,
     page: PageParams = Page,
     s: Session = DB,
-    _p: Principal = Member,
 ) -> dict[str, Any]:
     stmt = select(TestCase)
     if tag is not None:

@@ -260,9 +260,9 @@ def list_test_runs(
     test_set_id: str | None = Query(default=None),
     agent_id: str | None = Query(default=None),
     q: str | None = Query(default=None, max_length=200),
+    _p: Principal = Member,
     page: PageParams = Page,
     s: Session = DB,
-    _p: Principal = Member,
 ) -> dict[str, Any]:
     stmt = select(TestRun)
     if status is not None:
@@ -483,9 +483,9 @@ def run_attempts(
     test_case_id: str | None = Query(default=None),
     agent_id: str | None = Query(default=None),
     outcome: str | None = Query(default=None),
+    _p: Principal = Member,
     page: PageParams = Page,
     s: Session = DB,
-    _p: Principal = Member,
 ) -> dict[str, Any]:
     run = get_run(s, test_run_id)
     keys = _case_keys(s, run.id)

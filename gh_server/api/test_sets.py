@@ -96,9 +96,9 @@ def create_test_set(body: TestSetCreate, s: Session = DB, _p: Principal = Admin)
 @router.get("/v1/test_sets", summary="List test sets, newest first")
 def list_test_sets(
     q: str | None = Query(default=None, max_length=200),
+    _p: Principal = Member,
     page: PageParams = Page,
     s: Session = DB,
-    _p: Principal = Member,
 ) -> dict[str, Any]:
     stmt = select(TestSet)
     if q:

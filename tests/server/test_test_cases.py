@@ -141,6 +141,19 @@ def test_duplicate_key_is_409_and_unknown_is_404(server: Server) -> None:
         c.test_cases.delete("NOPE-404")
 
 
+@pytest.mark.parametrize("path", ["/v1/test_cases", "/v1/test_sets", "/v1/test_runs", "/v1/runners",
+                                  "/v1/start_states", "/v1/test_runs/tr_none/attempts"])
+def test_a_list_without_a_key_is_401_whatever_its_page_says(server: Server, path: str) -> None:
+    import httpx
+
+    bad_page = {"limit": "1000", "include": "nonsense"}
+    with httpx.Client(base_url=server.base_url, timeout=30) as http:
+        assert http.get(path, params=bad_page).status_code == 401
+        assert http.get(path, params=bad_page, headers={"Authorization": "Bearer gh_live_wrong"}).status_code == 401
+        r = http.get(path, params=bad_page, headers={"Authorization": f"Bearer {server.member_key}"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "limit", r.text
+
+
 def test_auth_401_and_member_403(server: Server) -> None:
     with pytest.raises(AuthenticationError) as e:
         server.client("gh_live_wrong").test_cases.list()
