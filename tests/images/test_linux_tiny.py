@@ -5,6 +5,7 @@ The boot through libvirt is the provider's test; this one needs no libvirt."""
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import shutil
 import subprocess
@@ -118,11 +119,16 @@ def test_booted_image_runs_scripts_and_takes_keys_and_pointer(booted: BuildVM, i
     )
     assert vm.qga.run_script("/bin/sh", start).exit_code == 0
 
-    # dd may not have opened the node yet, and events before that are lost: send until one lands.
+    # dd may not have opened the node yet, and events before that are lost: send until one lands. Each time
+    # to another place: the kernel drops an absolute event that repeats the axis's last value, so the same
+    # point sent again after a first one came before dd never reaches it.
+    sent = itertools.count()
+
     def moved() -> bool:
+        n = next(sent)
         vm.qmp.execute("input-send-event", {"events": [
-            {"type": "abs", "data": {"axis": "x", "value": 12345}},
-            {"type": "abs", "data": {"axis": "y", "value": 23456}},
+            {"type": "abs", "data": {"axis": "x", "value": 12345 + n}},
+            {"type": "abs", "data": {"axis": "y", "value": 23456 + n}},
         ]})
         return vm.qga.run_script("/bin/sh", "test -s /run/ev").exit_code == 0
     _until(moved, 30, "an absolute pointer event in /dev/input")
